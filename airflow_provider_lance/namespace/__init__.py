@@ -1,0 +1,47 @@
+"""The Lance Partitioned Namespace format in plain Python (pyarrow + pylance + DataFusion).
+
+No Airflow and no Spark here: Spark executors, scripts and the Airflow provider all use this.
+
+    from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+"""
+
+from .catalog import Partition
+from .errors import (
+    CommitConflict,
+    DataValidationError,
+    ExpressionError,
+    FilterError,
+    InvalidArgumentError,
+    LanceNamespaceError,
+    ManifestError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    PartitionNotFoundError,
+    PartitionSpecError,
+    SchemaError,
+)
+from .hashing import hash_array
+from .namespace import PartitionedNamespace
+from .spec import PartitionField
+from .writing import CommitResult, PartitionCommit
+
+__all__ = [
+    "CommitConflict",
+    "CommitResult",
+    "DataValidationError",
+    "ExpressionError",
+    "FilterError",
+    "InvalidArgumentError",
+    "LanceNamespaceError",
+    "ManifestError",
+    "NamespaceExistsError",
+    "NamespaceNotFoundError",
+    "Partition",
+    "PartitionCommit",
+    "PartitionField",
+    "PartitionNotFoundError",
+    "PartitionSpecError",
+    "PartitionedNamespace",
+    "SchemaError",
+    "hash_array",
+]

@@ -1,0 +1,268 @@
+"""One version of the namespace, parsed: schema, specs, and its leaf-table partitions.
+
+A :class:`NamespaceState` is immutable and tied to one ``__manifest`` version, so everything
+derived from it (pruning, the ``read_version`` of every partition) is isolated from
+concurrent writers. It also plans the ``__manifest`` rows that create new partitions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import ManifestError, NamespaceNotFoundError, PartitionSpecError
+from .manifest import (
+    LOCATION,
+    NAMESPACE,
+    OBJECT_ID,
+    OBJECT_TYPE,
+    READ_VERSION,
+    TABLE,
+    row,
+)
+from .naming import (
+    LEAF_TABLE_NAME,
+    child_uri,
+    join_id,
+    new_leaf_location,
+    partition_name,
+    spec_namespace_id,
+)
+from .schema import NamespaceSchema
+from .spec import PartitionField, spec_from_json, spec_key, spec_versions
+
+SCHEMA_KEY = "schema"
+PARTITION_PROPERTY_PREFIX = "partition."
+SPEC_COLUMN = "__spec_version"
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One leaf table of the namespace and where to read it.
+
+    ``location`` is the absolute URI of the leaf table, ``values`` maps each partition field
+    of the partition's spec version to its (Python) value, ``read_version`` is the published
+    table version readers use (None: read the latest).
+    """
+
+    object_id: str
+    location: str
+    spec_version: int
+    values: Mapping[str, Any]
+    read_version: int | None
+
+    @property
+    def directory(self) -> str:
+        """The leaf directory name, relative to the namespace root."""
+        return self.location.rsplit("/", 1)[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly summary (values in their string form), e.g. for XCom."""
+        return {
+            "object_id": self.object_id,
+            "location": self.location,
+            "spec_version": self.spec_version,
+            "values": {k: value_text(v) for k, v in self.values.items()},
+            "read_version": self.read_version,
+        }
+
+
+def value_text(value: Any) -> str | None:
+    """The string form of a partition value (the spec's ``partition.<name>`` property)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat())
+    return str(value)
+
+
+@dataclass(frozen=True)
+class PartitionRows:
+    """``__manifest`` rows that create partitions, and the leaves they point at."""
+
+    rows: list[dict[str, Any]]
+    partitions: list[Partition]
+
+
+@dataclass
+class NamespaceState:
+    """The namespace as of one ``__manifest`` version."""
+
+    root: str
+    dataset: lance.LanceDataset  # read-only: never commit through it (commits advance it)
+    version: int
+    schema: NamespaceSchema
+    specs: dict[int, list[PartitionField]]
+    _tables: pa.Table | None = field(default=None, repr=False)
+
+    @classmethod
+    def load(cls, root: str, dataset: lance.LanceDataset) -> NamespaceState:
+        metadata = dataset.metadata
+        versions = spec_versions(metadata)
+        if not versions:
+            raise NamespaceNotFoundError(
+                f"{root} has a __manifest table but no partition_spec_v<N> property, so it "
+                "is not a partitioned namespace"
+            )
+        if SCHEMA_KEY not in metadata:
+            raise ManifestError(f"{root}: the __manifest metadata has no 'schema' property")
+        schema = NamespaceSchema.from_json(metadata[SCHEMA_KEY])
+        specs = {v: spec_from_json(metadata[spec_key(v)], schema, v) for v in versions}
+        return cls(root, dataset, int(dataset.version), schema, specs)
+
+    @property
+    def spec_version(self) -> int:
+        return max(self.specs)
+
+    @property
+    def current_spec(self) -> list[PartitionField]:
+        return self.specs[self.spec_version]
+
+    @cached_property
+    def partition_columns(self) -> list[pa.Field]:
+        """One manifest column per distinct partition field name, across all versions."""
+        out: dict[str, pa.Field] = {}
+        for version in sorted(self.specs):
+            for f in self.specs[version]:
+                out.setdefault(f.name, pa.field(f.name, f.result_type))
+        return list(out.values())
+
+    # -- partitions --------------------------------------------------------------------
+    @property
+    def tables(self) -> pa.Table:
+        """The leaf-table rows of this version (all columns) plus a derived ``__spec_version``."""
+        if self._tables is None:
+            wanted = [OBJECT_ID, LOCATION, READ_VERSION, *(f.name for f in self.partition_columns)]
+            missing = set(wanted) - set(self.dataset.schema.names)
+            if missing:
+                raise ManifestError(
+                    f"{self.root}: the __manifest table lacks columns {sorted(missing)}; it was "
+                    "rewritten by a tool that does not know partitioned namespaces. Run "
+                    "PartitionedNamespace.repair() to restore them."
+                )
+            rows = self.dataset.to_table(filter=f"{OBJECT_TYPE} = '{TABLE}'")
+            head = pc.list_element(pc.split_pattern(rows.column(OBJECT_ID), "$", max_splits=1), 0)
+            spec = pc.cast(pc.utf8_slice_codeunits(head, 1), pa.int32())
+            self._tables = rows.append_column(SPEC_COLUMN, spec)
+        return self._tables
+
+    def partitions_from_rows(self, rows: pa.Table) -> list[Partition]:
+        out = []
+        names = {v: [f.name for f in fields] for v, fields in self.specs.items()}
+        for r in rows.to_pylist():
+            version = r[SPEC_COLUMN]
+            out.append(
+                Partition(
+                    object_id=r[OBJECT_ID],
+                    location=child_uri(self.root, r[LOCATION]),
+                    spec_version=version,
+                    values={n: r[n] for n in names.get(version, [])},
+                    read_version=r[READ_VERSION],
+                )
+            )
+        return out
+
+    def partitions(self) -> list[Partition]:
+        return self.partitions_from_rows(self.tables)
+
+    @cached_property
+    def object_ids(self) -> frozenset[str]:
+        ids = self.dataset.to_table(columns=[OBJECT_ID]).column(OBJECT_ID).to_pylist()
+        return frozenset(ids)
+
+    def find(self, object_ids: Sequence[str]) -> dict[str, Partition]:
+        """The existing partitions among ``object_ids`` (leaf table ids), by id."""
+        if not object_ids:
+            return {}
+        tables = self.tables
+        mask = pc.is_in(tables.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8()))
+        return {p.object_id: p for p in self.partitions_from_rows(tables.filter(mask))}
+
+    # -- creating partitions -------------------------------------------------------------
+    def leaf_id(self, values: Sequence[Any], spec_version: int | None = None) -> str:
+        """The object id of the leaf table holding ``values`` (one per field, in order)."""
+        version = spec_version or self.spec_version
+        fields = self.specs[version]
+        parent = spec_namespace_id(version)
+        for f, v in zip(fields, values, strict=True):
+            assert f.field_id is not None
+            parent = join_id(parent, partition_name(parent, f.field_id, value_text(v)))
+        return join_id(parent, LEAF_TABLE_NAME)
+
+    def plan_partitions(
+        self,
+        value_tuples: Sequence[Sequence[Any]],
+        read_version: int | None,
+        locations: Mapping[str, str] | None = None,
+    ) -> PartitionRows:
+        """Rows creating every missing partition among ``value_tuples`` (current spec).
+
+        Each partition namespace row and its leaf row carry the values of themselves and
+        their ancestors; namespace rows mirror them as ``partition.<name>`` metadata so
+        foreign readers see them. Rows that already exist in this version are skipped.
+        ``locations`` pins the (root-relative) directory of given leaf ids; others get a
+        fresh one.
+        """
+        version = self.spec_version
+        fields = self.current_spec
+        existing = self.object_ids
+        rows: dict[str, dict[str, Any]] = {}
+        partitions: list[Partition] = []
+        for values in value_tuples:
+            if len(values) != len(fields):
+                raise PartitionSpecError(
+                    f"expected {len(fields)} partition value(s), got {len(values)}"
+                )
+            parent = spec_namespace_id(version)
+            if parent not in existing:
+                rows.setdefault(parent, row(parent, NAMESPACE, metadata="{}"))
+            inherited: dict[str, Any] = {}
+            for f, v in zip(fields, values, strict=True):
+                assert f.field_id is not None
+                inherited[f.name] = v
+                parent = join_id(parent, partition_name(parent, f.field_id, value_text(v)))
+                if parent not in existing and parent not in rows:
+                    # NULL values have no entry (a property value must be a string).
+                    props = {
+                        f"{PARTITION_PROPERTY_PREFIX}{k}": value_text(x)
+                        for k, x in inherited.items()
+                        if x is not None
+                    }
+                    rows[parent] = row(
+                        parent, NAMESPACE, metadata=_json(props), partition_values=dict(inherited)
+                    )
+            leaf = join_id(parent, LEAF_TABLE_NAME)
+            if leaf in existing or leaf in rows:
+                continue
+            location = (locations or {}).get(leaf) or new_leaf_location(leaf)
+            rows[leaf] = row(
+                leaf,
+                TABLE,
+                location=location,
+                read_version=read_version,
+                partition_values=dict(inherited),
+            )
+            partitions.append(
+                Partition(
+                    leaf, child_uri(self.root, location), version, dict(inherited), read_version
+                )
+            )
+        return PartitionRows(list(rows.values()), partitions)
+
+    def rows_table(self, rows: list[dict[str, Any]]) -> pa.Table:
+        return pa.Table.from_pylist(rows, schema=self.dataset.schema)
+
+
+def _json(obj: Mapping[str, Any]) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)

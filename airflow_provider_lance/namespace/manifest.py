@@ -1,0 +1,221 @@
+"""The ``__manifest`` Lance table: its columns, table metadata, and atomic row commits.
+
+Base columns are exactly those pylance's ``DirectoryNamespace`` writes (so it reads what we
+write); extensions are ``read_version`` and one nullable column per partition field. Rows are
+only ever changed through ``merge_insert`` keyed on ``object_id`` (which carries Lance's
+primary-key field metadata, without which concurrent inserts duplicate rows):
+
+* :meth:`Manifest.insert_absent`: insert-if-absent, exactly one winner per ``object_id``;
+* :meth:`Manifest.compare_and_swap`: update/insert rows against the version they were read
+  at, failing with :class:`CommitConflict` if any of them changed since.
+
+Table metadata (``schema``, ``partition_spec_v<N>``) is its own commit (Lance cannot change
+rows and metadata together), always written before any row depends on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from .errors import CommitConflict, ManifestError, NamespaceExistsError, NamespaceNotFoundError
+from .naming import local_path
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "__manifest"
+PRIMARY_KEY_METADATA = {"lance-schema:unenforced-primary-key:position": "0"}
+OBJECT_ID = "object_id"
+OBJECT_TYPE = "object_type"
+LOCATION = "location"
+METADATA = "metadata"
+BASE_OBJECTS = "base_objects"
+READ_VERSION = "read_version"
+NAMESPACE = "namespace"
+TABLE = "table"
+
+BASE_FIELDS = (
+    pa.field(OBJECT_ID, pa.utf8(), nullable=False, metadata=PRIMARY_KEY_METADATA),
+    pa.field(OBJECT_TYPE, pa.utf8(), nullable=False),
+    pa.field(LOCATION, pa.utf8()),
+    pa.field(METADATA, pa.utf8()),
+    pa.field(BASE_OBJECTS, pa.list_(pa.field(OBJECT_ID, pa.utf8()))),
+)
+READ_VERSION_FIELD = pa.field(READ_VERSION, pa.uint64())
+#: Column names a partition field may not take.
+RESERVED_COLUMNS = frozenset(f.name for f in (*BASE_FIELDS, READ_VERSION_FIELD))
+
+
+def manifest_schema(partition_columns: list[pa.Field]) -> pa.Schema:
+    return pa.schema([*BASE_FIELDS, READ_VERSION_FIELD, *partition_columns])
+
+
+class Manifest:
+    """Access to one namespace's ``__manifest`` table (storage options on every call)."""
+
+    def __init__(self, root: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        self.uri = f"{root}/{MANIFEST_NAME}"
+        self.storage_options: dict[str, str] | None = (
+            dict(storage_options) if storage_options else None
+        )
+
+    # -- opening ---------------------------------------------------------------------------
+    def open(self, version: int | None = None) -> lance.LanceDataset:
+        try:
+            return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+        except (ValueError, FileNotFoundError, OSError) as exc:
+            if version is not None and self._exists():
+                raise ManifestError(
+                    f"__manifest version {version} of {self.root} cannot be read "
+                    f"(cleaned up?): {_first_line(exc)}"
+                ) from exc
+            raise NamespaceNotFoundError(
+                f"{self.root} is not a partitioned namespace: it has no readable __manifest "
+                f"table ({_first_line(exc)})"
+            ) from exc
+
+    def _exists(self) -> bool:
+        try:
+            lance.dataset(self.uri, storage_options=self.storage_options)
+        except (ValueError, FileNotFoundError, OSError):
+            return False
+        return True
+
+    def create(self, metadata: Mapping[str, str], first_rows: pa.Table) -> lance.LanceDataset:
+        """Create the table with ``first_rows``, its metadata and scalar indices."""
+        if self._exists():
+            raise NamespaceExistsError(
+                f"{self.root} already holds a __manifest table; open it instead of creating"
+            )
+        path = local_path(self.root)
+        if path is not None:
+            import os
+
+            if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
+                raise NamespaceExistsError(
+                    f"{path} already exists and is not empty; a new partitioned namespace "
+                    "needs an empty or missing directory"
+                )
+        try:
+            ds = lance.write_dataset(
+                first_rows, self.uri, mode="create", storage_options=self.storage_options
+            )
+        except OSError as exc:
+            if "exist" in str(exc).lower():
+                raise NamespaceExistsError(
+                    f"{self.root}: another process created the namespace concurrently"
+                ) from exc
+            raise
+        ds.update_metadata(dict(metadata))
+        ds.create_scalar_index(OBJECT_ID, "BTREE")
+        ds.create_scalar_index(OBJECT_TYPE, "BITMAP")
+        return self.open()
+
+    # -- metadata and columns -------------------------------------------------------------
+    def update_metadata(self, values: Mapping[str, str]) -> int:
+        ds = self.open()
+        ds.update_metadata(dict(values))
+        return int(ds.version)
+
+    def add_columns(self, fields: list[pa.Field]) -> None:
+        """Add nullable partition columns (schema only: existing rows read NULL)."""
+        if not fields:
+            return
+        ds = self.open()
+        missing = [f for f in fields if f.name not in ds.schema.names]
+        if missing:
+            ds.add_columns(pa.schema([f.with_nullable(True) for f in missing]))
+
+    # -- rows ---------------------------------------------------------------------------
+    def read(
+        self,
+        ds: lance.LanceDataset,
+        filter: str | None = None,
+        columns: list[str] | None = None,
+    ) -> pa.Table:
+        return ds.to_table(filter=filter, columns=columns)
+
+    def conform(self, rows: pa.Table, ds: lance.LanceDataset) -> pa.Table:
+        """Reorder/fill ``rows`` into the table's current schema (missing columns NULL)."""
+        schema = ds.schema
+        arrays = []
+        for f in schema:
+            if f.name in rows.column_names:
+                arrays.append(rows.column(f.name).cast(f.type))
+            else:
+                arrays.append(pa.nulls(rows.num_rows, f.type))
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def insert_absent(self, rows: pa.Table) -> int:
+        """Insert the rows whose ``object_id`` is absent; present ones are left untouched.
+
+        Returns the number of rows inserted. Under concurrency exactly one writer inserts
+        each ``object_id`` (the others see it as present).
+        """
+        if rows.num_rows == 0:
+            return 0
+        ds = self.open()
+        result = (
+            ds.merge_insert(OBJECT_ID).when_not_matched_insert_all().execute(self.conform(rows, ds))
+        )
+        return int(result["num_inserted_rows"])
+
+    def compare_and_swap(self, rows: pa.Table, base_version: int) -> int:
+        """Upsert ``rows`` atomically, failing if any of them changed after ``base_version``.
+
+        ``base_version`` is the manifest version the caller read the rows at. Changes to
+        *other* rows since then are rebased by Lance. Returns the new version.
+        """
+        if rows.num_rows == 0:
+            return base_version
+        # A fresh handle: a commit advances the dataset object it runs on in place.
+        base = self.open(base_version)
+        try:
+            (
+                base.merge_insert(OBJECT_ID)
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .conflict_retries(0)
+                .execute(self.conform(rows, base))
+            )
+        except OSError as exc:
+            text = str(exc)
+            if "concurrent" in text.lower() or "conflict" in text.lower():
+                ids = rows.column(OBJECT_ID).to_pylist()
+                raise CommitConflict(
+                    "a concurrent writer changed the __manifest rows this commit depends on",
+                    [i for i in ids if isinstance(i, str)],
+                ) from exc
+            raise
+        return int(base.version)
+
+
+def row(
+    object_id: str,
+    object_type: str,
+    *,
+    location: str | None = None,
+    metadata: str | None = None,
+    read_version: int | None = None,
+    partition_values: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        OBJECT_ID: object_id,
+        OBJECT_TYPE: object_type,
+        LOCATION: location,
+        METADATA: metadata,
+        BASE_OBJECTS: None,
+        READ_VERSION: read_version,
+    }
+    out.update(partition_values or {})
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

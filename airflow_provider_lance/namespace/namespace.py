@@ -1,0 +1,361 @@
+"""``PartitionedNamespace``: the public facade over the Partitioned Namespace format."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .catalog import SCHEMA_KEY, SPEC_COLUMN, NamespaceState, Partition
+from .errors import (
+    InvalidArgumentError,
+    LanceNamespaceError,
+    PartitionNotFoundError,
+    PartitionSpecError,
+)
+from .leaves import create_leaf, drop_leaf
+from .manifest import NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
+from .naming import normalize_root, spec_namespace_id
+from .pruning import SpecProjector, parse_filter
+from .scan import filter_columns, open_leaf, scan_batches
+from .schema import NamespaceSchema
+from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
+from .writing import CommitResult, PartitionedWrite
+
+log = logging.getLogger(__name__)
+
+StorageOptions = Mapping[str, str] | None
+
+
+class PartitionedNamespace:
+    """One logical dataset made of many Lance tables (a Lance Partitioned Namespace).
+
+    Create one with :meth:`create`, open an existing one with :meth:`open`. Every method
+    reads the latest ``__manifest`` version; reads resolve all partitions from one version.
+    """
+
+    def __init__(self, root: str, manifest: Manifest, state: NamespaceState) -> None:
+        self._root = root
+        self._manifest = manifest
+        self._state = state
+
+    # -- lifecycle ---------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        uri: str | os.PathLike[str],
+        schema: pa.Schema,
+        partition_fields: Sequence[PartitionField],
+        storage_options: StorageOptions = None,
+    ) -> PartitionedNamespace:
+        """Create a namespace at ``uri``; an error if anything already exists there."""
+        root = normalize_root(uri)
+        ns_schema = NamespaceSchema.from_user_schema(schema)
+        fields = resolve_spec(partition_fields, ns_schema, {}, RESERVED_COLUMNS)
+        columns = [pa.field(f.name, f.result_type) for f in fields]
+        first = pa.Table.from_pylist(
+            [row(spec_namespace_id(1), NAMESPACE, metadata="{}")], schema=manifest_schema(columns)
+        )
+        manifest = Manifest(root, storage_options)
+        manifest.create({SCHEMA_KEY: ns_schema.to_json(), spec_key(1): spec_to_json(fields)}, first)
+        log.info(
+            "created partitioned namespace %s partitioned by %s", root, [f.name for f in fields]
+        )
+        return cls.open(root, storage_options)
+
+    @classmethod
+    def open(
+        cls, uri: str | os.PathLike[str], storage_options: StorageOptions = None
+    ) -> PartitionedNamespace:
+        """Open an existing namespace; an error if ``uri`` is not a partitioned namespace."""
+        root = normalize_root(uri)
+        manifest = Manifest(root, storage_options)
+        return cls(root, manifest, NamespaceState.load(root, manifest.open()))
+
+    @classmethod
+    def exists(cls, uri: str | os.PathLike[str], storage_options: StorageOptions = None) -> bool:
+        try:
+            cls.open(uri, storage_options)
+        except LanceNamespaceError:
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"PartitionedNamespace({self._root!r}, version={self.version})"
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        return self._root
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        return self._manifest.storage_options
+
+    def state(self, version: int | None = None) -> NamespaceState:
+        """The namespace as of ``version`` of ``__manifest`` (default: the latest)."""
+        if version is not None:
+            if version == self._state.version:
+                return self._state
+            return NamespaceState.load(self._root, self._manifest.open(version))
+        if self._state.dataset.latest_version != self._state.version:
+            self._state = NamespaceState.load(self._root, self._manifest.open())
+        return self._state
+
+    @property
+    def version(self) -> int:
+        """The latest ``__manifest`` version."""
+        return self.state().version
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The namespace schema: every column ever defined, each with ``lance:field_id``.
+
+        Dropped columns stay, marked ``lance:deprecated``; :attr:`active_schema` leaves them out.
+        """
+        return self.state().schema.arrow
+
+    @property
+    def active_schema(self) -> pa.Schema:
+        """The columns reads return and writes accept."""
+        return self.state().schema.active
+
+    @property
+    def spec_version(self) -> int:
+        return self.state().spec_version
+
+    def partition_spec(self, version: int | None = None) -> list[PartitionField]:
+        state = self.state()
+        version = version if version is not None else state.spec_version
+        if version not in state.specs:
+            raise PartitionSpecError(
+                f"no partition spec version {version}; versions: {sorted(state.specs)}"
+            )
+        return list(state.specs[version])
+
+    # -- evolution -------------------------------------------------------------------------
+    def evolve_partition_spec(self, fields: Sequence[PartitionField]) -> int:
+        """Add a partition spec version; new data is written under it. Returns the version."""
+        state = self.state()
+        resolved = resolve_spec(fields, state.schema, state.specs, RESERVED_COLUMNS)
+        version = state.spec_version + 1
+        existing = {f.name: f.type for f in state.dataset.schema}
+        for f in resolved:
+            if f.name in existing and existing[f.name] != f.result_type:
+                raise PartitionSpecError(
+                    f"__manifest already has a column {f.name!r} of type {existing[f.name]}"
+                )
+        self._manifest.add_columns([pa.field(f.name, f.result_type) for f in resolved])
+        self._manifest.update_metadata({spec_key(version): spec_to_json(resolved)})
+        self._manifest.insert_absent(
+            self.state().rows_table([row(spec_namespace_id(version), NAMESPACE, metadata="{}")])
+        )
+        log.info("partition spec v%d: %s", version, [f.name for f in resolved])
+        return version
+
+    def add_column(self, field: pa.Field) -> None:
+        """Add a nullable column (a new field id above every earlier one)."""
+        self._evolve_schema(self.state().schema.add_column(field))
+
+    def drop_column(self, name: str) -> None:
+        """Drop a column: it stays in the schema, deprecated, and reads no longer return it."""
+        state = self.state()
+        fid = state.schema.id_of(name)
+        users = [f.name for f in state.current_spec if f.source_id == fid]
+        if users:
+            raise PartitionSpecError(
+                f"cannot drop {name!r}: the current partition spec uses it ({users}); evolve "
+                "the partition spec without it first"
+            )
+        self._evolve_schema(state.schema.drop_column(name))
+
+    def rename_column(self, old: str, new: str) -> None:
+        """Rename a column; its field id, and so every partition field using it, stays."""
+        self._evolve_schema(self.state().schema.rename_column(old, new))
+
+    def promote_column(self, name: str, dtype: pa.DataType) -> None:
+        """Widen a column's type (e.g. int32 -> int64); narrowing is refused."""
+        state = self.state()
+        promoted = state.schema.promote_column(name, dtype)
+        fid = state.schema.id_of(name)
+        for f in state.current_spec:
+            if f.source_id == fid:
+                try:
+                    resolve_spec([f], promoted, {}, ())
+                except PartitionSpecError as exc:
+                    raise PartitionSpecError(
+                        f"promoting {name!r} to {dtype} breaks partition field {f.name!r}: {exc}"
+                    ) from exc
+        self._evolve_schema(promoted)
+
+    def _evolve_schema(self, schema: NamespaceSchema) -> None:
+        self._manifest.update_metadata({SCHEMA_KEY: schema.to_json()})
+
+    # -- partitions -------------------------------------------------------------------------
+    def partition_values(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """``values`` (partition field name -> value) typed and ordered by the current spec."""
+        fields = self.state().current_spec
+        if not isinstance(values, Mapping):
+            raise InvalidArgumentError("partition values must be a mapping of field -> value")
+        unknown = set(values) - {f.name for f in fields}
+        missing = [f.name for f in fields if f.name not in values]
+        if unknown or missing:
+            raise PartitionSpecError(
+                f"partition values must name exactly the fields {[f.name for f in fields]} "
+                f"(unknown: {sorted(unknown)}, missing: {missing})"
+            )
+        out = []
+        for f in fields:
+            try:
+                out.append(
+                    pc.cast(pa.array([values[f.name]]), f.result_type)[0].as_py()
+                    if values[f.name] is not None
+                    else None
+                )
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise PartitionSpecError(
+                    f"partition value {values[f.name]!r} for {f.name!r} is not a "
+                    f"{f.result_type}: {str(exc).splitlines()[0]}"
+                ) from exc
+        return tuple(out)
+
+    def create_partition(self, values: Mapping[str, Any]) -> Partition:
+        """Create the (empty) partition for ``values`` under the current spec; idempotent."""
+        return self.create_partitions([values])[0]
+
+    def create_partitions(self, values: Iterable[Mapping[str, Any]]) -> list[Partition]:
+        """Create many partitions with ONE ``__manifest`` commit; existing ones are returned."""
+        tuples = [self.partition_values(v) for v in values]
+        state = self.state()
+        plan = state.plan_partitions(tuples, read_version=1)
+        leaf_schema = state.schema.leaf_schema()
+        for p in plan.partitions:
+            create_leaf(p.location, leaf_schema, self.storage_options)
+        try:
+            self._manifest.insert_absent(state.rows_table(plan.rows))
+        except BaseException:
+            for p in plan.partitions:
+                drop_leaf(p.location, self.storage_options)
+            raise
+        now = self.state()
+        ids = [now.leaf_id(t) for t in tuples]
+        found = now.find(ids)
+        for p in plan.partitions:
+            if found.get(p.object_id, p).location != p.location:
+                drop_leaf(p.location, self.storage_options)  # lost a concurrent create
+        return [found[i] for i in ids]
+
+    def partitions(self) -> list[Partition]:
+        """Every leaf table of the namespace (all spec versions)."""
+        return self.state().partitions()
+
+    def partition(self, values: Mapping[str, Any]) -> Partition:
+        """The partition holding ``values`` under the current spec (an error if absent)."""
+        state = self.state()
+        leaf_id = state.leaf_id(self.partition_values(values))
+        found = state.find([leaf_id])
+        if leaf_id not in found:
+            raise PartitionNotFoundError(f"no partition for {dict(values)} in {self._root}")
+        return found[leaf_id]
+
+    def prune(self, filter: str | None = None, *, version: int | None = None) -> list[Partition]:
+        """The partitions that can hold rows matching ``filter`` (a SQL boolean expression)."""
+        state = self.state(version)
+        if filter is None:
+            return state.partitions()
+        _, pred = parse_filter(filter, state.schema)
+        tables = state.tables
+        if isinstance(pred, bool):
+            return state.partitions() if pred else []
+        mask: pc.Expression | bool = False
+        for version_, fields in state.specs.items():
+            projected = SpecProjector(fields, state.schema).project(pred)
+            if projected is False:
+                continue
+            in_version = pc.field(SPEC_COLUMN) == version_
+            term = in_version if projected is True else in_version & projected
+            mask = term if mask is False else mask | term
+        if mask is False:
+            return []
+        return state.partitions_from_rows(tables.filter(mask))
+
+    # -- reads -------------------------------------------------------------------------------
+    def to_batches(
+        self,
+        filter: str | None = None,
+        columns: Sequence[str] | None = None,
+        *,
+        version: int | None = None,
+        batch_size: int | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the rows matching ``filter`` from one consistent manifest version.
+
+        Bad filters and unknown columns raise here, before the first batch is read.
+        """
+        state = self.state(version)
+        if isinstance(columns, str):
+            raise InvalidArgumentError("columns must be a list of column names, not a string")
+        state.schema.project(columns)
+        residual = parse_filter(filter, state.schema)[0] if filter is not None else None
+        return scan_batches(
+            self.prune(filter, version=state.version),
+            state.schema,
+            columns=columns,
+            residual=residual,
+            storage_options=self.storage_options,
+            batch_size=batch_size,
+        )
+
+    def to_reader(
+        self, filter: str | None = None, columns: Sequence[str] | None = None, **kwargs: Any
+    ) -> pa.RecordBatchReader:
+        """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected)."""
+        schema = self.state(kwargs.get("version")).schema.project(columns)
+        return pa.RecordBatchReader.from_batches(schema, self.to_batches(filter, columns, **kwargs))
+
+    def to_table(
+        self,
+        filter: str | None = None,
+        columns: Sequence[str] | None = None,
+        *,
+        version: int | None = None,
+    ) -> pa.Table:
+        """All rows matching ``filter``, in the namespace schema (optionally projected)."""
+        reader = self.to_reader(filter, columns, version=version)
+        return reader.read_all()
+
+    def count_rows(self, filter: str | None = None, *, version: int | None = None) -> int:
+        """The number of rows matching ``filter`` (without a filter: from table metadata)."""
+        state = self.state(version)
+        if filter is None:
+            return sum(open_leaf(p, self.storage_options).count_rows() for p in state.partitions())
+        residual = parse_filter(filter, state.schema)[0]
+        columns = filter_columns(residual)
+        return sum(b.num_rows for b in self.to_batches(filter, columns, version=state.version))
+
+    # -- writes ------------------------------------------------------------------------------
+    def write(self, data: Any, mode: str = "append") -> CommitResult:
+        """Write rows; ``overwrite`` replaces exactly the partitions the data touches.
+
+        All touched partitions (and any it creates) are published in ONE ``__manifest``
+        commit: readers see the whole write or nothing of it.
+        """
+        write = PartitionedWrite(self._manifest, self.state(), mode, self.storage_options)
+        try:
+            write.stage(data)
+            result = write.commit()
+        except BaseException:
+            write.abandon()
+            raise
+        log.info(
+            "%s %d rows into %d partitions (manifest v%d)",
+            mode,
+            result.rows,
+            len(result.partitions),
+            result.manifest_version,
+        )
+        return result

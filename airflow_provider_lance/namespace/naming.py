@@ -1,0 +1,105 @@
+"""Object ids, partition namespace names, leaf locations and URIs.
+
+Partition namespace names are 16-character base36 strings, as the spec requires. They are
+drawn from a BLAKE2b digest of the parent object id and the partition values rather than from
+a random generator: the names are just as opaque and uniformly spread, but two writers that
+create the same partition at the same time pick the same name, so the ``__manifest``
+insert-if-absent on ``object_id`` lets exactly one of them win instead of publishing two
+partitions with equal values. Leaf *directories* keep a random prefix (``<8 hex>_<id>``), so
+a partition that is dropped and created again never reuses old files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from .errors import LanceNamespaceError
+
+SEPARATOR = "$"
+LEAF_TABLE_NAME = "dataset"
+NAME_LENGTH = 16
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def spec_namespace_id(version: int) -> str:
+    return f"v{version}"
+
+
+def spec_version_of(object_id: str) -> int:
+    head = object_id.split(SEPARATOR, 1)[0]
+    if not (head.startswith("v") and head[1:].isdigit()):
+        raise LanceNamespaceError(f"object id {object_id!r} is not under a spec version")
+    return int(head[1:])
+
+
+def partition_name(parent_id: str, field_id: int, value_text: str | None) -> str:
+    """The 16-char base36 name of the child of ``parent_id`` holding one partition value."""
+    key = json.dumps([parent_id, field_id, value_text], separators=(",", ":"))
+    number = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=11).digest(), "big")
+    chars = []
+    for _ in range(NAME_LENGTH):
+        number, digit = divmod(number, 36)
+        chars.append(_BASE36[digit])
+    return "".join(chars)
+
+
+def is_partition_name(name: str) -> bool:
+    return len(name) == NAME_LENGTH and all(c in _BASE36 for c in name)
+
+
+def join_id(*parts: str) -> str:
+    return SEPARATOR.join(parts)
+
+
+def split_id(object_id: str) -> list[str]:
+    return object_id.split(SEPARATOR)
+
+
+def new_leaf_location(object_id: str) -> str:
+    """A fresh directory name for a leaf table, relative to the namespace root."""
+    return f"{secrets.token_hex(4)}_{object_id}"
+
+
+def has_scheme(uri: str) -> bool:
+    parsed = urlparse(uri)
+    return len(parsed.scheme) > 1  # a Windows drive letter is not a scheme
+
+
+def normalize_root(uri: str | os.PathLike[str]) -> str:
+    """A canonical root URI: local paths become absolute ``file://`` URIs; no trailing slash."""
+    text = os.fspath(uri)
+    if not text:
+        raise LanceNamespaceError("the namespace URI must not be empty")
+    if not has_scheme(text):
+        text = "file://" + os.path.abspath(os.path.expanduser(text))
+    return text.rstrip("/") if not text.endswith(":///") else text
+
+
+def local_path(uri: str) -> str | None:
+    """The filesystem path of a ``file://`` URI, else None (object stores)."""
+    parsed = urlparse(uri)
+    return parsed.path if parsed.scheme == "file" else None
+
+
+def child_uri(root: str, relative: str) -> str:
+    """``root/relative``, refusing locations that would escape the root."""
+    if (
+        not relative
+        or relative.startswith("/")
+        or has_scheme(relative)
+        or any(part in ("..", ".") for part in relative.split("/"))
+    ):
+        raise LanceNamespaceError(
+            f"table location {relative!r} does not resolve inside the namespace root {root!r}"
+        )
+    return f"{root}/{relative}"
+
+
+def values_key(values: Sequence[Any]) -> str:
+    return json.dumps(list(values), separators=(",", ":"), default=str)

@@ -1,0 +1,366 @@
+"""Partition pruning: which leaf tables can hold rows matching a filter.
+
+The filter is parsed by DataFusion into its expression tree, brought into negation normal
+form, and every comparison of a source column with a constant is projected through each
+spec version's partition expressions onto the ``__manifest`` partition columns:
+
+* ``=``, ``IN``, ``IS NULL``: evaluate the partition expression on the constant(s); exact
+  for every deterministic expression (bucket included);
+* ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``: only through order-preserving (monotone)
+  expressions - identity, ``date_part('year', col)``, ``date_trunc(unit, col)``,
+  ``left(col, W)`` and ``col - (col % W)``; month/day/hour parts and ``hash`` prune nothing;
+* ``<>``, ``NOT IN``, ``IS NOT NULL``: only through the identity expression;
+* ``AND``/``OR``/``NOT`` combine; anything else keeps every partition.
+
+Keeping a partition is always safe, so the result is sound: every partition that holds a
+matching row is returned. The full filter is then applied to the rows (the residual).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import ExpressionError, FilterError
+from .expressions import BoundExpression, bind, children, column_name, evaluate_scalar, raw
+from .schema import NamespaceSchema, field_id
+from .spec import PartitionField, bound_expression, evaluator
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+_NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "=": "!=", "!=": "="}
+_COMPARISONS = frozenset(_FLIP)
+
+
+# -- a small predicate algebra ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Leaf:
+    """``column op values``: op is a comparison, ``in``, ``not in``, ``is null``, ``not null``."""
+
+    column: str
+    op: str
+    values: tuple[pa.Scalar, ...] = ()
+
+
+@dataclass(frozen=True)
+class And:
+    parts: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    parts: tuple[Pred, ...]
+
+
+Pred = Union[Leaf, And, Or, bool]  # noqa: UP007 - a runtime alias, not an annotation
+
+
+def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
+    """Bind ``sql`` to the namespace columns and translate it for pruning."""
+    try:
+        bound = bind(sql, schema.active, "filter")
+    except ExpressionError as exc:
+        raise FilterError(str(exc)) from exc
+    if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
+        raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
+    return bound, _translate(raw(bound.expr), negate=False, schema=schema)
+
+
+def _translate(node: Any, negate: bool, schema: NamespaceSchema) -> Pred:
+    kind = node.variant_name()
+    if kind == "Alias":
+        return _translate(children(node)[0], negate, schema)
+    if kind == "Not":
+        return _translate(children(node)[0], not negate, schema)
+    if kind == "BinaryExpr":
+        op = str(node.to_variant().op()).upper()
+        left, right = children(node)
+        if op in ("AND", "OR"):
+            parts = (_translate(left, negate, schema), _translate(right, negate, schema))
+            return _and(parts) if (op == "AND") != negate else _or(parts)
+        if op == "<>":
+            op = "!="
+        if op in _COMPARISONS:
+            return _comparison(left, op, right, negate, schema)
+        return True
+    if kind in ("IsNull", "IsNotNull"):
+        col = column_name(children(node)[0])
+        if col is None:
+            return True
+        is_null = (kind == "IsNull") != negate
+        return Leaf(col, "is null" if is_null else "not null")
+    if kind == "InList":
+        variant = node.to_variant()
+        col = column_name(variant.expr())
+        values = _constants(variant.list(), col, schema) if col else None
+        if col is None or values is None:
+            return True
+        return Leaf(col, "not in" if variant.negated() != negate else "in", values)
+    if kind == "Between":
+        variant = node.to_variant()
+        col = column_name(variant.expr())
+        bounds = _constants([variant.low(), variant.high()], col, schema) if col else None
+        if col is None or bounds is None:
+            return True
+        low, high = bounds
+        if variant.negated() != negate:
+            return _or((Leaf(col, "<", (low,)), Leaf(col, ">", (high,))))
+        return _and((Leaf(col, ">=", (low,)), Leaf(col, "<=", (high,))))
+    if kind == "Literal":
+        value = node.python_value()
+        if isinstance(value, pa.Scalar) and pa.types.is_boolean(value.type):
+            truth = value.as_py()
+            return (not truth if negate else truth) if truth is not None else False
+        return True
+    return True
+
+
+def _comparison(left: Any, op: str, right: Any, negate: bool, schema: NamespaceSchema) -> Pred:
+    col, other = column_name(left), right
+    if col is None:
+        col, other, op = column_name(right), left, _FLIP[op]
+    if col is None:
+        return True
+    values = _constants([other], col, schema)
+    if values is None:
+        return True
+    return Leaf(col, _NEGATE[op] if negate else op, values)
+
+
+def _constants(
+    nodes: Sequence[Any], column: str, schema: NamespaceSchema
+) -> tuple[pa.Scalar, ...] | None:
+    """Evaluate constant operands and cast them to the column's type (None: not constant)."""
+    target = schema.field(column).type
+    out = []
+    for node in nodes:
+        if any(n.variant_name() == "Column" for n in _walk(node)):
+            return None
+        try:
+            value = evaluate_scalar(node)
+        except Exception:
+            return None
+        cast = _cast_constant(value, target)
+        if cast is None:
+            return None
+        out.append(cast)
+    return tuple(out)
+
+
+def _walk(node: Any) -> list[Any]:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(children(n))
+    return out
+
+
+def _cast_constant(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | None:
+    """The constant in the column's type, or None when no sound conversion exists.
+
+    A non-integral number compared with an integer column is truncated toward zero, which
+    keeps every projected (non-strict) range sound; anything lossy beyond that is given up.
+    """
+    if not value.is_valid:
+        return pa.scalar(None, target)
+    try:
+        return pc.cast(value, target, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    py = value.as_py()
+    if pa.types.is_integer(target) and isinstance(py, float) and math.isfinite(py):
+        try:
+            return pc.cast(pa.scalar(math.trunc(py)), target, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+    return None
+
+
+def _and(parts: Sequence[Pred]) -> Pred:
+    flat: list[Pred] = []
+    for p in parts:
+        if p is False:
+            return False
+        if p is True:
+            continue
+        flat.extend(p.parts if isinstance(p, And) else [p])
+    return And(tuple(flat)) if len(flat) > 1 else (flat[0] if flat else True)
+
+
+def _or(parts: Sequence[Pred]) -> Pred:
+    flat: list[Pred] = []
+    for p in parts:
+        if p is True:
+            return True
+        if p is False:
+            continue
+        flat.extend(p.parts if isinstance(p, Or) else [p])
+    return Or(tuple(flat)) if len(flat) > 1 else (flat[0] if flat else False)
+
+
+# -- projection onto one spec version ------------------------------------------------------
+def is_order_preserving(field: PartitionField, source_type: pa.DataType) -> bool:
+    """Whether ``field``'s expression is monotone non-decreasing in its source value."""
+    return _order_preserving(field.expression, source_type)
+
+
+@lru_cache(maxsize=256)
+def _order_preserving(expression: str, source_type: pa.DataType) -> bool:
+    return _monotone(raw(bound_expression(expression, source_type).expr), source_type)
+
+
+def _monotone(node: Any, source_type: pa.DataType) -> bool:
+    kind = node.variant_name()
+    if kind == "Column":
+        return True
+    args = children(node)
+    if kind == "ScalarFunction":
+        name = str(node.rex_call_operator()).lower()
+        if name in ("date_part", "datepart") and len(args) == 2:
+            unit = _literal(args[0])
+            temporal = pa.types.is_date(source_type) or pa.types.is_timestamp(source_type)
+            return (
+                isinstance(unit, str)
+                and unit.lower() == "year"
+                and temporal
+                and args[1].variant_name() == "Column"
+            )
+        if name in ("date_trunc", "datetrunc") and len(args) == 2:
+            return _literal(args[0]) is not None and args[1].variant_name() == "Column"
+        if name == "left" and len(args) == 2:
+            return args[0].variant_name() == "Column" and isinstance(_literal(args[1]), int)
+        return False
+    if kind == "BinaryExpr" and str(node.to_variant().op()) == "-":
+        lhs, rhs = args
+        if lhs.variant_name() != "Column" or rhs.variant_name() != "BinaryExpr":
+            return False
+        if str(rhs.to_variant().op()) != "%":
+            return False
+        mod_col, width = children(rhs)
+        w = _literal(width)
+        return mod_col.variant_name() == "Column" and isinstance(w, int | float) and w > 0
+    return False
+
+
+def _literal(node: Any) -> Any:
+    if node.variant_name() != "Literal":
+        return None
+    value = node.python_value()
+    return value.as_py() if isinstance(value, pa.Scalar) else value
+
+
+@dataclass(frozen=True)
+class SpecProjector:
+    """Projects predicates on source columns onto one spec version's partition columns."""
+
+    fields: Sequence[PartitionField]
+    schema: NamespaceSchema
+
+    def project(self, pred: Pred) -> pc.Expression | bool:
+        if isinstance(pred, bool):
+            return pred
+        if isinstance(pred, And):
+            return _pc_and([self.project(p) for p in pred.parts])
+        if isinstance(pred, Or):
+            return _pc_or([self.project(p) for p in pred.parts])
+        return self._leaf(pred)
+
+    def _leaf(self, leaf: Leaf) -> pc.Expression | bool:
+        source = self.schema.field(leaf.column)
+        sid = field_id(source)
+        out: list[pc.Expression | bool] = []
+        for f in self.fields:
+            if f.source_id == sid:
+                out.append(self._field_leaf(f, source.type, leaf))
+        return _pc_and(out)
+
+    def _field_leaf(
+        self, f: PartitionField, source_type: pa.DataType, leaf: Leaf
+    ) -> pc.Expression | bool:
+        column = pc.field(f.name)
+        identity = f.expression.strip() == "col" and f.result_type == source_type
+        op = leaf.op
+        if op in ("=", "in", "is null"):
+            values = leaf.values if op != "is null" else (pa.scalar(None, source_type),)
+            mapped = self._apply(f, source_type, values)
+            if mapped is None:
+                return True
+            return _is_in(column, mapped, f.result_type)
+        if op in ("!=", "not in", "not null"):
+            if not identity:
+                return True
+            if op == "not null":
+                return column.is_valid()
+            kept = [v for v in leaf.values if v.is_valid]
+            if len(kept) != len(leaf.values):  # x NOT IN (.., NULL) is never true
+                return False
+            return ~column.isin(pa.array([v.as_py() for v in kept], f.result_type))
+        if op in ("<", "<=", ">", ">="):
+            if not is_order_preserving(f, source_type):
+                return True
+            mapped = self._apply(f, source_type, leaf.values)
+            if mapped is None or not mapped[0].is_valid:
+                return True
+            bound = pc.scalar(mapped[0])
+            strict = identity and op in ("<", ">")
+            if op in (">", ">="):
+                return column > bound if strict else column >= bound
+            return column < bound if strict else column <= bound
+        return True
+
+    @staticmethod
+    def _apply(
+        f: PartitionField, source_type: pa.DataType, values: Sequence[pa.Scalar]
+    ) -> list[pa.Scalar] | None:
+        try:
+            array = pa.array([v.as_py() for v in values], source_type)
+            result = evaluator(f, source_type).evaluate(array)
+        except (ExpressionError, pa.ArrowException):
+            return None
+        return [result[i] for i in range(len(result))]
+
+
+def _is_in(column: pc.Expression, values: list[pa.Scalar], dtype: Any) -> pc.Expression:
+    non_null = [v.as_py() for v in values if v.is_valid]
+    has_null = len(non_null) != len(values)
+    parts: list[pc.Expression] = []
+    if non_null:
+        parts.append(column.isin(pa.array(non_null, dtype)))
+    if has_null:
+        parts.append(column.is_null())
+    result = _pc_or(parts)
+    assert not isinstance(result, bool)
+    return result
+
+
+def _pc_and(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
+    exprs: list[pc.Expression] = []
+    for p in parts:
+        if p is False:
+            return False
+        if p is not True:
+            exprs.append(p)
+    return _fold(exprs, lambda a, b: a & b) if exprs else True
+
+
+def _pc_or(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
+    exprs: list[pc.Expression] = []
+    for p in parts:
+        if p is True:
+            return True
+        if p is not False:
+            exprs.append(p)
+    return _fold(exprs, lambda a, b: a | b) if exprs else False
+
+
+def _fold(exprs: list[pc.Expression], op: Callable[[Any, Any], Any]) -> pc.Expression:
+    out = exprs[0]
+    for e in exprs[1:]:
+        out = op(out, e)
+    return out
