@@ -215,16 +215,19 @@ def resolve_spec(
         bound = _bind_checked(f, source.type)
         result_type = normalize_type(f.result_type) if f.result_type is not None else None
         if result_type is None:
-            result_type = type_by_name.get(f.name) or normalize_type(bound.output_type)
-        if not result_cast_allowed(bound.output_type, result_type):
-            raise ExpressionError(
-                f"partition field {f.name!r}: {f.expression!r} produces {bound.output_type}, "
-                f"which cannot be stored as result_type {result_type}"
-            )
+            earlier_type = type_by_name.get(f.name)
+            inferred = normalize_type(bound.output_type)
+            usable = earlier_type is not None and result_cast_allowed(inferred, earlier_type)
+            result_type = earlier_type if usable else inferred
         if f.name in type_by_name and type_by_name[f.name] != result_type:
             raise PartitionSpecError(
                 f"partition field {f.name!r} had result_type {type_by_name[f.name]} in an "
                 f"earlier spec version; the same name must keep the same type (got {result_type})"
+            )
+        if not result_cast_allowed(bound.output_type, result_type):
+            raise ExpressionError(
+                f"partition field {f.name!r}: {f.expression!r} produces {bound.output_type}, "
+                f"which cannot be stored as result_type {result_type}"
             )
         reuse = next(
             (

@@ -1,0 +1,390 @@
+"""The cost of creating many partitions at once.
+
+Two operations, each on a fresh namespace identity-partitioned on ``event_date date32``
+(``--key int``: ``day int64``), for N new partitions (default 100, 1000, 10000):
+
+* ``create_partitions``: one call creating N empty partitions;
+* ``write``: one ``write(table, mode="append")`` of a table whose rows span N new partitions
+  (``--rows-per-partition`` rows each, default 10, rows interleaved across partitions).
+
+Reported per case: wall time, time per partition, the number of ``__manifest`` commits
+(``ns.version`` after minus before; it must not depend on N), the number of leaf-table
+Lance commits, and a split of the wall time by phase. The split is measured by wrapping the
+library's internal functions in this process (exclusive time: a phase does not include the
+instrumented phases it calls); the library itself is not modified. ``--existing M`` first
+fills the namespace with M other partitions (built once, cached under ``benchmarks/.data``),
+to show costs that grow with the size of the namespace rather than with N.
+
+    .venv/bin/python benchmarks/bench_create.py                      # N = 100, 1000, 10000
+    .venv/bin/python benchmarks/bench_create.py --sizes 100 1000 --repeat 3
+    .venv/bin/python benchmarks/bench_create.py --existing 10000     # into a 10k namespace
+    .venv/bin/python benchmarks/bench_create.py --profile            # + cProfile, largest N
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+import json
+import shutil
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+from _common import (
+    DATA_DIR,
+    RESULTS_DIR,
+    Key,
+    print_table,
+    profile_call,
+    write_results,
+)
+
+import airflow_provider_lance.namespace.namespace as ns_module
+import airflow_provider_lance.namespace.splitting as splitting_module
+import airflow_provider_lance.namespace.writing as writing_module
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace.catalog import NamespaceState
+from airflow_provider_lance.namespace.manifest import Manifest
+from airflow_provider_lance.namespace.schema import NamespaceSchema
+
+NAME = "bench_create"
+WORK_DIR = DATA_DIR / "create-work"
+OPS = ("create_partitions", "write")
+
+
+# -- phase accounting -----------------------------------------------------------------------
+class Phases:
+    """Exclusive wall time and call counts of instrumented functions (only while enabled)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: Counter[str] = Counter()
+        self._stack: list[float] = []
+        self._patches: list[tuple[Any, str, Any]] = []
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+        self._stack.clear()
+
+    def _enter(self) -> float:
+        self._stack.append(0.0)
+        return time.perf_counter()
+
+    def _exit(self, label: str, t0: float) -> None:
+        elapsed = time.perf_counter() - t0
+        children = self._stack.pop()
+        self.seconds[label] += elapsed - children
+        self.calls[label] += 1
+        if self._stack:
+            self._stack[-1] += elapsed
+
+    def wrap(self, owner: Any, attr: str, label: str) -> None:
+        static = inspect.getattr_static(owner, attr)
+        kind = type(static) if isinstance(static, (classmethod, staticmethod)) else None
+        func = static.__func__ if kind else static
+        phases = self
+
+        if inspect.isgeneratorfunction(func):
+
+            @functools.wraps(func)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                it = func(*args, **kwargs)
+                if not phases.enabled:
+                    yield from it
+                    return
+                while True:
+                    t0 = phases._enter()
+                    try:
+                        item = next(it)
+                    except StopIteration:
+                        phases._exit(label, t0)
+                        return
+                    phases._exit(label, t0)
+                    yield item
+
+        else:
+
+            @functools.wraps(func)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                if not phases.enabled:
+                    return func(*args, **kwargs)
+                t0 = phases._enter()
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    phases._exit(label, t0)
+
+        self._patches.append((owner, attr, static))
+        setattr(owner, attr, kind(wrapper) if kind else wrapper)
+
+    def unwrap_all(self) -> None:
+        for owner, attr, static in reversed(self._patches):
+            setattr(owner, attr, static)
+        self._patches.clear()
+
+
+PHASES = Phases()
+
+
+def instrument() -> None:
+    """Wrap the functions whose time makes up create_partitions and write."""
+    w = PHASES.wrap
+    # shared
+    w(NamespaceState, "load", "load manifest state (NamespaceState.load)")
+    w(Manifest, "open", "open __manifest (lance.dataset)")
+    w(lance.LanceDataset, "to_table", "scan __manifest (LanceDataset.to_table)")
+    w(NamespaceState, "plan_partitions", "plan manifest rows (plan_partitions)")
+    w(NamespaceState, "leaf_id", "leaf ids (leaf_id)")
+    w(NamespaceState, "find", "look up partitions (NamespaceState.find)")
+    w(NamespaceState, "partitions_from_rows", "build Partition objects")
+    w(NamespaceState, "rows_table", "manifest rows -> Arrow (rows_table)")
+    # create_partitions
+    w(PartitionedNamespace, "partition_values", "type values (partition_values)")
+    w(ns_module, "create_leaf", "create leaf tables (create_leaf)")
+    w(Manifest, "insert_absent", "manifest commit (insert_absent merge_insert)")
+    # write
+    w(NamespaceSchema, "conform_input", "conform input (conform_input)")
+    w(writing_module, "split", "route rows (split: group + take)")
+    w(splitting_module, "partition_values", "evaluate partition expr (DataFusion)")
+    w(writing_module, "create_leaf", "create leaf tables (create_leaf)")
+    w(NamespaceSchema, "to_leaf", "shape to leaf schema (to_leaf)")
+    w(writing_module, "stage_fragments", "write data files (stage_fragments)")
+    w(writing_module, "commit_leaf", "commit leaves (commit_leaf)")
+    w(Manifest, "compare_and_swap", "manifest commit (compare_and_swap merge_insert)")
+
+
+# -- namespaces ---------------------------------------------------------------------------
+def template(existing: int, key: Key) -> Path | None:
+    """A cached namespace holding ``existing`` partitions (values 0..existing-1), or None."""
+    if existing <= 0:
+        return None
+    root = DATA_DIR / f"create-base-{key.kind}-{existing}"
+    done = root.with_suffix(".json")
+    if done.exists() and root.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"  building a base namespace with {existing:,} partitions in {root}", flush=True)
+    t0 = time.perf_counter()
+    ns = PartitionedNamespace.create(
+        root, schema=key.schema(), partition_fields=[PartitionField(key.column, key.column)]
+    )
+    for lo in range(0, existing, 10_000):
+        hi = min(existing, lo + 10_000)
+        ns.create_partitions([{key.column: key.value(i)} for i in range(lo, hi)])
+    done.write_text(json.dumps({"existing": existing, "build_s": time.perf_counter() - t0}))
+    return root
+
+
+def fresh(name: str, key: Key, base: Path | None) -> PartitionedNamespace:
+    root = WORK_DIR / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    if base is not None:
+        shutil.copytree(base, root)
+        return PartitionedNamespace.open(root)
+    return PartitionedNamespace.create(
+        root, schema=key.schema(), partition_fields=[PartitionField(key.column, key.column)]
+    )
+
+
+def write_data(n: int, first: int, rows_per: int, key: Key) -> pa.Table:
+    """``n * rows_per`` rows over the values first..first+n-1, interleaved across partitions."""
+    total = n * rows_per
+    idx = np.arange(total, dtype=np.int64)
+    return pa.table(
+        {
+            "id": pa.array(idx),
+            key.column: key.array(first + idx % n),
+            "value": pa.array(np.random.default_rng(0).random(total)),
+        },
+        schema=key.schema(),
+    )
+
+
+def operation(
+    op: str, ns: PartitionedNamespace, n: int, first: int, rows_per: int, key: Key
+) -> Callable[[], int]:
+    """A no-argument call doing the measured work; returns how many partitions it created."""
+    if op == "create_partitions":
+        values = [{key.column: key.value(first + i)} for i in range(n)]
+        return lambda: len(ns.create_partitions(values))
+    data = write_data(n, first, rows_per, key)
+    return lambda: len(ns.write(data, mode="append").created)
+
+
+def run_case(
+    op: str, n: int, rep: int, key: Key, base: Path | None, args: argparse.Namespace
+) -> dict[str, Any]:
+    ns = fresh(f"{op}-{n}-{rep}", key, base)
+    before_parts = len(ns.partitions())
+    call = operation(op, ns, n, args.existing, args.rows_per_partition, key)
+    v0 = ns.version
+    PHASES.reset()
+    PHASES.enabled = not args.no_split
+    t0 = time.perf_counter()
+    created = call()
+    wall = time.perf_counter() - t0
+    PHASES.enabled = False
+    v1 = ns.version
+    after_parts = len(ns.partitions())
+    if created != n or after_parts != before_parts + n:
+        raise AssertionError(
+            f"{op} {n}: created {created}, partitions {before_parts}->{after_parts}"
+        )
+    split = dict(sorted(PHASES.seconds.items(), key=lambda kv: -kv[1]))
+    split["other (unattributed)"] = max(0.0, wall - sum(PHASES.seconds.values()))
+    calls = dict(PHASES.calls)
+    leaf_commits = calls.get("create leaf tables (create_leaf)", 0) + calls.get(
+        "commit leaves (commit_leaf)", 0
+    )
+    if not args.keep:
+        shutil.rmtree(WORK_DIR / f"{op}-{n}-{rep}", ignore_errors=True)
+    return {
+        "op": op,
+        "n": n,
+        "rep": rep,
+        "existing": args.existing,
+        "rows": n * args.rows_per_partition if op == "write" else 0,
+        "wall_s": wall,
+        "ms_per_partition": wall / n * 1000,
+        "manifest_version_before": v0,
+        "manifest_version_after": v1,
+        "manifest_commits": v1 - v0,
+        "leaf_commits": leaf_commits,
+        "split_s": split if not args.no_split else {},
+        "calls": calls,
+    }
+
+
+def profile_case(op: str, n: int, key: Key, base: Path | None, args: argparse.Namespace) -> str:
+    ns = fresh(f"profile-{op}-{n}", key, base)
+    call = operation(op, ns, n, args.existing, args.rows_per_partition, key)
+    dump = RESULTS_DIR / f"{NAME}_{op}_{n}.prof"
+    _, text = profile_call(call, dump, top=args.top)
+    if not args.keep:
+        shutil.rmtree(WORK_DIR / f"profile-{op}-{n}", ignore_errors=True)
+    print(f"===== cProfile {op} N={n:,} (existing {args.existing:,}) -> {dump}")
+    print(text, flush=True)
+    return text
+
+
+# -- reporting --------------------------------------------------------------------------
+def report(cases: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    grouped: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for c in cases:
+        grouped[(c["op"], c["n"])].append(c)
+    rows = []
+    for (op, n), cs in grouped.items():
+        wall = statistics.median(c["wall_s"] for c in cs)
+        commits = sorted({c["manifest_commits"] for c in cs})
+        label = op if op != "write" else f"write ({args.rows_per_partition} rows/partition)"
+        rows.append(
+            [
+                label,
+                f"{n:,}",
+                len(cs),
+                f"{wall:.2f}",
+                f"{wall / n * 1000:.2f}",
+                ",".join(map(str, commits)),
+                cs[0]["leaf_commits"] if not args.no_split else "-",
+            ]
+        )
+    print_table(
+        ["operation", "N", "runs", "wall s", "ms/partition", "__manifest commits", "leaf commits"],
+        rows,
+        title=(
+            f"Creating N new partitions in one call (namespace already holding "
+            f"{args.existing:,} partitions; median of runs)"
+        ),
+    )
+    commits = {(c["op"], c["manifest_commits"]) for c in cases}
+    per_op = {op: sorted({m for o, m in commits if o == op}) for op in OPS}
+    for op, values in per_op.items():
+        if values:
+            verdict = "O(1), independent of N" if len(values) == 1 else "DEPENDS ON N"
+            print(f"__manifest commits for {op}: {values} -> {verdict}")
+    print()
+    if args.no_split:
+        return
+    for (op, n), cs in grouped.items():
+        c = cs[0]
+        print_table(
+            ["phase (exclusive time)", "s", "%", "calls"],
+            [
+                [
+                    name,
+                    f"{sec:.3f}",
+                    f"{sec / c['wall_s'] * 100:.1f}",
+                    c["calls"].get(name, "-"),
+                ]
+                for name, sec in c["split_s"].items()
+                if sec >= 0.0005 or name in c["calls"]
+            ],
+            title=f"Time split: {op}, N={n:,} (run 1, wall {c['wall_s']:.2f}s)",
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 10_000])
+    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
+    parser.add_argument("--key", choices=["date", "int"], default="date")
+    parser.add_argument("--rows-per-partition", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per (operation, N)")
+    parser.add_argument("--existing", type=int, default=0, help="partitions already present")
+    parser.add_argument("--no-split", action="store_true", help="no phase instrumentation")
+    parser.add_argument("--profile", action="store_true", help="cProfile the largest N per op")
+    parser.add_argument("--top", type=int, default=25, help="profile lines to print")
+    parser.add_argument("--keep", action="store_true", help="keep the namespaces written")
+    args = parser.parse_args()
+    key = Key(args.key)
+    sizes = sorted(set(args.sizes))
+    base = template(args.existing, key)
+    instrument()
+    cases = []
+    try:
+        for op in args.ops:
+            for n in sizes:
+                for rep in range(args.repeat):
+                    print(f"[{op}] N={n:,} run {rep + 1}/{args.repeat} ...", end="", flush=True)
+                    case = run_case(op, n, rep, key, base, args)
+                    cases.append(case)
+                    print(
+                        f" {case['wall_s']:.2f}s, {case['manifest_commits']} manifest commit(s)",
+                        flush=True,
+                    )
+    finally:
+        PHASES.unwrap_all()
+    print()
+    report(cases, args)
+    profiles = {}
+    if args.profile:
+        for op in args.ops:
+            profiles[f"{op}_{sizes[-1]}"] = profile_case(op, sizes[-1], key, base, args)
+    suffix = "" if args.existing == 0 else f"_existing{args.existing}"
+    write_results(
+        f"{NAME}{suffix}" if args.key == "date" else f"{NAME}_{args.key}{suffix}",
+        {
+            "key": key.kind,
+            "sizes": sizes,
+            "rows_per_partition": args.rows_per_partition,
+            "existing": args.existing,
+            "cases": cases,
+            "profiles": profiles,
+        },
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

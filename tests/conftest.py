@@ -1,0 +1,74 @@
+"""Shared fixtures: real namespaces on disk in a temporary directory."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+
+EVENTS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("event_date", pa.date32()),
+        pa.field("country", pa.utf8()),
+        pa.field("amount", pa.float64()),
+    ]
+)
+
+
+def events(
+    n: int, start: dt.date = dt.date(2025, 12, 10), days: int = 3, first_id: int = 0
+) -> pa.Table:
+    """``n`` deterministic event rows spread over ``days`` days and four countries."""
+    countries = ["US", "DE", "FR", None]
+    return pa.table(
+        {
+            "id": pa.array(range(first_id, first_id + n), pa.int64()),
+            "event_date": pa.array([start + dt.timedelta(days=i % days) for i in range(n)]),
+            "country": pa.array([countries[i % 4] for i in range(n)], pa.utf8()),
+            "amount": pa.array([float(i) * 1.5 for i in range(n)]),
+        },
+        schema=EVENTS_SCHEMA,
+    )
+
+
+def sort_rows(table: pa.Table, key: str = "id") -> list[dict]:
+    return sorted(table.to_pylist(), key=lambda r: (r[key] is None, r[key]))
+
+
+def tree(path: Path) -> list[str]:
+    """Every file below ``path`` (relative), to prove an operation changed nothing on disk."""
+    return sorted(
+        os.path.relpath(os.path.join(d, f), path) for d, _, files in os.walk(path) for f in files
+    )
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "ns"
+
+
+@pytest.fixture
+def make_ns(root: Path) -> Callable[..., PartitionedNamespace]:
+    def make(
+        fields: list[PartitionField] | None = None, schema: pa.Schema = EVENTS_SCHEMA
+    ) -> PartitionedNamespace:
+        return PartitionedNamespace.create(
+            root,
+            schema=schema,
+            partition_fields=fields or [PartitionField("event_date", "event_date")],
+        )
+
+    return make
+
+
+@pytest.fixture
+def daily(make_ns: Callable[..., PartitionedNamespace]) -> PartitionedNamespace:
+    """A namespace partitioned by day (identity on ``event_date``)."""
+    return make_ns()

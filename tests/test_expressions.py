@@ -1,0 +1,191 @@
+"""Partition expressions: Appendix D and any deterministic DataFusion expression."""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+
+import pyarrow as pa
+import pytest
+import xxhash
+
+from airflow_provider_lance.namespace import ExpressionError, PartitionField, PartitionSpecError
+from airflow_provider_lance.namespace.schema import NamespaceSchema
+from airflow_provider_lance.namespace.spec import evaluator, resolve_spec
+
+SCHEMA = NamespaceSchema.from_user_schema(
+    pa.schema(
+        [
+            pa.field("id", pa.int64(), False),
+            pa.field("small", pa.int32()),
+            pa.field("ts", pa.timestamp("us")),
+            pa.field("tstz", pa.timestamp("us", tz="America/New_York")),
+            pa.field("d", pa.date32()),
+            pa.field("s", pa.utf8()),
+            pa.field("price", pa.float64()),
+        ]
+    )
+)
+
+
+def resolve(*fields: PartitionField) -> list[PartitionField]:
+    return resolve_spec(fields, SCHEMA, {}, ())
+
+
+def evaluate(field: PartitionField, values: list) -> list:
+    [resolved] = resolve(field)
+    source = SCHEMA.field(resolved.source or "")
+    return evaluator(resolved, source.type).evaluate(pa.array(values, source.type)).to_pylist()
+
+
+TS = dt.datetime(2025, 12, 10, 23, 45, 1)
+
+
+@pytest.mark.parametrize(
+    ("field", "values", "expected", "result_type"),
+    [
+        (
+            PartitionField("d", "d"),
+            [dt.date(2025, 1, 2), None],
+            [dt.date(2025, 1, 2), None],
+            pa.date32(),
+        ),
+        (
+            PartitionField("y", "d", "date_part('year', col)"),
+            [dt.date(2025, 1, 2)],
+            [2025],
+            pa.int32(),
+        ),
+        (PartitionField("m", "ts", "date_part('month', col)"), [TS], [12], pa.int32()),
+        (PartitionField("dd", "ts", "date_part('day', col)"), [TS], [10], pa.int32()),
+        (PartitionField("h", "ts", "date_part('hour', col)"), [TS, None], [23, None], pa.int32()),
+        (
+            PartitionField("s2", "s", "left(col, 2)"),
+            ["héllo", "a", None],
+            ["hé", "a", None],
+            pa.utf8(),
+        ),
+        (
+            PartitionField("t10", "id", "col - (col % 10)", pa.int64()),
+            [17, -17, 0, None],
+            [10, -10, 0, None],
+            pa.int64(),
+        ),
+        (
+            PartitionField("t10s", "small", "col - (col % 10)", pa.int32()),
+            [25, 9],
+            [20, 0],
+            pa.int32(),
+        ),
+        (PartitionField("p", "price", "col - (col % 0.5)"), [1.7, None], [1.5, None], pa.float64()),
+        (
+            PartitionField("day", "ts", "date_trunc('day', col)"),
+            [TS],
+            [dt.datetime(2025, 12, 10)],
+            pa.timestamp("us"),
+        ),
+    ],
+    ids=lambda v: v.name if isinstance(v, PartitionField) else None,
+)
+def test_appendix_d_expressions(
+    field: PartitionField, values: list, expected: list, result_type
+) -> None:
+    [resolved] = resolve(field)
+    assert resolved.result_type == result_type
+    assert evaluate(field, values) == expected
+
+
+def test_bucket_is_abs_hash_mod_n_over_xxhash64() -> None:
+    values = [0, 1, 5, 123456789, -42, None]
+    got = evaluate(PartitionField("b", "id", "abs(hash(col)) % 16"), values)
+    expected = []
+    for v in values:
+        if v is None:
+            expected.append(None)
+            continue
+        h = struct.unpack("<q", struct.pack("<Q", xxhash.xxh64_intdigest(struct.pack("<q", v))))[0]
+        expected.append(abs(h) % 16)
+    assert got == expected
+
+
+def test_bucket_of_int32_and_int64_columns_agree() -> None:
+    values = list(range(-50, 50))
+    small = evaluate(PartitionField("b", "small", "abs(hash(col)) % 7"), values)
+    wide = evaluate(PartitionField("b", "id", "abs(hash(col)) % 7"), values)
+    assert small == wide
+
+
+def test_time_zones() -> None:
+    """Zone-less timestamps are evaluated in UTC (the pinned session zone); a column that
+    declares a zone is evaluated in that zone (DataFusion semantics: it is part of the type)."""
+    naive = dt.datetime(2025, 12, 31, 23, 30)
+    assert evaluate(PartitionField("h", "ts", "date_part('hour', col)"), [naive]) == [23]
+    moment = dt.datetime(2026, 1, 1, 3, 30, tzinfo=dt.timezone.utc)  # 22:30 in New York
+    assert evaluate(PartitionField("y", "tstz", "date_part('year', col)"), [moment]) == [2025]
+    assert evaluate(PartitionField("h", "tstz", "date_part('hour', col)"), [moment]) == [22]
+
+
+def test_any_deterministic_datafusion_expression() -> None:
+    field = PartitionField(
+        "k", "s", "lower(substr(col, 1, 3)) || '-' || CAST(length(col) AS VARCHAR)"
+    )
+    assert evaluate(field, ["HELLO", None]) == ["hel-5", None]
+
+
+def test_result_type_is_cast_and_widening_allowed() -> None:
+    [f] = resolve(PartitionField("y", "d", "date_part('year', col)", pa.int64()))
+    assert f.result_type == pa.int64()
+    assert evaluate(
+        PartitionField("y", "d", "date_part('year', col)", pa.int64()), [dt.date(2030, 1, 1)]
+    ) == [2030]
+    # truncate of a timestamp stored as a date: same temporal family, exact
+    field = PartitionField("m", "d", "date_trunc('month', col)", pa.date32())
+    assert evaluate(field, [dt.date(2025, 12, 10)]) == [dt.date(2025, 12, 1)]
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        (PartitionField("x", "s", "col", pa.int32()), "cannot be stored as result_type int32"),
+        (PartitionField("x", "d", "date_part('year', col)", pa.utf8()), "cannot be stored"),
+        (PartitionField("x", "id", "col + random()"), "not deterministic"),
+        (PartitionField("x", "d", "now()"), "not deterministic"),
+        (PartitionField("x", "id", "coalesce(col, 0)"), "must return NULL for a NULL source"),
+        (PartitionField("x", "id", "42"), "must return NULL"),
+        (PartitionField("x", "id", "col + other"), "not a valid expression"),
+        (PartitionField("x", "id", "sum(col)"), "scalar functions"),
+        (PartitionField("x", "id", "col +"), "not a valid expression"),
+        (PartitionField("x", "id", "no_such_function(col)"), "not a valid expression"),
+        (PartitionField("x", "id", ""), "non-empty"),
+        (PartitionField("x", "s", "hash(col) + hash(length(col))"), "different types"),
+    ],
+    ids=lambda v: v.expression if isinstance(v, PartitionField) else None,
+)
+def test_bad_expressions_are_rejected_at_definition(field: PartitionField, message: str) -> None:
+    with pytest.raises(ExpressionError, match=message):
+        resolve(field)
+
+
+def test_values_not_fitting_the_result_type_fail_loudly() -> None:
+    with pytest.raises(ExpressionError, match="does not fit"):
+        evaluate(PartitionField("t", "id", "col - (col % 10)", pa.int8()), [1000])
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        (PartitionField("x", "nope"), "unknown column 'nope'"),
+        (PartitionField("x"), "needs a source column"),
+        (PartitionField("", "id"), "non-empty"),
+        (PartitionField("object_id", "id"), "collides with a __manifest column"),
+        (PartitionField("__mine", "id"), "collides"),
+    ],
+)
+def test_bad_fields_are_rejected(field: PartitionField, message: str) -> None:
+    with pytest.raises(PartitionSpecError, match=message):
+        resolve_spec([field], SCHEMA, {}, ("object_id", "read_version"))
+
+
+def test_duplicate_names_in_one_spec() -> None:
+    with pytest.raises(PartitionSpecError, match="used twice"):
+        resolve(PartitionField("a", "id"), PartitionField("a", "d"))

@@ -1,0 +1,189 @@
+"""The on-disk format: __manifest metadata, columns, rows, names and leaf tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+
+from .conftest import EVENTS_SCHEMA, events, sort_rows
+
+NAME = r"[0-9a-z]{16}"
+
+
+def manifest(root: Path) -> lance.LanceDataset:
+    return lance.dataset(str(root / "__manifest"))
+
+
+def rows_by_id(root: Path) -> dict[str, dict]:
+    return {r["object_id"]: r for r in manifest(root).to_table().to_pylist()}
+
+
+def test_manifest_metadata_holds_schema_and_spec(daily: PartitionedNamespace, root: Path) -> None:
+    meta = manifest(root).metadata
+    assert set(meta) == {"schema", "partition_spec_v1"}
+    spec = json.loads(meta["partition_spec_v1"])
+    assert spec == [
+        {
+            "field_id": 1,
+            "name": "event_date",
+            "source_id": 1,
+            "expression": "col",
+            "result_type": {"type": "date32"},
+        }
+    ]
+    schema = json.loads(meta["schema"])
+    assert [f["name"] for f in schema["fields"]] == EVENTS_SCHEMA.names
+    assert [f["metadata"]["lance:field_id"] for f in schema["fields"]] == ["0", "1", "2", "3"]
+    assert schema["fields"][0] == {
+        "name": "id",
+        "nullable": False,
+        "type": {"type": "int64"},
+        "metadata": {"lance:field_id": "0"},
+    }
+    assert all(f.metadata[b"lance:field_id"] for f in daily.schema)
+
+
+def test_manifest_columns(daily: PartitionedNamespace, root: Path) -> None:
+    schema = manifest(root).schema
+    assert schema.names == [
+        "object_id",
+        "object_type",
+        "location",
+        "metadata",
+        "base_objects",
+        "read_version",
+        "event_date",
+    ]
+    assert schema.field("object_id").metadata == {
+        b"lance-schema:unenforced-primary-key:position": b"0"
+    }
+    assert not schema.field("object_id").nullable
+    assert schema.field("read_version").type == pa.uint64()
+    assert schema.field("event_date").type == pa.date32()
+    assert schema.field("event_date").nullable
+    assert schema.field("base_objects").type == pa.list_(pa.field("object_id", pa.utf8()))
+    indices = {tuple(i.field_names): i.index_type for i in manifest(root).describe_indices()}
+    assert indices == {("object_id",): "BTree", ("object_type",): "Bitmap"}
+
+
+def test_rows_names_and_leaf_tables(daily: PartitionedNamespace, root: Path) -> None:
+    result = daily.write(events(6, days=2))
+    rows = rows_by_id(root)
+    assert rows["v1"]["object_type"] == "namespace"
+    leaves = [r for r in rows.values() if r["object_type"] == "table"]
+    assert len(leaves) == 2
+    for leaf in leaves:
+        assert re.fullmatch(rf"v1\${NAME}\$dataset", leaf["object_id"])
+        parent = rows[leaf["object_id"].rsplit("$", 1)[0]]
+        assert parent["object_type"] == "namespace"
+        assert parent["event_date"] == leaf["event_date"]
+        assert json.loads(parent["metadata"]) == {
+            "partition.event_date": leaf["event_date"].isoformat()
+        }
+        assert re.fullmatch(rf"[0-9a-f]{{8}}_{re.escape(leaf['object_id'])}", leaf["location"])
+        table = lance.dataset(str(root / leaf["location"]), version=leaf["read_version"])
+        assert leaf["read_version"] == table.version
+        assert {d for d in table.to_table().column("event_date").to_pylist()} == {
+            leaf["event_date"]
+        }
+    assert {p.read_version for p in result.partitions} == {r["read_version"] for r in leaves}
+
+
+def test_multi_level_spec_rows_inherit_values(make_ns, root: Path) -> None:
+    ns = make_ns(
+        [
+            PartitionField("event_year", "event_date", "date_part('year', col)"),
+            PartitionField("country", "country"),
+        ]
+    )
+    ns.write(events(8, days=2))
+    rows = rows_by_id(root)
+    level1 = [r for i, r in rows.items() if re.fullmatch(rf"v1\${NAME}", i)]
+    level2 = [r for i, r in rows.items() if re.fullmatch(rf"v1\${NAME}\${NAME}", i)]
+    leaves = [r for i, r in rows.items() if re.fullmatch(rf"v1\${NAME}\${NAME}\$dataset", i)]
+    assert len(level1) == 1 and level1[0]["event_year"] == 2025 and level1[0]["country"] is None
+    assert json.loads(level1[0]["metadata"]) == {"partition.event_year": "2025"}
+    assert {r["country"] for r in level2} == {"US", "DE", "FR", None}
+    assert all(r["event_year"] == 2025 for r in level2 + leaves)
+    assert {(r["object_id"].rsplit("$", 1)[0], r["country"]) for r in leaves} == {
+        (r["object_id"], r["country"]) for r in level2
+    }
+    null_country = next(r for r in level2 if r["country"] is None)
+    assert json.loads(null_country["metadata"]) == {"partition.event_year": "2025"}
+    assert {tuple(p.values.values()) for p in ns.partitions()} == {
+        (2025, "US"),
+        (2025, "DE"),
+        (2025, "FR"),
+        (2025, None),
+    }
+
+
+def test_null_partition_values_are_a_partition(daily: PartitionedNamespace) -> None:
+    data = events(4).set_column(
+        1, "event_date", pa.array([None, None, dt.date(2025, 1, 1), None], pa.date32())
+    )
+    daily.write(data)
+    by_value = {p.values["event_date"]: p for p in daily.partitions()}
+    assert set(by_value) == {None, dt.date(2025, 1, 1)}
+    assert len(daily.prune("event_date IS NULL")) == 1
+    assert sort_rows(daily.to_table("event_date IS NULL")) == sort_rows(
+        data.filter(pa.compute.is_null(data["event_date"]))
+    )
+
+
+def test_values_with_special_characters_are_just_data(make_ns, root: Path) -> None:
+    ns = make_ns([PartitionField("country", "country")])
+    weird = ["a$b", "x/y/../z", "k=v", 'it\'s "quoted"', "日本語 ünïcødé 🚀", "", " "]
+    data = pa.table(
+        {
+            "id": pa.array(range(len(weird)), pa.int64()),
+            "event_date": pa.array([dt.date(2025, 1, 1)] * len(weird)),
+            "country": weird,
+            "amount": pa.array([1.0] * len(weird)),
+        }
+    )
+    ns.write(data)
+    assert {p.values["country"] for p in ns.partitions()} == set(weird)
+    for p in ns.partitions():
+        assert re.fullmatch(rf"v1\${NAME}\$dataset", p.object_id)
+        assert p.location.startswith(root.as_uri())
+    for value in weird:
+        escaped = value.replace("'", "''")
+        [p] = ns.prune(f"country = '{escaped}'")
+        assert p.values["country"] == value
+        assert ns.to_table(f"country = '{escaped}'").column("country").to_pylist() == [value]
+
+
+def test_partition_names_are_stable_for_equal_values(tmp_path: Path) -> None:
+    """Concurrent creators of one partition must converge on one object id."""
+    ids = []
+    for name in ("a", "b"):
+        ns = PartitionedNamespace.create(
+            tmp_path / name,
+            schema=EVENTS_SCHEMA,
+            partition_fields=[PartitionField("event_date", "event_date")],
+        )
+        ids.append(ns.create_partition({"event_date": dt.date(2025, 1, 1)}).object_id)
+    assert ids[0] == ids[1]
+    assert ids[0] != ns.create_partition({"event_date": dt.date(2025, 1, 2)}).object_id
+
+
+def test_create_partition_is_idempotent_and_creates_an_empty_table(
+    daily: PartitionedNamespace,
+) -> None:
+    first = daily.create_partition({"event_date": "2025-12-10"})
+    version = daily.version
+    again = daily.create_partition({"event_date": dt.date(2025, 12, 10)})
+    assert again == first
+    assert daily.version == version
+    assert first.read_version == 1
+    assert first.values == {"event_date": dt.date(2025, 12, 10)}
+    assert lance.dataset(first.location, version=1).count_rows() == 0
+    assert daily.to_table().num_rows == 0

@@ -1,0 +1,67 @@
+"""pylance's own DirectoryNamespace, an independent reader, sees everything we write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lance
+import lance.namespace as ln
+import pyarrow as pa
+
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+
+from .conftest import events, sort_rows
+
+
+def walk(
+    dirns: ln.DirectoryNamespace, parent: list[str]
+) -> tuple[list[list[str]], list[list[str]]]:
+    """Every namespace and table id below ``parent``, as pylance lists them."""
+    namespaces, tables = [], []
+    for name in dirns.list_namespaces(ln.ListNamespacesRequest(id=parent)).namespaces:
+        child = [*parent, name]
+        namespaces.append(child)
+        sub_ns, sub_tables = walk(dirns, child)
+        namespaces += sub_ns
+        tables += sub_tables
+    for name in dirns.list_tables(ln.ListTablesRequest(id=parent)).tables:
+        tables.append([*parent, name])
+    return namespaces, tables
+
+
+def test_directory_namespace_lists_describes_and_reads_everything(make_ns, root: Path) -> None:
+    ns: PartitionedNamespace = make_ns([PartitionField("event_date", "event_date")])
+    ns.write(events(12, days=3))
+    ns.evolve_partition_spec(
+        [
+            PartitionField("event_year", "event_date", "date_part('year', col)"),
+            PartitionField("country", "country"),
+        ]
+    )
+    ns.write(events(8, first_id=100))
+    dirns = ln.DirectoryNamespace(root=str(root))
+
+    namespaces, tables = walk(dirns, [])
+    assert ["v1"] in namespaces and ["v2"] in namespaces
+    ours = {p.object_id: p for p in ns.partitions()}
+    assert {"$".join(t) for t in tables} == set(ours)
+
+    for ident in namespaces:
+        if len(ident) == 1:
+            continue
+        props = dirns.describe_namespace(ln.DescribeNamespaceRequest(id=ident)).properties or {}
+        leaf = next(p for oid, p in ours.items() if oid.startswith("$".join(ident) + "$"))
+        depth = len(ident) - 1
+        expected = {
+            f"partition.{k}": str(v) for k, v in list(leaf.values.items())[:depth] if v is not None
+        }
+        assert props == expected
+
+    total = []
+    for ident in tables:
+        described = dirns.describe_table(ln.DescribeTableRequest(id=ident))
+        partition = ours["$".join(ident)]
+        assert described.location.rstrip("/") == partition.location
+        table = lance.dataset(described.location, version=partition.read_version)
+        total.append(table.to_table())
+    assert sort_rows(pa.concat_tables(total, promote_options="default")) == sort_rows(ns.to_table())
