@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/bootstrap.sh test
-exec .venv/bin/python -m airflow_provider_lance.demo "${1:-.demo/events}"
+exec .venv/bin/python -m airflow_provider_lance demo "${1:-.demo/events}"

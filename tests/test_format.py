@@ -90,9 +90,7 @@ def test_rows_names_and_leaf_tables(daily: PartitionedNamespace, root: Path) -> 
         assert re.fullmatch(rf"[0-9a-f]{{8}}_{re.escape(leaf['object_id'])}", leaf["location"])
         table = lance.dataset(str(root / leaf["location"]), version=leaf["read_version"])
         assert leaf["read_version"] == table.version
-        assert {d for d in table.to_table().column("event_date").to_pylist()} == {
-            leaf["event_date"]
-        }
+        assert set(table.to_table().column("event_date").to_pylist()) == {leaf["event_date"]}
     assert {p.read_version for p in result.partitions} == {r["read_version"] for r in leaves}
 
 
@@ -108,7 +106,9 @@ def test_multi_level_spec_rows_inherit_values(make_ns, root: Path) -> None:
     level1 = [r for i, r in rows.items() if re.fullmatch(rf"v1\${NAME}", i)]
     level2 = [r for i, r in rows.items() if re.fullmatch(rf"v1\${NAME}\${NAME}", i)]
     leaves = [r for i, r in rows.items() if re.fullmatch(rf"v1\${NAME}\${NAME}\$dataset", i)]
-    assert len(level1) == 1 and level1[0]["event_year"] == 2025 and level1[0]["country"] is None
+    assert len(level1) == 1
+    assert level1[0]["event_year"] == 2025
+    assert level1[0]["country"] is None
     assert json.loads(level1[0]["metadata"]) == {"partition.event_year": "2025"}
     assert {r["country"] for r in level2} == {"US", "DE", "FR", None}
     assert all(r["event_year"] == 2025 for r in level2 + leaves)

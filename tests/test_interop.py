@@ -42,7 +42,8 @@ def test_directory_namespace_lists_describes_and_reads_everything(make_ns, root:
     dirns = ln.DirectoryNamespace(root=str(root))
 
     namespaces, tables = walk(dirns, [])
-    assert ["v1"] in namespaces and ["v2"] in namespaces
+    assert ["v1"] in namespaces
+    assert ["v2"] in namespaces
     ours = {p.object_id: p for p in ns.partitions()}
     assert {"$".join(t) for t in tables} == set(ours)
 

@@ -297,9 +297,7 @@ class PartitionedNamespace:
         Bad filters and unknown columns raise here, before the first batch is read.
         """
         state = self.state(version)
-        if isinstance(columns, str):
-            raise InvalidArgumentError("columns must be a list of column names, not a string")
-        state.schema.project(columns)
+        state.schema.project(columns)  # validates the names before anything is read
         residual = parse_filter(filter, state.schema)[0] if filter is not None else None
         return scan_batches(
             self.prune(filter, version=state.version),
@@ -327,6 +325,10 @@ class PartitionedNamespace:
         """All rows matching ``filter``, in the namespace schema (optionally projected)."""
         reader = self.to_reader(filter, columns, version=version)
         return reader.read_all()
+
+    def count_rows_of(self, partition: Partition) -> int:
+        """Rows of one partition at its published ``read_version``."""
+        return int(open_leaf(partition, self.storage_options).count_rows())
 
     def count_rows(self, filter: str | None = None, *, version: int | None = None) -> int:
         """The number of rows matching ``filter`` (without a filter: from table metadata)."""

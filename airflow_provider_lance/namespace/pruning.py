@@ -100,7 +100,11 @@ def _translate(node: Any, negate: bool, schema: NamespaceSchema) -> Pred:
         values = _constants(variant.list(), col, schema) if col else None
         if col is None or values is None:
             return True
-        return Leaf(col, "not in" if variant.negated() != negate else "in", values)
+        # SQL three-valued logic: a NULL in the list never makes a row match.
+        non_null = tuple(v for v in values if v.is_valid)
+        if variant.negated() != negate:
+            return Leaf(col, "not in", values) if len(non_null) == len(values) else False
+        return Leaf(col, "in", non_null) if non_null else False
     if kind == "Between":
         variant = node.to_variant()
         col = column_name(variant.expr())
@@ -129,6 +133,8 @@ def _comparison(left: Any, op: str, right: Any, negate: bool, schema: NamespaceS
     values = _constants([other], col, schema)
     if values is None:
         return True
+    if not values[0].is_valid:
+        return False  # a comparison with NULL is never true, nor is its negation
     return Leaf(col, _NEGATE[op] if negate else op, values)
 
 
@@ -297,10 +303,7 @@ class SpecProjector:
                 return True
             if op == "not null":
                 return column.is_valid()
-            kept = [v for v in leaf.values if v.is_valid]
-            if len(kept) != len(leaf.values):  # x NOT IN (.., NULL) is never true
-                return False
-            return ~column.isin(pa.array([v.as_py() for v in kept], f.result_type))
+            return ~column.isin(pa.array([v.as_py() for v in leaf.values], f.result_type))
         if op in ("<", "<=", ">", ">="):
             if not is_order_preserving(f, source_type):
                 return True

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .arrow_json import normalize_type, schema_from_json, schema_to_json
-from .errors import DataValidationError, SchemaError
+from .errors import DataValidationError, InvalidArgumentError, SchemaError
 
 FIELD_ID_KEY = "lance:field_id"
 DEPRECATED_KEY = "lance:deprecated"
@@ -291,12 +291,12 @@ class NamespaceSchema:
         )
 
     def project(self, columns: Iterable[str] | None) -> pa.Schema:
+        """The active columns named in ``columns`` (all of them for None), in that order."""
         if columns is None:
             return self.active
-        cols = list(columns)
         if isinstance(columns, str):
-            raise SchemaError("columns must be a list of column names, not a string")
-        return pa.schema([self.field(c) for c in cols])
+            raise InvalidArgumentError("columns must be a list of column names, not a string")
+        return pa.schema([self.field(c) for c in columns])
 
     def _leaf_mapping(self, leaf: pa.Schema) -> dict[str, pa.Field]:
         """Leaf column name -> active namespace field (by field id, else by name)."""

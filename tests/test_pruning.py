@@ -1,0 +1,297 @@
+"""Partition pruning: unit cases, and soundness proven with hypothesis."""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_lance.namespace import FilterError, PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace.expressions import bind
+from airflow_provider_lance.namespace.splitting import partition_values
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), False),
+        pa.field("n", pa.int32()),
+        pa.field("s", pa.utf8()),
+        pa.field("d", pa.date32()),
+    ]
+)
+BASE_DAY = dt.date(2024, 12, 20)  # the generated dates straddle a year boundary
+WORDS = ["apple", "avocado", "banana", "blueberry", "cherry", "", "Zed", "é-accent"]
+
+SPECS: dict[str, list[PartitionField]] = {
+    "identity-n": [PartitionField("p_n", "n")],
+    "identity-s": [PartitionField("p_s", "s")],
+    "identity-d": [PartitionField("p_d", "d")],
+    "year": [PartitionField("p_year", "d", "date_part('year', col)")],
+    "month": [PartitionField("p_month", "d", "date_part('month', col)")],
+    "day": [PartitionField("p_day", "d", "date_part('day', col)")],
+    "week": [PartitionField("p_week", "d", "date_trunc('week', col)")],
+    "bucket-n": [PartitionField("p_bn", "n", "abs(hash(col)) % 4")],
+    "bucket-s": [PartitionField("p_bs", "s", "abs(hash(col)) % 3")],
+    "truncate-n": [PartitionField("p_tn", "n", "col - (col % 5)", pa.int32())],
+    "truncate-s": [PartitionField("p_ts", "s", "left(col, 1)")],
+    "year-first-letter": [
+        PartitionField("p_year", "d", "date_part('year', col)"),
+        PartitionField("p_ts", "s", "left(col, 1)"),
+    ],
+    "bucket-then-identity": [
+        PartitionField("p_bn", "n", "abs(hash(col)) % 4"),
+        PartitionField("p_s", "s"),
+    ],
+}
+
+
+def make_ns(root: Path, specs: list[str], data: pa.Table) -> PartitionedNamespace:
+    """A namespace whose data is written in equal slices under each spec version in turn."""
+    ns = PartitionedNamespace.create(root, schema=SCHEMA, partition_fields=SPECS[specs[0]])
+    step = max(1, -(-data.num_rows // len(specs)))
+    for i, name in enumerate(specs):
+        if i:
+            ns.evolve_partition_spec(SPECS[name])
+        part = data.slice(i * step, step)
+        if part.num_rows:
+            ns.write(part)
+    return ns
+
+
+def rows(table: pa.Table) -> list[tuple]:
+    return sorted(tuple(r.values()) for r in table.select(SCHEMA.names).to_pylist())
+
+
+def check_filter(ns: PartitionedNamespace, data: pa.Table, where: str) -> None:
+    """Every partition that can hold a matching row is pruned in; reads equal filtering all rows.
+
+    A matching row's partition values are computed under every spec version: a sound pruner
+    must keep a partition of any version whose values some matching row would have there.
+    """
+    expected = bind(where, SCHEMA, "filter").filter(data)
+    pruned = {p.object_id for p in ns.prune(where)}
+    state = ns.state()
+    reachable = set()
+    for version, spec in state.specs.items():
+        values = partition_values(expected, spec, state.schema)
+        reachable |= {
+            (version, tuple(v[i].as_py() for v in values)) for i in range(expected.num_rows)
+        }
+    for partition in ns.partitions():
+        if (partition.spec_version, tuple(partition.values.values())) in reachable:
+            assert partition.object_id in pruned, (where, partition.values)
+    assert rows(ns.to_table(where)) == rows(expected), where
+
+
+# -- unit cases ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sample() -> pa.Table:
+    n = 60
+    return pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "n": pa.array([None if i % 13 == 0 else (i % 21) - 10 for i in range(n)], pa.int32()),
+            "s": pa.array([None if i % 11 == 0 else WORDS[i % len(WORDS)] for i in range(n)]),
+            "d": pa.array(
+                [None if i % 17 == 0 else BASE_DAY + dt.timedelta(days=i % 30) for i in range(n)]
+            ),
+        },
+        schema=SCHEMA,
+    )
+
+
+@pytest.fixture(scope="module")
+def spaces(
+    sample: pa.Table, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, PartitionedNamespace]:
+    root = tmp_path_factory.mktemp("pruning")
+    return {name: make_ns(root / name, [name], sample) for name in SPECS}
+
+
+def count(ns: PartitionedNamespace, where: str) -> int:
+    return len(ns.prune(where))
+
+
+def test_equality_prunes_to_one_partition(spaces: dict[str, PartitionedNamespace]) -> None:
+    assert count(spaces["identity-n"], "n = 3") == 1
+    assert count(spaces["identity-s"], "s = 'apple'") == 1
+    assert count(spaces["bucket-n"], "n = 3") == 1  # exact through hash
+    assert count(spaces["truncate-n"], "n = 3") == 1
+    assert count(spaces["year"], "d = DATE '2025-01-02'") == 1
+    assert count(spaces["month"], "d = '2025-01-02'") == 1
+    assert count(spaces["identity-n"], "n = 1000") == 0
+
+
+def test_in_lists_and_literal_on_the_left(spaces: dict[str, PartitionedNamespace]) -> None:
+    assert count(spaces["identity-n"], "n IN (1, 2, 3)") == 3
+    assert count(spaces["identity-n"], "3 = n") == 1
+    assert count(spaces["identity-n"], "-5 > n") == len(
+        [
+            p
+            for p in spaces["identity-n"].partitions()
+            if p.values["p_n"] is not None and p.values["p_n"] < -5
+        ]
+    )
+
+
+def test_ranges_only_through_order_preserving_expressions(
+    spaces: dict[str, PartitionedNamespace],
+) -> None:
+    total = {k: len(ns.partitions()) for k, ns in spaces.items()}
+    assert count(spaces["identity-n"], "n > 5") == 5  # 6..10
+    assert count(spaces["truncate-n"], "n >= 6") == 2  # buckets 5 and 10
+    assert count(spaces["truncate-s"], "s >= 'b'") == 3  # b, c, é (Z < b)
+    # 2024 and 2025, not the NULL partition: the boundary value's partition is always kept
+    assert count(spaces["year"], "d < DATE '2025-01-01'") == 2
+    assert count(spaces["year"], "d < DATE '2024-12-31'") == 1
+    assert count(spaces["week"], "d >= DATE '2025-01-10'") < total["week"]
+    # cyclic / unordered expressions keep everything
+    assert count(spaces["month"], "d < DATE '2025-01-01'") == total["month"]
+    assert count(spaces["day"], "d > DATE '2025-01-10'") == total["day"]
+    assert count(spaces["bucket-n"], "n > 5") == total["bucket-n"]
+
+
+def test_null_handling(spaces: dict[str, PartitionedNamespace]) -> None:
+    assert count(spaces["identity-n"], "n IS NULL") == 1
+    assert count(spaces["bucket-n"], "n IS NULL") == 1
+    total = len(spaces["identity-n"].partitions())
+    assert count(spaces["identity-n"], "n IS NOT NULL") == total - 1
+    assert count(spaces["identity-n"], "n = NULL") == 0
+    assert count(spaces["identity-n"], "n NOT IN (1, NULL)") == 0
+
+
+def test_boolean_structure(spaces: dict[str, PartitionedNamespace]) -> None:
+    ns = spaces["identity-n"]
+    total = len(ns.partitions())
+    assert count(ns, "n = 1 OR n = 2") == 2
+    assert count(ns, "n = 1 AND n = 2") == 0
+    assert count(ns, "NOT (n <> 4)") == 1
+    assert count(ns, "NOT (n > -8)") == 3  # -10, -9, -8
+    assert count(ns, "n = 1 OR s = 'apple'") == total  # s is not a partition source here
+    assert count(ns, "n = 1 AND s LIKE 'a%'") == 1
+    assert count(ns, "n + 1 = 3") == total  # not understood: keep everything
+    assert count(ns, "false") == 0
+    assert count(ns, "n BETWEEN 2 AND 4") == 3
+    assert count(ns, "n NOT BETWEEN -9 AND 10") == 1
+
+
+def test_multi_level_specs(spaces: dict[str, PartitionedNamespace]) -> None:
+    ns = spaces["year-first-letter"]
+    assert all(
+        p.values["p_year"] == 2025 for p in ns.prune("d > DATE '2025-01-01' AND s = 'banana'")
+    )
+    assert {p.values["p_ts"] for p in ns.prune("s = 'banana'")} == {"b"}
+
+
+def test_bad_filters(spaces: dict[str, PartitionedNamespace]) -> None:
+    ns = spaces["identity-n"]
+    with pytest.raises(FilterError, match="no_such_column"):
+        ns.prune("no_such_column = 1")
+    with pytest.raises(FilterError, match="not a valid expression"):
+        ns.prune("n = = 1")
+    with pytest.raises(FilterError, match="not a boolean"):
+        ns.prune("n + 1")
+    with pytest.raises(FilterError, match="not deterministic"):
+        ns.prune("n > random()")
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "n > 2.5",
+        "n < -2.5",
+        "n >= 2.5",
+        "n = 2.5",
+        "d >= '2025-01-01'",
+        "d BETWEEN '2024-12-25' AND '2025-01-05'",
+        "s > 'b' AND s < 'c'",
+        "NOT (s IN ('apple', 'banana')) OR n IS NULL",
+        "abs(hash(n)) % 4 = 1",
+    ],
+)
+def test_every_spec_is_sound_for(
+    spaces: dict[str, PartitionedNamespace], sample: pa.Table, where: str
+) -> None:
+    for ns in spaces.values():
+        check_filter(ns, sample, where)
+
+
+# -- property-based soundness ------------------------------------------------------------
+ints = st.integers(min_value=-12, max_value=12)
+days = st.integers(min_value=0, max_value=40).map(lambda k: BASE_DAY + dt.timedelta(days=k))
+words = st.sampled_from(WORDS)
+
+
+def _date(day: dt.date) -> str:
+    return f"DATE '{day.isoformat()}'"
+
+
+def _quote(word: str) -> str:
+    return "'" + word.replace("'", "''") + "'"
+
+
+OPS = st.sampled_from(["=", "<>", "<", "<=", ">", ">="])
+atoms = st.one_of(
+    st.builds(lambda op, v: f"n {op} {v}", OPS, ints),
+    st.builds(lambda op, v: f"{v} {op} n", OPS, ints),
+    st.builds(lambda op, v: f"n {op} {v + 0.5}", OPS, ints),
+    st.builds(lambda op, v: f"s {op} {_quote(v)}", OPS, words),
+    st.builds(lambda op, v: f"d {op} {_date(v)}", OPS, days),
+    st.builds(
+        lambda vs: f"n IN ({', '.join(map(str, vs))})", st.lists(ints, min_size=1, max_size=4)
+    ),
+    st.builds(
+        lambda vs: f"s NOT IN ({', '.join(map(_quote, vs))})",
+        st.lists(words, min_size=1, max_size=3),
+    ),
+    st.builds(lambda a, b: f"n BETWEEN {a} AND {b}", ints, ints),
+    st.builds(lambda a, b: f"d NOT BETWEEN {_date(a)} AND {_date(b)}", days, days),
+    st.sampled_from(
+        ["n IS NULL", "s IS NOT NULL", "d IS NULL", "s LIKE 'b%'", "n + 1 > 2", "true"]
+    ),
+)
+filters = st.recursive(
+    atoms,
+    lambda inner: st.one_of(
+        st.builds(lambda a, b: f"({a}) AND ({b})", inner, inner),
+        st.builds(lambda a, b: f"({a}) OR ({b})", inner, inner),
+        st.builds(lambda a: f"NOT ({a})", inner),
+    ),
+    max_leaves=5,
+)
+
+
+@st.composite
+def datasets(draw: st.DrawFn) -> pa.Table:
+    n = draw(st.integers(min_value=1, max_value=40))
+    return pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "n": pa.array(draw(st.lists(st.none() | ints, min_size=n, max_size=n)), pa.int32()),
+            "s": pa.array(draw(st.lists(st.none() | words, min_size=n, max_size=n)), pa.utf8()),
+            "d": pa.array(draw(st.lists(st.none() | days, min_size=n, max_size=n)), pa.date32()),
+        },
+        schema=SCHEMA,
+    )
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    data=datasets(),
+    specs=st.lists(st.sampled_from(sorted(SPECS)), min_size=1, max_size=3, unique=True),
+    wheres=st.lists(filters, min_size=1, max_size=6),
+)
+def test_pruning_is_sound(data: pa.Table, specs: list[str], wheres: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ns = make_ns(Path(tmp) / "ns", specs, data)
+        for where in wheres:
+            check_filter(ns, data, where)
