@@ -12,7 +12,8 @@ Reported per case: wall time, time per partition, the number of ``__manifest`` c
 Lance commits, and a split of the wall time by phase. The split is measured by wrapping the
 library's internal functions in this process (exclusive time: a phase does not include the
 instrumented phases it calls); the library itself is not modified. ``--existing M`` first
-fills the namespace with M other partitions (built once, cached under ``benchmarks/.data``),
+starts from a namespace that already lists M other partitions (bench_prune's cached namespace
+of that size, or one built once under ``benchmarks/.data``; only its ``__manifest`` is copied)
 to show costs that grow with the size of the namespace rather than with N.
 
     .venv/bin/python benchmarks/bench_create.py                      # N = 100, 1000, 10000
@@ -166,13 +167,20 @@ def instrument() -> None:
 
 # -- namespaces ---------------------------------------------------------------------------
 def template(existing: int, key: Key) -> Path | None:
-    """A cached namespace holding ``existing`` partitions (values 0..existing-1), or None."""
+    """A namespace holding ``existing`` partitions (values 0..existing-1), or None.
+
+    Reuses bench_prune's cached namespace of that size when there is one (same values),
+    else builds one under ``benchmarks/.data/create-base-*``.
+    """
     if existing <= 0:
         return None
-    root = DATA_DIR / f"create-base-{key.kind}-{existing}"
-    done = root.with_suffix(".json")
-    if done.exists() and root.exists():
-        return root
+    for root in (
+        DATA_DIR / f"prune-{key.kind}-{existing}",
+        DATA_DIR / f"create-base-{key.kind}-{existing}",
+    ):
+        if root.with_suffix(".json").exists() and root.exists():
+            print(f"  base namespace with {existing:,} partitions: {root}", flush=True)
+            return root
     shutil.rmtree(root, ignore_errors=True)
     print(f"  building a base namespace with {existing:,} partitions in {root}", flush=True)
     t0 = time.perf_counter()
@@ -182,16 +190,24 @@ def template(existing: int, key: Key) -> Path | None:
     for lo in range(0, existing, 10_000):
         hi = min(existing, lo + 10_000)
         ns.create_partitions([{key.column: key.value(i)} for i in range(lo, hi)])
-    done.write_text(json.dumps({"existing": existing, "build_s": time.perf_counter() - t0}))
+    root.with_suffix(".json").write_text(
+        json.dumps({"existing": existing, "build_s": time.perf_counter() - t0})
+    )
     return root
 
 
 def fresh(name: str, key: Key, base: Path | None) -> PartitionedNamespace:
+    """A new namespace to measure on: empty, or a copy of ``base``'s ``__manifest``.
+
+    Only ``__manifest`` is copied: creating partitions never opens the leaf tables of the
+    existing ones, and copying 100k leaf directories would dominate the run. The copy is a
+    scratch namespace whose old partitions have no leaf tables; it is deleted afterwards.
+    """
     root = WORK_DIR / name
     shutil.rmtree(root, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
     if base is not None:
-        shutil.copytree(base, root)
+        shutil.copytree(base / "__manifest", root / "__manifest")
         return PartitionedNamespace.open(root)
     return PartitionedNamespace.create(
         root, schema=key.schema(), partition_fields=[PartitionField(key.column, key.column)]

@@ -397,8 +397,7 @@ def test_opening_without_storage_options_fails(
     before = default_endpoint_trap.count()
     with pytest.raises(LanceNamespaceError):
         PartitionedNamespace.open(uri("events"))
-    assert not PartitionedNamespace.exists(uri("events"))
-    # The failed calls went to the default (trap) endpoint, not to moto.
+    # The failed call went to the default (trap) endpoint, not to moto.
     assert default_endpoint_trap.count() > before
     with default_endpoint_trap.lock:
         del default_endpoint_trap.requests[before:]
@@ -538,12 +537,6 @@ def test_racing_appends_to_one_partition_both_publish(
     assert p.read_version == 3  # create, then one leaf commit per writer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: __manifest's BTREE index on object_id (manifest.py Manifest.create) makes "
-    "pylance 14.0.2 merge_insert miss conflicting inserts of the same key: both writers "
-    "publish the same new partition (duplicate object_id rows).",
-)
 def test_racing_creates_of_one_partition_publish_once(
     storage_options: dict[str, str], monkeypatch: pytest.MonkeyPatch, s3: Any
 ) -> None:

@@ -19,6 +19,7 @@ from .errors import (
     PartitionNotFoundError,
     PartitionSpecError,
     SchemaError,
+    StorageError,
 )
 from .hashing import hash_array
 from .namespace import PartitionedNamespace
@@ -43,5 +44,6 @@ __all__ = [
     "PartitionSpecError",
     "PartitionedNamespace",
     "SchemaError",
+    "StorageError",
     "hash_array",
 ]

@@ -42,6 +42,10 @@ class DataValidationError(LanceNamespaceError):
     """Data handed to a write violates the namespace schema (unknown column, NULL, cast)."""
 
 
+class StorageError(LanceNamespaceError):
+    """The storage could not be reached or refused access (credentials, endpoint, network)."""
+
+
 class PartitionNotFoundError(LanceNamespaceError):
     """A partition that was named does not exist in the namespace."""
 

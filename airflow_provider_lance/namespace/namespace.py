@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from .catalog import SCHEMA_KEY, SPEC_COLUMN, NamespaceState, Partition
 from .errors import (
     InvalidArgumentError,
-    LanceNamespaceError,
+    NamespaceNotFoundError,
     PartitionNotFoundError,
     PartitionSpecError,
 )
@@ -78,9 +78,10 @@ class PartitionedNamespace:
 
     @classmethod
     def exists(cls, uri: str | os.PathLike[str], storage_options: StorageOptions = None) -> bool:
+        """Whether ``uri`` holds a partitioned namespace (storage errors still raise)."""
         try:
             cls.open(uri, storage_options)
-        except LanceNamespaceError:
+        except NamespaceNotFoundError:
             return False
         return True
 
