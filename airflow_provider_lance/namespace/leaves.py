@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import lance
 import pyarrow as pa
 from lance import LanceOperation
+from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata, write_fragments
 
 from .errors import LanceNamespaceError
@@ -108,3 +109,20 @@ def commit_leaf(
         uri, operation, read_version=ds.version, storage_options=_opts(storage_options)
     )
     return int(committed.version)
+
+
+def discard_fragments(
+    uri: str, fragments: Sequence[FragmentMetadata], storage_options: Mapping[str, str] | None
+) -> None:
+    """Delete the data files of staged fragments that will never be committed."""
+    if not fragments:
+        return
+    session = LanceFileSession(uri, storage_options=_opts(storage_options))
+    for fragment in fragments:
+        for data_file in fragment.to_json().get("files", []):
+            try:
+                session.delete_file(f"data/{data_file['path']}")
+            except (OSError, ValueError) as exc:
+                log.warning(
+                    "could not delete staged file %s of %s: %s", data_file["path"], uri, exc
+                )

@@ -170,13 +170,8 @@ class NamespaceSchema:
         f = self.field(name)
         if len(self.active) == 1:
             raise SchemaError(f"cannot drop {name!r}: it is the last column of the namespace")
-        index = (
-            self.arrow.get_field_index(name)
-            if self.arrow.names.count(name) == 1
-            else (self._active_index(name))
-        )
         dropped = _with_meta(f, deprecated="true").with_nullable(True)
-        return NamespaceSchema(self.arrow.set(index, dropped))
+        return NamespaceSchema(self.arrow.set(self._active_index(name), dropped))
 
     def rename_column(self, old: str, new: str) -> NamespaceSchema:
         f = self.field(old)

@@ -25,6 +25,7 @@ from .errors import CommitConflict, DataValidationError, InvalidArgumentError
 from .leaves import (
     commit_leaf,
     create_leaf,
+    discard_fragments,
     drop_leaf,
     leaf_schema_for_append,
     stage_fragments,
@@ -95,6 +96,7 @@ class _Target:
     buffered: list[pa.Table] = field(default_factory=list)
     rows: int = 0
     leaf_schema: pa.Schema | None = None
+    committed: bool = False
 
 
 def as_batches(data: Any) -> Iterator[pa.Table]:
@@ -219,6 +221,7 @@ class PartitionedWrite:
                 schema=self.state.schema.leaf_schema(),
                 storage_options=self.storage_options,
             )
+            target.committed = True
         return self._publish(versions)
 
     def _publish(self, versions: dict[str, int]) -> CommitResult:
@@ -293,7 +296,9 @@ class PartitionedWrite:
         self.state = state
 
     def abandon(self) -> None:
-        """Remove the leaf tables this write created that were never published."""
+        """Remove what this unpublished write left: new leaf tables and staged data files."""
         for target in self.targets.values():
             if target.created:
                 drop_leaf(target.partition.location, self.storage_options)
+            elif not target.committed:
+                discard_fragments(target.partition.location, target.fragments, self.storage_options)
