@@ -66,3 +66,22 @@ def test_directory_namespace_lists_describes_and_reads_everything(make_ns, root:
         table = lance.dataset(described.location, version=partition.read_version)
         total.append(table.to_table())
     assert sort_rows(pa.concat_tables(total, promote_options="default")) == sort_rows(ns.to_table())
+
+
+def test_tables_registered_elsewhere_by_other_tools_are_ignored(
+    daily: PartitionedNamespace, root: Path
+) -> None:
+    """A table another tool put next to the spec namespaces is not a partition."""
+    ns = daily
+    ns.write(events(3, days=1))
+    # (DirectoryNamespace itself would rewrite __manifest without our columns, so register
+    # the rows the way a column-preserving tool would.)
+    manifest = lance.dataset(str(root / "__manifest"))
+    namespace = manifest.to_table(filter="object_id = 'v1'").to_pylist()[0]
+    namespace.update(object_id="scratch")
+    table = dict(namespace, object_id="scratch$notes", object_type="table", location="ab_notes")
+    manifest.merge_insert("object_id").when_not_matched_insert_all().execute(
+        pa.Table.from_pylist([namespace, table], schema=manifest.schema)
+    )
+    assert [p.object_id.startswith("v1$") for p in ns.partitions()] == [True]
+    assert ns.to_table().num_rows == 3

@@ -141,40 +141,67 @@ class NamespaceState:
     # -- partitions --------------------------------------------------------------------
     @property
     def tables(self) -> pa.Table:
-        """The leaf-table rows of this version (all columns) plus a derived ``__spec_version``."""
+        """The leaf-table rows of this version, narrowed to what pruning and reads need.
+
+        Columns: ``object_id``, ``location``, ``read_version``, every partition column, and a
+        derived ``__spec_version``. Loaded once per manifest version (the prune cache).
+        """
         if self._tables is None:
             wanted = [OBJECT_ID, LOCATION, READ_VERSION, *(f.name for f in self.partition_columns)]
             missing = set(wanted) - set(self.dataset.schema.names)
             if missing:
                 raise ManifestError(
                     f"{self.root}: the __manifest table lacks columns {sorted(missing)}; it was "
-                    "rewritten by a tool that does not know partitioned namespaces. Run "
-                    "PartitionedNamespace.repair() to restore them."
+                    "rewritten by a tool that does not know partitioned namespaces (e.g. "
+                    "pylance's DirectoryNamespace). Restore them from an earlier __manifest "
+                    "version before reading or writing."
                 )
-            rows = self.dataset.to_table(filter=f"{OBJECT_TYPE} = '{TABLE}'")
+            rows = self.dataset.to_table(columns=wanted, filter=f"{OBJECT_TYPE} = '{TABLE}'")
+            # Only tables under a spec-version namespace belong to the partitioned dataset;
+            # a table some other tool registered elsewhere in the directory is ignored.
+            ours = pc.match_substring_regex(rows.column(OBJECT_ID), r"^v[0-9]+\$.*\$dataset$")
+            rows = rows.filter(ours)
             head = pc.list_element(pc.split_pattern(rows.column(OBJECT_ID), "$", max_splits=1), 0)
             spec = pc.cast(pc.utf8_slice_codeunits(head, 1), pa.int32())
             self._tables = rows.append_column(SPEC_COLUMN, spec)
         return self._tables
 
     def partitions_from_rows(self, rows: pa.Table) -> list[Partition]:
-        out = []
+        """Partition objects for rows of :attr:`tables` (column-wise: this is a hot path)."""
+        ids = rows.column(OBJECT_ID).to_pylist()
+        locations = rows.column(LOCATION).to_pylist()
+        read_versions = rows.column(READ_VERSION).to_pylist()
+        versions = rows.column(SPEC_COLUMN).to_pylist()
+        columns = {f.name: rows.column(f.name).to_pylist() for f in self.partition_columns}
         names = {v: [f.name for f in fields] for v, fields in self.specs.items()}
-        for r in rows.to_pylist():
-            version = r[SPEC_COLUMN]
+        prefix = self.root + "/"
+        out = []
+        for i, object_id in enumerate(ids):
+            version, location = versions[i], locations[i]
+            uri = prefix + location if _plain(location) else child_uri(self.root, location)
             out.append(
                 Partition(
-                    object_id=r[OBJECT_ID],
-                    location=child_uri(self.root, r[LOCATION]),
+                    object_id=object_id,
+                    location=uri,
                     spec_version=version,
-                    values={n: r[n] for n in names.get(version, [])},
-                    read_version=r[READ_VERSION],
+                    values={n: columns[n][i] for n in names.get(version, ())},
+                    read_version=read_versions[i],
                 )
             )
         return out
 
     def partitions(self) -> list[Partition]:
         return self.partitions_from_rows(self.tables)
+
+    def full_rows(self, object_ids: Sequence[str]) -> pa.Table:
+        """Every manifest column of the rows with these ids (to rewrite them in a commit)."""
+        if not object_ids:
+            return pa.Table.from_pylist([], schema=self.dataset.schema)
+        if len(object_ids) <= 1000:
+            listed = ", ".join("'" + i.replace("'", "''") + "'" for i in object_ids)
+            return self.dataset.to_table(filter=f"{OBJECT_ID} IN ({listed})")
+        rows = self.dataset.to_table(filter=f"{OBJECT_TYPE} = '{TABLE}'")
+        return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
 
     @cached_property
     def object_ids(self) -> frozenset[str]:
@@ -262,6 +289,13 @@ class NamespaceState:
 
     def rows_table(self, rows: list[dict[str, Any]]) -> pa.Table:
         return pa.Table.from_pylist(rows, schema=self.dataset.schema)
+
+
+def _plain(location: str | None) -> bool:
+    """A location that is a plain child directory name (the fast path of child_uri)."""
+    if not location or location in (".", ".."):
+        return False
+    return "/" not in location and ":" not in location
 
 
 def _json(obj: Mapping[str, Any]) -> str:

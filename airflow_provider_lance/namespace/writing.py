@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState, Partition, value_text
@@ -30,7 +29,7 @@ from .leaves import (
     leaf_schema_for_append,
     stage_fragments,
 )
-from .manifest import OBJECT_ID, READ_VERSION, Manifest
+from .manifest import READ_VERSION, Manifest
 from .splitting import split
 
 log = logging.getLogger(__name__)
@@ -262,10 +261,7 @@ class PartitionedWrite:
             locations={t.partition.object_id: t.partition.directory for t in created},
         ).rows
         existing = state.find([k for k, t in self.targets.items() if not t.created])
-        current = state.tables.filter(
-            pc.is_in(state.tables.column(OBJECT_ID), pa.array(list(existing), pa.utf8()))
-        ).drop_columns(["__spec_version"])
-        updated = current.to_pylist()
+        updated = state.full_rows(list(existing)).to_pylist()
         for r in updated:
             r[READ_VERSION] = versions.get(r["object_id"], r[READ_VERSION])
         for r in new_rows:
