@@ -59,8 +59,10 @@ def test_manifest_columns(daily: PartitionedNamespace, root: Path) -> None:
         "metadata",
         "base_objects",
         "read_version",
+        "__txn_id",
         "event_date",
     ]
+    assert schema.field("__txn_id").type == pa.utf8()  # bookkeeping: the commit claim
     assert schema.field("object_id").metadata == {
         b"lance-schema:unenforced-primary-key:position": b"0"
     }

@@ -33,19 +33,23 @@ def test_append_round_trip(daily: PartitionedNamespace) -> None:
     )
 
 
-def test_one_publish_commit_per_write_whatever_the_partition_count(
+def test_manifest_commits_per_write_do_not_grow_with_partitions(
     daily: PartitionedNamespace,
 ) -> None:
-    before = daily.version
-    result = daily.write(events(200, days=50))
-    assert len(result.partitions) == 50
-    assert daily.version == before + 1
-    assert result.manifest_version == daily.version
+    """A write is one claim and one publish, whether it touches 1 partition or 50."""
+    commits = []
+    for n_days in (1, 50):
+        before = daily.version
+        result = daily.write(events(200, start=dt.date(2020 + n_days, 1, 1), days=n_days))
+        assert len(result.partitions) == n_days
+        assert result.manifest_version == daily.version
+        commits.append(daily.version - before)
     before = daily.version
     daily.create_partitions(
         [{"event_date": dt.date(2030, 1, 1) + dt.timedelta(days=i)} for i in range(40)]
     )
-    assert daily.version == before + 1
+    commits.append(daily.version - before)
+    assert commits == [2, 2, 2]
 
 
 def test_dynamic_overwrite_replaces_exactly_the_touched_partitions(
@@ -73,7 +77,7 @@ def test_reads_are_isolated_to_one_manifest_version(daily: PartitionedNamespace)
     daily.write(events(3, days=1, first_id=200), mode="overwrite")
     old = daily.to_table(version=first.manifest_version)
     assert sort_rows(old) == sort_rows(events(6))
-    assert {p.read_version for p in daily.prune(version=first.manifest_version)} == {2}
+    assert {p.read_version for p in daily.prune(version=first.manifest_version)} == {1}
     # the leaf tables moved on, but readers of the old manifest version do not see it
     for p in daily.partitions():
         assert lance.dataset(p.location).version >= (p.read_version or 0)

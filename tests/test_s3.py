@@ -39,7 +39,6 @@ from lance_namespace import (
 from moto.server import ThreadedMotoServer
 
 from airflow_provider_lance.namespace import (
-    CommitConflict,
     CommitResult,
     DataValidationError,
     LanceNamespaceError,
@@ -537,18 +536,24 @@ def test_racing_appends_to_one_partition_both_publish(
     assert p.read_version == 3  # create, then one leaf commit per writer
 
 
-def test_racing_creates_of_one_partition_publish_once(
+def test_racing_creates_of_one_partition_both_publish(
     storage_options: dict[str, str], monkeypatch: pytest.MonkeyPatch, s3: Any
 ) -> None:
+    """Two writers create the same new partition: one creates it, the other appends to it."""
     ns = PartitionedNamespace.create(
         uri("race-create"), schema=SCHEMA, partition_fields=BY_DAY, storage_options=storage_options
     )
     other = PartitionedNamespace.open(uri("race-create"), storage_options=storage_options)
-    _publish_interleaved(monkeypatch, lambda: other.write(events((2, D(2025, 12, 10), "DE"))))
-    with pytest.raises(CommitConflict):
-        ns.write(events((1, D(2025, 12, 10), "US")))
+    done = _publish_interleaved(
+        monkeypatch, lambda: other.write(events((2, D(2025, 12, 10), "DE")))
+    )
+    result = ns.write(events((1, D(2025, 12, 10), "US")))
+    assert isinstance(done[0], CommitResult)
+    assert [p.created for p in done[0].partitions] == [True]
+    assert [p.created for p in result.partitions] == [False]
     [p] = ns.partitions()
-    assert ns.to_table().column("id").to_pylist() == [2]
+    assert sorted(ns.to_table().column("id").to_pylist()) == [1, 2]
+    assert p.read_version == 2
     assert leaf_dirs(s3, "race-create") == {p.directory}
 
 

@@ -23,8 +23,10 @@ from .errors import (
 )
 from .hashing import hash_array
 from .namespace import PartitionedNamespace
+from .results import CommitResult, PartitionCommit
 from .spec import PartitionField
-from .writing import CommitResult, PartitionCommit
+from .staging import Stage
+from .transactions import Transaction, TransactionAborted, TransactionInfo
 
 __all__ = [
     "CommitConflict",
@@ -44,6 +46,10 @@ __all__ = [
     "PartitionSpecError",
     "PartitionedNamespace",
     "SchemaError",
+    "Stage",
     "StorageError",
+    "Transaction",
+    "TransactionAborted",
+    "TransactionInfo",
     "hash_array",
 ]

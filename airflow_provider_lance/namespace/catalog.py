@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from .errors import ManifestError, NamespaceNotFoundError, PartitionSpecError
 from .manifest import (
+    CLAIM,
     LOCATION,
     NAMESPACE,
     OBJECT_ID,
@@ -31,7 +32,7 @@ from .naming import (
     LEAF_TABLE_NAME,
     child_uri,
     join_id,
-    new_leaf_location,
+    leaf_directory,
     partition_name,
     spec_namespace_id,
 )
@@ -149,6 +150,7 @@ class NamespaceState:
         if self._tables is None:
             wanted = [OBJECT_ID, LOCATION, READ_VERSION, *(f.name for f in self.partition_columns)]
             missing = set(wanted) - set(self.dataset.schema.names)
+            claims = CLAIM in self.dataset.schema.names
             if missing:
                 raise ManifestError(
                     f"{self.root}: the __manifest table lacks columns {sorted(missing)}; it was "
@@ -156,11 +158,20 @@ class NamespaceState:
                     "pylance's DirectoryNamespace). Restore them from an earlier __manifest "
                     "version before reading or writing."
                 )
-            rows = self.dataset.to_table(columns=wanted, filter=f"{OBJECT_TYPE} = '{TABLE}'")
+            columns = [*wanted, CLAIM] if claims else wanted
+            rows = self.dataset.to_table(columns=columns, filter=f"{OBJECT_TYPE} = '{TABLE}'")
             # Only tables under a spec-version namespace belong to the partitioned dataset;
-            # a table some other tool registered elsewhere in the directory is ignored.
+            # a table some other tool registered elsewhere in the directory is ignored, and
+            # so is a partition a transaction is still creating (claimed, never published).
             ours = pc.match_substring_regex(rows.column(OBJECT_ID), r"^v[0-9]+\$.*\$dataset$")
-            rows = rows.filter(ours)
+            if claims:
+                pending = pc.and_(
+                    pc.is_null(rows.column(READ_VERSION)), pc.is_valid(rows.column(CLAIM))
+                )
+                ours = pc.and_(ours, pc.invert(pending))
+                rows = rows.filter(ours).drop_columns([CLAIM])
+            else:
+                rows = rows.filter(ours)
             head = pc.list_element(pc.split_pattern(rows.column(OBJECT_ID), "$", max_splits=1), 0)
             spec = pc.cast(pc.utf8_slice_codeunits(head, 1), pa.int32())
             self._tables = rows.append_column(SPEC_COLUMN, spec)
@@ -231,15 +242,14 @@ class NamespaceState:
         self,
         value_tuples: Sequence[Sequence[Any]],
         read_version: int | None,
-        locations: Mapping[str, str] | None = None,
+        claim: str | None = None,
     ) -> PartitionRows:
         """Rows creating every missing partition among ``value_tuples`` (current spec).
 
         Each partition namespace row and its leaf row carry the values of themselves and
         their ancestors; namespace rows mirror them as ``partition.<name>`` metadata so
         foreign readers see them. Rows that already exist in this version are skipped.
-        ``locations`` pins the (root-relative) directory of given leaf ids; others get a
-        fresh one.
+        Leaf rows carry ``claim`` (a transaction id) in the claim column when given.
         """
         version = self.spec_version
         fields = self.current_spec
@@ -272,13 +282,14 @@ class NamespaceState:
             leaf = join_id(parent, LEAF_TABLE_NAME)
             if leaf in existing or leaf in rows:
                 continue
-            location = (locations or {}).get(leaf) or new_leaf_location(leaf)
+            location = leaf_directory(leaf)
             rows[leaf] = row(
                 leaf,
                 TABLE,
                 location=location,
                 read_version=read_version,
                 partition_values=dict(inherited),
+                claim=claim,
             )
             partitions.append(
                 Partition(

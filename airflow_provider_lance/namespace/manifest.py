@@ -52,12 +52,15 @@ BASE_FIELDS = (
     pa.field(BASE_OBJECTS, pa.list_(pa.field(OBJECT_ID, pa.utf8()))),
 )
 READ_VERSION_FIELD = pa.field(READ_VERSION, pa.uint64())
-#: Column names a partition field may not take.
-RESERVED_COLUMNS = frozenset(f.name for f in (*BASE_FIELDS, READ_VERSION_FIELD))
+#: Bookkeeping (reserved ``__`` prefix): the transaction holding a partition's commit claim.
+CLAIM = "__txn_id"
+CLAIM_FIELD = pa.field(CLAIM, pa.utf8())
+#: Column names a partition field may not take (``__``-prefixed names are reserved too).
+RESERVED_COLUMNS = frozenset(f.name for f in (*BASE_FIELDS, READ_VERSION_FIELD, CLAIM_FIELD))
 
 
 def manifest_schema(partition_columns: list[pa.Field]) -> pa.Schema:
-    return pa.schema([*BASE_FIELDS, READ_VERSION_FIELD, *partition_columns])
+    return pa.schema([*BASE_FIELDS, READ_VERSION_FIELD, CLAIM_FIELD, *partition_columns])
 
 
 class Manifest:
@@ -205,6 +208,21 @@ class Manifest:
             raise
         return int(base.version)
 
+    def delete_rows(self, object_ids: list[str]) -> None:
+        """Delete rows by id (rows of partitions that were never published)."""
+        if object_ids:
+            listed = ", ".join(_quote(i) for i in object_ids)
+            self.open().delete(f"{OBJECT_ID} IN ({listed})")
+
+    def ensure_claim_column(self) -> None:
+        """Namespaces created before transactions lack the claim column: add it."""
+        if CLAIM not in self.open().schema.names:
+            self.add_columns([CLAIM_FIELD])
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
 
 def row(
     object_id: str,
@@ -214,6 +232,7 @@ def row(
     metadata: str | None = None,
     read_version: int | None = None,
     partition_values: Mapping[str, Any] | None = None,
+    claim: str | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         OBJECT_ID: object_id,
@@ -222,6 +241,7 @@ def row(
         METADATA: metadata,
         BASE_OBJECTS: None,
         READ_VERSION: read_version,
+        CLAIM: claim,
     }
     out.update(partition_values or {})
     return out

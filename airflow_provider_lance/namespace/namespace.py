@@ -10,21 +10,27 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import transactions
 from .catalog import SCHEMA_KEY, SPEC_COLUMN, NamespaceState, Partition
+from .commit import CommitOptions
 from .errors import (
     InvalidArgumentError,
+    LanceNamespaceError,
     NamespaceNotFoundError,
     PartitionNotFoundError,
     PartitionSpecError,
 )
-from .leaves import create_leaf, drop_leaf
+from .failpoints import FailpointError
 from .manifest import NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
-from .naming import normalize_root, spec_namespace_id
+from .naming import leaf_directory, normalize_root, spec_namespace_id
 from .pruning import SpecProjector, parse_filter
+from .results import CommitResult
 from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
-from .writing import CommitResult, PartitionedWrite
+from .staging import Stage, StagedPartition
+from .transactions import Transaction, TransactionInfo
+from .txnstore import PUBLISHED, TransactionStore
 
 log = logging.getLogger(__name__)
 
@@ -229,25 +235,28 @@ class PartitionedNamespace:
         return self.create_partitions([values])[0]
 
     def create_partitions(self, values: Iterable[Mapping[str, Any]]) -> list[Partition]:
-        """Create many partitions with ONE ``__manifest`` commit; existing ones are returned."""
+        """Create many (empty) partitions in one transaction; existing ones are returned.
+
+        The manifest commits do not grow with the number of partitions: one claim, one
+        publish, whatever the count.
+        """
         tuples = [self.partition_values(v) for v in values]
         state = self.state()
-        plan = state.plan_partitions(tuples, read_version=1)
-        leaf_schema = state.schema.leaf_schema()
-        for p in plan.partitions:
-            create_leaf(p.location, leaf_schema, self.storage_options)
-        try:
-            self._manifest.insert_absent(state.rows_table(plan.rows))
-        except BaseException:
-            for p in plan.partitions:
-                drop_leaf(p.location, self.storage_options)
-            raise
-        now = self.state()
-        ids = [now.leaf_id(t) for t in tuples]
-        found = now.find(ids)
-        for p in plan.partitions:
-            if found.get(p.object_id, p).location != p.location:
-                drop_leaf(p.location, self.storage_options)  # lost a concurrent create
+        ids = [state.leaf_id(t) for t in tuples]
+        missing = sorted(set(ids) - set(state.find(ids)))
+        if missing:
+            txn = self.begin("append")
+            names = [f.name for f in state.current_spec]
+            stage = Stage(txn.txn_id, "create", "append", state.spec_version)
+            for t, oid in zip(tuples, ids, strict=True):
+                if oid in missing and oid not in stage.partitions:
+                    stage.partitions[oid] = StagedPartition(
+                        oid, leaf_directory(oid), dict(zip(names, t, strict=True)), None
+                    )
+            txn.record(stage)
+            self.commit(txn.txn_id)
+            self._store.delete(txn.txn_id)
+        found = self.state().find(ids)
         return [found[i] for i in ids]
 
     def partitions(self) -> list[Partition]:
@@ -340,20 +349,27 @@ class PartitionedNamespace:
         columns = filter_columns(residual)
         return sum(b.num_rows for b in self.to_batches(filter, columns, version=state.version))
 
-    # -- writes ------------------------------------------------------------------------------
-    def write(self, data: Any, mode: str = "append") -> CommitResult:
+    # -- writes and transactions -----------------------------------------------------------
+    def write(self, data: Any, mode: str = "append", *, txn_id: str | None = None) -> CommitResult:
         """Write rows; ``overwrite`` replaces exactly the partitions the data touches.
 
-        All touched partitions (and any it creates) are published in ONE ``__manifest``
-        commit: readers see the whole write or nothing of it.
+        One transaction: stage, then publish every touched partition (and those it creates)
+        in one ``__manifest`` commit, so readers see the whole write or nothing of it. A
+        failed write is aborted (nothing of it stays); with ``txn_id`` a retried write
+        returns the first one's result instead of writing twice.
         """
-        write = PartitionedWrite(self._manifest, self.state(), mode, self.storage_options)
+        txn = self.begin(mode, txn_id)
+        if txn.header.state == PUBLISHED:
+            return self.commit(txn.txn_id)
         try:
-            write.stage(data)
-            result = write.commit()
-        except BaseException:
-            write.abandon()
+            txn.stage(data, stage_id="write")
+            result = self.commit(txn.txn_id)
+        except BaseException as exc:
+            if not isinstance(exc, FailpointError):
+                self._abort_quietly(txn.txn_id, exc, forget=txn_id is None)
             raise
+        if txn_id is None:  # nobody can retry an id they never saw: keep no record
+            self._store.delete(txn.txn_id)
         log.info(
             "%s %d rows into %d partitions (manifest v%d)",
             mode,
@@ -362,3 +378,59 @@ class PartitionedNamespace:
             result.manifest_version,
         )
         return result
+
+    def _abort_quietly(self, txn_id: str, cause: BaseException, *, forget: bool) -> None:
+        """Abort a failed write; an id nobody else knows leaves no record behind."""
+        try:
+            self.abort(txn_id, reason=f"write failed: {cause}")
+            if forget:
+                self._store.delete(txn_id)
+        except LanceNamespaceError as exc:  # e.g. it was published after all
+            log.warning("could not abort transaction %s: %s", txn_id, exc)
+
+    @property
+    def _store(self) -> TransactionStore:
+        return TransactionStore(self._root, self.storage_options)
+
+    def _latest_state(self) -> NamespaceState:
+        return self.state()
+
+    def begin(self, mode: str = "append", txn_id: str | None = None) -> Transaction:
+        """Start a transaction (or resume the one with this id: retries reuse it)."""
+        self._manifest.ensure_claim_column()
+        header = transactions.begin(self._store, self.state(), mode, txn_id)
+        return Transaction(header, self._store, self._latest_state, self.storage_options)
+
+    def transaction(self, txn_id: str) -> Transaction:
+        """An existing transaction, e.g. to stage into it from another process."""
+        header = self._store.load(txn_id)
+        if header is None:
+            raise InvalidArgumentError(f"no transaction {txn_id!r} in {self._root}")
+        return Transaction(header, self._store, self._latest_state, self.storage_options)
+
+    def commit(self, txn: Transaction | str, *, claim_timeout: float | None = None) -> CommitResult:
+        """Publish a staged transaction atomically; committing it again returns its result."""
+        txn_id = txn.txn_id if isinstance(txn, Transaction) else txn
+        options = CommitOptions() if claim_timeout is None else CommitOptions(claim_timeout)
+        return transactions.commit(
+            self._manifest, self._store, self._latest_state, self.storage_options, txn_id, options
+        )
+
+    def abort(self, txn_id: str, reason: str = "aborted by the user") -> None:
+        """Undo an unpublished transaction: its leaf versions, claims and staged files."""
+        transactions.abort(
+            self._manifest, self._store, self._latest_state, self.storage_options, txn_id, reason
+        )
+
+    def recover(self, lease_seconds: float = transactions.DEFAULT_LEASE_SECONDS) -> list[str]:
+        """Abort transactions idle for longer than ``lease_seconds``; returns their ids."""
+        return transactions.recover(
+            self._manifest, self._store, self._latest_state, self.storage_options, lease_seconds
+        )
+
+    def transactions(self) -> list[TransactionInfo]:
+        """Every recorded transaction and its state, oldest first (for operators)."""
+        store = self._store
+        return sorted(
+            (transactions.info(store, h) for h in store.headers()), key=lambda i: i.created_at
+        )

@@ -5,8 +5,9 @@ drawn from a BLAKE2b digest of the parent object id and the partition values rat
 a random generator: the names are just as opaque and uniformly spread, but two writers that
 create the same partition at the same time pick the same name, so the ``__manifest``
 insert-if-absent on ``object_id`` lets exactly one of them win instead of publishing two
-partitions with equal values. Leaf *directories* keep a random prefix (``<8 hex>_<id>``), so
-a partition that is dropped and created again never reuses old files.
+partitions with equal values. Leaf directories (``<8 hex>_<object_id>``) are derived the same
+way, so every writer stages a new partition's data files in the one directory that will hold
+its table.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
@@ -61,9 +61,9 @@ def split_id(object_id: str) -> list[str]:
     return object_id.split(SEPARATOR)
 
 
-def new_leaf_location(object_id: str) -> str:
-    """A fresh directory name for a leaf table, relative to the namespace root."""
-    return f"{secrets.token_hex(4)}_{object_id}"
+def leaf_directory(object_id: str) -> str:
+    """The directory of a leaf table, relative to the namespace root: ``<8 hex>_<id>``."""
+    return f"{hashlib.blake2b(object_id.encode(), digest_size=4).hexdigest()}_{object_id}"
 
 
 def has_scheme(uri: str) -> bool:

@@ -1,0 +1,240 @@
+"""Staging: route rows to partitions and write their data files, in any process.
+
+A stage never makes anything visible. It writes Lance data files into each partition's
+directory (``lance.fragment.write_fragments``) and records them, with the partition's
+published ``read_version`` at staging time, in a JSON-serialisable :class:`Stage`. Stages of
+one transaction may come from many processes (Spark tasks); the commit gathers them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from lance.fragment import FragmentMetadata
+
+from .catalog import NamespaceState, Partition
+from .errors import DataValidationError
+from .leaves import discard_fragments, leaf_schema, stage_fragments
+from .naming import child_uri, leaf_directory
+from .scan import open_leaf
+from .splitting import split
+
+log = logging.getLogger(__name__)
+
+#: Buffered bytes of routed rows before they are flushed to data files.
+FLUSH_BYTES = 128 * 1024 * 1024
+
+
+@dataclass
+class StagedPartition:
+    """The data files one stage wrote for one partition."""
+
+    object_id: str
+    directory: str
+    values: dict[str, Any]
+    base_read_version: int | None
+    rewrite: bool = False
+    fragments: list[str] = field(default_factory=list)
+    rows: int = 0
+    #: The partition was published when staged (its read_version may still be NULL:
+    #: "read the latest version", as foreign writers leave it).
+    existed: bool = False
+
+    def fragment_metadata(self) -> list[FragmentMetadata]:
+        return [FragmentMetadata.from_json(f) for f in self.fragments]
+
+
+@dataclass
+class Stage:
+    """One staging attempt's output: JSON-serialisable, small (no row data)."""
+
+    txn_id: str
+    stage_id: str
+    mode: str
+    spec_version: int
+    partitions: dict[str, StagedPartition] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.partitions.values())
+
+    def to_json(self) -> dict[str, Any]:
+        values = pa.Table.from_pylist([p.values for p in self.partitions.values()])
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, values.schema) as writer:
+            writer.write_table(values)
+        return {
+            "txn_id": self.txn_id,
+            "stage_id": self.stage_id,
+            "mode": self.mode,
+            "spec_version": self.spec_version,
+            "values_ipc": base64.b64encode(sink.getvalue().to_pybytes()).decode(),
+            "partitions": [
+                {
+                    "object_id": p.object_id,
+                    "directory": p.directory,
+                    "base_read_version": p.base_read_version,
+                    "rewrite": p.rewrite,
+                    "fragments": p.fragments,
+                    "rows": p.rows,
+                    "existed": p.existed,
+                }
+                for p in self.partitions.values()
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Stage:
+        raw = base64.b64decode(obj["values_ipc"])
+        values = pa.ipc.open_stream(raw).read_all().to_pylist() if obj["partitions"] else []
+        stage = cls(obj["txn_id"], obj["stage_id"], obj["mode"], int(obj["spec_version"]))
+        for p, v in zip(obj["partitions"], values, strict=True):
+            stage.partitions[p["object_id"]] = StagedPartition(
+                object_id=p["object_id"],
+                directory=p["directory"],
+                values=v,
+                base_read_version=p["base_read_version"],
+                rewrite=p["rewrite"],
+                fragments=list(p["fragments"]),
+                rows=int(p["rows"]),
+                existed=bool(p.get("existed", False)),
+            )
+        return stage
+
+
+def as_tables(data: Any) -> Iterator[pa.Table]:
+    """Accept a Table, RecordBatch, RecordBatchReader, or an iterable of batches/tables."""
+    if isinstance(data, pa.Table):
+        yield data
+    elif isinstance(data, pa.RecordBatch):
+        yield pa.Table.from_batches([data])
+    elif isinstance(data, pa.RecordBatchReader):
+        for batch in data:
+            yield pa.Table.from_batches([batch])
+    elif hasattr(data, "__arrow_c_stream__") and not isinstance(data, (str, bytes)):
+        yield from as_tables(pa.RecordBatchReader.from_stream(data))
+    elif isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
+        for item in data:
+            if not isinstance(item, (pa.Table, pa.RecordBatch)):
+                raise DataValidationError(
+                    f"write() got an iterable of {type(item).__name__}; expected pyarrow "
+                    "Tables or RecordBatches"
+                )
+            yield item if isinstance(item, pa.Table) else pa.Table.from_batches([item])
+    else:
+        raise DataValidationError(
+            f"write() needs a pyarrow Table, RecordBatch, RecordBatchReader or an iterable of "
+            f"batches, got {type(data).__name__}"
+        )
+
+
+class Stager:
+    """Writes one stage: conform, route, buffer, flush data files per partition."""
+
+    def __init__(
+        self,
+        state: NamespaceState,
+        stage: Stage,
+        storage_options: Mapping[str, str] | None,
+    ) -> None:
+        self.state = state
+        self.stage = stage
+        self.storage_options = storage_options
+        self._buffers: dict[str, list[pa.Table]] = {}
+        self._buffered = 0
+        self._leaf_schemas: dict[str, pa.Schema] = {}
+
+    @property
+    def overwrite(self) -> bool:
+        return self.stage.mode == "overwrite"
+
+    def write(self, data: Any) -> Stage:
+        started, rows = time.monotonic(), 0
+        try:
+            for table in as_tables(data):
+                conformed = self.state.schema.conform_input(table)
+                for chunk in split(conformed, self.state.current_spec, self.state.schema):
+                    target = self._target(chunk.values)
+                    self._buffers.setdefault(target.object_id, []).append(chunk.data)
+                    target.rows += chunk.data.num_rows
+                    self._buffered += chunk.data.nbytes
+                rows += table.num_rows
+                if self._buffered >= FLUSH_BYTES:
+                    self._flush()
+                    log.info(
+                        "staged %d rows into %d partitions (%.1fs)",
+                        rows,
+                        len(self.stage.partitions),
+                        time.monotonic() - started,
+                    )
+            self._flush()
+        except BaseException:
+            self.discard()
+            raise
+        return self.stage
+
+    def _target(self, values: tuple[Any, ...]) -> StagedPartition:
+        object_id = self.state.leaf_id(values)
+        target = self.stage.partitions.get(object_id)
+        if target is not None:
+            return target
+        existing = self.state.find([object_id]).get(object_id)
+        names = [f.name for f in self.state.current_spec]
+        target = StagedPartition(
+            object_id=object_id,
+            directory=existing.directory if existing else leaf_directory(object_id),
+            values=dict(zip(names, values, strict=True)),
+            base_read_version=existing.read_version if existing else None,
+            existed=existing is not None,
+        )
+        if existing is not None and not self.overwrite:
+            schema = leaf_schema(existing.location, self.storage_options, existing.read_version)
+            if self.state.schema.missing_in_leaf(schema):
+                # The partition predates add_column: rewrite it whole, with the new columns.
+                target.rewrite = True
+                self._buffers[object_id] = [self._published_rows(existing)]
+            else:
+                self._leaf_schemas[object_id] = schema
+        self.stage.partitions[object_id] = target
+        return target
+
+    def _published_rows(self, partition: Partition) -> pa.Table:
+        leaf = open_leaf(partition, self.storage_options)
+        plan = self.state.schema.read_plan(leaf.schema)
+        return plan.apply(leaf.to_table(columns=plan.leaf_columns))
+
+    def _flush(self) -> None:
+        for object_id, buffered in self._buffers.items():
+            if not buffered:
+                continue
+            target = self.stage.partitions[object_id]
+            data = pa.concat_tables(buffered)
+            buffered.clear()
+            replace = self.overwrite or target.rewrite or object_id not in self._leaf_schemas
+            schema = self.state.schema.leaf_schema() if replace else self._leaf_schemas[object_id]
+            shaped = self.state.schema.to_leaf(data, schema)
+            fragments = stage_fragments(
+                child_uri(self.state.root, target.directory),
+                shaped,
+                self.storage_options,
+                overwrite=replace,
+            )
+            target.fragments += [json.dumps(f.to_json()) for f in fragments]
+        self._buffered = 0
+
+    def discard(self) -> None:
+        """Delete the data files this stage wrote (it will never be committed)."""
+        for target in self.stage.partitions.values():
+            discard_fragments(
+                child_uri(self.state.root, target.directory),
+                target.fragment_metadata(),
+                self.storage_options,
+            )
+            target.fragments.clear()
