@@ -41,3 +41,32 @@ def test_concurrent_creates_converge_on_one_partition_per_value(tmp_path: Path) 
     # the losers' empty tables were removed: one leaf directory per partition
     leaf_dirs = [p for p in Path(root).iterdir() if p.name.endswith("$dataset")]
     assert len(leaf_dirs) == len(DAYS)
+
+
+@pytest.mark.slow
+def test_concurrent_multi_partition_writers_and_a_checking_reader(tmp_path: Path) -> None:
+    """4 writer processes, overlapping partitions; a reader checks all-or-nothing meanwhile."""
+    from .workers import TAGGED, reader, writer
+
+    root = str(tmp_path / "ns")
+    PartitionedNamespace.create(
+        root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
+    )
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(5) as pool:
+        checking = pool.apply_async(reader, (root, 25.0))
+        writers = [pool.apply_async(writer, (root, w, 8, 1000 + w)) for w in range(4)]
+        acknowledged = [tag for w in writers for tag in w.get(timeout=600)]
+        report = checking.get(timeout=600)
+    assert report["reads"] > 5
+    assert report["violations"] == []
+    assert len(acknowledged) == 32  # every transaction eventually committed
+    ns = PartitionedNamespace.open(root)
+    table = ns.to_table()
+    ids = table.column("id").to_pylist()
+    assert len(ids) == len(set(ids))  # no duplicates
+    counts: dict[str, int] = {}
+    for tag in table.column("tag").to_pylist():
+        counts[tag] = counts.get(tag, 0) + 1
+    assert sorted(counts) == sorted(acknowledged)
+    assert all(count == int(tag.rsplit("-n", 1)[1]) for tag, count in counts.items())

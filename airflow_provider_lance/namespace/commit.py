@@ -102,7 +102,7 @@ class Committer:
         if retry:
             found = self.find_publish(header, parts)
             if found is not None:
-                return self._record(header, found)
+                return self.record(header, found)
         else:
             header.state = COMMITTING
             self.store.save(header)
@@ -115,7 +115,7 @@ class Committer:
         self._check_current(header)
         result = self._publish(header, parts, versions)
         failpoint("commit.after_publish")
-        return self._record(header, result)
+        return self.record(header, result)
 
     def _check_current(self, header: TransactionHeader) -> None:
         """Stop a committer whose transaction was aborted (e.g. by recovery) meanwhile."""
@@ -125,7 +125,7 @@ class Committer:
                 f"transaction {header.txn_id} was aborted while this commit was running"
             )
 
-    def _record(self, header: TransactionHeader, result: CommitResult) -> CommitResult:
+    def record(self, header: TransactionHeader, result: CommitResult) -> CommitResult:
         header.state, header.result = PUBLISHED, result.to_dict()
         self.store.save(header)
         log.info(

@@ -140,9 +140,12 @@ class Transaction:
 
     def _check_open(self) -> None:
         current = self._store.load(self.txn_id) or self.header
-        if current.state in (PUBLISHED, ABORTED):
-            raise TransactionAborted(
-                f"transaction {self.txn_id} is {current.state}; it takes no more stages"
+        if current.state == ABORTED or current.nonce != self.header.nonce:
+            raise TransactionAborted(f"transaction {self.txn_id} was aborted")
+        if current.state != STAGED:
+            raise InvalidArgumentError(
+                f"transaction {self.txn_id} is {current.state}; it takes no more stages "
+                "(a commit started: call commit() again to finish it)"
             )
 
 
@@ -167,6 +170,7 @@ def begin(
             )
         return existing
     header = TransactionHeader(txn_id, mode, STAGED, state.version, state.spec_version)
+    store.delete_stages(txn_id)  # leftovers of an aborted incarnation
     store.save(header)
     return header
 
@@ -213,7 +217,8 @@ def abort(
     for stage in (Stage.from_json(v) for v in store.stages(txn_id).values()):
         _discard(stage, state.root, storage_options)
     header.state, header.error = ABORTED, reason
-    store.save(header)
+    store.save(header)  # the header stays as a tombstone; the stages go
+    store.delete_stages(txn_id)
     log.info("transaction %s aborted: %s", txn_id, reason)
 
 
@@ -277,16 +282,24 @@ def recover(
     now = time.time()
     aborted = []
     for header in list(store.headers()):
-        if header.state in (STAGED, COMMITTING) and now - header.updated_at > lease_seconds:
-            abort(
-                manifest,
-                store,
-                load_state,
-                storage_options,
-                header.txn_id,
-                reason=f"abandoned (idle {now - header.updated_at:.0f}s > lease)",
-            )
-            aborted.append(header.txn_id)
+        if header.state not in (STAGED, COMMITTING) or now - header.updated_at <= lease_seconds:
+            continue
+        if header.state == COMMITTING:
+            committer = Committer(manifest, store, load_state, storage_options)
+            stages = {k: Stage.from_json(v) for k, v in store.stages(header.txn_id).items()}
+            found = committer.find_publish(header, merge_stages(stages))
+            if found is not None:  # it died after publishing: only the record lagged
+                committer.record(header, found)
+                continue
+        abort(
+            manifest,
+            store,
+            load_state,
+            storage_options,
+            header.txn_id,
+            reason=f"abandoned (idle {now - header.updated_at:.0f}s > lease)",
+        )
+        aborted.append(header.txn_id)
     return aborted
 
 

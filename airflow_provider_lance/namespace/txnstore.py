@@ -131,6 +131,12 @@ class TransactionStore:
                 out[path[len(prefix) : -len(".json")]] = self._get(path)
         return out
 
+    def delete_stages(self, txn_id: str) -> None:
+        prefix = f"{TXN_DIR}/{check_txn_id(txn_id)}/stage-"
+        for path in self._session.list(f"{TXN_DIR}/{txn_id}"):
+            if path.startswith(prefix):
+                self._session.delete_file(path)
+
     def delete(self, txn_id: str) -> None:
         for path in self._session.list(f"{TXN_DIR}/{check_txn_id(txn_id)}"):
             self._session.delete_file(path)

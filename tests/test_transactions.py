@@ -1,0 +1,220 @@
+"""Transactions: staging from many processes, one atomic publish, idempotency, conflicts."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_lance.namespace import (
+    CommitConflict,
+    InvalidArgumentError,
+    PartitionedNamespace,
+    PartitionField,
+    TransactionAborted,
+)
+from airflow_provider_lance.namespace.failpoints import ENV, FailpointError
+
+from .conftest import tree
+from .workers import TAGGED, stage_in_process, tagged_rows
+
+
+@pytest.fixture
+def ns(root: Path) -> PartitionedNamespace:
+    return PartitionedNamespace.create(
+        root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
+    )
+
+
+def ids(ns: PartitionedNamespace) -> list[int]:
+    return sorted(ns.to_table().column("id").to_pylist())
+
+
+def test_stages_from_many_processes_publish_at_once(ns: PartitionedNamespace) -> None:
+    ns.write(tagged_rows("seed", [0, 1], 2, first_id=0))
+    txn = ns.begin("append", "batch-1")
+    tables = [tagged_rows(f"s{i}", [0, 1, 2 + i], 3, first_id=100 * (i + 1)) for i in range(3)]
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        stages = pool.starmap(
+            stage_in_process,
+            [
+                (ns.uri, "batch-1", f"task-{i}", json.dumps(t.to_pylist()))
+                for i, t in enumerate(tables)
+            ],
+        )
+    assert [s["stage_id"] for s in stages] == ["task-0", "task-1", "task-2"]
+    assert ids(ns) == [0, 1, 2, 3]  # nothing visible before the commit
+    assert len(txn.stages()) == 3
+    result = ns.commit("batch-1")
+    assert result.txn_id == "batch-1"
+    assert result.rows == 27
+    assert ids(ns) == sorted([0, 1, 2, 3, *(i for t in tables for i in t.column("id").to_pylist())])
+    assert {p.object_id for p in result.created} == {
+        p.object_id for p in ns.partitions() if p.values["part"] in (2, 3, 4)
+    }
+
+
+def test_commit_twice_returns_the_same_result(ns: PartitionedNamespace) -> None:
+    txn = ns.begin("append", "t1")
+    txn.stage(tagged_rows("a", [1, 2], 2, 0))
+    first = ns.commit(txn)
+    version = ns.version
+    again = ns.commit("t1")
+    assert again.to_dict() == first.to_dict()
+    assert ns.version == version
+    assert ids(ns) == [0, 1, 2, 3]
+    # a retried write with the same id is a no-op too
+    assert ns.write(tagged_rows("a", [1, 2], 2, 0), txn_id="t1").to_dict() == first.to_dict()
+    assert ids(ns) == [0, 1, 2, 3]
+
+
+def test_restaging_under_the_same_id_replaces_the_attempt(
+    ns: PartitionedNamespace, root: Path
+) -> None:
+    txn = ns.begin("append", "t1")
+    txn.stage(tagged_rows("a", [1], 5, 0), stage_id="task-7")
+    files_after_first = {f for f in tree(root) if "/data/" in f}
+    txn.stage(tagged_rows("a", [1], 5, 0), stage_id="task-7")  # a retried task
+    files_after_second = {f for f in tree(root) if "/data/" in f}
+    assert len(files_after_second) == len(files_after_first)  # the first attempt's files went
+    ns.commit(txn)
+    assert ids(ns) == [0, 1, 2, 3, 4]
+
+
+def test_overwrite_whose_base_moved_fails_and_publishes_nothing(ns: PartitionedNamespace) -> None:
+    ns.write(tagged_rows("seed", [1, 2], 2, 0))
+    txn = ns.begin("overwrite", "ow")
+    txn.stage(tagged_rows("new", [1, 2], 1, 100))
+    ns.write(tagged_rows("late", [2], 1, 200))  # moves partition 2 under the overwrite
+    before = ns.to_table()
+    with pytest.raises(CommitConflict, match="another writer published") as info:
+        ns.commit(txn)
+    [moved] = info.value.partitions
+    assert moved == ns.partition({"part": 2}).object_id
+    assert ns.to_table().equals(before)
+    ns.abort("ow")
+    assert {t.txn_id: t.state for t in ns.transactions()}["ow"] == "aborted"
+    with pytest.raises(TransactionAborted):
+        ns.commit("ow")
+
+
+def test_disjoint_and_overlapping_transactions_both_commit(ns: PartitionedNamespace) -> None:
+    a, b, c = ns.begin("append", "a"), ns.begin("append", "b"), ns.begin("append", "c")
+    a.stage(tagged_rows("a", [1], 2, 0))
+    b.stage(tagged_rows("b", [2], 2, 10))
+    c.stage(tagged_rows("c", [1, 2], 1, 20))  # overlaps both
+    for txn in (a, b, c):
+        ns.commit(txn)
+    assert ids(ns) == [0, 1, 10, 11, 20, 21]
+    assert sorted(p.read_version for p in ns.partitions()) == [2, 2]
+
+
+def test_a_claimed_partition_blocks_until_recovery(ns: PartitionedNamespace, monkeypatch) -> None:
+    ns.write(tagged_rows("seed", [1], 1, 0))
+    stuck = ns.begin("append", "stuck")
+    stuck.stage(tagged_rows("s", [1], 1, 10))
+    monkeypatch.setenv(ENV, "commit.after_claim=raise")
+    with pytest.raises(FailpointError):
+        ns.commit(stuck)  # dies holding the claim on partition 1
+    monkeypatch.delenv(ENV)
+    time.sleep(1.5)
+    other = ns.begin("append", "other")
+    other.stage(tagged_rows("o", [1], 1, 20))
+    with pytest.raises(CommitConflict, match=r"held by other transactions \['stuck'\]"):
+        ns.commit(other, claim_timeout=0.3)
+    assert ns.recover(lease_seconds=3600) == []  # not expired yet
+    assert ns.recover(lease_seconds=1.2) == ["stuck"]  # idle 1.5 s; "other" just tried
+    ns.commit(other)
+    assert ids(ns) == [0, 20]
+
+
+def test_abort_removes_staged_files_and_the_id_can_begin_again(
+    ns: PartitionedNamespace, root: Path
+) -> None:
+    ns.write(tagged_rows("seed", [1], 1, 0))
+    before = tree(root)
+    txn = ns.begin("append", "again")
+    txn.stage(tagged_rows("x", [1, 5], 3, 10))
+    ns.abort("again")
+    after = [f for f in tree(root) if not f.startswith("_transactions/")]
+    assert after == [f for f in before if not f.startswith("_transactions/")]
+    with pytest.raises(TransactionAborted):
+        txn.stage(tagged_rows("x", [1], 1, 10))
+    fresh = ns.begin("append", "again")
+    fresh.stage(tagged_rows("y", [1], 1, 30))
+    ns.commit(fresh)
+    assert ids(ns) == [0, 30]
+
+
+def test_transaction_listing_and_bad_arguments(ns: PartitionedNamespace) -> None:
+    ns.begin("append", "listed").stage(tagged_rows("x", [1, 2], 2, 0))
+    [info] = ns.transactions()
+    assert (info.txn_id, info.state, info.stages, info.rows, info.partitions) == (
+        "listed",
+        "staged",
+        1,
+        4,
+        2,
+    )
+    with pytest.raises(InvalidArgumentError, match="must be 1-200 characters"):
+        ns.begin("append", "has/slash")
+    assert ns.begin("append", "listed").header.state == "staged"  # resumes the same one
+    with pytest.raises(InvalidArgumentError, match="mode"):
+        ns.begin("overwrite", "listed")
+    with pytest.raises(InvalidArgumentError, match="no transaction"):
+        ns.transaction("missing")
+
+
+def test_plain_writes_leave_no_transaction_records(ns: PartitionedNamespace, root: Path) -> None:
+    ns.write(tagged_rows("x", [1], 1, 0))
+    ns.create_partitions([{"part": 9}])
+    assert not [f for f in tree(root) if f.startswith("_transactions/")]
+    assert ns.transactions() == []
+
+
+def test_new_partition_created_while_staged_is_appended_to(ns: PartitionedNamespace) -> None:
+    txn = ns.begin("append", "late")
+    txn.stage(tagged_rows("late", [7], 2, 0))
+    ns.write(tagged_rows("first", [7], 1, 100))  # creates partition 7 meanwhile
+    result = ns.commit(txn)
+    assert [p.created for p in result.partitions] == [False]
+    assert ids(ns) == [0, 1, 100]
+
+
+def test_commit_records_the_txn_on_leaf_versions(ns: PartitionedNamespace) -> None:
+    import lance
+
+    from airflow_provider_lance.namespace.leaves import committed_by
+
+    result = ns.write(tagged_rows("x", [1], 1, 0), txn_id="named")
+    [p] = ns.partitions()
+    assert committed_by(lance.dataset(p.location), p.read_version) == "named"
+    assert result.partitions[0].read_version == p.read_version
+
+
+def test_unpublished_versions_of_a_crashed_writer_are_rolled_back(
+    ns: PartitionedNamespace, monkeypatch
+) -> None:
+    ns.write(tagged_rows("seed", [1], 1, 0))
+    crashed = ns.begin("append", "crashed")
+    crashed.stage(tagged_rows("c", [1], 3, 10))
+    monkeypatch.setenv(ENV, "commit.before_publish=raise")
+    with pytest.raises(FailpointError):
+        ns.commit(crashed)  # its leaf version exists, unpublished
+    monkeypatch.delenv(ENV)
+    assert ids(ns) == [0]
+    ns.recover(lease_seconds=0)
+    ns.write(tagged_rows("next", [1], 1, 50))
+    assert ids(ns) == [0, 50]  # the orphan rows never became visible
+
+
+def test_schema_mismatch_in_stage_table_is_rejected(ns: PartitionedNamespace) -> None:
+    txn = ns.begin("append", "bad")
+    with pytest.raises(Exception, match="not in the namespace schema"):
+        txn.stage(pa.table({"nope": [1]}))
+    assert txn.stages() == {}
