@@ -177,6 +177,24 @@ def prune(uri: str, where: str) -> int:
     return 0
 
 
+def list_transactions(uri: str) -> int:
+    for info in PartitionedNamespace.open(uri).transactions():
+        print(json.dumps(info.to_dict()))
+    return 0
+
+
+def recover(uri: str, lease_seconds: float) -> int:
+    aborted = PartitionedNamespace.open(uri).recover(lease_seconds)
+    print(f"aborted {len(aborted)} abandoned transaction(s): {', '.join(aborted) or '-'}")
+    return 0
+
+
+def repair(uri: str) -> int:
+    report = PartitionedNamespace.open(uri).repair()
+    print(json.dumps(report.__dict__))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m airflow_provider_lance",
@@ -191,6 +209,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     prune_p = sub.add_parser("prune", help="the partitions a filter needs, as JSON lines")
     prune_p.add_argument("uri")
     prune_p.add_argument("filter")
+    sub.add_parser("transactions", help="recorded transactions and their states").add_argument(
+        "uri"
+    )
+    recover_p = sub.add_parser("recover", help="abort transactions idle for longer than a lease")
+    recover_p.add_argument("uri")
+    recover_p.add_argument("--lease-seconds", type=float, default=6 * 3600.0)
+    sub.add_parser("repair", help="restore __manifest columns a foreign tool dropped").add_argument(
+        "uri"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -198,6 +225,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args.directory)
         if args.command == "describe":
             return describe(args.uri)
+        if args.command == "transactions":
+            return list_transactions(args.uri)
+        if args.command == "recover":
+            return recover(args.uri, args.lease_seconds)
+        if args.command == "repair":
+            return repair(args.uri)
         return prune(args.uri, args.filter)
     except LanceNamespaceError as exc:
         print(f"error: {exc}", file=sys.stderr)

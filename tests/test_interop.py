@@ -7,8 +7,9 @@ from pathlib import Path
 import lance
 import lance.namespace as ln
 import pyarrow as pa
+import pytest
 
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace import ManifestError, PartitionedNamespace, PartitionField
 
 from .conftest import events, sort_rows
 
@@ -85,3 +86,46 @@ def test_tables_registered_elsewhere_by_other_tools_are_ignored(
     )
     assert [p.object_id.startswith("v1$") for p in ns.partitions()] == [True]
     assert ns.to_table().num_rows == 3
+
+
+def test_foreign_clobber_is_detected_and_repaired_with_nothing_lost(make_ns, root: Path) -> None:
+    ns: PartitionedNamespace = make_ns(
+        [
+            PartitionField("event_year", "event_date", "date_part('year', col)"),
+            PartitionField("country", "country"),
+        ]
+    )
+    ns.write(events(20, days=3))
+    ns.write(events(4, first_id=100), mode="overwrite")
+    before = {p.object_id: p for p in ns.partitions()}
+    rows_before = sort_rows(ns.to_table())
+    # pylance's DirectoryNamespace adds a partition namespace (mirroring its value) and a table
+    dirns = ln.DirectoryNamespace(root=str(root))
+    level1 = next(iter(before)).split("$")[1]
+    dirns.create_namespace(
+        ln.CreateNamespaceRequest(
+            id=["v1", level1, "zzzzzzzzzzzzzzzz"],
+            properties={"partition.event_year": "2025", "partition.country": "NL"},
+        )
+    )
+    clobbered = lance.dataset(str(root / "__manifest"))
+    assert "read_version" not in clobbered.schema.names
+    with pytest.raises(ManifestError, match=r"repair\(\)"):
+        ns.to_table()
+    with pytest.raises(ManifestError, match=r"repair\(\)"):
+        ns.write(events(1, first_id=500))
+    report = ns.repair()
+    assert report.repaired
+    assert report.rows_from_properties == 1
+    after = {p.object_id: p for p in ns.partitions()}
+    assert after == before  # every read_version and partition value is back
+    assert sort_rows(ns.to_table()) == rows_before
+    restored = (
+        lance.dataset(str(root / "__manifest"))
+        .to_table(filter=f"object_id = 'v1${level1}$zzzzzzzzzzzzzzzz'")
+        .to_pylist()[0]
+    )
+    assert (restored["event_year"], restored["country"]) == (2025, "NL")
+    assert ns.repair().repaired is False  # nothing left to do
+    ns.write(events(2, first_id=900))
+    assert ns.count_rows() == len(rows_before) + 2

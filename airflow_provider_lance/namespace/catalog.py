@@ -155,8 +155,8 @@ class NamespaceState:
                 raise ManifestError(
                     f"{self.root}: the __manifest table lacks columns {sorted(missing)}; it was "
                     "rewritten by a tool that does not know partitioned namespaces (e.g. "
-                    "pylance's DirectoryNamespace). Restore them from an earlier __manifest "
-                    "version before reading or writing."
+                    "pylance's DirectoryNamespace). Run PartitionedNamespace.repair() (or "
+                    "`python -m airflow_provider_lance repair URI`) to restore them."
                 )
             columns = [*wanted, CLAIM] if claims else wanted
             rows = self.dataset.to_table(columns=columns, filter=f"{OBJECT_TYPE} = '{TABLE}'")

@@ -24,6 +24,8 @@ from .failpoints import FailpointError
 from .manifest import NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
 from .naming import leaf_directory, normalize_root, spec_namespace_id
 from .pruning import SpecProjector, parse_filter
+from .repair import RepairReport
+from .repair import repair as repair_manifest
 from .results import CommitResult
 from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
@@ -427,6 +429,12 @@ class PartitionedNamespace:
         return transactions.recover(
             self._manifest, self._store, self._latest_state, self.storage_options, lease_seconds
         )
+
+    def repair(self) -> RepairReport:
+        """Restore the ``__manifest`` columns a foreign writer dropped (see ``repair``)."""
+        report = repair_manifest(self._manifest, self._root)
+        self._state = NamespaceState.load(self._root, self._manifest.open())
+        return report
 
     def transactions(self) -> list[TransactionInfo]:
         """Every recorded transaction and its state, oldest first (for operators)."""
