@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import cProfile
 import datetime as dt
+import functools
 import gc
 import io
 import json
@@ -71,8 +72,48 @@ class Key:
         return f"{self.column} BETWEEN {self.literal(lo)} AND {self.literal(hi)}"
 
 
+def library_revision() -> str:
+    """Which library code is imported: the git commit of this checkout (``+dirty`` if the
+    library has uncommitted changes), or, for a copy put first on ``PYTHONPATH`` (e.g. a
+    ``git archive`` snapshot), its path and the content of a ``REVISION`` file next to it.
+    """
+    import subprocess
+
+    import airflow_provider_lance
+
+    root = BENCH_DIR.parent
+    package = Path(airflow_provider_lance.__file__).resolve().parent
+    if package.parent != root:
+        marker = package.parent / "REVISION"
+        label = marker.read_text().strip() if marker.exists() else "unknown"
+        return f"{label} (snapshot at {package.parent})"
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "airflow_provider_lance"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}+dirty" if dirty else head
+
+
+@functools.lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
-    """Versions and machine facts recorded next to every result."""
+    """Versions and machine facts recorded next to every result.
+
+    Cached: the scripts call it when they start, so ``library_revision`` names the code that
+    was imported (the checkout may change while a long benchmark runs).
+    """
     import datafusion
     import lance
     import pyarrow
@@ -85,6 +126,7 @@ def environment() -> dict[str, Any]:
         "pylance": lance.__version__,
         "pyarrow": pyarrow.__version__,
         "datafusion": datafusion.__version__,
+        "library_revision": library_revision(),
         "argv": sys.argv[1:],
     }
 
@@ -224,7 +266,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: st
 def write_results(name: str, payload: dict[str, Any]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
-    path.write_text(json.dumps({"environment": environment(), **payload}, indent=2, default=str))
+    finished = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    env = {**environment(), "finished": finished}
+    path.write_text(json.dumps({"environment": env, **payload}, indent=2, default=str))
     print(f"results written to {path}", flush=True)
     return path
 

@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import inspect
 import json
+import os
+import pkgutil
 import shutil
 import statistics
 import sys
@@ -37,25 +40,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import lance
 import numpy as np
 import pyarrow as pa
 from _common import (
     DATA_DIR,
     RESULTS_DIR,
     Key,
+    environment,
     print_table,
     profile_call,
     write_results,
 )
 
-import airflow_provider_lance.namespace.namespace as ns_module
-import airflow_provider_lance.namespace.splitting as splitting_module
-import airflow_provider_lance.namespace.writing as writing_module
+import airflow_provider_lance.namespace as package
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.catalog import NamespaceState
-from airflow_provider_lance.namespace.manifest import Manifest
-from airflow_provider_lance.namespace.schema import NamespaceSchema
 
 NAME = "bench_create"
 WORK_DIR = DATA_DIR / "create-work"
@@ -138,31 +136,71 @@ class Phases:
 PHASES = Phases()
 
 
-def instrument() -> None:
-    """Wrap the functions whose time makes up create_partitions and write."""
-    w = PHASES.wrap
+#: (module, attribute path, phase label). Targets are looked up by name, so a refactor of the
+#: library only drops the phases it renamed (they are listed as "not instrumented").
+TARGETS = [
     # shared
-    w(NamespaceState, "load", "load manifest state (NamespaceState.load)")
-    w(Manifest, "open", "open __manifest (lance.dataset)")
-    w(lance.LanceDataset, "to_table", "scan __manifest (LanceDataset.to_table)")
-    w(NamespaceState, "plan_partitions", "plan manifest rows (plan_partitions)")
-    w(NamespaceState, "leaf_id", "leaf ids (leaf_id)")
-    w(NamespaceState, "find", "look up partitions (NamespaceState.find)")
-    w(NamespaceState, "partitions_from_rows", "build Partition objects")
-    w(NamespaceState, "rows_table", "manifest rows -> Arrow (rows_table)")
+    ("catalog", "NamespaceState.load", "load manifest state (NamespaceState.load)"),
+    ("manifest", "Manifest.open", "open __manifest (lance.dataset)"),
+    ("lance", "LanceDataset.to_table", "scan __manifest (LanceDataset.to_table)"),
+    ("catalog", "NamespaceState.plan_partitions", "plan manifest rows (plan_partitions)"),
+    ("catalog", "NamespaceState.leaf_id", "leaf ids (leaf_id)"),
+    ("catalog", "NamespaceState.find", "look up partitions (NamespaceState.find)"),
+    ("catalog", "NamespaceState.full_rows", "read full manifest rows (full_rows)"),
+    ("catalog", "NamespaceState.partitions_from_rows", "build Partition objects"),
+    ("catalog", "NamespaceState.rows_table", "manifest rows -> Arrow (rows_table)"),
     # create_partitions
-    w(PartitionedNamespace, "partition_values", "type values (partition_values)")
-    w(ns_module, "create_leaf", "create leaf tables (create_leaf)")
-    w(Manifest, "insert_absent", "manifest commit (insert_absent merge_insert)")
+    ("namespace", "PartitionedNamespace.partition_values", "type values (partition_values)"),
+    ("leaves", "create_leaf", "create leaf tables (create_leaf)"),
+    ("manifest", "Manifest.insert_absent", "manifest commit (insert_absent merge_insert)"),
     # write
-    w(NamespaceSchema, "conform_input", "conform input (conform_input)")
-    w(writing_module, "split", "route rows (split: group + take)")
-    w(splitting_module, "partition_values", "evaluate partition expr (DataFusion)")
-    w(writing_module, "create_leaf", "create leaf tables (create_leaf)")
-    w(NamespaceSchema, "to_leaf", "shape to leaf schema (to_leaf)")
-    w(writing_module, "stage_fragments", "write data files (stage_fragments)")
-    w(writing_module, "commit_leaf", "commit leaves (commit_leaf)")
-    w(Manifest, "compare_and_swap", "manifest commit (compare_and_swap merge_insert)")
+    ("schema", "NamespaceSchema.conform_input", "conform input (conform_input)"),
+    ("splitting", "split", "route rows (split: group + take)"),
+    ("splitting", "partition_values", "evaluate partition expr (DataFusion)"),
+    ("schema", "NamespaceSchema.to_leaf", "shape to leaf schema (to_leaf)"),
+    ("leaves", "stage_fragments", "write data files (stage_fragments)"),
+    ("leaves", "commit_leaf", "commit leaves (commit_leaf)"),
+    ("manifest", "Manifest.compare_and_swap", "manifest commit (compare_and_swap merge_insert)"),
+]
+
+
+def _package_modules() -> list[Any]:
+    """Every module of the namespace package (imported), to find re-bound functions."""
+    out = []
+    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        try:
+            out.append(importlib.import_module(info.name))
+        except Exception:  # a module that does not import is not on the measured path
+            continue
+    return out
+
+
+def instrument() -> list[str]:
+    """Wrap the functions whose time makes up create_partitions and write.
+
+    A module-level function is also patched in every package module that imported it by
+    name (``from .leaves import create_leaf`` binds its own reference). Returns the labels
+    that could not be instrumented.
+    """
+    modules = _package_modules()
+    missing = []
+    for module_name, path, label in TARGETS:
+        name = module_name if module_name == "lance" else f"{package.__name__}.{module_name}"
+        try:
+            owner: Any = importlib.import_module(name)
+            *parents, attr = path.split(".")
+            for parent in parents:
+                owner = getattr(owner, parent)
+            target = inspect.getattr_static(owner, attr)
+        except (ImportError, AttributeError):
+            missing.append(f"{label} [{module_name}.{path}]")
+            continue
+        PHASES.wrap(owner, attr, label)
+        if not parents:  # a function: patch the names other modules bound to it as well
+            for module in modules:
+                if module is not owner and module.__dict__.get(attr) is target:
+                    PHASES.wrap(module, attr, label)
+    return missing
 
 
 # -- namespaces ---------------------------------------------------------------------------
@@ -214,6 +252,19 @@ def fresh(name: str, key: Key, base: Path | None) -> PartitionedNamespace:
     )
 
 
+def settle() -> None:
+    """Flush dirty pages before a timed case, so it does not pay for the previous one's I/O."""
+    if hasattr(os, "sync"):
+        os.sync()
+    time.sleep(0.5)
+
+
+def cleanup() -> None:
+    """Delete the scratch namespaces. Done once at the end: deleting thousands of leaf
+    directories between cases makes the next case pay for the file system's work."""
+    shutil.rmtree(WORK_DIR, ignore_errors=True)
+
+
 def write_data(n: int, first: int, rows_per: int, key: Key) -> pa.Table:
     """``n * rows_per`` rows over the values first..first+n-1, interleaved across partitions."""
     total = n * rows_per
@@ -246,6 +297,7 @@ def run_case(
     before_parts = len(ns.partitions())
     call = operation(op, ns, n, args.existing, args.rows_per_partition, key)
     v0 = ns.version
+    settle()
     PHASES.reset()
     PHASES.enabled = not args.no_split
     t0 = time.perf_counter()
@@ -264,8 +316,6 @@ def run_case(
     leaf_commits = calls.get("create leaf tables (create_leaf)", 0) + calls.get(
         "commit leaves (commit_leaf)", 0
     )
-    if not args.keep:
-        shutil.rmtree(WORK_DIR / f"{op}-{n}-{rep}", ignore_errors=True)
     return {
         "op": op,
         "n": n,
@@ -286,10 +336,9 @@ def run_case(
 def profile_case(op: str, n: int, key: Key, base: Path | None, args: argparse.Namespace) -> str:
     ns = fresh(f"profile-{op}-{n}", key, base)
     call = operation(op, ns, n, args.existing, args.rows_per_partition, key)
+    settle()
     dump = RESULTS_DIR / f"{NAME}_{op}_{n}.prof"
     _, text = profile_call(call, dump, top=args.top)
-    if not args.keep:
-        shutil.rmtree(WORK_DIR / f"profile-{op}-{n}", ignore_errors=True)
     print(f"===== cProfile {op} N={n:,} (existing {args.existing:,}) -> {dump}")
     print(text, flush=True)
     return text
@@ -362,12 +411,23 @@ def main() -> None:
     parser.add_argument("--no-split", action="store_true", help="no phase instrumentation")
     parser.add_argument("--profile", action="store_true", help="cProfile the largest N per op")
     parser.add_argument("--top", type=int, default=25, help="profile lines to print")
-    parser.add_argument("--keep", action="store_true", help="keep the namespaces written")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the namespaces written (until the next run)"
+    )
     args = parser.parse_args()
+    env = environment()
+    print(
+        f"library {env['library_revision']}, pylance {env['pylance']}, "
+        f"pyarrow {env['pyarrow']}, {env['cpus']} CPUs",
+        flush=True,
+    )
     key = Key(args.key)
     sizes = sorted(set(args.sizes))
+    cleanup()  # leftovers of an earlier --keep run
     base = template(args.existing, key)
-    instrument()
+    missing = instrument() if not args.no_split else []
+    for label in missing:
+        print(f"  not instrumented (not found in the library): {label}", flush=True)
     cases = []
     try:
         for op in args.ops:
@@ -388,6 +448,8 @@ def main() -> None:
     if args.profile:
         for op in args.ops:
             profiles[f"{op}_{sizes[-1]}"] = profile_case(op, sizes[-1], key, base, args)
+    if not args.keep:
+        cleanup()
     suffix = "" if args.existing == 0 else f"_existing{args.existing}"
     write_results(
         f"{NAME}{suffix}" if args.key == "date" else f"{NAME}_{args.key}{suffix}",

@@ -44,8 +44,10 @@ from _common import (
     Key,
     cpu_jiffies,
     dir_size,
+    environment,
     fmt_ms,
     fmt_pct,
+    library_revision,
     measure,
     measure_split,
     print_table,
@@ -94,7 +96,14 @@ def build(n: int, key: Key, batch: int, rebuild: bool) -> dict[str, Any]:
         else:
             if facts["leaf_rows"] == n:
                 meta.update(facts, cached=True)
+                built_by = meta.get("library_revision", "unknown")
                 print(f"  reusing {root} (built in {meta['build_s']:.1f}s)", flush=True)
+                if built_by != library_revision():
+                    print(
+                        f"  note: built by library revision {built_by}, now "
+                        f"{library_revision()}; pass --rebuild if the format changed",
+                        flush=True,
+                    )
                 return meta
             print(f"  cache {root} has {facts['leaf_rows']} partitions; rebuilding", flush=True)
     shutil.rmtree(root, ignore_errors=True)
@@ -133,6 +142,7 @@ def build(n: int, key: Key, batch: int, rebuild: bool) -> dict[str, Any]:
         "key": key.kind,
         "batch": batch,
         "build_s": time.perf_counter() - started,
+        "library_revision": library_revision(),
         "batches": batches,
     }
     meta_path.write_text(json.dumps(meta, indent=2))
@@ -392,6 +402,12 @@ def main() -> None:
     parser.add_argument("--profile-reps", type=int, default=50)
     parser.add_argument("--top", type=int, default=25, help="profile lines to print")
     args = parser.parse_args()
+    env = environment()
+    print(
+        f"library {env['library_revision']}, pylance {env['pylance']}, "
+        f"pyarrow {env['pyarrow']}, {env['cpus']} CPUs",
+        flush=True,
+    )
     key = Key(args.key)
     sizes = sorted(set(args.sizes))
 

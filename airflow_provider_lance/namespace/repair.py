@@ -79,7 +79,7 @@ def repair(manifest: Manifest, root: str) -> RepairReport:
             derived += 1
         out.append({**{k: r.get(k) for k in schema.names if k in r}, **extra})
     table = pa.Table.from_pylist(out, schema=schema)
-    meta = dict(current.metadata)
+    meta: dict[str, str | None] = dict(current.metadata)
     repaired = lance.write_dataset(
         table, manifest.uri, mode="overwrite", storage_options=manifest.storage_options
     )
