@@ -28,6 +28,7 @@ from .catalog import NamespaceState
 from .errors import CommitConflict, LanceNamespaceError
 from .failpoints import failpoint
 from .leaves import commit_leaf, leaf_schema, leaf_version, own_versions
+from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
 from .naming import child_uri
 from .results import CommitResult, PartitionCommit
@@ -115,6 +116,7 @@ class Committer:
         self._check_current(header)
         result = self._publish(header, parts, versions)
         failpoint("commit.after_publish")
+        maybe_compact(self.manifest)
         return self.record(header, result)
 
     def _check_current(self, header: TransactionHeader) -> None:

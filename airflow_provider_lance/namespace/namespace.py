@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -21,6 +22,7 @@ from .errors import (
     PartitionSpecError,
 )
 from .failpoints import FailpointError
+from .maintenance import MaintenanceReport, maintain
 from .manifest import NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
 from .naming import leaf_directory, normalize_root, spec_namespace_id
 from .pruning import SpecProjector, parse_filter
@@ -429,6 +431,20 @@ class PartitionedNamespace:
         return transactions.recover(
             self._manifest, self._store, self._latest_state, self.storage_options, lease_seconds
         )
+
+    def maintain(
+        self, *, compact: bool = True, older_than: dt.timedelta | None = None
+    ) -> MaintenanceReport:
+        """Compact ``__manifest``; with ``older_than``, also remove old versions safely."""
+        report = maintain(
+            self._manifest,
+            NamespaceState.load(self._root, self._manifest.open()),
+            self.storage_options,
+            compact=compact,
+            older_than=older_than,
+        )
+        self._state = NamespaceState.load(self._root, self._manifest.open())
+        return report
 
     def repair(self) -> RepairReport:
         """Restore the ``__manifest`` columns a foreign writer dropped (see ``repair``)."""
