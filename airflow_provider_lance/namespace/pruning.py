@@ -189,25 +189,26 @@ def _cast_constant(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | None:
 
 
 def _and(parts: Sequence[Pred]) -> Pred:
-    flat: list[Pred] = []
-    for p in parts:
-        if p is False:
-            return False
-        if p is True:
-            continue
-        flat.extend(p.parts if isinstance(p, And) else [p])
-    return And(tuple(flat)) if len(flat) > 1 else (flat[0] if flat else True)
+    return _combine(parts, And)
 
 
 def _or(parts: Sequence[Pred]) -> Pred:
+    return _combine(parts, Or)
+
+
+def _combine(parts: Sequence[Pred], kind: type[And] | type[Or]) -> Pred:
+    """Flatten and simplify: TRUE absorbs an OR and vanishes from an AND (FALSE: dually)."""
+    absorbing = kind is Or
     flat: list[Pred] = []
     for p in parts:
-        if p is True:
-            return True
-        if p is False:
+        if p is absorbing:
+            return absorbing
+        if p is (not absorbing):
             continue
-        flat.extend(p.parts if isinstance(p, Or) else [p])
-    return Or(tuple(flat)) if len(flat) > 1 else (flat[0] if flat else False)
+        flat.extend(p.parts if isinstance(p, kind) else [p])
+    if not flat:
+        return not absorbing
+    return kind(tuple(flat)) if len(flat) > 1 else flat[0]
 
 
 # -- projection onto one spec version ------------------------------------------------------
@@ -343,23 +344,23 @@ def _is_in(column: pc.Expression, values: list[pa.Scalar], dtype: Any) -> pc.Exp
 
 
 def _pc_and(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
-    exprs: list[pc.Expression] = []
-    for p in parts:
-        if p is False:
-            return False
-        if p is not True:
-            exprs.append(p)
-    return _fold(exprs, lambda a, b: a & b) if exprs else True
+    return _pc_combine(parts, absorbing=False)
 
 
 def _pc_or(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
+    return _pc_combine(parts, absorbing=True)
+
+
+def _pc_combine(parts: Sequence[pc.Expression | bool], absorbing: bool) -> pc.Expression | bool:
     exprs: list[pc.Expression] = []
     for p in parts:
-        if p is True:
-            return True
-        if p is not False:
+        if p is absorbing:
+            return absorbing
+        if p is not (not absorbing):
             exprs.append(p)
-    return _fold(exprs, lambda a, b: a | b) if exprs else False
+    if not exprs:
+        return not absorbing
+    return _fold(exprs, (lambda a, b: a | b) if absorbing else (lambda a, b: a & b))
 
 
 def _fold(exprs: list[pc.Expression], op: Callable[[Any, Any], Any]) -> pc.Expression:
