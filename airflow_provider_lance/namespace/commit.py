@@ -81,21 +81,25 @@ def merge_stages(stages: Mapping[str, Stage]) -> dict[str, StagedPartition]:
     return merged
 
 
+@dataclass(frozen=True)
+class TransactionContext:
+    """What transaction code needs of a namespace: its manifest, records and storage."""
+
+    manifest: Manifest
+    store: TransactionStore
+    load_state: Callable[[], NamespaceState]
+    storage_options: Mapping[str, str] | None
+
+
 class Committer:
     """Runs the claim / commit / publish protocol for one transaction."""
 
-    def __init__(
-        self,
-        manifest: Manifest,
-        store: TransactionStore,
-        load_state: Callable[[], NamespaceState],
-        storage_options: Mapping[str, str] | None,
-        options: CommitOptions | None = None,
-    ) -> None:
-        self.manifest = manifest
-        self.store = store
-        self.load_state = load_state
-        self.storage_options = storage_options
+    def __init__(self, ctx: TransactionContext, options: CommitOptions | None = None) -> None:
+        self.ctx = ctx
+        self.manifest = ctx.manifest
+        self.store = ctx.store
+        self.load_state = ctx.load_state
+        self.storage_options = ctx.storage_options
         self.options = options or CommitOptions()
 
     def commit(self, header: TransactionHeader, stages: Mapping[str, Stage]) -> CommitResult:

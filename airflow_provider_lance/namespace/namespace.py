@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from . import transactions
 from .catalog import SCHEMA_KEY, SPEC_COLUMN, NamespaceState, Partition
-from .commit import CommitOptions
+from .commit import CommitOptions, TransactionContext
 from .errors import (
     InvalidArgumentError,
     LanceNamespaceError,
@@ -396,41 +396,37 @@ class PartitionedNamespace:
     def _store(self) -> TransactionStore:
         return TransactionStore(self._root, self.storage_options)
 
-    def _latest_state(self) -> NamespaceState:
-        return self.state()
+    @property
+    def _txn(self) -> TransactionContext:
+        return TransactionContext(self._manifest, self._store, self.state, self.storage_options)
 
     def begin(self, mode: str = "append", txn_id: str | None = None) -> Transaction:
         """Start a transaction (or resume the one with this id: retries reuse it)."""
         self._manifest.ensure_claim_column()
-        header = transactions.begin(self._store, self.state(), mode, txn_id)
-        return Transaction(header, self._store, self._latest_state, self.storage_options)
+        ctx = self._txn
+        return Transaction(transactions.begin(ctx, mode, txn_id), ctx)
 
     def transaction(self, txn_id: str) -> Transaction:
         """An existing transaction, e.g. to stage into it from another process."""
-        header = self._store.load(txn_id)
+        ctx = self._txn
+        header = ctx.store.load(txn_id)
         if header is None:
             raise InvalidArgumentError(f"no transaction {txn_id!r} in {self._root}")
-        return Transaction(header, self._store, self._latest_state, self.storage_options)
+        return Transaction(header, ctx)
 
     def commit(self, txn: Transaction | str, *, claim_timeout: float | None = None) -> CommitResult:
         """Publish a staged transaction atomically; committing it again returns its result."""
         txn_id = txn.txn_id if isinstance(txn, Transaction) else txn
         options = CommitOptions() if claim_timeout is None else CommitOptions(claim_timeout)
-        return transactions.commit(
-            self._manifest, self._store, self._latest_state, self.storage_options, txn_id, options
-        )
+        return transactions.commit(self._txn, txn_id, options)
 
     def abort(self, txn_id: str, reason: str = "aborted by the user") -> None:
         """Undo an unpublished transaction: its leaf versions, claims and staged files."""
-        transactions.abort(
-            self._manifest, self._store, self._latest_state, self.storage_options, txn_id, reason
-        )
+        transactions.abort(self._txn, txn_id, reason)
 
     def recover(self, lease_seconds: float = transactions.DEFAULT_LEASE_SECONDS) -> list[str]:
         """Abort transactions idle for longer than ``lease_seconds``; returns their ids."""
-        return transactions.recover(
-            self._manifest, self._store, self._latest_state, self.storage_options, lease_seconds
-        )
+        return transactions.recover(self._txn, lease_seconds)
 
     def maintain(
         self, *, compact: bool = True, older_than: dt.timedelta | None = None

@@ -15,18 +15,23 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import lance
 
-from .catalog import NamespaceState
-from .commit import CommitOptions, Committer, TransactionAborted, merge_stages
+from .commit import (
+    CommitOptions,
+    Committer,
+    TransactionAborted,
+    TransactionContext,
+    merge_stages,
+)
 from .errors import CommitConflict, InvalidArgumentError, LanceNamespaceError
 from .failpoints import failpoint
 from .leaves import committed_by, discard_fragments
-from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
+from .manifest import CLAIM, OBJECT_ID, READ_VERSION
 from .naming import child_uri
 from .results import CommitResult
 from .staging import Stage, Stager
@@ -70,17 +75,11 @@ class TransactionInfo:
 class Transaction:
     """A staged transaction of one namespace (see the module docstring)."""
 
-    def __init__(
-        self,
-        header: TransactionHeader,
-        store: TransactionStore,
-        load_state: Callable[[], NamespaceState],
-        storage_options: Mapping[str, str] | None,
-    ) -> None:
+    def __init__(self, header: TransactionHeader, ctx: TransactionContext) -> None:
         self.header = header
-        self._store = store
-        self._load_state = load_state
-        self._storage_options = storage_options
+        self._store = ctx.store
+        self._load_state = ctx.load_state
+        self._storage_options = ctx.storage_options
 
     @property
     def txn_id(self) -> str:
@@ -149,12 +148,7 @@ class Transaction:
             )
 
 
-def begin(
-    store: TransactionStore,
-    state: NamespaceState,
-    mode: str,
-    txn_id: str | None,
-) -> TransactionHeader:
+def begin(ctx: TransactionContext, mode: str, txn_id: str | None) -> TransactionHeader:
     """Create a transaction record, or return the live one with that id.
 
     An aborted transaction's id starts a new incarnation: nothing of the old one remains.
@@ -162,6 +156,7 @@ def begin(
     if mode not in MODES:
         raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
     txn_id = check_txn_id(txn_id or uuid.uuid4().hex)
+    store, state = ctx.store, ctx.load_state()
     existing = store.load(txn_id)
     if existing is not None and existing.state != ABORTED:
         if existing.mode != mode:
@@ -176,61 +171,53 @@ def begin(
 
 
 def commit(
-    manifest: Manifest,
-    store: TransactionStore,
-    load_state: Callable[[], NamespaceState],
-    storage_options: Mapping[str, str] | None,
-    txn_id: str,
-    options: CommitOptions | None = None,
+    ctx: TransactionContext, txn_id: str, options: CommitOptions | None = None
 ) -> CommitResult:
-    header = store.load(check_txn_id(txn_id))
+    header = _header(ctx, txn_id)
+    return Committer(ctx, options).commit(header, _stages(ctx, txn_id))
+
+
+def _header(ctx: TransactionContext, txn_id: str) -> TransactionHeader:
+    header = ctx.store.load(check_txn_id(txn_id))
     if header is None:
         raise LanceNamespaceError(f"no transaction {txn_id!r} in this namespace")
-    stages = {k: Stage.from_json(v) for k, v in store.stages(txn_id).items()}
-    committer = Committer(manifest, store, load_state, storage_options, options)
-    return committer.commit(header, stages)
+    return header
 
 
-def abort(
-    manifest: Manifest,
-    store: TransactionStore,
-    load_state: Callable[[], NamespaceState],
-    storage_options: Mapping[str, str] | None,
-    txn_id: str,
-    reason: str = "aborted",
-) -> None:
+def _stages(ctx: TransactionContext, txn_id: str) -> dict[str, Stage]:
+    return {k: Stage.from_json(v) for k, v in ctx.store.stages(txn_id).items()}
+
+
+def _find_publish(ctx: TransactionContext, header: TransactionHeader) -> CommitResult | None:
+    committer = Committer(ctx)
+    return committer.find_publish(header, merge_stages(_stages(ctx, header.txn_id)))
+
+
+def abort(ctx: TransactionContext, txn_id: str, reason: str = "aborted") -> None:
     """Undo an unpublished transaction; an error for a published one."""
-    header = store.load(check_txn_id(txn_id))
-    if header is None:
-        raise LanceNamespaceError(f"no transaction {txn_id!r} in this namespace")
+    header = _header(ctx, txn_id)
     if header.state == PUBLISHED:
         raise InvalidArgumentError(f"transaction {txn_id} is published; it cannot be aborted")
     if header.state == ABORTED:
         return
     if header.state == COMMITTING:
-        committer = Committer(manifest, store, load_state, storage_options)
-        stages = {k: Stage.from_json(v) for k, v in store.stages(txn_id).items()}
-        if committer.find_publish(header, merge_stages(stages)) is not None:
+        if _find_publish(ctx, header) is not None:
             raise InvalidArgumentError(f"transaction {txn_id} was published; it cannot be aborted")
-        _release(manifest, load_state, storage_options, txn_id)
-    state = load_state()
-    for stage in (Stage.from_json(v) for v in store.stages(txn_id).values()):
-        _discard(stage, state.root, storage_options)
+        _release(ctx, txn_id)
+    root = ctx.load_state().root
+    for stage in _stages(ctx, txn_id).values():
+        _discard(stage, root, ctx.storage_options)
     header.state, header.error = ABORTED, reason
-    store.save(header)  # the header stays as a tombstone; the stages go
-    store.delete_stages(txn_id)
+    ctx.store.save(header)  # the header stays as a tombstone; the stages go
+    ctx.store.delete_stages(txn_id)
     log.info("transaction %s aborted: %s", txn_id, reason)
 
 
-def _release(
-    manifest: Manifest,
-    load_state: Callable[[], NamespaceState],
-    storage_options: Mapping[str, str] | None,
-    txn_id: str,
-) -> None:
+def _release(ctx: TransactionContext, txn_id: str) -> None:
     """Roll back the leaf versions of ``txn_id`` and release its claims."""
+    storage_options = ctx.storage_options
     for attempt in range(64):
-        state = load_state()
+        state = ctx.load_state()
         if CLAIM not in state.dataset.schema.names:
             return
         rows = state.dataset.to_table(filter=f"{CLAIM} = '{txn_id}'").to_pylist()
@@ -248,12 +235,12 @@ def _release(
                 lance.dataset(ds.uri, version=published, storage_options=opts).restore()  # type: ignore[no-untyped-call]
             keep.append(dict(r, **{CLAIM: None}))
         try:
-            manifest.compare_and_swap(state.rows_table(keep), state.version)
+            ctx.manifest.compare_and_swap(state.rows_table(keep), state.version)
         except CommitConflict:
             time.sleep(0.05 * (attempt + 1))
             continue
         if drop:
-            manifest.delete_rows(drop)
+            ctx.manifest.delete_rows(drop)
         return
 
 
@@ -271,34 +258,19 @@ def _discard(
         discard_fragments(child_uri(root, part.directory), doomed, storage_options)
 
 
-def recover(
-    manifest: Manifest,
-    store: TransactionStore,
-    load_state: Callable[[], NamespaceState],
-    storage_options: Mapping[str, str] | None,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-) -> list[str]:
+def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> list[str]:
     """Abort every unpublished transaction idle for longer than ``lease_seconds``."""
     now = time.time()
     aborted = []
-    for header in list(store.headers()):
+    for header in list(ctx.store.headers()):
         if header.state not in (STAGED, COMMITTING) or now - header.updated_at <= lease_seconds:
             continue
         if header.state == COMMITTING:
-            committer = Committer(manifest, store, load_state, storage_options)
-            stages = {k: Stage.from_json(v) for k, v in store.stages(header.txn_id).items()}
-            found = committer.find_publish(header, merge_stages(stages))
+            found = _find_publish(ctx, header)
             if found is not None:  # it died after publishing: only the record lagged
-                committer.record(header, found)
+                Committer(ctx).record(header, found)
                 continue
-        abort(
-            manifest,
-            store,
-            load_state,
-            storage_options,
-            header.txn_id,
-            reason=f"abandoned (idle {now - header.updated_at:.0f}s > lease)",
-        )
+        abort(ctx, header.txn_id, reason=f"abandoned (idle {now - header.updated_at:.0f}s > lease)")
         aborted.append(header.txn_id)
     return aborted
 
