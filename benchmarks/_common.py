@@ -25,6 +25,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+# pylance reads its log level when it is imported; its WARN lines (e.g. "No existing dataset
+# ..., it will be created" for every new leaf table) would interleave with the tables.
+# LANCE_LOG=warn (or info) in the environment brings them back.
+os.environ.setdefault("LANCE_LOG", "error")
+import lance
+
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 DATA_DIR = BENCH_DIR / ".data"
@@ -115,8 +121,6 @@ def environment() -> dict[str, Any]:
     was imported (the checkout may change while a long benchmark runs).
     """
     import datafusion
-    import lance
-    import pyarrow
 
     return {
         "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -124,7 +128,7 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "pylance": lance.__version__,
-        "pyarrow": pyarrow.__version__,
+        "pyarrow": pa.__version__,
         "datafusion": datafusion.__version__,
         "library_revision": library_revision(),
         "argv": sys.argv[1:],

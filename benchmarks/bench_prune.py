@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import lance
 import pyarrow as pa
 from _common import (
     DATA_DIR,
@@ -47,6 +46,7 @@ from _common import (
     environment,
     fmt_ms,
     fmt_pct,
+    lance,
     library_revision,
     measure,
     measure_split,

@@ -205,8 +205,13 @@ class NamespaceState:
             )
         return out
 
+    @cached_property
+    def _all_partitions(self) -> tuple[Partition, ...]:
+        return tuple(self.partitions_from_rows(self.tables))
+
     def partitions(self) -> list[Partition]:
-        return self.partitions_from_rows(self.tables)
+        """Every published partition of this version (built once: the state is immutable)."""
+        return list(self._all_partitions)
 
     def full_rows(self, object_ids: Sequence[str]) -> pa.Table:
         """Every manifest column of the rows with these ids (to rewrite them in a commit)."""
@@ -223,13 +228,17 @@ class NamespaceState:
         ids = self.dataset.to_table(columns=[OBJECT_ID]).column(OBJECT_ID).to_pylist()
         return frozenset(ids)
 
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        return {oid: i for i, oid in enumerate(self.tables.column(OBJECT_ID).to_pylist())}
+
     def find(self, object_ids: Sequence[str]) -> dict[str, Partition]:
         """The existing partitions among ``object_ids`` (leaf table ids), by id."""
-        if not object_ids:
+        positions = [self._positions[i] for i in object_ids if i in self._positions]
+        if not positions:
             return {}
-        tables = self.tables
-        mask = pc.is_in(tables.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8()))
-        return {p.object_id: p for p in self.partitions_from_rows(tables.filter(mask))}
+        rows = self.tables.take(pa.array(sorted(set(positions)), pa.int64()))
+        return {p.object_id: p for p in self.partitions_from_rows(rows)}
 
     # -- creating partitions -------------------------------------------------------------
     def leaf_id(self, values: Sequence[Any], spec_version: int | None = None) -> str:

@@ -216,8 +216,18 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+_CONSTANTS: list[SessionContext] = []
+
+
 def evaluate_scalar(expr: Any, session: SessionContext | None = None) -> pa.Scalar:
     """Evaluate a constant ``RawExpr`` (no column references) to a pyarrow scalar."""
-    ctx = session or new_session()
-    frame = ctx.from_arrow(pa.table({"__one": [1]}))
+    if session is None:
+        if not _CONSTANTS:
+            _CONSTANTS.append(new_session())
+        session = _CONSTANTS[0]
+    if expr.variant_name() == "Literal":
+        value = expr.python_value()
+        if isinstance(value, pa.Scalar):
+            return value
+    frame = session.from_arrow(pa.table({"__one": [1]}))
     return frame.select(Expr(expr).alias("__v")).to_arrow_table().column("__v")[0]

@@ -22,7 +22,7 @@ from .manifest import CLAIM, OBJECT_ID, Manifest
 log = logging.getLogger(__name__)
 
 #: Compact ``__manifest`` after a publish once it has this many fragments.
-AUTO_COMPACT_FRAGMENTS = 32
+AUTO_COMPACT_FRAGMENTS = 16
 
 
 @dataclass

@@ -60,8 +60,9 @@ class Or:
 Pred = Union[Leaf, And, Or, bool]  # noqa: UP007 - a runtime alias, not an annotation
 
 
+@lru_cache(maxsize=512)
 def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
-    """Bind ``sql`` to the namespace columns and translate it for pruning."""
+    """Bind ``sql`` to the namespace columns and translate it for pruning (cached)."""
     try:
         bound = bind(sql, schema.active, "filter")
     except ExpressionError as exc:
