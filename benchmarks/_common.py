@@ -135,6 +135,17 @@ def environment() -> dict[str, Any]:
     }
 
 
+def print_environment() -> dict[str, Any]:
+    """Print (and return) which library revision and versions are being measured."""
+    env = environment()
+    print(
+        f"library {env['library_revision']}, pylance {env['pylance']}, "
+        f"pyarrow {env['pyarrow']}, {env['cpus']} CPUs",
+        flush=True,
+    )
+    return env
+
+
 def cpu_jiffies() -> tuple[int, int]:
     """(all, steal) CPU jiffies from /proc/stat; (0, 0) where it does not exist."""
     try:

@@ -47,7 +47,7 @@ from _common import (
     DATA_DIR,
     RESULTS_DIR,
     Key,
-    environment,
+    print_environment,
     print_table,
     profile_call,
     write_results,
@@ -452,12 +452,7 @@ def main() -> None:
         "--keep", action="store_true", help="keep the namespaces written (until the next run)"
     )
     args = parser.parse_args()
-    env = environment()
-    print(
-        f"library {env['library_revision']}, pylance {env['pylance']}, "
-        f"pyarrow {env['pyarrow']}, {env['cpus']} CPUs",
-        flush=True,
-    )
+    print_environment()
     key = Key(args.key)
     sizes = sorted(set(args.sizes))
     cleanup()  # leftovers of an earlier --keep run

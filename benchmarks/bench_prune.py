@@ -43,13 +43,13 @@ from _common import (
     Key,
     cpu_jiffies,
     dir_size,
-    environment,
     fmt_ms,
     fmt_pct,
     lance,
     library_revision,
     measure,
     measure_split,
+    print_environment,
     print_table,
     profile_call,
     steal_pct,
@@ -402,12 +402,7 @@ def main() -> None:
     parser.add_argument("--profile-reps", type=int, default=50)
     parser.add_argument("--top", type=int, default=25, help="profile lines to print")
     args = parser.parse_args()
-    env = environment()
-    print(
-        f"library {env['library_revision']}, pylance {env['pylance']}, "
-        f"pyarrow {env['pyarrow']}, {env['cpus']} CPUs",
-        flush=True,
-    )
+    print_environment()
     key = Key(args.key)
     sizes = sorted(set(args.sizes))
 
