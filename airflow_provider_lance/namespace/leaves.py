@@ -31,21 +31,6 @@ def _opts(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
     return dict(storage_options) if storage_options else None
 
 
-def create_leaf(uri: str, schema: pa.Schema, storage_options: Mapping[str, str] | None) -> int:
-    """Create an empty leaf table (version 1) with the namespace's leaf schema."""
-    empty = pa.Table.from_batches([], schema=schema)
-    ds = lance.write_dataset(empty, uri, mode="create", storage_options=_opts(storage_options))
-    return int(ds.version)
-
-
-def drop_leaf(uri: str, storage_options: Mapping[str, str] | None) -> None:
-    """Delete a leaf table that never became visible (best effort; logs what it leaves)."""
-    try:
-        lance.LanceDataset.drop(uri, storage_options=_opts(storage_options), ignore_not_found=True)
-    except (ValueError, OSError) as exc:
-        log.warning("could not remove unpublished partition table %s: %s", uri, exc)
-
-
 def stage_fragments(
     uri: str,
     data: pa.Table,

@@ -146,14 +146,6 @@ class Manifest:
             ds.add_columns(pa.schema([f.with_nullable(True) for f in missing]))
 
     # -- rows ---------------------------------------------------------------------------
-    def read(
-        self,
-        ds: lance.LanceDataset,
-        filter: str | None = None,
-        columns: list[str] | None = None,
-    ) -> pa.Table:
-        return ds.to_table(filter=filter, columns=columns)
-
     def conform(self, rows: pa.Table, ds: lance.LanceDataset) -> pa.Table:
         """Reorder/fill ``rows`` into the table's current schema (missing columns NULL)."""
         schema = ds.schema

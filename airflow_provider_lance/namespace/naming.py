@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
-from typing import Any
 from urllib.parse import urlparse
 
 from .errors import LanceNamespaceError
@@ -31,13 +29,6 @@ def spec_namespace_id(version: int) -> str:
     return f"v{version}"
 
 
-def spec_version_of(object_id: str) -> int:
-    head = object_id.split(SEPARATOR, 1)[0]
-    if not (head.startswith("v") and head[1:].isdigit()):
-        raise LanceNamespaceError(f"object id {object_id!r} is not under a spec version")
-    return int(head[1:])
-
-
 def partition_name(parent_id: str, field_id: int, value_text: str | None) -> str:
     """The 16-char base36 name of the child of ``parent_id`` holding one partition value."""
     key = json.dumps([parent_id, field_id, value_text], separators=(",", ":"))
@@ -49,16 +40,8 @@ def partition_name(parent_id: str, field_id: int, value_text: str | None) -> str
     return "".join(chars)
 
 
-def is_partition_name(name: str) -> bool:
-    return len(name) == NAME_LENGTH and all(c in _BASE36 for c in name)
-
-
 def join_id(*parts: str) -> str:
     return SEPARATOR.join(parts)
-
-
-def split_id(object_id: str) -> list[str]:
-    return object_id.split(SEPARATOR)
 
 
 def leaf_directory(object_id: str) -> str:
@@ -99,7 +82,3 @@ def child_uri(root: str, relative: str) -> str:
             f"table location {relative!r} does not resolve inside the namespace root {root!r}"
         )
     return f"{root}/{relative}"
-
-
-def values_key(values: Sequence[Any]) -> str:
-    return json.dumps(list(values), separators=(",", ":"), default=str)
