@@ -118,9 +118,9 @@ class Committer:
             self.store.save(header)
         failpoint("commit.before_claim")
         self._check_current(header)
-        state = self._claim(header, parts)
+        state, claimed = self._claim(header, parts)
         failpoint("commit.after_claim")
-        versions = self._commit_leaves(header, parts, state)
+        versions = self._commit_leaves(header, parts, state, claimed)
         failpoint("commit.before_publish")
         self._check_current(header)
         result = self._publish(header, parts, versions)
@@ -150,7 +150,8 @@ class Committer:
     # -- 1. claim ----------------------------------------------------------------------
     def _claim(
         self, header: TransactionHeader, parts: dict[str, StagedPartition]
-    ) -> NamespaceState:
+    ) -> tuple[NamespaceState, dict[str, dict[str, Any]]]:
+        """Claim every partition; returns the state and the claimed leaf rows by id."""
         txn, overwrite = header.txn_id, header.mode == "overwrite"
         deadline = time.monotonic() + self.options.claim_timeout
         for attempt in range(self.options.attempts):
@@ -193,14 +194,17 @@ class Committer:
                     )
                 _backoff(attempt)
                 continue
+            claimed = {oid: dict(row, **{CLAIM: txn}) for oid, row in current.items()}
+            claimed.update({r[OBJECT_ID]: r for r in rows if r[OBJECT_ID] in parts})
             if not rows:
-                return state
+                return state, claimed
             try:
                 self.manifest.compare_and_swap(state.rows_table(rows), state.version)
             except CommitConflict:
                 _backoff(attempt)
                 continue
-            return self.load_state()
+            # Nobody else changes rows we hold claims on, so they are as we just wrote them.
+            return self.load_state(), claimed
         raise CommitConflict(f"could not claim the partitions of {txn}", list(parts))
 
     # -- a retry whose publish already happened -----------------------------------------
@@ -251,10 +255,13 @@ class Committer:
 
     # -- 2. leaves ---------------------------------------------------------------------------
     def _commit_leaves(
-        self, header: TransactionHeader, parts: dict[str, StagedPartition], state: NamespaceState
+        self,
+        header: TransactionHeader,
+        parts: dict[str, StagedPartition],
+        state: NamespaceState,
+        rows: dict[str, dict[str, Any]],
     ) -> dict[str, int]:
         """One Lance commit per leaf, run in parallel (they touch different tables)."""
-        rows = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
         lost = [oid for oid in parts if (rows.get(oid) or {}).get(CLAIM) != header.txn_id]
         if lost:
             raise CommitConflict(
