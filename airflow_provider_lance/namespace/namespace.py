@@ -52,6 +52,7 @@ class PartitionedNamespace:
         self._root = root
         self._manifest = manifest
         self._state = state
+        self._store = TransactionStore(root, manifest.storage_options)
 
     # -- lifecycle ---------------------------------------------------------------------
     @classmethod
@@ -391,10 +392,6 @@ class PartitionedNamespace:
                 self._store.delete(txn_id)
         except LanceNamespaceError as exc:  # e.g. it was published after all
             log.warning("could not abort transaction %s: %s", txn_id, exc)
-
-    @property
-    def _store(self) -> TransactionStore:
-        return TransactionStore(self._root, self.storage_options)
 
     @property
     def _txn(self) -> TransactionContext:
