@@ -18,6 +18,7 @@ import pytest
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.namespace.failpoints import ENV
 
+from .conftest import tree
 from .workers import TAGGED, tagged_rows
 
 FAILPOINTS = [
@@ -96,3 +97,53 @@ def test_kill_then_recover_leaves_before_or_after(
     expected = (AFTER if published else SEED) + [500, 501, 502]
     assert ids(seeded) == sorted(expected)
     assert all(t.state in ("aborted", "published") for t in seeded.transactions())
+
+
+def run_combine(root: Path, failpoint: str | None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop(ENV, None)
+    if failpoint:
+        env[ENV] = f"{failpoint}=kill"
+    return subprocess.run(
+        [sys.executable, "-m", "tests.workers", "combine", str(root), "P", "M0", "M1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "failpoint", ["combine.done", "commit.after_claim", "commit.after_publish"]
+)
+def test_kill_while_committing_several_then_retry_or_recover(
+    seeded: PartitionedNamespace, root: Path, failpoint: str
+) -> None:
+    seeded.begin("append", "M0").stage(tagged_rows("m0", [2, 3], 1, first_id=100))
+    seeded.begin("append", "M1").stage(tagged_rows("m1", [4], 1, first_id=200))
+    after = sorted([*SEED, 100, 101, 200])
+    assert run_combine(root, failpoint).returncode == -signal.SIGKILL
+    assert ids(seeded) in (SEED, after)
+    retried = run_combine(root, None)
+    assert retried.returncode == 0, retried.stderr
+    assert ids(seeded) == after
+    assert run_combine(root, None).stdout == retried.stdout
+
+
+@pytest.mark.slow
+def test_recovery_of_a_dead_combined_commit_removes_every_source(
+    seeded: PartitionedNamespace, root: Path
+) -> None:
+    data_before = [f for f in tree(root) if not f.startswith("_transactions/")]
+    seeded.begin("append", "M0").stage(tagged_rows("m0", [2, 3], 1, first_id=100))
+    seeded.begin("append", "M1").stage(tagged_rows("m1", [4], 1, first_id=200))
+    assert run_combine(root, "combine.done").returncode == -signal.SIGKILL
+    assert seeded.recover(lease_seconds=0) == ["P"]
+    assert ids(seeded) == SEED
+    assert {t.txn_id: t.state for t in seeded.transactions()} == dict.fromkeys(
+        ["M0", "M1", "P"], "aborted"
+    )
+    data_after = [f for f in tree(root) if not f.startswith("_transactions/")]
+    assert [f for f in data_after if "/data/" in f] == [f for f in data_before if "/data/" in f]

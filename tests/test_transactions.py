@@ -218,3 +218,90 @@ def test_schema_mismatch_in_stage_table_is_rejected(ns: PartitionedNamespace) ->
     with pytest.raises(Exception, match="not in the namespace schema"):
         txn.stage(pa.table({"nope": [1]}))
     assert txn.stages() == {}
+
+
+def staged(ns: PartitionedNamespace, txn_id: str, table: pa.Table, mode: str = "append") -> None:
+    ns.begin(mode, txn_id).stage(table, stage_id="s")
+
+
+def test_several_transactions_commit_as_one(ns: PartitionedNamespace) -> None:
+    ns.write(tagged_rows("seed", [0], 1, first_id=0))
+    staged(ns, "map.0", tagged_rows("m0", [0, 1], 2, first_id=10))
+    staged(ns, "map.1", tagged_rows("m1", [1, 2], 2, first_id=20))
+    before = ns.version
+    result = ns.commit(["map.0", "map.1"], txn_id="publish")
+    assert ns.version == before + 2  # claim + one publish for both
+    assert result.txn_id == "publish"
+    assert result.rows == 8
+    assert sorted(p.values["part"] for p in result.partitions) == [0, 1, 2]
+    assert ids(ns) == [0, 10, 11, 12, 13, 20, 21, 22, 23]
+    states = {t.txn_id: t.state for t in ns.transactions()}
+    assert states == {"map.0": "merged", "map.1": "merged", "publish": "published"}
+    # retries, by the combined id, by the same list, or by a source: the same result
+    assert ns.commit("publish").to_dict() == result.to_dict()
+    assert ns.commit(["map.1", "map.0"], txn_id="publish").to_dict() == result.to_dict()
+    assert ns.commit("map.0").to_dict() == result.to_dict()
+    assert ids(ns) == [0, 10, 11, 12, 13, 20, 21, 22, 23]
+
+
+def test_combined_overwrite_replaces_each_partition_with_all_its_staged_rows(
+    ns: PartitionedNamespace,
+) -> None:
+    ns.write(tagged_rows("old", [0, 1], 3, first_id=0))
+    staged(ns, "ow.0", tagged_rows("n0", [0], 1, first_id=100), mode="overwrite")
+    staged(ns, "ow.1", tagged_rows("n1", [0], 1, first_id=200), mode="overwrite")
+    result = ns.commit(["ow.0", "ow.1"])  # the default combined id is derived from theirs
+    assert result.txn_id.startswith("combined-")
+    assert ns.commit(["ow.1", "ow.0"]).to_dict() == result.to_dict()
+    assert ids(ns) == [3, 4, 5, 100, 200]
+
+
+def test_combining_refuses_bad_sets_and_publishes_nothing(ns: PartitionedNamespace) -> None:
+    staged(ns, "a", tagged_rows("a", [0], 1, first_id=0))
+    staged(ns, "o", tagged_rows("o", [1], 1, first_id=10), mode="overwrite")
+    with pytest.raises(InvalidArgumentError, match="mix modes"):
+        ns.commit(["a", "o"], txn_id="p")
+    with pytest.raises(InvalidArgumentError, match="no transaction 'missing'"):
+        ns.commit(["a", "missing"], txn_id="p2")
+    ns.commit("o")
+    with pytest.raises(InvalidArgumentError, match="o is published"):
+        ns.commit(["a", "o"], txn_id="p3")
+    assert ids(ns) == [10]
+    staged(ns, "b", tagged_rows("b", [2], 1, first_id=20))
+    ns.commit(["a", "b"], txn_id="ab")
+    with pytest.raises(InvalidArgumentError, match="combines"):
+        ns.commit(["a"], txn_id="ab")
+    with pytest.raises(InvalidArgumentError, match="merged into ab"):
+        ns.transaction("a").stage(tagged_rows("a", [0], 1, first_id=0))
+    assert ids(ns) == [0, 10, 20]
+
+
+def test_aborting_a_combined_transaction_aborts_its_sources(
+    ns: PartitionedNamespace, root: Path
+) -> None:
+    before = [f for f in tree(root) if not f.startswith("_transactions/")]
+    staged(ns, "x.0", tagged_rows("x", [0], 2, first_id=0))
+    staged(ns, "x.1", tagged_rows("x", [1], 2, first_id=10))
+    from airflow_provider_lance.namespace import transactions
+
+    transactions.combine(ns._txn, ["x.0", "x.1"], "xx")
+    with pytest.raises(InvalidArgumentError, match="merged into xx; abort that one"):
+        ns.abort("x.0")
+    ns.abort("xx")
+    assert {t.txn_id: t.state for t in ns.transactions()} == dict.fromkeys(
+        ["x.0", "x.1", "xx"], "aborted"
+    )
+    assert [f for f in tree(root) if not f.startswith("_transactions/")] == before
+
+
+def test_discarding_stages_deletes_their_files(ns: PartitionedNamespace, root: Path) -> None:
+    before = [f for f in tree(root) if not f.startswith("_transactions/")]
+    txn = ns.begin("append", "d")
+    txn.stage(tagged_rows("a", [0], 2, first_id=0), stage_id="attempt-0")
+    txn.stage(tagged_rows("b", [1], 2, first_id=10), stage_id="attempt-1")
+    assert txn.discard(["attempt-0"]) == ["attempt-0"]
+    assert list(txn.stages()) == ["attempt-1"]
+    assert txn.info().rows == 2
+    assert txn.discard() == ["attempt-1"]
+    assert [f for f in tree(root) if not f.startswith("_transactions/")] == before
+    assert ns.commit("d").rows == 0

@@ -100,5 +100,14 @@ def crash_run(root: str, txn_id: str, mode: str, rows_json: str) -> None:
     print(json.dumps(result.to_dict()))
 
 
+def combine_run(root: str, txn_id: str, *sources: str) -> None:
+    """Commit several staged transactions as one; used with LANCE_PNS_FAILPOINTS."""
+    result = PartitionedNamespace.open(root).commit(list(sources), txn_id=txn_id)
+    print(json.dumps(result.to_dict()))
+
+
 if __name__ == "__main__":
-    crash_run(*sys.argv[1:5])
+    if sys.argv[1] == "combine":
+        combine_run(*sys.argv[2:])
+    else:
+        crash_run(*sys.argv[1:5])

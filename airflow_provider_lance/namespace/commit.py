@@ -108,6 +108,9 @@ class Committer:
         if header.state == ABORTED:
             raise TransactionAborted(f"transaction {header.txn_id} was aborted: {header.error}")
         parts = merge_stages(stages)
+        if not parts:  # nothing staged (e.g. an empty input): nothing to publish
+            nothing = CommitResult(self.load_state().version, header.mode, [], txn_id=header.txn_id)
+            return self.record(header, nothing)
         retry = header.state == COMMITTING
         if retry:
             found = self.find_publish(header, parts)

@@ -411,11 +411,29 @@ class PartitionedNamespace:
             raise InvalidArgumentError(f"no transaction {txn_id!r} in {self._root}")
         return Transaction(header, ctx)
 
-    def commit(self, txn: Transaction | str, *, claim_timeout: float | None = None) -> CommitResult:
-        """Publish a staged transaction atomically; committing it again returns its result."""
-        txn_id = txn.txn_id if isinstance(txn, Transaction) else txn
+    def commit(
+        self,
+        txn: Transaction | str | Sequence[Transaction | str],
+        *,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+    ) -> CommitResult:
+        """Publish staged transactions atomically; committing again returns the same result.
+
+        Several transactions (e.g. one per mapped Spark write) are published together, in
+        one ``__manifest`` commit, as a combined transaction ``txn_id`` (by default an id
+        derived from theirs, so a retried commit finds it).
+        """
+        ids = [
+            t.txn_id if isinstance(t, Transaction) else t
+            for t in ([txn] if isinstance(txn, (str, Transaction)) else txn)
+        ]
         options = CommitOptions() if claim_timeout is None else CommitOptions(claim_timeout)
-        return transactions.commit(self._txn, txn_id, options)
+        ctx = self._txn
+        if len(ids) == 1 and txn_id is None:
+            return transactions.commit(ctx, ids[0], options)
+        combined = transactions.combine(ctx, ids, txn_id or transactions.combined_id(ids))
+        return transactions.commit(ctx, combined.txn_id, options)
 
     def abort(self, txn_id: str, reason: str = "aborted by the user") -> None:
         """Undo an unpublished transaction: its leaf versions, claims and staged files."""

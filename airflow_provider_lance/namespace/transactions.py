@@ -3,6 +3,7 @@
     txn = ns.begin("append", txn_id="dag.run.task.0")   # idempotent: a retry reuses it
     stage = txn.stage(table)                           # in any process; returns a small Stage
     result = ns.commit(txn.txn_id)                     # one atomic publish; idempotent
+    result = ns.commit(["load.0", "load.1"], txn_id="publish")  # several, atomically
 
 A transaction is durable from ``begin``: its header and stages are JSON records under
 ``<root>/_transactions/<txn_id>/``. :func:`abort` undoes an unpublished transaction (rolls
@@ -12,10 +13,11 @@ back leaf versions it committed, releases its claims, deletes its staged files);
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,7 @@ from .commit import (
     TransactionContext,
     merge_stages,
 )
-from .errors import CommitConflict, InvalidArgumentError, LanceNamespaceError
+from .errors import CommitConflict, InvalidArgumentError
 from .failpoints import failpoint
 from .leaves import committed_by, discard_fragments
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION
@@ -38,6 +40,7 @@ from .staging import Stage, Stager
 from .txnstore import (
     ABORTED,
     COMMITTING,
+    MERGED,
     PUBLISHED,
     STAGED,
     TransactionHeader,
@@ -130,17 +133,43 @@ class Transaction:
                 Stage.from_json(previous),
                 self._load_state().root,
                 self._storage_options,
-                keep=stage,
+                keep=_fragments([stage]),
             )
         failpoint("stage.recorded")
 
     def stages(self) -> dict[str, Stage]:
         return {k: Stage.from_json(v) for k, v in self._store.stages(self.txn_id).items()}
 
+    def discard(self, stage_ids: Iterable[str] | None = None) -> list[str]:
+        """Remove stages (all by default) and delete their data files; returns their ids.
+
+        For stages that must never be committed: those of failed or speculative task
+        attempts, or everything an earlier run of a retried job staged.
+        """
+        self._check_open()
+        wanted = None if stage_ids is None else set(stage_ids)
+        root = self._load_state().root
+        removed = []
+        for stage_id, raw in self._store.stages(self.txn_id).items():
+            if wanted is None or stage_id in wanted:
+                _discard(Stage.from_json(raw), root, self._storage_options)
+                self._store.delete_stage(self.txn_id, stage_id)
+                removed.append(stage_id)
+        return removed
+
+    def info(self) -> TransactionInfo:
+        """Its state, stages, rows and partitions as recorded now."""
+        return info(self._store, self._store.load(self.txn_id) or self.header)
+
     def _check_open(self) -> None:
         current = self._store.load(self.txn_id) or self.header
         if current.state == ABORTED or current.nonce != self.header.nonce:
             raise TransactionAborted(f"transaction {self.txn_id} was aborted")
+        if current.state == MERGED:
+            raise InvalidArgumentError(
+                f"transaction {self.txn_id} was merged into {current.merged_into}; it takes no "
+                "more stages"
+            )
         if current.state != STAGED:
             raise InvalidArgumentError(
                 f"transaction {self.txn_id} is {current.state}; it takes no more stages "
@@ -174,13 +203,96 @@ def commit(
     ctx: TransactionContext, txn_id: str, options: CommitOptions | None = None
 ) -> CommitResult:
     header = _header(ctx, txn_id)
-    return Committer(ctx, options).commit(header, _stages(ctx, txn_id))
+    if header.state == MERGED and header.merged_into:  # committed as part of another one
+        return commit(ctx, header.merged_into, options)
+    return Committer(ctx, options).commit(header, _stages(ctx, header.txn_id))
+
+
+def combined_id(txn_ids: Sequence[str]) -> str:
+    """The default id of the transaction combining ``txn_ids``: the same for a retry."""
+    digest = hashlib.blake2b("\n".join(sorted(set(txn_ids))).encode(), digest_size=10)
+    return f"combined-{digest.hexdigest()}"
+
+
+def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> TransactionHeader:
+    """Hand the stages of several staged transactions to one that commits them together.
+
+    The steps are ordered so that a crash anywhere is safe and a retry completes them: the
+    combined header names its sources first; each source is then marked merged (stagers,
+    ``recover`` and ``abort`` leave it alone from then on) and its stage records are copied
+    (the data files are shared, not copied). Once the combined transaction is committing or
+    published, a retry only looks it up.
+    """
+    store = ctx.store
+    ids = list(dict.fromkeys(check_txn_id(t) for t in txn_ids))
+    check_txn_id(txn_id)
+    if not ids:
+        raise InvalidArgumentError("commit() needs at least one transaction")
+    if txn_id in ids:
+        raise InvalidArgumentError(f"the combined transaction id {txn_id!r} is also a source")
+    existing = store.load(txn_id)
+    if existing is not None and existing.state != ABORTED:
+        if sorted(existing.sources) != sorted(ids):
+            raise InvalidArgumentError(
+                f"transaction {txn_id} exists and combines {existing.sources or 'nothing'}, "
+                f"not {ids}"
+            )
+        if existing.state != STAGED:
+            return existing
+    sources = [_header(ctx, t) for t in ids]
+    for src in sources:
+        if src.state == MERGED and src.merged_into == txn_id:
+            continue
+        if src.state != STAGED:
+            into = f" into {src.merged_into}" if src.state == MERGED else ""
+            raise InvalidArgumentError(
+                f"transaction {src.txn_id} is {src.state}{into}; only staged transactions "
+                "can be committed together"
+            )
+    modes = sorted({s.mode for s in sources})
+    if len(modes) > 1:
+        raise InvalidArgumentError(
+            f"transactions {ids} mix modes {modes}; commit appends and overwrites separately"
+        )
+    specs = sorted({s.spec_version for s in sources})
+    if len(specs) > 1:
+        raise CommitConflict(
+            f"transactions {ids} were staged under different partition specs {specs}"
+        )
+    header = existing if existing is not None and existing.state == STAGED else None
+    if header is None:
+        header = TransactionHeader(
+            txn_id,
+            modes[0],
+            STAGED,
+            min(s.base_version for s in sources),
+            specs[0],
+            sources=ids,
+        )
+        store.delete_stages(txn_id)  # leftovers of an aborted incarnation
+        store.save(header)
+    for src in sources:
+        if src.state != MERGED:
+            src.state, src.merged_into = MERGED, txn_id
+            store.save(src)
+        for stage_id, stage in store.stages(src.txn_id).items():
+            copy_id = _merged_stage_id(src.txn_id, stage_id)
+            store.save_stage(txn_id, copy_id, dict(stage, txn_id=txn_id, stage_id=copy_id))
+    failpoint("combine.done")
+    return header
+
+
+def _merged_stage_id(source: str, stage_id: str) -> str:
+    name = f"{source}.{stage_id}"
+    if len(name) <= 200:
+        return name
+    return "m-" + hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
 
 
 def _header(ctx: TransactionContext, txn_id: str) -> TransactionHeader:
     header = ctx.store.load(check_txn_id(txn_id))
     if header is None:
-        raise LanceNamespaceError(f"no transaction {txn_id!r} in this namespace")
+        raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
     return header
 
 
@@ -200,17 +312,35 @@ def abort(ctx: TransactionContext, txn_id: str, reason: str = "aborted") -> None
         raise InvalidArgumentError(f"transaction {txn_id} is published; it cannot be aborted")
     if header.state == ABORTED:
         return
+    if header.state == MERGED:
+        raise InvalidArgumentError(
+            f"transaction {txn_id} was merged into {header.merged_into}; abort that one"
+        )
     if header.state == COMMITTING:
         if _find_publish(ctx, header) is not None:
             raise InvalidArgumentError(f"transaction {txn_id} was published; it cannot be aborted")
         _release(ctx, txn_id)
     root = ctx.load_state().root
-    for stage in _stages(ctx, txn_id).values():
+    stages = _stages(ctx, txn_id)
+    for stage in stages.values():
         _discard(stage, root, ctx.storage_options)
-    header.state, header.error = ABORTED, reason
-    ctx.store.save(header)  # the header stays as a tombstone; the stages go
-    ctx.store.delete_stages(txn_id)
+    discarded = _fragments(stages.values())
+    for source in header.sources:  # stages not yet copied in are discarded with their source
+        src = ctx.store.load(source)
+        if src is None or src.state != MERGED or src.merged_into != txn_id:
+            continue
+        for stage in _stages(ctx, source).values():
+            _discard(stage, root, ctx.storage_options, keep=discarded)
+        _tombstone(ctx, src, f"{reason} (merged into {txn_id})")
+    _tombstone(ctx, header, reason)
     log.info("transaction %s aborted: %s", txn_id, reason)
+
+
+def _tombstone(ctx: TransactionContext, header: TransactionHeader, reason: str) -> None:
+    """Mark a transaction aborted; the header stays as a tombstone, the stages go."""
+    header.state, header.error = ABORTED, reason
+    ctx.store.save(header)
+    ctx.store.delete_stages(header.txn_id)
 
 
 def _release(ctx: TransactionContext, txn_id: str) -> None:
@@ -244,16 +374,22 @@ def _release(ctx: TransactionContext, txn_id: str) -> None:
         return
 
 
+def _fragments(stages: Iterable[Stage]) -> set[str]:
+    return {f for s in stages for p in s.partitions.values() for f in p.fragments}
+
+
 def _discard(
-    stage: Stage, root: str, storage_options: Mapping[str, str] | None, keep: Stage | None = None
+    stage: Stage,
+    root: str,
+    storage_options: Mapping[str, str] | None,
+    keep: set[str] | frozenset[str] = frozenset(),
 ) -> None:
-    """Delete a stage's data files (except those ``keep`` also lists)."""
-    kept = {f for p in keep.partitions.values() for f in p.fragments} if keep else set()
+    """Delete a stage's data files (except the fragments in ``keep``)."""
     for part in stage.partitions.values():
         doomed = [
             meta
             for text, meta in zip(part.fragments, part.fragment_metadata(), strict=True)
-            if text not in kept
+            if text not in keep
         ]
         discard_fragments(child_uri(root, part.directory), doomed, storage_options)
 

@@ -31,7 +31,9 @@ STAGED = "staged"
 COMMITTING = "committing"
 PUBLISHED = "published"
 ABORTED = "aborted"
-STATES = (STAGED, COMMITTING, PUBLISHED, ABORTED)
+#: Its stages were handed to another transaction (``merged_into``) that commits them.
+MERGED = "merged"
+STATES = (STAGED, COMMITTING, PUBLISHED, ABORTED, MERGED)
 
 
 def check_txn_id(txn_id: str) -> str:
@@ -59,6 +61,10 @@ class TransactionHeader:
     #: Identifies one incarnation: an aborted id may be begun again, and a stale committer
     #: of the old incarnation must then not go on.
     nonce: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: For a merged transaction: the transaction that commits its stages.
+    merged_into: str | None = None
+    #: For a combined transaction: the transactions whose stages it commits.
+    sources: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TransactionHeader:
@@ -120,8 +126,14 @@ class TransactionStore:
                     yield header
 
     # -- stages ------------------------------------------------------------------------
+    def _stage_path(self, txn_id: str, stage_id: str) -> str:
+        return f"{TXN_DIR}/{check_txn_id(txn_id)}/stage-{check_txn_id(stage_id)}.json"
+
     def save_stage(self, txn_id: str, stage_id: str, stage: Mapping[str, Any]) -> None:
-        self._put(f"{TXN_DIR}/{check_txn_id(txn_id)}/stage-{check_txn_id(stage_id)}.json", stage)
+        self._put(self._stage_path(txn_id, stage_id), stage)
+
+    def delete_stage(self, txn_id: str, stage_id: str) -> None:
+        self._session.delete_file(self._stage_path(txn_id, stage_id))
 
     def stages(self, txn_id: str) -> dict[str, Any]:
         prefix = f"{TXN_DIR}/{check_txn_id(txn_id)}/stage-"
