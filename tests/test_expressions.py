@@ -10,6 +10,7 @@ import pytest
 import xxhash
 
 from airflow_provider_lance.namespace import ExpressionError, PartitionField, PartitionSpecError
+from airflow_provider_lance.namespace.expressions import bind
 from airflow_provider_lance.namespace.schema import NamespaceSchema
 from airflow_provider_lance.namespace.spec import evaluator, resolve_spec
 
@@ -189,3 +190,17 @@ def test_bad_fields_are_rejected(field: PartitionField, message: str) -> None:
 def test_duplicate_names_in_one_spec() -> None:
     with pytest.raises(PartitionSpecError, match="used twice"):
         resolve(PartitionField("a", "id"), PartitionField("a", "d"))
+
+
+def test_evaluating_keeps_no_data_alive_in_the_session() -> None:
+    """DataFusion's from_arrow registers its input; left registered, every batch leaked."""
+    schema = pa.schema([pa.field("col", pa.int64())])
+    value, predicate = bind("col + 1", schema, "test"), bind("col >= 0", schema, "test")
+    def registered() -> list[set[str]]:
+        return [b._session.catalog().schema().names() for b in (value, predicate)]
+
+    before = registered()
+    for i in range(3):
+        assert value.evaluate(pa.table({"col": [i]})).to_pylist() == [i + 1]
+        assert predicate.filter(pa.table({"col": [i]})).num_rows == 1
+    assert registered() == before

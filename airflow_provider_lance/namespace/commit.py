@@ -87,7 +87,7 @@ class TransactionContext:
 
     manifest: Manifest
     store: TransactionStore
-    load_state: Callable[[], NamespaceState]
+    load_state: Callable[..., NamespaceState]  # (version: int | None = None)
     storage_options: Mapping[str, str] | None
 
 

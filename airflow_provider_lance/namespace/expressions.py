@@ -10,7 +10,9 @@ exactly that type.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,9 @@ from datafusion import DataFrame, Expr, SessionConfig, SessionContext, udf
 from .arrow_json import normalize_type
 from .errors import ExpressionError
 from .hashing import hash_array, hashable_type
+
+#: Unique names for data registered in a session while an expression evaluates it.
+_FRAME_IDS = itertools.count()
 
 #: Functions whose result depends on something other than their arguments.
 NON_DETERMINISTIC = frozenset(
@@ -128,33 +133,49 @@ class BoundExpression:
     def expr(self) -> Expr:
         return self._expr
 
-    def frame(self, data: pa.Table | pa.RecordBatch) -> DataFrame:
+    @contextmanager
+    def frame(self, data: pa.Table | pa.RecordBatch) -> Iterator[DataFrame]:
+        """``data`` as a DataFusion frame, for the duration of the ``with`` block.
+
+        ``from_arrow`` registers the data in the session under a name; it is deregistered
+        afterwards, or the session would keep every batch ever evaluated alive (measured:
+        a Spark task's whole input, as batches of one IPC buffer share their memory).
+        """
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
         if data.num_rows == 0:
             data = pa.table({f.name: pa.array([], f.type) for f in data.schema})
-        return self._session.from_arrow(data)
+        name = f"__input_{next(_FRAME_IDS)}"
+        frame = self._session.from_arrow(data, name)
+        try:
+            yield frame
+        finally:
+            self._session.deregister_table(name)
 
     def evaluate(self, data: pa.Table | pa.RecordBatch) -> pa.ChunkedArray:
         """The expression's value for every row of ``data`` (schema must match)."""
         if data.num_rows == 0:
             return pa.chunked_array([], self.output_type)
-        frame = self.frame(data)
-        try:
-            result = frame.select(self._reparse(frame).alias("__value")).to_arrow_table()
-        except Exception as exc:
-            raise ExpressionError(f"evaluating {self.sql!r} failed: {_first_line(exc)}") from exc
+        with self.frame(data) as frame:
+            try:
+                result = frame.select(self._reparse(frame).alias("__value")).to_arrow_table()
+            except Exception as exc:
+                raise ExpressionError(
+                    f"evaluating {self.sql!r} failed: {_first_line(exc)}"
+                ) from exc
         return result.column("__value")
 
     def filter(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
         """The rows of ``data`` for which the (boolean) expression is true."""
         if data.num_rows == 0:
             return data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
-        frame = self.frame(data)
-        try:
-            out = frame.filter(self._reparse(frame)).to_arrow_table()
-        except Exception as exc:
-            raise ExpressionError(f"evaluating {self.sql!r} failed: {_first_line(exc)}") from exc
+        with self.frame(data) as frame:
+            try:
+                out = frame.filter(self._reparse(frame)).to_arrow_table()
+            except Exception as exc:
+                raise ExpressionError(
+                    f"evaluating {self.sql!r} failed: {_first_line(exc)}"
+                ) from exc
         return out.cast(data.schema) if out.schema != data.schema else out
 
     def _reparse(self, frame: DataFrame) -> Expr:

@@ -387,9 +387,7 @@ class PartitionedNamespace:
     def _abort_quietly(self, txn_id: str, cause: BaseException, *, forget: bool) -> None:
         """Abort a failed write; an id nobody else knows leaves no record behind."""
         try:
-            self.abort(txn_id, reason=f"write failed: {cause}")
-            if forget:
-                self._store.delete(txn_id)
+            self.abort(txn_id, reason=f"write failed: {cause}", forget=forget)
         except LanceNamespaceError as exc:  # e.g. it was published after all
             log.warning("could not abort transaction %s: %s", txn_id, exc)
 
@@ -435,9 +433,16 @@ class PartitionedNamespace:
         combined = transactions.combine(ctx, ids, txn_id or transactions.combined_id(ids))
         return transactions.commit(ctx, combined.txn_id, options)
 
-    def abort(self, txn_id: str, reason: str = "aborted by the user") -> None:
-        """Undo an unpublished transaction: its leaf versions, claims and staged files."""
+    def abort(
+        self, txn_id: str, reason: str = "aborted by the user", *, forget: bool = False
+    ) -> None:
+        """Undo an unpublished transaction: its leaf versions, claims and staged files.
+
+        The record stays as a tombstone, unless ``forget`` (for ids nobody else knows).
+        """
         transactions.abort(self._txn, txn_id, reason)
+        if forget:
+            self._store.delete(txn_id)
 
     def recover(self, lease_seconds: float = transactions.DEFAULT_LEASE_SECONDS) -> list[str]:
         """Abort transactions idle for longer than ``lease_seconds``; returns their ids."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -11,7 +13,7 @@ import pyarrow as pa
 from .catalog import Partition
 from .errors import DataValidationError, ExpressionError, FilterError, LanceNamespaceError
 from .expressions import BoundExpression, column_name, raw, walk
-from .schema import NamespaceSchema
+from .schema import NamespaceSchema, ReadPlan
 
 log = logging.getLogger(__name__)
 
@@ -48,37 +50,100 @@ def scan_batches(
     batch_size: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream every partition's rows, conformed to the namespace schema and filtered."""
+    for partition in partitions:
+        yield from read_partition(
+            partition,
+            schema,
+            columns=columns,
+            residual=residual,
+            storage_options=storage_options,
+            batch_size=batch_size,
+        )
+
+
+def read_partition(
+    partition: Partition,
+    schema: NamespaceSchema,
+    *,
+    columns: Sequence[str] | None,
+    residual: BoundExpression | None,
+    storage_options: Mapping[str, str] | None,
+    batch_size: int | None = None,
+    fragment_ids: Sequence[int] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """One partition's rows (optionally of some fragments only), in the namespace schema.
+
+    The residual filter is pushed down to Lance when the leaf stores every column it names
+    under the namespace name and type (and it calls no ``hash()``, which Lance lacks);
+    otherwise it is evaluated here with DataFusion after the columns are conformed.
+    """
     output = schema.project(columns)
     needed = list(output.names)
     if residual is not None:
         needed += [c for c in filter_columns(residual) if c not in needed]
-    for partition in partitions:
-        leaf = open_leaf(partition, storage_options)
-        plan = schema.read_plan(leaf.schema, needed)
-        for batch in _leaf_batches(leaf, plan.leaf_columns, batch_size):
+    leaf = open_leaf(partition, storage_options)
+    plan = schema.read_plan(leaf.schema, needed)
+    fragments = None if fragment_ids is None else [leaf.get_fragment(i) for i in fragment_ids]
+    batches, pushed = None, False
+    if residual is not None and _pushable(residual, plan, leaf.schema):
+        try:
+            batches = _leaf_batches(leaf, plan.leaf_columns, batch_size, residual.sql, fragments)
+            pushed = True
+        except ValueError as exc:  # Lance's planner is stricter (e.g. int column vs 2.5)
+            log.debug("filter %r not pushed down to Lance: %s", residual.sql, exc)
+    if batches is None:
+        batches = _leaf_batches(leaf, plan.leaf_columns, batch_size, None, fragments)
+    for batch in batches:
+        try:
+            table = plan.apply(batch)
+        except DataValidationError as exc:
+            raise DataValidationError(f"partition {partition.object_id}: {exc}") from exc
+        if residual is not None and not pushed:
             try:
-                table = plan.apply(batch)
-            except DataValidationError as exc:
-                raise DataValidationError(f"partition {partition.object_id}: {exc}") from exc
-            if residual is not None:
-                try:
-                    table = residual.filter(table)
-                except ExpressionError as exc:
-                    raise FilterError(str(exc)) from exc
-            if table.num_rows:
-                yield from table.select(output.names).cast(output).to_batches()
+                table = residual.filter(table)
+            except ExpressionError as exc:
+                raise FilterError(str(exc)) from exc
+        if table.num_rows:
+            yield from table.select(output.names).cast(output).to_batches()
+
+
+_HASH_CALL = re.compile(r"\bhash\s*\(", re.IGNORECASE)
+
+
+def _pushable(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> bool:
+    if _HASH_CALL.search(residual.sql):
+        return False
+    for name in filter_columns(residual):
+        if plan.sources.get(name) != name or name not in leaf.names:
+            return False
+        if leaf.field(name).type != plan.target.field(name).type:
+            return False
+    return True
 
 
 def _leaf_batches(
-    leaf: lance.LanceDataset, columns: list[str], batch_size: int | None
+    leaf: lance.LanceDataset,
+    columns: list[str],
+    batch_size: int | None,
+    filter_sql: str | None,
+    fragments: list[Any] | None,
 ) -> Iterator[pa.RecordBatch]:
+    """The leaf's batches; the scan is planned here, so a filter Lance rejects raises now."""
     if columns:
-        yield from leaf.scanner(columns=columns, batch_size=batch_size).to_batches()
-        return
+        scanner = leaf.scanner(
+            columns=columns, filter=filter_sql, batch_size=batch_size, fragments=fragments
+        )
+        return iter(scanner.to_reader())
     # None of the wanted columns exist in this (older) leaf: only its row count matters.
-    remaining = leaf.count_rows()
-    step = batch_size or 65536
-    while remaining > 0:
-        n = min(step, remaining)
+    if fragments is None:
+        remaining = leaf.count_rows(filter_sql)
+    else:
+        remaining = sum(f.count_rows(filter_sql) for f in fragments)
+    return _null_batches(remaining, batch_size or 65536)
+
+
+def _null_batches(rows: int, step: int) -> Iterator[pa.RecordBatch]:
+    while rows > 0:
+        n = min(step, rows)
         yield pa.RecordBatch.from_arrays([pa.nulls(n)], names=["__rows"])
-        remaining -= n
+        rows -= n

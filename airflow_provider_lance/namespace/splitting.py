@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .hashing import hash_array
 from .schema import NamespaceSchema
 from .spec import PartitionField, evaluator
 
@@ -52,3 +53,25 @@ def split(
     for i in range(grouped.num_rows):
         indices = rows[i].values
         yield PartitionChunk(tuple(v[i] for v in values), table.take(indices))
+
+
+_KEY_NULL = np.uint64(0x9E3779B97F4A7C15)
+_KEY_MULTIPLIER = np.uint64(0x100000001B3)
+
+
+def routing_keys(
+    table: pa.Table, fields: Sequence[PartitionField], schema: NamespaceSchema
+) -> pa.Array:
+    """A 64-bit key per row, equal for the rows of one partition (``table`` conformed).
+
+    Lets a distributed engine send every partition's rows to one task while the partition
+    values themselves are still computed here, by the same DataFusion code as the core.
+    """
+    key = np.zeros(table.num_rows, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for values in partition_values(table, fields, schema):
+            hashed = hash_array(values).fill_null(0).to_numpy(zero_copy_only=False)
+            nulls = values.is_null().to_numpy(zero_copy_only=False)
+            lane = np.where(nulls, _KEY_NULL, hashed.view(np.uint64))
+            key = key * _KEY_MULTIPLIER ^ lane
+    return pa.array(key.view(np.int64))

@@ -143,10 +143,12 @@ class Stager:
         state: NamespaceState,
         stage: Stage,
         storage_options: Mapping[str, str] | None,
+        flush_bytes: int = FLUSH_BYTES,
     ) -> None:
         self.state = state
         self.stage = stage
         self.storage_options = storage_options
+        self.flush_bytes = flush_bytes
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered = 0
         self._leaf_schemas: dict[str, pa.Schema] = {}
@@ -166,7 +168,7 @@ class Stager:
                     target.rows += chunk.data.num_rows
                     self._buffered += chunk.data.nbytes
                 rows += table.num_rows
-                if self._buffered >= FLUSH_BYTES:
+                if self._buffered >= self.flush_bytes:
                     self._flush()
                     log.info(
                         "staged %d rows into %d partitions (%.1fs)",

@@ -36,7 +36,7 @@ from .leaves import committed_by, discard_fragments
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION
 from .naming import child_uri
 from .results import CommitResult
-from .staging import Stage, Stager
+from .staging import FLUSH_BYTES, Stage, Stager
 from .txnstore import (
     ABORTED,
     COMMITTING,
@@ -95,17 +95,27 @@ class Transaction:
     def __repr__(self) -> str:
         return f"Transaction({self.txn_id!r}, mode={self.mode!r}, state={self.header.state!r})"
 
-    def stage(self, data: Any, stage_id: str | None = None, *, record: bool = True) -> Stage:
+    def stage(
+        self,
+        data: Any,
+        stage_id: str | None = None,
+        *,
+        record: bool = True,
+        manifest_version: int | None = None,
+        flush_bytes: int = FLUSH_BYTES,
+    ) -> Stage:
         """Write ``data`` as data files of its partitions; nothing becomes visible.
 
         ``stage_id`` names this staging attempt: staging again under the same id replaces
         the earlier attempt (its files are deleted), so a retried task never duplicates
         rows. With ``record=False`` the stage is only returned (e.g. from a Spark executor)
-        and the caller hands it to :meth:`record` later.
+        and the caller hands it to :meth:`record` later. ``manifest_version`` pins the
+        partitions staged against (all tasks of one job see the same ones); at most
+        ``flush_bytes`` of routed rows are buffered before data files are written.
         """
         self._check_open()
         stage_id = check_txn_id(stage_id or uuid.uuid4().hex)
-        state = self._load_state()
+        state = self._load_state(manifest_version)
         if state.spec_version != self.header.spec_version:
             raise CommitConflict(
                 f"the partition spec changed (v{self.header.spec_version} -> "
@@ -115,6 +125,7 @@ class Transaction:
             state,
             Stage(self.txn_id, stage_id, self.mode, state.spec_version),
             self._storage_options,
+            flush_bytes,
         ).write(data)
         failpoint("stage.written")
         if record:

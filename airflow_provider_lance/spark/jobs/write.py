@@ -1,0 +1,199 @@
+"""spark-submit job: read a source, optionally transform it with SQL, write it partitioned.
+
+    spark-submit --master local[*] write.py \\
+        --uri s3://bucket/events --source s3a://raw/events/2025-12-10 --format parquet \\
+        --sql "SELECT * FROM source WHERE amount > 0" \\
+        --mode overwrite --txn-id daily.2025-12-10 --commit --result-path /tmp/result.json
+
+Storage options (object-store credentials, endpoint) come from the environment variable
+``LANCE_STORAGE_OPTIONS`` (a JSON object), never from the command line. The job writes a
+small JSON result (txn id, state, partitions, rows, files) to ``--result-path``, a local
+path or an object-store URI, so an orchestrator can pick it up; Spark jobs cannot return
+values. A rerun with the same ``--txn-id`` replaces what an earlier run staged, or reports
+the published result if that run was committed.
+
+Exit codes: 0 done, 2 bad input (arguments, source, SQL, namespace, schema or data), 3 the
+commit conflicted with another writer (nothing of it published), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_lance.namespace import (
+    CommitConflict,
+    CommitResult,
+    LanceNamespaceError,
+    PartitionedNamespace,
+)
+from airflow_provider_lance.namespace.json_files import write_json
+from airflow_provider_lance.namespace.transactions import MODES
+from airflow_provider_lance.spark.session import get_session
+from airflow_provider_lance.spark.writer import StagedWrite, write_partitioned
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("airflow_provider_lance.spark.jobs.write")
+
+STORAGE_OPTIONS_ENV = "LANCE_STORAGE_OPTIONS"
+FORMATS = ("parquet", "csv", "json", "table")
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CONFLICT = 0, 1, 2, 3
+
+
+class BadInput(Exception):
+    """The job was given something it cannot use (exit code 2)."""
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="airflow_provider_lance.spark.jobs.write",
+        description="Write a source into a Lance partitioned namespace with Spark.",
+    )
+    parser.add_argument("--uri", required=True, help="the namespace root URI")
+    parser.add_argument(
+        "--source", required=True, help="a path/URI (parquet, csv, json) or a table name"
+    )
+    parser.add_argument("--format", choices=FORMATS, default="parquet")
+    parser.add_argument(
+        "--read-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark reader option, e.g. header=true (repeatable)",
+    )
+    parser.add_argument(
+        "--sql",
+        help="a transform over the source, which is the view `source`: SELECT ... FROM source",
+    )
+    parser.add_argument("--mode", choices=MODES, default="append")
+    parser.add_argument("--txn-id", help="the transaction id (a rerun with it never duplicates)")
+    parser.add_argument(
+        "--commit", action="store_true", help="publish atomically (default: leave it staged)"
+    )
+    parser.add_argument(
+        "--distribution",
+        choices=("hash", "none"),
+        default="hash",
+        help="shuffle rows so each partition is written by one task (hash) or not (none)",
+    )
+    parser.add_argument("--result-path", required=True, help="where to write the JSON result")
+    return parser.parse_args(argv)
+
+
+def storage_options_from_env(environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
+    raw = environ.get(STORAGE_OPTIONS_ENV)
+    if not raw:
+        return None
+    try:
+        options = json.loads(raw)
+    except ValueError as exc:
+        raise BadInput(f"{STORAGE_OPTIONS_ENV} is not valid JSON: {exc}") from exc
+    if not isinstance(options, dict):
+        raise BadInput(f"{STORAGE_OPTIONS_ENV} must be a JSON object")
+    return {str(k): str(v) for k, v in options.items()}
+
+
+def read_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The source DataFrame, with the optional SQL transform applied."""
+    options = {}
+    for item in args.read_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--read-option {item!r} is not KEY=VALUE")
+        options[key] = value
+    if args.format == "table":
+        df = spark.table(args.source)
+    else:
+        df = spark.read.options(**options).format(args.format).load(args.source)
+    if args.sql:
+        df.createOrReplaceTempView("source")
+        df = spark.sql(args.sql)
+    return df
+
+
+def result_document(staged: StagedWrite, published: CommitResult | None) -> dict[str, Any]:
+    """The job's JSON result (see the module docstring)."""
+    doc = staged.to_dict()
+    doc["manifest_version"] = None
+    if published is not None:
+        versions = {p.object_id: p.read_version for p in published.partitions}
+        doc["state"] = "published"
+        doc["manifest_version"] = published.manifest_version
+        doc["txn_id"] = published.txn_id or staged.txn_id
+        for part in doc["partitions"]:
+            part["read_version"] = versions.get(part["object_id"])
+    return doc
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from pyspark.sql import SparkSession
+
+    storage_options = storage_options_from_env()
+    owned = SparkSession.getActiveSession() is None  # else it belongs to the caller
+    spark = get_session(f"lance-write {args.txn_id or args.uri}")
+    try:
+        df = read_source(spark, args)
+        staged = write_partitioned(
+            df,
+            args.uri,
+            args.mode,
+            storage_options,
+            commit=False,
+            txn_id=args.txn_id,
+            distribution=args.distribution,
+        )
+        published = None
+        if args.commit:
+            ns = PartitionedNamespace.open(args.uri, storage_options)
+            published = ns.commit(staged.txn_id)
+        doc = result_document(staged, published)
+        write_json(args.result_path, doc, storage_options)
+        return doc
+    finally:
+        if owned:
+            spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    args = parse_args(argv)  # exits with 2 on bad arguments
+    try:
+        doc = run(args)
+    except CommitConflict as exc:
+        print(f"error: commit conflict: {exc}", file=sys.stderr)
+        return EXIT_CONFLICT
+    except (BadInput, LanceNamespaceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:
+        if _is_analysis_error(exc):  # a missing source, a bad SQL transform
+            print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        log.exception("the write job failed")
+        print(
+            f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    summary = {k: v for k, v in doc.items() if k != "partitions"}
+    print(json.dumps(summary))
+    return EXIT_OK
+
+
+def _is_analysis_error(exc: Exception) -> bool:
+    from pyspark.errors import AnalysisException, ParseException
+
+    return isinstance(exc, (AnalysisException, ParseException))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

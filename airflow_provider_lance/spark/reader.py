@@ -1,0 +1,158 @@
+"""Pruned reads into Spark: prune on the driver, read leaves at their versions on executors.
+
+The driver resolves every partition's ``read_version`` from ONE ``__manifest`` version and
+prunes with the core, then plans tasks: one per data file (fragment) when there are fewer
+partitions than task slots, else one per partition (so a wide scan does not open every leaf
+on the driver). Each task reads its leaf at the pinned version with the projection pushed
+to Lance and the filter pushed down where Lance can evaluate it (else applied by the core's
+DataFusion residual), conformed to the namespace schema (renames, promotions, added columns).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_lance.namespace import DataValidationError, Partition, PartitionedNamespace
+from airflow_provider_lance.namespace.pruning import parse_filter
+from airflow_provider_lance.namespace.scan import open_leaf, read_partition
+
+from .executor import pinned_state
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+#: Leaves opened at once on the driver to list their fragments (latency bound on stores).
+PLANNING_THREADS = 16
+
+
+def read_partitioned(
+    spark: SparkSession,
+    uri: str,
+    filter: str | None = None,
+    columns: Sequence[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    version: int | None = None,
+) -> DataFrame:
+    """The rows of the namespace at ``uri`` matching ``filter`` as a Spark DataFrame.
+
+    ``filter`` is a SQL boolean expression over namespace columns; ``columns`` projects;
+    ``version`` reads an older ``__manifest`` version. Bad filters and unknown columns
+    raise here, before any task runs.
+    """
+    ns = PartitionedNamespace.open(uri, storage_options)
+    state = ns.state(version)
+    output = state.schema.project(columns)
+    if filter is not None:
+        parse_filter(filter, state.schema)
+    spark_schema = spark_schema_of(output)
+    partitions = ns.prune(filter, version=state.version)
+    slots = max(spark.sparkContext.defaultParallelism, 1)
+    tasks = plan_tasks(partitions, ns.storage_options, slots)
+    log.info(
+        "reading %d of %d partitions in %d tasks (manifest v%d)",
+        len(partitions),
+        len(state.partitions()),
+        len(tasks),
+        state.version,
+    )
+    if not tasks:
+        return spark.createDataFrame([], spark_schema)
+    reader = _ReadTask(
+        ns.uri, ns.storage_options, state.version, list(columns) if columns else None, filter
+    )
+    descriptors = spark.sparkContext.parallelize([(t,) for t in tasks], len(tasks))
+    return spark.createDataFrame(descriptors, "task string").mapInArrow(reader.read, spark_schema)
+
+
+def plan_tasks(
+    partitions: Sequence[Partition], storage_options: Mapping[str, str] | None, slots: int
+) -> list[str]:
+    """JSON task descriptors: per fragment when partitions are fewer than ``slots``."""
+
+    def describe(p: Partition, fragments: list[int] | None) -> str:
+        return json.dumps(
+            {
+                "object_id": p.object_id,
+                "location": p.location,
+                "spec_version": p.spec_version,
+                "read_version": p.read_version,
+                "fragments": fragments,
+            }
+        )
+
+    if len(partitions) >= slots:
+        return [describe(p, None) for p in partitions]
+
+    def fragment_ids(p: Partition) -> list[int]:
+        return [f.fragment_id for f in open_leaf(p, storage_options).get_fragments()]
+
+    with ThreadPoolExecutor(max_workers=min(PLANNING_THREADS, len(partitions) or 1)) as pool:
+        listed = list(pool.map(fragment_ids, partitions))
+    return [describe(p, [f]) for p, ids in zip(partitions, listed, strict=True) for f in ids]
+
+
+def spark_schema_of(schema: pa.Schema) -> StructType:
+    """The Spark schema of namespace columns; a clear error for types Spark lacks."""
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    fields = []
+    for f in schema:
+        try:
+            fields.append(StructField(f.name, from_arrow_type(f.type), f.nullable))
+        except (TypeError, ValueError) as exc:
+            raise DataValidationError(
+                f"column {f.name!r} has type {f.type}, which Spark cannot represent; "
+                "leave it out with columns=[...]"
+            ) from exc
+    return StructType(fields)
+
+
+@dataclass(frozen=True)
+class _ReadTask:
+    """What runs on the executors: read the leaves named by the task descriptors."""
+
+    uri: str
+    storage_options: dict[str, str] | None
+    manifest_version: int
+    columns: list[str] | None
+    filter: str | None
+
+    def read(self, descriptors: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        state = pinned_state(self.uri, self.storage_options, self.manifest_version)
+        residual = parse_filter(self.filter, state.schema)[0] if self.filter else None
+        target = to_arrow_schema(
+            spark_schema_of(state.schema.project(self.columns)), timezone="UTC"
+        )
+        for batch in descriptors:
+            for text in batch.column("task").to_pylist():
+                task: dict[str, Any] = json.loads(text)
+                partition = Partition(
+                    object_id=task["object_id"],
+                    location=task["location"],
+                    spec_version=task["spec_version"],
+                    values={},
+                    read_version=task["read_version"],
+                )
+                for out in read_partition(
+                    partition,
+                    state.schema,
+                    columns=self.columns,
+                    residual=residual,
+                    storage_options=self.storage_options,
+                    fragment_ids=task["fragments"],
+                ):
+                    yield out.cast(target) if out.schema != target else out
