@@ -1,0 +1,155 @@
+"""The spark-submit write job: sources, SQL transform, result file, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.spark.jobs import WRITE_JOB
+from airflow_provider_lance.spark.jobs.write import STORAGE_OPTIONS_ENV, main
+from tests.conftest import EVENTS_SCHEMA, events, sort_rows
+
+
+@pytest.fixture
+def ns(root: Path) -> PartitionedNamespace:
+    return PartitionedNamespace.create(
+        root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
+    )
+
+
+def test_spark_submit_end_to_end(ns: PartitionedNamespace, tmp_path: Path) -> None:
+    """The job as Airflow runs it: spark-submit, a Parquet source, a committed overwrite."""
+    source = tmp_path / "events.parquet"
+    pq.write_table(events(3000), source)
+    result_path = tmp_path / "out" / "result.json"
+    spark_submit = Path(sys.executable).with_name("spark-submit")
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["PATH"] = f"{spark_submit.parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        [
+            str(spark_submit),
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            WRITE_JOB,
+            "--uri",
+            ns.uri,
+            "--source",
+            str(source),
+            "--format",
+            "parquet",
+            "--mode",
+            "overwrite",
+            "--txn-id",
+            "daily.2025-12-10",
+            "--commit",
+            "--result-path",
+            str(result_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    assert result["txn_id"] == "daily.2025-12-10"
+    assert (result["state"], result["rows"], result["partition_count"]) == ("published", 3000, 3)
+    assert result["manifest_version"] == ns.state().version
+    assert all(p["read_version"] >= 1 for p in result["partitions"])
+    [line] = [x for x in done.stdout.splitlines() if x.startswith('{"txn_id"')]
+    summary = json.loads(line)
+    assert summary["rows"] == 3000
+    assert "partitions" not in summary
+    assert sort_rows(ns.to_table()) == sort_rows(events(3000))
+
+
+def test_csv_source_sql_transform_and_rerun(
+    spark: SparkSession, ns: PartitionedNamespace, tmp_path: Path
+) -> None:
+    source = tmp_path / "events.csv"
+    pcsv.write_csv(events(400), source)
+    result_path = tmp_path / "result.json"
+    argv = [
+        "--uri",
+        ns.uri,
+        "--source",
+        str(source),
+        "--format",
+        "csv",
+        "--read-option",
+        "header=true",
+        "--read-option",
+        "inferSchema=true",
+        "--sql",
+        "SELECT id, CAST(event_date AS DATE) AS event_date, country, amount "
+        "FROM source WHERE amount >= 300",
+        "--txn-id",
+        "csv-load",
+        "--result-path",
+        str(result_path),
+    ]
+    assert main(argv) == 0
+    staged = json.loads(result_path.read_text())
+    assert (staged["state"], staged["manifest_version"]) == ("staged", None)
+    assert ns.count_rows() == 0  # not committed
+    assert main([*argv, "--commit"]) == 0  # the rerun replaces the staged data, then commits
+    published = json.loads(result_path.read_text())
+    expected = [r for r in events(400).to_pylist() if r["amount"] >= 300]
+    assert published["state"] == "published"
+    assert published["rows"] == len(expected) == ns.count_rows()
+    assert main([*argv, "--commit"]) == 0  # again: the same result, no duplicates
+    again = json.loads(result_path.read_text())
+    assert (again["tasks"], published["tasks"] > 0) == (0, True)  # no Spark work this time
+    same = ("txn_id", "state", "rows", "files", "partitions", "manifest_version")
+    assert {k: again[k] for k in same} == {k: published[k] for k in same}
+    assert ns.count_rows() == len(expected)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"--source": "/nonexistent/events.parquet"}, "PATH_NOT_FOUND"),
+        ({"--sql": "SELECT nope FROM source"}, "nope"),
+        ({"--uri": "/nonexistent/namespace"}, "not a partitioned namespace"),
+        ({"--sql": "SELECT id, 1 AS extra FROM source"}, "'extra' is not in the namespace"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    spark: SparkSession,
+    ns: PartitionedNamespace,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: dict[str, str],
+    message: str,
+) -> None:
+    source = tmp_path / "events.parquet"
+    pq.write_table(events(10), source)
+    args = {"--uri": ns.uri, "--source": str(source), "--result-path": str(tmp_path / "r.json")}
+    args.update(change)
+    assert main([x for kv in args.items() for x in kv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ")
+    assert message in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_bad_storage_options_and_arguments(
+    ns: PartitionedNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(STORAGE_OPTIONS_ENV, "[1, 2]")
+    args = ["--uri", ns.uri, "--source", "x", "--result-path", str(tmp_path / "r.json")]
+    assert main(args) == 2
+    with pytest.raises(SystemExit) as exited:
+        main(["--uri", ns.uri])  # --source and --result-path missing
+    assert exited.value.code == 2
