@@ -168,6 +168,10 @@ class Transaction:
                 removed.append(stage_id)
         return removed
 
+    def drop(self, stage: Stage) -> None:
+        """Delete the data files of a stage that was never recorded (e.g. a failed task's)."""
+        _discard(stage, self._load_state().root, self._storage_options)
+
     def info(self) -> TransactionInfo:
         """Its state, stages, rows and partitions as recorded now."""
         return info(self._store, self._store.load(self.txn_id) or self.header)

@@ -9,19 +9,23 @@
    task, so each partition gets few, large data files. ``"none"`` skips the shuffle (each
    task writes files for every partition it sees, like ``partitionBy`` on Parquet).
 3. Each task stages its rows (``write_fragments`` into the partitions' directories,
-   buffering at most ``flush_bytes``) and records a stage named after its task *attempt*.
-   Only small stage summaries reach the driver: no rows are collected.
-4. The driver keeps the stages of the attempts Spark reports successful and discards the
-   rest (failed and speculative attempts), then publishes everything in one atomic
-   ``__manifest`` commit, or leaves it staged (``commit=False``) for a separate commit.
+   buffering at most ``flush_bytes``) and returns its stage (data-file descriptions, no
+   rows) to the driver; a task attempt that fails after writing deletes its files.
+4. ``collect()`` returns the output of exactly one successful attempt per task, so the
+   driver records exactly those stages: failed and speculative attempts never add rows
+   (files of attempts killed outright are never referenced; ``maintain`` reclaims them).
+   Then it publishes everything in one atomic ``__manifest`` commit, or leaves it staged
+   (``commit=False``) for a separate commit.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import resource
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -38,6 +42,7 @@ from airflow_provider_lance.namespace import (
     NamespaceNotFoundError,
     PartitionedNamespace,
     SchemaError,
+    Stage,
     Transaction,
 )
 from airflow_provider_lance.namespace.catalog import NamespaceState, value_text
@@ -60,12 +65,14 @@ DISTRIBUTIONS = ("hash", "none")
 _STAGE_SUMMARY = pa.schema(
     [
         pa.field("stage_id", pa.string()),
+        pa.field("stage", pa.string()),
         pa.field("rows", pa.int64()),
-        pa.field("partitions", pa.int64()),
         pa.field("files", pa.int64()),
         pa.field("peak_rss_bytes", pa.int64()),
     ]
 )
+#: Stage records written at once by the driver (object-store PUTs are latency bound).
+RECORD_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -167,16 +174,16 @@ def write_partitioned(
 
         keyed = StructType([*df.schema.fields, StructField(ROUTING_KEY, LongType(), False)])
         source = df.mapInArrow(task.route, keyed).repartition(ROUTING_KEY)
-    summary_schema = "stage_id string, rows long, partitions long, files long, peak_rss_bytes long"
+    summary_schema = "stage_id string, stage string, rows long, files long, peak_rss_bytes long"
     try:
         summaries = source.mapInArrow(task.stage, summary_schema).collect()
+        # collect() returns the output of the successful attempt of each task only
+        stages = [Stage.from_json(json.loads(r["stage"])) for r in summaries if r["stage"]]
+        with ThreadPoolExecutor(max_workers=RECORD_THREADS) as pool:
+            list(pool.map(txn.record, stages))
     except Exception as exc:
         _cleanup_failed(ns, txn, forget=txn_id is None)
         raise _project_error(exc) from exc
-    winners = {r["stage_id"] for r in summaries}
-    if losers := [s for s in txn.stages() if s not in winners]:
-        log.info("discarding %d stages of failed or speculative task attempts", len(losers))
-        txn.discard(losers)
     peak = max((r["peak_rss_bytes"] for r in summaries), default=0)
     log.info(
         "staged %d rows into %d data files from %d tasks (peak worker RSS %.0f MiB)",
@@ -255,36 +262,41 @@ class _StageTask:
             yield batch.append_column(ROUTING_KEY, keys)
 
     def stage(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Stage this task's rows; the stage is named after the task attempt."""
+        """Stage this task's rows; the stage (named after the attempt) goes to the driver.
+
+        Nothing is recorded here: only the driver records, and only the stages of attempts
+        Spark reports successful, so a speculative or failed attempt can never add rows.
+        """
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx else 0
         stage_id = f"spark-{ctx.stageId()}-{ctx.partitionId()}-{attempt}" if ctx else "spark"
         txn = PartitionedNamespace.open(self.uri, self.storage_options).transaction(self.txn_id)
-        data = (_without_key(b) for b in batches)
         stage = txn.stage(
-            data,
+            (_without_key(b) for b in batches),
             stage_id,
             record=False,
             manifest_version=self.manifest_version,
             flush_bytes=self.flush_bytes,
         )
-        if stage.partitions:
-            txn.record(stage)
-        failpoint(f"spark.task.recorded.attempt{attempt}")
-        yield pa.RecordBatch.from_pylist(
-            [
-                {
-                    "stage_id": stage_id,
-                    "rows": stage.rows,
-                    "partitions": len(stage.partitions),
-                    "files": sum(len(p.fragments) for p in stage.partitions.values()),
-                    "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                }
-            ],
-            schema=_STAGE_SUMMARY,
-        )
+        try:
+            failpoint(f"spark.task.staged.attempt{attempt}")
+            yield pa.RecordBatch.from_pylist(
+                [
+                    {
+                        "stage_id": stage_id,
+                        "stage": json.dumps(stage.to_json()) if stage.partitions else None,
+                        "rows": stage.rows,
+                        "files": sum(len(p.fragments) for p in stage.partitions.values()),
+                        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                    }
+                ],
+                schema=_STAGE_SUMMARY,
+            )
+        except BaseException:
+            txn.drop(stage)  # this attempt failed: its files will never be committed
+            raise
 
 
 def _without_key(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -123,10 +123,10 @@ def test_staged_write_is_invisible_until_committed_and_idempotent(
 
 
 def test_a_failed_first_task_attempt_leaves_no_duplicates(spark: SparkSession, root: Path) -> None:
-    """The first attempt of every task stages and records, then fails; Spark retries it."""
+    """The first attempt of every task writes its data files, then fails; Spark retries it."""
     ns = create(root)
     env = spark.sparkContext.environment
-    env[ENV] = "spark.task.recorded.attempt0=raise"
+    env[ENV] = "spark.task.staged.attempt0=raise"
     try:
         df = spark.createDataFrame(events(600)).repartition(3)
         result = write_partitioned(df, str(root), distribution="none", txn_id="flaky")
@@ -136,7 +136,7 @@ def test_a_failed_first_task_attempt_leaves_no_duplicates(spark: SparkSession, r
     assert sort_rows(ns.to_table()) == sort_rows(events(600))
     stages = ns.transaction("flaky").stages()
     assert stages
-    assert all(s.endswith("-1") for s in stages)  # only the retried attempts' stages remain
+    assert all(s.endswith("-1") for s in stages)  # only the retried attempts' stages
     live = {
         Path(f.path).name
         for p in ns.partitions()
