@@ -196,6 +196,7 @@ def test_evaluating_keeps_no_data_alive_in_the_session() -> None:
     """DataFusion's from_arrow registers its input; left registered, every batch leaked."""
     schema = pa.schema([pa.field("col", pa.int64())])
     value, predicate = bind("col + 1", schema, "test"), bind("col >= 0", schema, "test")
+
     def registered() -> list[set[str]]:
         return [b._session.catalog().schema().names() for b in (value, predicate)]
 

@@ -70,3 +70,17 @@ def read_json(uri: str, storage_options: Mapping[str, str] | None = None) -> Any
         raise StorageError(f"cannot read {uri}: {exc}") from exc
     finally:
         os.unlink(local)
+
+
+def remove_json(uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+    """Delete the document at ``uri`` if there is one (e.g. a stale result before a rerun)."""
+    if not _is_remote(uri):
+        Path(uri.removeprefix("file://")).unlink(missing_ok=True)
+        return
+    base, name = _split(uri)
+    session = LanceFileSession(base, storage_options=dict(storage_options or {}) or None)
+    try:
+        if session.contains(name):
+            session.delete_file(name)
+    except (OSError, ValueError) as exc:
+        raise StorageError(f"cannot delete {uri}: {exc}") from exc

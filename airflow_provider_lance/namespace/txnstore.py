@@ -25,7 +25,8 @@ from .errors import InvalidArgumentError, LanceNamespaceError
 
 TXN_DIR = "_transactions"
 HEADER = "txn.json"
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:+-]{0,199}$")
+#: Transaction and stage ids: safe as object-store path segments.
+TXN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:+-]{0,199}$")
 
 STAGED = "staged"
 COMMITTING = "committing"
@@ -37,7 +38,7 @@ STATES = (STAGED, COMMITTING, PUBLISHED, ABORTED, MERGED)
 
 
 def check_txn_id(txn_id: str) -> str:
-    if not isinstance(txn_id, str) or not _ID.match(txn_id):
+    if not isinstance(txn_id, str) or not TXN_ID_PATTERN.match(txn_id):
         raise InvalidArgumentError(
             f"transaction id {txn_id!r} must be 1-200 characters of letters, digits and _.=:+- "
             "starting with a letter or digit"

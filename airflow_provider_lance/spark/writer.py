@@ -174,9 +174,10 @@ def write_partitioned(
 
         keyed = StructType([*df.schema.fields, StructField(ROUTING_KEY, LongType(), False)])
         source = df.mapInArrow(task.route, keyed).repartition(ROUTING_KEY)
-    summary_schema = "stage_id string, stage string, rows long, files long, peak_rss_bytes long"
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     try:
-        summaries = source.mapInArrow(task.stage, summary_schema).collect()
+        summaries = source.mapInArrow(task.stage, from_arrow_schema(_STAGE_SUMMARY)).collect()
         # collect() returns the output of the successful attempt of each task only
         stages = [Stage.from_json(json.loads(r["stage"])) for r in summaries if r["stage"]]
         with ThreadPoolExecutor(max_workers=RECORD_THREADS) as pool:

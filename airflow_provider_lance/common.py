@@ -1,0 +1,112 @@
+"""What the operators, the sensor and the trigger share: transaction ids and error mapping."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_provider_lance.hooks.connection import LanceConnectionError
+from airflow_provider_lance.namespace import (
+    DataValidationError,
+    FilterError,
+    InvalidArgumentError,
+    LanceNamespaceError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    PartitionNotFoundError,
+    PartitionSpecError,
+    SchemaError,
+)
+from airflow_provider_lance.namespace.txnstore import TXN_ID_PATTERN
+
+_BAD_CHARS = re.compile(r"[^A-Za-z0-9_.=:+-]")
+_MAX_LEN = 200
+_HASH_LEN = 16
+
+#: Errors no retry can fix: the task fails at once instead of burning its retries.
+BAD_INPUT: tuple[type[Exception], ...] = (
+    NamespaceNotFoundError,
+    NamespaceExistsError,
+    SchemaError,
+    PartitionSpecError,
+    FilterError,
+    DataValidationError,
+    PartitionNotFoundError,
+    InvalidArgumentError,
+    LanceConnectionError,
+)
+
+
+def derive_txn_id(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1) -> str:
+    """A transaction id that is the same for every try of one task instance.
+
+    ``dag_id=run_id=task_id[=map_index]`` when that already fits the core's alphabet (the
+    common case: Airflow run ids are letters, digits and ``_:+.-``); otherwise the text is
+    sanitised and a hash of the exact original is appended, so two different task
+    instances never share an id.
+    """
+    parts = [dag_id, run_id, task_id]
+    if map_index is not None and map_index >= 0:
+        parts.append(str(map_index))
+    raw = "=".join(parts)
+    if TXN_ID_PATTERN.match(raw) and not any("=" in p for p in parts):
+        return raw
+    digest = hashlib.blake2b(raw.encode(), digest_size=_HASH_LEN // 2).hexdigest()
+    clean = _BAD_CHARS.sub("-", raw).lstrip("_.=:+-") or "txn"
+    return f"{clean[: _MAX_LEN - _HASH_LEN - 1]}+{digest}"
+
+
+def txn_id_from_context(context: Mapping[str, Any], suffix: str | None = None) -> str:
+    """:func:`derive_txn_id` for the running task instance (``suffix`` for sub-transactions)."""
+    ti = context["ti"]
+    task_id = ti.task_id if suffix is None else f"{ti.task_id}.{suffix}"
+    return derive_txn_id(ti.dag_id, ti.run_id, task_id, getattr(ti, "map_index", -1))
+
+
+def describe_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@contextmanager
+def lance_errors(action: str) -> Iterator[None]:
+    """Turn project exceptions into Airflow task failures with the project's message.
+
+    Bad input fails the task without retries (:class:`AirflowFailException`); anything
+    else (storage, conflicts) is retryable. The deep pylance/DataFusion stack is dropped.
+    """
+    try:
+        yield
+    except BAD_INPUT as exc:
+        raise AirflowFailException(f"{action} failed: {describe_error(exc)}") from None
+    except LanceNamespaceError as exc:
+        raise AirflowException(f"{action} failed: {describe_error(exc)}") from None
+
+
+def values_list(values: Any) -> list[Mapping[str, Any]]:
+    """One mapping or a list of mappings (e.g. rendered from XCom) as a list of mappings."""
+    if isinstance(values, Mapping):
+        return [values]
+    if isinstance(values, (str, bytes)):
+        raise AirflowFailException(
+            f"partition values must be a mapping or a list of mappings, got {values!r}"
+        )
+    if not isinstance(values, Sequence):
+        try:
+            values = list(values)  # lazy XCom sequences of mapped upstream tasks
+        except TypeError:
+            raise AirflowFailException(
+                f"partition values must be a mapping or a list of mappings, got {values!r}"
+            ) from None
+    out = []
+    for item in values:
+        if isinstance(item, Mapping) and isinstance(item.get("values"), Mapping):
+            item = item["values"]  # a partition summary from LancePruneOperator
+        if not isinstance(item, Mapping):
+            raise AirflowFailException(f"partition values must be mappings, got {item!r}")
+        out.append(item)
+    return out

@@ -1,0 +1,123 @@
+"""Operators that create and list partitions (no data is written by them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_lance.common import lance_errors, values_list
+from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+from airflow_provider_lance.hooks.specs import FieldsSpec, SchemaSpec
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class LanceCreatePartitionOperator(BaseOperator):
+    """Create partitions (empty, published) so readers and sensors can rely on them.
+
+    Creates the namespace first when ``schema`` and ``partition_fields`` are given and it does
+    not exist yet. Idempotent: existing partitions are returned unchanged.
+
+    :param values: partition field -> value, e.g. ``{"event_date": "{{ ds }}"}``, or a list
+        of such mappings (templated).
+    :param namespace: namespace name relative to the connection root, or a full URI
+        (templated; default: the root itself).
+    :param schema: list of ``{"name", "type", "nullable"}`` (templated, optional).
+    :param partition_fields: list of ``{"name", "source", "expression", "result_type"}``
+        (templated, optional).
+    :param lance_conn_id: the ``lance`` connection.
+    :return: (XCom) the partitions: ``[{"object_id", "values", "read_version", "location",
+        "spec_version"}, ...]``.
+    """
+
+    template_fields: Sequence[str] = ("values", "namespace", "schema", "partition_fields")
+    template_fields_renderers = {"values": "json", "schema": "json", "partition_fields": "json"}
+    ui_color = "#d5e8f7"
+
+    def __init__(
+        self,
+        *,
+        values: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        namespace: str | None = None,
+        schema: SchemaSpec | None = None,
+        partition_fields: FieldsSpec | None = None,
+        lance_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.values = values
+        self.namespace = namespace
+        self.schema = schema
+        self.partition_fields = partition_fields
+        self.lance_conn_id = lance_conn_id
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        hook = LancePartitionedHook(self.lance_conn_id)
+        wanted = values_list(self.values)
+        uri = hook.namespace_uri(self.namespace)
+        with lance_errors(f"creating partitions in {uri}"):
+            ns, created = hook.create_or_open(
+                uri, schema=self.schema, partition_fields=self.partition_fields
+            )
+            partitions = [p.to_dict() for p in ns.create_partitions(wanted)] if wanted else []
+        self.log.info(
+            "%s %s; %d partition(s) present: %s",
+            "created namespace" if created else "namespace",
+            uri,
+            len(partitions),
+            [p["values"] for p in partitions[:10]],
+        )
+        return partitions
+
+
+class LancePruneOperator(BaseOperator):
+    """List the partitions a filter needs (a SQL boolean expression), ready for ``.expand()``.
+
+    :param filter: e.g. ``"event_date >= DATE '{{ ds }}' AND country = 'DE'"`` (templated;
+        none: every partition).
+    :param namespace: relative name or full URI (templated).
+    :param published_only: leave out partitions without a published ``read_version``.
+    :param max_partitions: fail instead of pushing more partitions than this to XCom.
+    :return: (XCom) ``[{"object_id", "values", "read_version", "location",
+        "spec_version"}, ...]``.
+    """
+
+    template_fields: Sequence[str] = ("filter", "namespace")
+    ui_color = "#d5e8f7"
+
+    def __init__(
+        self,
+        *,
+        filter: str | None = None,
+        namespace: str | None = None,
+        published_only: bool = True,
+        max_partitions: int | None = 1024,
+        lance_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.filter = filter
+        self.namespace = namespace
+        self.published_only = published_only
+        self.max_partitions = max_partitions
+        self.lance_conn_id = lance_conn_id
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        hook = LancePartitionedHook(self.lance_conn_id)
+        uri = hook.namespace_uri(self.namespace)
+        where = self.filter.strip() if isinstance(self.filter, str) else self.filter
+        with lance_errors(f"pruning {uri}"):
+            partitions = hook.prune(where or None, uri)
+        if self.published_only:
+            partitions = [p for p in partitions if p["read_version"] is not None]
+        if self.max_partitions is not None and len(partitions) > self.max_partitions:
+            raise AirflowFailException(
+                f"filter {where!r} matches {len(partitions)} partitions of {uri}, more than "
+                f"max_partitions={self.max_partitions}; narrow the filter or raise the limit"
+            )
+        self.log.info("filter %r keeps %d partition(s) of %s", where, len(partitions), uri)
+        return partitions

@@ -1,0 +1,289 @@
+"""``LanceSparkWriteOperator``: a spark-submit of the project's write job into a namespace."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowNotFoundException,
+)
+
+from airflow_provider_lance.common import lance_errors, txn_id_from_context
+from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+from airflow_provider_lance.namespace.errors import StorageError
+from airflow_provider_lance.namespace.json_files import read_json, remove_json
+from airflow_provider_lance.namespace.transactions import MODES
+from airflow_provider_lance.spark.jobs import WRITE_JOB
+from airflow_provider_lance.spark.jobs.write import (
+    EXIT_BAD_INPUT,
+    EXIT_CONFLICT,
+    FORMATS,
+    STORAGE_OPTIONS_ENV,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+_EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
+_ERROR_LINE = re.compile(r"^error: (.+)$", re.M)
+LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[*]"}'
+
+
+def default_result_path(txn_id: str) -> str:
+    """Where the job writes its result: deterministic per transaction (so per task instance)."""
+    return os.path.join(
+        tempfile.gettempdir(), "airflow-provider-lance", "results", f"{txn_id}.json"
+    )
+
+
+@contextmanager
+def _environ(extra: Mapping[str, str]) -> Iterator[None]:
+    """Set variables for the spark-submit child only while it runs (the task's own process)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class LanceSparkWriteOperator(SparkSubmitOperator):
+    """Write a source (Parquet/CSV/JSON files or a table) into a namespace with Spark.
+
+    Runs ``airflow_provider_lance/spark/jobs/write.py`` through spark-submit (every
+    :class:`SparkSubmitOperator` argument works: ``conf``, ``packages``, memory...). The
+    write is one namespace transaction whose id derives from dag/run/task/map index, so a
+    retried task replaces its own staged data instead of duplicating it, and a retry after a
+    publish returns the published result. With ``commit=False`` (the default) the data is
+    staged only: publish it, together with other writes, with :class:`LanceCommitOperator`.
+
+    The storage options of the ``lance`` connection reach the job through the
+    ``LANCE_STORAGE_OPTIONS`` environment variable of the spark-submit process, never its
+    command line (so Spark's deploy mode must be ``client``, the default).
+
+    :param source: path or URI of the input (or a table name with ``source_format="table"``)
+        (templated).
+    :param namespace: relative name or full URI (templated).
+    :param source_format: ``parquet``, ``csv``, ``json`` or ``table`` (templated).
+    :param sql: optional ``SELECT ... FROM source`` applied before writing (templated).
+    :param read_options: Spark reader options (templated).
+    :param mode: ``append`` or ``overwrite`` (replaces exactly the partitions the data
+        touches) (templated).
+    :param commit: publish in the job itself instead of staging.
+    :param txn_id: transaction id (templated; default derived from the task instance).
+    :param result_path: where the job writes its JSON result (templated; default a local
+        file per transaction; an object-store URI is read with the connection's options).
+    :param spark_conn_id: the Spark connection (``spark_default``).
+    :param summary_partitions: how many partitions the XCom summary lists.
+    :return: (XCom) ``{"txn_id", "uri", "mode", "state", "partition_count", "rows",
+        "files", "manifest_version", "partitions": [...first N...]}``.
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "source",
+        "namespace",
+        "source_format",
+        "sql",
+        "read_options",
+        "mode",
+        "txn_id",
+        "result_path",
+    )
+    template_fields_renderers = {"sql": "sql", "read_options": "json"}
+    ui_color = "#f7c873"
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        namespace: str | None = None,
+        source_format: str = "parquet",
+        sql: str | None = None,
+        read_options: Mapping[str, Any] | None = None,
+        mode: str = "append",
+        commit: bool = False,
+        txn_id: str | None = None,
+        result_path: str | None = None,
+        lance_conn_id: str = DEFAULT_CONN_ID,
+        spark_conn_id: str = "spark_default",
+        summary_partitions: int = 10,
+        name: str = "lance-write",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(application=WRITE_JOB, conn_id=spark_conn_id, name=name, **kwargs)
+        self.source = source
+        self.namespace = namespace
+        self.source_format = source_format
+        self.sql = sql
+        self.read_options = read_options
+        self.mode = mode
+        self.commit = commit
+        self.txn_id = txn_id
+        self.result_path = result_path
+        self.lance_conn_id = lance_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.summary_partitions = summary_partitions
+        self.deploy_mode = kwargs.get("deploy_mode")
+
+    # -- checks --------------------------------------------------------------------------
+    def _check_arguments(self) -> None:
+        if self.mode not in MODES:
+            raise AirflowFailException(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.source_format not in FORMATS:
+            raise AirflowFailException(
+                f"source_format must be one of {FORMATS}, got {self.source_format!r}"
+            )
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise AirflowFailException(f"source must be a non-empty path or URI: {self.source!r}")
+        if self.read_options is not None and not isinstance(self.read_options, Mapping):
+            raise AirflowFailException("read_options must be a mapping of option -> value")
+
+    def _spark_environment(self) -> dict[str, str]:
+        """Check the Spark connection; the variables the local driver needs besides ours."""
+        try:
+            conn = BaseHook.get_connection(self.spark_conn_id)
+        except AirflowNotFoundException:
+            raise AirflowFailException(
+                f"the Spark connection {self.spark_conn_id!r} is not defined; for local Spark "
+                f"set AIRFLOW_CONN_{self.spark_conn_id.upper()}='{LOCAL_SPARK_CONNECTION}'"
+            ) from None
+        deploy_mode = self.deploy_mode or conn.extra_dejson.get("deploy-mode")
+        if deploy_mode == "cluster":
+            raise AirflowFailException(
+                "LanceSparkWriteOperator needs deploy mode 'client': in cluster mode the "
+                "storage options would have to travel on the spark-submit command line"
+            )
+        env: dict[str, str] = {}
+        master = f"{conn.host or ''}".lower()
+        if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+            env["PYSPARK_PYTHON"] = sys.executable  # executors use this task's interpreter
+        return env
+
+    def _application_args(self, *, uri: str, txn_id: str, result_path: str) -> list[str]:
+        """The write job's command line: never a storage option on it."""
+        args = [
+            "--uri", uri,
+            "--source", self.source,
+            "--format", self.source_format,
+            "--mode", self.mode,
+            "--txn-id", txn_id,
+            "--result-path", result_path,
+        ]  # fmt: skip
+        if self.sql:
+            args += ["--sql", self.sql]
+        for key, value in (self.read_options or {}).items():
+            args += ["--read-option", f"{key}={value}"]
+        if self.commit:
+            args.append("--commit")
+        return args
+
+    @staticmethod
+    def _job_environment(storage_options: Mapping[str, str]) -> dict[str, str]:
+        """What the job reads from its environment: the storage options, as JSON."""
+        return {STORAGE_OPTIONS_ENV: json.dumps(dict(storage_options))}
+
+    # -- run ---------------------------------------------------------------------------
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        self._check_arguments()
+        txn_id = self.txn_id or txn_id_from_context(context)
+        lance = LancePartitionedHook(self.lance_conn_id)
+        uri = lance.namespace_uri(self.namespace)
+        with lance_errors(f"Spark write into {uri}"):
+            lance.open(uri)  # a missing namespace fails here, not after Spark started
+        env = {**self._spark_environment(), **self._job_environment(lance.storage_options)}
+        result_path = self.result_path or default_result_path(txn_id)
+        self._discard_result(result_path, lance)
+        args = self._application_args(uri=uri, txn_id=txn_id, result_path=result_path)
+        self.application_args = args
+        self._hook = None  # built by SparkSubmitOperator.execute with these arguments
+        self.log.info(
+            "Spark %s of %s (%s) into %s as transaction %s%s",
+            self.mode,
+            self.source,
+            self.source_format,
+            uri,
+            txn_id,
+            " (commit)" if self.commit else " (staged)",
+        )
+        with _environ(env):
+            try:
+                super().execute(context)
+            except AirflowException as exc:
+                raise self._job_failure(exc, txn_id, uri) from None
+        result = self._read_result(result_path, lance)
+        self._discard_result(result_path, lance)
+        return self._summary(result, txn_id, uri)
+
+    @staticmethod
+    def _job_failure(exc: AirflowException, txn_id: str, uri: str) -> AirflowException:
+        """The job's own one-line error, classified by its exit code."""
+        text = str(exc)
+        code_match = _EXIT_CODE.search(text)
+        code = int(code_match.group(1)) if code_match else None
+        errors = _ERROR_LINE.findall(text)
+        reason = errors[-1].strip() if errors else text.splitlines()[0][:500]
+        message = f"Spark write {txn_id} into {uri} failed (exit code {code}): {reason}"
+        if code == EXIT_BAD_INPUT:
+            return AirflowFailException(message)
+        if code == EXIT_CONFLICT:
+            return AirflowException(f"{message} (commit conflict; a retry may succeed)")
+        return AirflowException(message)
+
+    # -- the result file -----------------------------------------------------------------
+    @staticmethod
+    def _read_result(path: str, lance: LancePartitionedHook) -> dict[str, Any]:
+        try:
+            obj = read_json(path, lance.storage_options or None)
+        except (OSError, ValueError, StorageError) as exc:
+            raise AirflowException(
+                f"the Spark job finished but its result {path} is unreadable: {exc}"
+            ) from None
+        if not isinstance(obj, dict) or "txn_id" not in obj:
+            raise AirflowException(f"the Spark job's result {path} is not a write result")
+        return obj
+
+    @staticmethod
+    def _discard_result(path: str, lance: LancePartitionedHook) -> None:
+        remove_json(path, lance.storage_options or None)
+
+    def _summary(self, result: Mapping[str, Any], txn_id: str, uri: str) -> dict[str, Any]:
+        partitions = list(result.get("partitions") or [])
+        summary = {
+            "txn_id": result.get("txn_id", txn_id),
+            "uri": result.get("uri", uri),
+            "mode": result.get("mode", self.mode),
+            "state": result.get("state"),
+            "partition_count": int(result.get("partition_count", len(partitions))),
+            "rows": int(result.get("rows", 0)),
+            "files": int(result.get("files", 0)),
+            "manifest_version": result.get("manifest_version"),
+            "partitions": [
+                {"values": p.get("values"), "rows": p.get("rows")}
+                for p in partitions[: self.summary_partitions]
+            ],
+        }
+        self.log.info(
+            "%s %d rows into %d partition(s) (%d files) as %s",
+            summary["state"],
+            summary["rows"],
+            summary["partition_count"],
+            summary["files"],
+            summary["txn_id"],
+        )
+        return summary

@@ -1,0 +1,1 @@
+"""Airflow provider tests: hook, operators, sensor, trigger, example DAGs, compose file."""
