@@ -43,6 +43,7 @@ from airflow_provider_lance.namespace import (
     PartitionedNamespace,
     SchemaError,
     Stage,
+    StorageError,
     Transaction,
 )
 from airflow_provider_lance.namespace.catalog import NamespaceState, value_text
@@ -326,6 +327,7 @@ _REMOTE_ERRORS: dict[str, type[LanceNamespaceError]] = {
         ExpressionError,
         FilterError,
         NamespaceNotFoundError,
+        StorageError,
         CommitConflict,
         InvalidArgumentError,
         LanceNamespaceError,
