@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/bootstrap.sh test
 REPO="$(pwd)"
+# pylance logs a WARN line for every new partition table it creates; LANCE_LOG=warn shows them
+export LANCE_LOG="${LANCE_LOG:-error}"
 DEMO="$REPO/.demo"
 
 echo "=== 1/2  the format: python -m airflow_provider_lance demo .demo/events"
