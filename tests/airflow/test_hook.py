@@ -19,6 +19,7 @@ from airflow_provider_lance.namespace import (
 )
 from tests.conftest import events
 from tests.conftest import tree as files_below
+from tests.test_s3 import BUCKET, default_endpoint_trap, storage_options  # noqa: F401
 
 SCHEMA = [
     {"name": "id", "type": "int64", "nullable": False},
@@ -173,55 +174,40 @@ def test_check_partitions_waits_for_publication(hook: LancePartitionedHook) -> N
         hook.check_partitions("events", values=[{"country": "DE"}])
 
 
-def test_hook_on_s3_through_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.s3
+def test_hook_on_s3_through_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+    storage_options: dict[str, str],  # noqa: F811
+) -> None:
     """The convenience fields reach Lance: a namespace on a local S3 server (moto)."""
-    boto3 = pytest.importorskip("boto3")
-    moto_server = pytest.importorskip("moto.server")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket="lake")
-        for key in ("AWS_ENDPOINT", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-            monkeypatch.delenv(key, raising=False)
-        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LANCE_S3",
-            json.dumps(
-                {
-                    "conn_type": "lance",
-                    "login": "testing",
-                    "password": "testing",
-                    "extra": {
-                        "root": "s3://lake/warehouse",
-                        "endpoint": endpoint,
-                        "region": "us-east-1",
-                        "allow_http": True,
-                    },
-                }
-            ),
-        )
-        s3 = LancePartitionedHook("lance_s3")
-        ns, created = s3.create_or_open("events", schema=SCHEMA, partition_fields=BY_DAY)
-        assert created
-        assert ns.uri == "s3://lake/warehouse/events"
-        ns.write(events(12))
-        assert [p["values"]["event_date"] for p in s3.prune(None, "events")] == [
-            "2025-12-10",
-            "2025-12-11",
-            "2025-12-12",
-        ]
-        ok, message = s3.test_connection()
-        assert ok, message
-    finally:
-        server.stop()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LANCE_S3",
+        json.dumps(
+            {
+                "conn_type": "lance",
+                "login": storage_options["aws_access_key_id"],
+                "password": storage_options["aws_secret_access_key"],
+                "extra": {
+                    "root": f"s3://{BUCKET}/warehouse",
+                    "endpoint": storage_options["aws_endpoint"],
+                    "region": storage_options["aws_region"],
+                    "allow_http": True,
+                },
+            }
+        ),
+    )
+    s3 = LancePartitionedHook("lance_s3")
+    ns, created = s3.create_or_open("events", schema=SCHEMA, partition_fields=BY_DAY)
+    assert created
+    assert ns.uri == f"s3://{BUCKET}/warehouse/events"
+    ns.write(events(12))
+    assert [p["values"]["event_date"] for p in s3.prune(None, "events")] == [
+        "2025-12-10",
+        "2025-12-11",
+        "2025-12-12",
+    ]
+    ok, message = s3.test_connection()
+    assert ok, message
 
 
 def test_no_io_on_construction(tmp_path: Path) -> None:
