@@ -10,7 +10,7 @@ import pytest
 import xxhash
 
 from airflow_provider_lance.namespace import ExpressionError, PartitionField, PartitionSpecError
-from airflow_provider_lance.namespace.expressions import bind
+from airflow_provider_lance.namespace.expressions import _CONSTANTS, bind, evaluate_scalar, raw
 from airflow_provider_lance.namespace.schema import NamespaceSchema
 from airflow_provider_lance.namespace.spec import evaluator, resolve_spec
 
@@ -205,3 +205,13 @@ def test_evaluating_keeps_no_data_alive_in_the_session() -> None:
         assert value.evaluate(pa.table({"col": [i]})).to_pylist() == [i + 1]
         assert predicate.filter(pa.table({"col": [i]})).num_rows == 1
     assert registered() == before
+
+
+def test_constant_folding_keeps_nothing_registered() -> None:
+    """Pruning folds constants in one process-wide session: it must not grow per call."""
+    constant = raw(bind("1 + 2", pa.schema([pa.field("col", pa.int64())]), "test").expr)
+    assert evaluate_scalar(constant).as_py() == 3
+    tables = _CONSTANTS[0].catalog().schema().names()
+    for _ in range(3):
+        assert evaluate_scalar(constant).as_py() == 3
+    assert _CONSTANTS[0].catalog().schema().names() == tables

@@ -26,6 +26,23 @@ from .hashing import hash_array, hashable_type
 #: Unique names for data registered in a session while an expression evaluates it.
 _FRAME_IDS = itertools.count()
 
+
+@contextmanager
+def registered(session: SessionContext, data: pa.Table) -> Iterator[DataFrame]:
+    """``data`` as a frame of ``session`` for the ``with`` block, then deregistered.
+
+    ``from_arrow`` registers its input in the session under a name; left registered, a
+    long-lived session keeps every table ever evaluated alive (measured: a Spark task's
+    whole input, as batches read over IPC share one buffer).
+    """
+    name = f"__input_{next(_FRAME_IDS)}"
+    frame = session.from_arrow(data, name)
+    try:
+        yield frame
+    finally:
+        session.deregister_table(name)
+
+
 #: Functions whose result depends on something other than their arguments.
 NON_DETERMINISTIC = frozenset(
     {
@@ -135,22 +152,13 @@ class BoundExpression:
 
     @contextmanager
     def frame(self, data: pa.Table | pa.RecordBatch) -> Iterator[DataFrame]:
-        """``data`` as a DataFusion frame, for the duration of the ``with`` block.
-
-        ``from_arrow`` registers the data in the session under a name; it is deregistered
-        afterwards, or the session would keep every batch ever evaluated alive (measured:
-        a Spark task's whole input, as batches of one IPC buffer share their memory).
-        """
+        """``data`` as a DataFusion frame, for the duration of the ``with`` block."""
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
         if data.num_rows == 0:
             data = pa.table({f.name: pa.array([], f.type) for f in data.schema})
-        name = f"__input_{next(_FRAME_IDS)}"
-        frame = self._session.from_arrow(data, name)
-        try:
+        with registered(self._session, data) as frame:
             yield frame
-        finally:
-            self._session.deregister_table(name)
 
     def evaluate(self, data: pa.Table | pa.RecordBatch) -> pa.ChunkedArray:
         """The expression's value for every row of ``data`` (schema must match)."""
@@ -250,5 +258,5 @@ def evaluate_scalar(expr: Any, session: SessionContext | None = None) -> pa.Scal
         value = expr.python_value()
         if isinstance(value, pa.Scalar):
             return value
-    frame = session.from_arrow(pa.table({"__one": [1]}))
-    return frame.select(Expr(expr).alias("__v")).to_arrow_table().column("__v")[0]
+    with registered(session, pa.table({"__one": [1]})) as frame:
+        return frame.select(Expr(expr).alias("__v")).to_arrow_table().column("__v")[0]
