@@ -137,7 +137,7 @@ class Transaction:
         self._check_open()
         if stage.txn_id != self.txn_id:
             raise InvalidArgumentError(f"stage of {stage.txn_id} handed to {self.txn_id}")
-        previous = self._store.stages(self.txn_id).get(stage.stage_id)
+        previous = self._store.stage(self.txn_id, stage.stage_id)
         self._store.save_stage(self.txn_id, stage.stage_id, stage.to_json())
         if previous is not None:
             _discard(

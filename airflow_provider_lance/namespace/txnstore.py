@@ -133,6 +133,13 @@ class TransactionStore:
     def save_stage(self, txn_id: str, stage_id: str, stage: Mapping[str, Any]) -> None:
         self._put(self._stage_path(txn_id, stage_id), stage)
 
+    def stage(self, txn_id: str, stage_id: str) -> Any | None:
+        """One stage record, or None (without listing or reading the others)."""
+        try:
+            return self._get(self._stage_path(txn_id, stage_id))
+        except KeyError:
+            return None
+
     def delete_stage(self, txn_id: str, stage_id: str) -> None:
         self._session.delete_file(self._stage_path(txn_id, stage_id))
 

@@ -195,7 +195,8 @@ def write_partitioned(
         peak / 2**20,
     )
     if not commit:
-        return staged_write(ns, txn, tasks=len(summaries), peak_rss=peak)
+        recorded = {s.stage_id: s for s in stages}
+        return staged_write(ns, txn, stages=recorded, tasks=len(summaries), peak_rss=peak)
     result = ns.commit(txn)
     log.info(
         "published %d rows into %d partitions (manifest v%d)",
@@ -207,11 +208,19 @@ def write_partitioned(
 
 
 def staged_write(
-    ns: PartitionedNamespace, txn: Transaction, *, tasks: int = 0, peak_rss: int = 0
+    ns: PartitionedNamespace,
+    txn: Transaction,
+    *,
+    stages: Mapping[str, Stage] | None = None,
+    tasks: int = 0,
+    peak_rss: int = 0,
 ) -> StagedWrite:
-    """The summary of a staged transaction, as the commit step and operators see it."""
+    """The summary of a staged transaction, as the commit step and operators see it.
+
+    ``stages`` are its stages when the caller has them (else they are read back).
+    """
     header = ns.transaction(txn.txn_id).header
-    parts = merge_stages(txn.stages())
+    parts = merge_stages(txn.stages() if stages is None else stages)
     return StagedWrite(
         txn_id=txn.txn_id,
         uri=ns.uri,
