@@ -3,6 +3,10 @@
 python -m airflow_provider_lance describe URI
 python -m airflow_provider_lance prune URI "event_date >= DATE '2025-12-01'"
 python -m airflow_provider_lance demo DIR
+
+Exit codes (as the Spark write job's): 0 done, 1 a failure a retry may fix (storage
+unreachable, an unexpected error), 2 an error no retry can fix (not a namespace, bad filter,
+...), 3 a conflict with a concurrent writer.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .namespace import LanceNamespaceError, PartitionedNamespace, PartitionField
+from .namespace import CommitConflict, LanceNamespaceError, PartitionedNamespace, PartitionField
 from .namespace.catalog import Partition, value_text
+from .namespace.errors import is_retryable
 
 DEMO_SCHEMA = pa.schema(
     [
@@ -234,4 +239,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return prune(args.uri, args.filter)
     except LanceNamespaceError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for an error (see the module docstring): its class decides."""
+    if isinstance(exc, CommitConflict):
+        return 3
+    return 1 if is_retryable(exc) else 2

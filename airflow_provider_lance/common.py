@@ -10,36 +10,12 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_lance.hooks.connection import LanceConnectionError
-from airflow_provider_lance.namespace import (
-    DataValidationError,
-    FilterError,
-    InvalidArgumentError,
-    LanceNamespaceError,
-    NamespaceExistsError,
-    NamespaceNotFoundError,
-    PartitionNotFoundError,
-    PartitionSpecError,
-    SchemaError,
-)
+from airflow_provider_lance.namespace.errors import LanceNamespaceError, is_retryable
 from airflow_provider_lance.namespace.txnstore import TXN_ID_PATTERN
 
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.=:+-]")
 _MAX_LEN = 200
 _HASH_LEN = 16
-
-#: Errors no retry can fix: the task fails at once instead of burning its retries.
-BAD_INPUT: tuple[type[Exception], ...] = (
-    NamespaceNotFoundError,
-    NamespaceExistsError,
-    SchemaError,
-    PartitionSpecError,
-    FilterError,
-    DataValidationError,
-    PartitionNotFoundError,
-    InvalidArgumentError,
-    LanceConnectionError,
-)
 
 
 def derive_txn_id(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1) -> str:
@@ -76,15 +52,20 @@ def describe_error(exc: BaseException) -> str:
 def lance_errors(action: str) -> Iterator[None]:
     """Turn project exceptions into Airflow task failures with the project's message.
 
-    Bad input fails the task without retries (:class:`AirflowFailException`); anything
-    else (storage, conflicts) is retryable. The deep pylance/DataFusion stack is dropped.
+    The error class decides (:func:`~airflow_provider_lance.namespace.errors.is_retryable`):
+    errors no retry can fix (bad input, an aborted or closed transaction, a malformed
+    connection) fail the task at once (:class:`AirflowFailException`, no retries burnt);
+    retryable ones (storage, commit conflicts) raise :class:`AirflowException`, so the
+    task's retries apply. The deep pylance/DataFusion stack is dropped. Other exceptions
+    pass through unchanged (Airflow retries them).
     """
     try:
         yield
-    except BAD_INPUT as exc:
-        raise AirflowFailException(f"{action} failed: {describe_error(exc)}") from None
     except LanceNamespaceError as exc:
-        raise AirflowException(f"{action} failed: {describe_error(exc)}") from None
+        message = f"{action} failed: {describe_error(exc)}"
+        if is_retryable(exc):
+            raise AirflowException(message) from None
+        raise AirflowFailException(message) from None
 
 
 def values_list(values: Any) -> list[Mapping[str, Any]]:

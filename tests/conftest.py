@@ -49,6 +49,12 @@ def tree(path: Path) -> list[str]:
     )
 
 
+def leaf_files(path: Path) -> list[str]:
+    """Files of the leaf tables only: not ``__manifest`` (whose history grows with every
+    transaction step) and not the transaction records."""
+    return [f for f in tree(path) if not f.startswith(("_transactions/", "__manifest/"))]
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     return tmp_path / "ns"

@@ -18,13 +18,13 @@ import pytest
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.namespace.failpoints import ENV
 
-from .conftest import tree
+from .conftest import leaf_files
 from .workers import TAGGED, tagged_rows
 
 FAILPOINTS = [
     "stage.written",
     "stage.recorded",
-    "commit.before_claim",
+    "commit.before_seal",
     "commit.after_claim",
     "commit.leaf_committed",
     "commit.before_publish",
@@ -136,14 +136,15 @@ def test_kill_while_committing_several_then_retry_or_recover(
 def test_recovery_of_a_dead_combined_commit_removes_every_source(
     seeded: PartitionedNamespace, root: Path
 ) -> None:
-    data_before = [f for f in tree(root) if not f.startswith("_transactions/")]
+    data_before = leaf_files(root)
     seeded.begin("append", "M0").stage(tagged_rows("m0", [2, 3], 1, first_id=100))
     seeded.begin("append", "M1").stage(tagged_rows("m1", [4], 1, first_id=200))
     assert run_combine(root, "combine.done").returncode == -signal.SIGKILL
-    assert seeded.recover(lease_seconds=0) == ["P"]
+    # killed before the seal: all three are merely staged, and all three are idle
+    assert seeded.recover(lease_seconds=0) == ["M0", "M1", "P"]
     assert ids(seeded) == SEED
     assert {t.txn_id: t.state for t in seeded.transactions()} == dict.fromkeys(
         ["M0", "M1", "P"], "aborted"
     )
-    data_after = [f for f in tree(root) if not f.startswith("_transactions/")]
+    data_after = leaf_files(root)
     assert [f for f in data_after if "/data/" in f] == [f for f in data_before if "/data/" in f]

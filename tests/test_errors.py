@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import lance.namespace
 import pyarrow as pa
 import pytest
 
+from airflow_provider_lance import cli
 from airflow_provider_lance.namespace import (
+    CommitConflict,
     DataValidationError,
     ExpressionError,
     FilterError,
@@ -24,7 +27,10 @@ from airflow_provider_lance.namespace import (
     PartitionNotFoundError,
     PartitionSpecError,
     SchemaError,
+    StorageError,
 )
+from airflow_provider_lance.namespace import errors as project_errors
+from airflow_provider_lance.namespace.errors import is_retryable
 
 from .conftest import EVENTS_SCHEMA, events, tree
 
@@ -273,3 +279,58 @@ def test_open_with_a_corrupt_spec(populated: PartitionedNamespace, root: Path) -
     )
     with pytest.raises(PartitionSpecError, match="lacks field_id"):
         PartitionedNamespace.open(root)
+
+
+# -- retry or fail: decided by the error classes -----------------------------------------------
+def test_only_storage_errors_and_conflicts_are_retryable() -> None:
+    """What the Airflow operators, the Spark job's exit codes and the CLI rely on."""
+    classes = [
+        cls
+        for cls in vars(project_errors).values()
+        if isinstance(cls, type) and issubclass(cls, LanceNamespaceError)
+    ]
+    retryable = sorted(cls.__name__ for cls in classes if cls.retryable)
+    assert retryable == ["CommitConflict", "StorageError"]
+    for cls in classes:
+        assert is_retryable(cls("x")) is cls.retryable
+    assert not is_retryable(project_errors.TransactionAborted("x"))
+    assert not is_retryable(project_errors.TransactionClosed("x"))
+    assert is_retryable(RuntimeError("nothing says the input was wrong"))
+
+
+def test_cli_exit_code_for_bad_input_is_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["describe", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ")
+    assert "not a partitioned namespace" in err[-1]
+
+
+def test_cli_exit_code_for_unreachable_storage_is_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An S3 endpoint on a closed loopback port: refused at once, nothing leaves the machine."""
+    for key in list(os.environ):
+        if key.upper().startswith("AWS_") or key.lower() in ("http_proxy", "https_proxy"):
+            monkeypatch.delenv(key)
+    for key, value in {
+        "NO_PROXY": "127.0.0.1,localhost",
+        "AWS_ENDPOINT": "http://127.0.0.1:9",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "unreachable",
+        "AWS_SECRET_ACCESS_KEY": "unreachable",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(["describe", "s3://bucket/x"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: cannot read the __manifest of s3://bucket/x")
+
+
+def test_cli_exit_code_follows_the_error_class() -> None:
+    assert cli.exit_code(CommitConflict("x")) == 3
+    assert cli.exit_code(StorageError("x")) == 1
+    assert cli.exit_code(project_errors.TransactionAborted("x")) == 2
+    assert cli.exit_code(DataValidationError("x")) == 2

@@ -19,7 +19,7 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError
 
-from .conftest import tree
+from .conftest import leaf_files, tree
 from .workers import TAGGED, stage_in_process, tagged_rows
 
 
@@ -78,9 +78,13 @@ def test_restaging_under_the_same_id_replaces_the_attempt(
 ) -> None:
     txn = ns.begin("append", "t1")
     txn.stage(tagged_rows("a", [1], 5, 0), stage_id="task-7")
-    files_after_first = {f for f in tree(root) if "/data/" in f}
+    leaf_files = lambda: {  # noqa: E731
+        f for f in tree(root) if "/data/" in f and not f.startswith("__manifest/")
+    }
+    files_after_first = leaf_files()
     txn.stage(tagged_rows("a", [1], 5, 0), stage_id="task-7")  # a retried task
-    files_after_second = {f for f in tree(root) if "/data/" in f}
+    files_after_second = leaf_files()
+    assert files_after_second.isdisjoint(files_after_first)
     assert len(files_after_second) == len(files_after_first)  # the first attempt's files went
     ns.commit(txn)
     assert ids(ns) == [0, 1, 2, 3, 4]
@@ -125,7 +129,13 @@ def test_a_claimed_partition_blocks_until_recovery(ns: PartitionedNamespace, mon
     time.sleep(1.5)
     other = ns.begin("append", "other")
     other.stage(tagged_rows("o", [1], 1, 20))
-    with pytest.raises(CommitConflict, match=r"held by other transactions \['stuck'\]"):
+    with pytest.raises(
+        CommitConflict,
+        match=(
+            r"held by other transactions \['stuck#1 \(committing for \d+s\)'\] "
+            r"for longer than the claim timeout \(0.3s\)"
+        ),
+    ):
         ns.commit(other, claim_timeout=0.3)
     assert ns.recover(lease_seconds=3600) == []  # not expired yet
     assert ns.recover(lease_seconds=1.2) == ["stuck"]  # idle 1.5 s; "other" just tried
@@ -137,12 +147,12 @@ def test_abort_removes_staged_files_and_the_id_can_begin_again(
     ns: PartitionedNamespace, root: Path
 ) -> None:
     ns.write(tagged_rows("seed", [1], 1, 0))
-    before = tree(root)
+    before = leaf_files(root)
     txn = ns.begin("append", "again")
     txn.stage(tagged_rows("x", [1, 5], 3, 10))
     ns.abort("again")
-    after = [f for f in tree(root) if not f.startswith("_transactions/")]
-    assert after == [f for f in before if not f.startswith("_transactions/")]
+    after = leaf_files(root)
+    assert after == before
     with pytest.raises(TransactionAborted):
         txn.stage(tagged_rows("x", [1], 1, 10))
     fresh = ns.begin("append", "again")
@@ -163,7 +173,7 @@ def test_transaction_listing_and_bad_arguments(ns: PartitionedNamespace) -> None
     )
     with pytest.raises(InvalidArgumentError, match="must be 1-200 characters"):
         ns.begin("append", "has/slash")
-    assert ns.begin("append", "listed").header.state == "staged"  # resumes the same one
+    assert ns.begin("append", "listed").state == "staged"  # resumes the same one
     with pytest.raises(InvalidArgumentError, match="mode"):
         ns.begin("overwrite", "listed")
     with pytest.raises(InvalidArgumentError, match="no transaction"):
@@ -193,7 +203,7 @@ def test_commit_records_the_txn_on_leaf_versions(ns: PartitionedNamespace) -> No
 
     result = ns.write(tagged_rows("x", [1], 1, 0), txn_id="named")
     [p] = ns.partitions()
-    assert committed_by(lance.dataset(p.location), p.read_version) == "named"
+    assert committed_by(lance.dataset(p.location), p.read_version) == "named#1"  # incarnation 1
     assert result.partitions[0].read_version == p.read_version
 
 
@@ -277,25 +287,29 @@ def test_combining_refuses_bad_sets_and_publishes_nothing(ns: PartitionedNamespa
 
 
 def test_aborting_a_combined_transaction_aborts_its_sources(
-    ns: PartitionedNamespace, root: Path
+    ns: PartitionedNamespace, root: Path, monkeypatch
 ) -> None:
-    before = [f for f in tree(root) if not f.startswith("_transactions/")]
+    before = leaf_files(root)
     staged(ns, "x.0", tagged_rows("x", [0], 2, first_id=0))
     staged(ns, "x.1", tagged_rows("x", [1], 2, first_id=10))
-    from airflow_provider_lance.namespace import transactions
-
-    transactions.combine(ns._txn, ["x.0", "x.1"], "xx")
-    with pytest.raises(InvalidArgumentError, match="merged into xx; abort that one"):
+    monkeypatch.setenv(ENV, "commit.after_claim=raise")
+    with pytest.raises(FailpointError):  # sealed: the sources are merged, nothing published
+        ns.commit(["x.0", "x.1"], txn_id="xx")
+    monkeypatch.delenv(ENV)
+    states = {t.txn_id: t.state for t in ns.transactions()}
+    assert states == {"x.0": "merged", "x.1": "merged", "xx": "committing"}
+    with pytest.raises(InvalidArgumentError, match="merged into xx#1; abort that one"):
         ns.abort("x.0")
     ns.abort("xx")
     assert {t.txn_id: t.state for t in ns.transactions()} == dict.fromkeys(
         ["x.0", "x.1", "xx"], "aborted"
     )
-    assert [f for f in tree(root) if not f.startswith("_transactions/")] == before
+    assert leaf_files(root) == before
+    assert ids(ns) == []
 
 
 def test_discarding_stages_deletes_their_files(ns: PartitionedNamespace, root: Path) -> None:
-    before = [f for f in tree(root) if not f.startswith("_transactions/")]
+    before = leaf_files(root)
     txn = ns.begin("append", "d")
     txn.stage(tagged_rows("a", [0], 2, first_id=0), stage_id="attempt-0")
     txn.stage(tagged_rows("b", [1], 2, first_id=10), stage_id="attempt-1")
@@ -303,5 +317,24 @@ def test_discarding_stages_deletes_their_files(ns: PartitionedNamespace, root: P
     assert list(txn.stages()) == ["attempt-1"]
     assert txn.info().rows == 2
     assert txn.discard() == ["attempt-1"]
-    assert [f for f in tree(root) if not f.startswith("_transactions/")] == before
+    assert leaf_files(root) == before
     assert ns.commit("d").rows == 0
+
+
+def test_finished_anonymous_transactions_leave_no_rows_behind(ns: PartitionedNamespace) -> None:
+    import lance
+
+    from airflow_provider_lance.namespace.manifest import OBJECT_ID, TXN_PREFIX
+
+    def txn_rows() -> list[str]:
+        table = lance.dataset(ns.uri + "/__manifest").to_table(columns=[OBJECT_ID])
+        return [i for i in table.column(OBJECT_ID).to_pylist() if i.startswith(TXN_PREFIX)]
+
+    ns.write(tagged_rows("named", [0], 1, first_id=1000), txn_id="named")
+    for i in range(20):  # enough publishes for an automatic compaction
+        ns.write(tagged_rows(f"t{i}", [i % 3], 1, first_id=i))
+    assert len(txn_rows()) < 20  # collected when the manifest was compacted
+    ns.maintain()
+    assert txn_rows() == [TXN_PREFIX + "named"]  # a named one stays: its retry must find it
+    assert ns.write(tagged_rows("named", [0], 1, first_id=1000), txn_id="named").rows == 1
+    assert len(ids(ns)) == 21

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow_provider_lance.namespace.errors import LanceNamespaceError
 from airflow_provider_lance.namespace.naming import has_scheme, normalize_root
 
 CONN_TYPE = "lance"
@@ -46,8 +47,8 @@ _SECRET_WORDS = re.compile(
 _KEY_WORD = re.compile(r"(^|_)key($|_)", re.I)
 
 
-class LanceConnectionError(ValueError):
-    """A ``lance`` connection is malformed (bad JSON, no root...)."""
+class LanceConnectionError(LanceNamespaceError, ValueError):
+    """A ``lance`` connection is malformed (bad JSON, no root...); no retry fixes it."""
 
 
 def is_secret_key(name: str) -> bool:

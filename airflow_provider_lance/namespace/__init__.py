@@ -20,13 +20,17 @@ from .errors import (
     PartitionSpecError,
     SchemaError,
     StorageError,
+    TransactionAborted,
+    TransactionClosed,
+    is_retryable,
 )
 from .hashing import hash_array
+from .lifecycle import TxnState
 from .namespace import PartitionedNamespace
 from .results import CommitResult, PartitionCommit
 from .spec import PartitionField
 from .staging import Stage
-from .transactions import Transaction, TransactionAborted, TransactionInfo
+from .transactions import Transaction, TransactionInfo
 
 __all__ = [
     "CommitConflict",
@@ -50,6 +54,9 @@ __all__ = [
     "StorageError",
     "Transaction",
     "TransactionAborted",
+    "TransactionClosed",
     "TransactionInfo",
+    "TxnState",
     "hash_array",
+    "is_retryable",
 ]

@@ -116,9 +116,15 @@ class NamespaceState:
         metadata = dataset.metadata
         versions = spec_versions(metadata)
         if not versions:
+            hint = (
+                " (it looks like an interrupted PartitionedNamespace.create(): call create() "
+                "again with the same schema and partition fields to finish it)"
+                if not metadata
+                else ""
+            )
             raise NamespaceNotFoundError(
                 f"{root} has a __manifest table but no partition_spec_v<N> property, so it "
-                "is not a partitioned namespace"
+                f"is not a partitioned namespace{hint}"
             )
         if SCHEMA_KEY not in metadata:
             raise ManifestError(f"{root}: the __manifest metadata has no 'schema' property")
@@ -266,16 +272,19 @@ class NamespaceState:
         value_tuples: Sequence[Sequence[Any]],
         read_version: int | None,
         claim: str | None = None,
+        spec_version: int | None = None,
     ) -> PartitionRows:
-        """Rows creating every missing partition among ``value_tuples`` (current spec).
+        """Rows creating every missing partition among ``value_tuples`` (under
+        ``spec_version``, default the current spec: a transaction staged under an older
+        spec still creates its partitions there).
 
         Each partition namespace row and its leaf row carry the values of themselves and
         their ancestors; namespace rows mirror them as ``partition.<name>`` metadata so
         foreign readers see them. Rows that already exist in this version are skipped.
         Leaf rows carry ``claim`` (a transaction id) in the claim column when given.
         """
-        version = self.spec_version
-        fields = self.current_spec
+        version = spec_version or self.spec_version
+        fields = self.specs[version]
         existing = self.object_ids
         rows: dict[str, dict[str, Any]] = {}
         partitions: list[Partition] = []

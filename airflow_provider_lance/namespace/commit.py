@@ -1,64 +1,94 @@
-"""Publishing a staged transaction: claim, commit leaves, publish in one compare-and-swap.
+"""Publishing a staged transaction: seal, commit leaves, publish, each step fenced.
 
-1. **Claim.** One ``__manifest`` compare-and-swap marks every partition the transaction
-   touches with its id in the claim column (``__txn_id``), inserting the rows of partitions it
-   creates (invisible to readers until published). A partition claimed by another
-   transaction is waited for; an overwrite whose base ``read_version`` moved fails with
-   :class:`CommitConflict` and claims nothing.
-2. **Commit leaves.** While holding the claims, each leaf table gets one Lance commit
-   (Append, or Overwrite) tagged with the transaction id. Orphan versions of crashed writers
-   are rolled back first; a version this transaction already committed is reused.
-3. **Publish.** One compare-and-swap sets every ``read_version`` and releases the claims:
-   readers see the whole transaction or nothing of it.
+1. **Seal.** One ``__manifest`` compare-and-swap moves the transaction row STAGED ->
+   COMMITTING with a *plan* (the stages it includes, written to ``plan-<id>.json`` first),
+   claims every partition it touches (claim column = ``txn#incarnation``) and inserts the
+   rows of partitions it creates (invisible until published). A partition claimed by
+   another live transaction is waited for, up to ``claim_timeout``; an overwrite whose base
+   ``read_version`` moved fails with :class:`CommitConflict` and seals nothing.
+2. **Commit leaves.** Each leaf table gets one Lance commit holding exactly its published
+   version plus the staged files, tagged with the incarnation; the content is verified, so a
+   zombie's concurrent commit is never published.
+3. **Publish.** One compare-and-swap, conditional on this committer's own fence token,
+   sets every ``read_version``, releases the claims and moves the row to PUBLISHED.
 
-Each step is idempotent, so a retried commit (after a crash or an unknown outcome) finishes
-the job or returns the recorded result, and never duplicates rows.
+A retry (``commit`` again, from any process, after any crash) steals the fence token and
+finishes the same plan; the committer it replaced can no longer publish and returns the
+published result instead. Nothing here deletes files: only an abort does, after fencing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .catalog import NamespaceState
-from .errors import CommitConflict, LanceNamespaceError
+from .errors import (
+    CommitConflict,
+    InvalidArgumentError,
+    LanceNamespaceError,
+    ManifestError,
+    TransactionAborted,
+)
 from .failpoints import failpoint
-from .leaves import commit_leaf, leaf_version, own_versions
+from .leaves import commit_leaf
+from .lifecycle import (
+    TransitionRefused,
+    TxnRecord,
+    TxnState,
+    claim_is_live,
+    claim_owners,
+    collect_finished,
+    load_records,
+    new_token,
+    parse_tag,
+    publish,
+    publish_empty,
+    seal,
+    steal,
+)
 from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
 from .naming import child_uri
 from .results import CommitResult, PartitionCommit
 from .staging import Stage, StagedPartition
-from .txnstore import ABORTED, COMMITTING, PUBLISHED, TransactionHeader, TransactionStore
+from .txnstore import TransactionHeader, TransactionStore
 
 log = logging.getLogger(__name__)
-
 
 #: Leaf tables committed in parallel (object-store commits are latency bound).
 LEAF_COMMIT_THREADS = 16
 
 
-class TransactionAborted(LanceNamespaceError):
-    """The transaction was aborted (by the user or by recovery); it can never commit."""
-
-
 @dataclass
 class CommitOptions:
-    #: How long to wait for partitions claimed by other live transactions.
+    #: How long to wait for partitions claimed by other live transactions (seconds).
     claim_timeout: float = 120.0
-    #: Compare-and-swap attempts on ``__manifest`` before giving up.
-    attempts: int = 64
+    #: How long to retry compare-and-swaps that lose to unrelated concurrent commits.
+    swap_timeout: float = 120.0
 
 
-def merge_stages(stages: Mapping[str, Stage]) -> dict[str, StagedPartition]:
+@dataclass(frozen=True)
+class TransactionContext:
+    """What transaction code needs of a namespace: its manifest, records and storage."""
+
+    manifest: Manifest
+    store: TransactionStore
+    load_state: Callable[..., NamespaceState]  # (version: int | None = None)
+    storage_options: Mapping[str, str] | None
+
+
+def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, StagedPartition]:
     """All partitions of all stages, their data files and row counts added up."""
     merged: dict[str, StagedPartition] = {}
-    for stage in stages.values():
+    for stage in stages.values() if isinstance(stages, Mapping) else stages:
         for oid, part in stage.partitions.items():
             into = merged.get(oid)
             if into is None:
@@ -81,249 +111,434 @@ def merge_stages(stages: Mapping[str, Stage]) -> dict[str, StagedPartition]:
     return merged
 
 
-@dataclass(frozen=True)
-class TransactionContext:
-    """What transaction code needs of a namespace: its manifest, records and storage."""
+def stage_digest(raw: Mapping[str, Any]) -> str:
+    """Identifies one recorded content of a stage (a re-recorded stage has another)."""
+    text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
-    manifest: Manifest
-    store: TransactionStore
-    load_state: Callable[..., NamespaceState]  # (version: int | None = None)
-    storage_options: Mapping[str, str] | None
+
+@dataclass(frozen=True)
+class Plan:
+    """What a sealed transaction publishes, fixed at the seal: the stages it includes (by
+    transaction, incarnation, stage id and content digest) and their merged partitions."""
+
+    plan_id: str
+    mode: str
+    spec_version: int
+    stages: tuple[tuple[str, int, str, str], ...]
+    partitions: dict[str, StagedPartition]
+
+    def included(self, txn_id: str, incarnation: int, stage_id: str) -> str | None:
+        """The digest of the stage content this plan includes, or None."""
+        for t, k, s, digest in self.stages:
+            if (t, k, s) == (txn_id, incarnation, stage_id):
+                return digest
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        merged = Stage("plan", self.plan_id, self.mode, self.spec_version, self.partitions)
+        return {
+            "plan_id": self.plan_id,
+            "stages": [list(s) for s in self.stages],
+            "merged": merged.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Plan:
+        merged = Stage.from_json(raw["merged"])
+        return cls(
+            raw["plan_id"],
+            merged.mode,
+            merged.spec_version,
+            tuple((str(t), int(k), str(s), str(d)) for t, k, s, d in raw["stages"]),
+            merged.partitions,
+        )
+
+
+def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord | None:
+    """The current incarnation of ``txn_id`` as of ``state`` (None: no such transaction).
+
+    No row and a header: incarnation 1, STAGED. A row ABORTED in incarnation k and a header
+    for k+1 (``begin`` after the abort): incarnation k+1, STAGED. Otherwise the row.
+    """
+    stored = load_records(state, [txn_id]).get(txn_id)
+    if stored is None:
+        header = ctx.store.load(txn_id, 1)
+        return None if header is None else TxnRecord.implicit(txn_id, 1, header.mode)
+    if stored.state is TxnState.ABORTED:
+        header = ctx.store.load(txn_id, stored.incarnation + 1)
+        if header is not None:
+            return TxnRecord.implicit(txn_id, stored.incarnation + 1, header.mode)
+    return stored
+
+
+def backoff(attempt: int) -> None:
+    time.sleep(min(0.02 * 2 ** min(attempt, 6), 1.0) * (0.5 + random.random()))
 
 
 class Committer:
-    """Runs the claim / commit / publish protocol for one transaction."""
+    """Runs the seal / commit leaves / publish protocol for one transaction."""
 
     def __init__(self, ctx: TransactionContext, options: CommitOptions | None = None) -> None:
         self.ctx = ctx
         self.manifest = ctx.manifest
         self.store = ctx.store
-        self.load_state = ctx.load_state
-        self.storage_options = ctx.storage_options
         self.options = options or CommitOptions()
+        self.token = new_token()
 
-    def commit(self, header: TransactionHeader, stages: Mapping[str, Stage]) -> CommitResult:
-        if header.state == PUBLISHED and header.result is not None:
-            return CommitResult.from_dict(header.result)
-        if header.state == ABORTED:
-            raise TransactionAborted(f"transaction {header.txn_id} was aborted: {header.error}")
-        parts = merge_stages(stages)
-        if not parts:  # nothing staged (e.g. an empty input): nothing to publish
-            nothing = CommitResult(self.load_state().version, header.mode, [], txn_id=header.txn_id)
-            return self.record(header, nothing)
-        retry = header.state == COMMITTING
-        if retry:
-            found = self.find_publish(header, parts)
-            if found is not None:
-                return self.record(header, found)
-        else:
-            header.state = COMMITTING
-            self.store.save(header)
-        failpoint("commit.before_claim")
-        self._check_current(header)
-        state, claimed = self._claim(header, parts)
-        failpoint("commit.after_claim")
-        versions = self._commit_leaves(header, parts, state, claimed)
-        failpoint("commit.before_publish")
-        self._check_current(header)
-        result = self._publish(header, parts, versions)
-        failpoint("commit.after_publish")
-        maybe_compact(self.manifest)
-        return self.record(header, result)
-
-    def _check_current(self, header: TransactionHeader) -> None:
-        """Stop a committer whose transaction was aborted (e.g. by recovery) meanwhile."""
-        stored = self.store.load(header.txn_id)
-        if stored is None or stored.nonce != header.nonce or stored.state == ABORTED:
-            raise TransactionAborted(
-                f"transaction {header.txn_id} was aborted while this commit was running"
-            )
-
-    def record(self, header: TransactionHeader, result: CommitResult) -> CommitResult:
-        header.state, header.result = PUBLISHED, result.to_dict()
-        self.store.save(header)
-        log.info(
-            "transaction %s published %d partitions (manifest v%d)",
-            header.txn_id,
-            len(result.partitions),
-            result.manifest_version,
-        )
-        return result
-
-    # -- 1. claim ----------------------------------------------------------------------
-    def _claim(
-        self, header: TransactionHeader, parts: dict[str, StagedPartition]
-    ) -> tuple[NamespaceState, dict[str, dict[str, Any]]]:
-        """Claim every partition; returns the state and the claimed leaf rows by id."""
-        txn, overwrite = header.txn_id, header.mode == "overwrite"
-        deadline = time.monotonic() + self.options.claim_timeout
-        for attempt in range(self.options.attempts):
-            state = self.load_state()
-            current = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
-            blocked: dict[str, str] = {}
-            rows: list[dict[str, Any]] = []
-            for oid, part in parts.items():
-                row = current.get(oid)
-                if row is None:
-                    continue
-                owner = row.get(CLAIM)
-                if owner not in (None, txn):
-                    blocked[oid] = owner
-                    continue
-                if owner is None:
-                    if (overwrite or part.rewrite) and row[READ_VERSION] != part.base_read_version:
-                        raise CommitConflict(
-                            f"transaction {txn} replaces partitions another writer published "
-                            "after it was staged; nothing was published",
-                            [oid],
-                        )
-                    rows.append(dict(row, **{CLAIM: txn}))
-            new = [p for oid, p in parts.items() if oid not in current]
-            if new:
-                gone = [p.object_id for p in new if p.existed]
-                if gone:
-                    raise CommitConflict("staged partitions no longer exist", gone)
-                plan = state.plan_partitions(
-                    [tuple(p.values.values()) for p in new], read_version=None, claim=txn
+    # -- entry -----------------------------------------------------------------------------
+    def commit(self, txn_id: str) -> CommitResult:
+        """Publish ``txn_id`` (or finish or return an earlier commit of it)."""
+        claim_deadline = time.monotonic() + self.options.claim_timeout
+        for attempt in range(1_000_000):
+            state = self.ctx.load_state()
+            record = resolve(self.ctx, state, txn_id)
+            if record is None:
+                raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
+            if record.state is TxnState.PUBLISHED:
+                return self.result(record)
+            if record.state is TxnState.ABORTED:
+                raise TransactionAborted(
+                    f"transaction {record.tag} was aborted: {record.error}; begin it again "
+                    "to start a new incarnation"
                 )
-                rows += plan.rows
-            if blocked:
-                if time.monotonic() > deadline:
-                    owners = sorted(set(blocked.values()))
-                    raise CommitConflict(
-                        f"partitions are held by other transactions {owners} (still committing, "
-                        "or crashed: PartitionedNamespace.recover() releases expired ones)",
-                        blocked,
-                    )
-                _backoff(attempt)
+            if record.state is TxnState.MERGED:
+                assert record.merged_into is not None
+                return Committer(self.ctx, self.options).commit(parse_tag(record.merged_into)[0])
+            if record.state is TxnState.COMMITTING:
+                try:
+                    record = steal(self.manifest, state, record, self.token)
+                except CommitConflict:
+                    backoff(attempt)
+                    continue
+                if record.plan is None:
+                    raise ManifestError(f"transaction {record.tag} is committing without a plan")
+                log.info("transaction %s: taking over an unfinished commit", record.tag)
+                return self._finish(record, self.load_plan(record))
+            sealed = self._seal(state, record, claim_deadline, attempt)
+            if sealed is None:
                 continue
-            claimed = {oid: dict(row, **{CLAIM: txn}) for oid, row in current.items()}
-            claimed.update({r[OBJECT_ID]: r for r in rows if r[OBJECT_ID] in parts})
-            if not rows:
-                return state, claimed
+            if isinstance(sealed, CommitResult):  # nothing was staged
+                return sealed
+            return self._finish(*sealed)
+        raise AssertionError("unreachable")
+
+    # -- 1. seal -----------------------------------------------------------------------------
+    def _seal(
+        self, state: NamespaceState, record: TxnRecord, deadline: float, attempt: int
+    ) -> tuple[TxnRecord, Plan] | CommitResult | None:
+        """Seal and claim in one swap; None when the swap lost a race (try again)."""
+        header = self.store.load(record.txn_id, record.incarnation)
+        if header is None:
+            raise InvalidArgumentError(f"transaction {record.tag} has no record")
+        record = replace(
+            record,
+            mode=header.mode,
+            sources=tuple(header.sources),
+            anonymous=header.anonymous,
+        )
+        sources = self._sources(state, header)
+        failpoint("commit.before_seal")
+        plan = self._plan(header, record, sources)
+        if not plan.partitions:
             try:
-                self.manifest.compare_and_swap(state.rows_table(rows), state.version)
+                version = publish_empty(self.manifest, state, record, sources)
             except CommitConflict:
-                _backoff(attempt)
-                continue
-            # Nobody else changes rows we hold claims on, so they are as we just wrote them.
-            return self.load_state(), claimed
-        raise CommitConflict(f"could not claim the partitions of {txn}", list(parts))
-
-    # -- a retry whose publish already happened -----------------------------------------
-    def find_publish(
-        self, header: TransactionHeader, parts: dict[str, StagedPartition]
-    ) -> CommitResult | None:
-        """The result of this transaction's publish if it already happened, else None.
-
-        Published means: no partition is claimed by it any more and each partition's
-        ``read_version`` has reached a leaf version this transaction committed. The manifest
-        version of the publish is found by bisection (``read_version`` never moves back).
-        """
-        if not parts:
+                backoff(attempt)
+                return None
+            return self._save_result(record, CommitResult(version, plan.mode, [], record.txn_id))
+        claims = self._claims(state, record, plan, deadline)
+        if claims is None:
+            backoff(attempt)
             return None
-        state = self.load_state()
-        rows = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
-        mine: dict[str, tuple[int, bool]] = {}
-        for oid in parts:
-            row = rows.get(oid)
-            if row is None or row.get(CLAIM) is not None or row[READ_VERSION] is None:
-                return None
-            uri = child_uri(state.root, row["location"])
-            found = own_versions(uri, header.txn_id, int(row[READ_VERSION]), self.storage_options)
-            if found is None:
-                return None
-            mine[oid] = found
-        low, high = header.base_version + 1, state.version
-        while low < high:
-            mid = (low + high) // 2
-            at = self.manifest.open(mid)
-            published = {
-                r[OBJECT_ID]: r[READ_VERSION]
-                for r in at.to_table(columns=[OBJECT_ID, READ_VERSION]).to_pylist()
-            }
-            if all((published.get(oid) or 0) >= v for oid, (v, _) in mine.items()):
-                high = mid
-            else:
-                low = mid + 1
-        return CommitResult(
-            low,
+        self.store.save_plan(record.txn_id, record.incarnation, plan.plan_id, plan.to_json())
+        try:
+            sealed = seal(
+                self.manifest,
+                state,
+                record,
+                token=self.token,
+                plan=plan.plan_id,
+                claims=claims,
+                sources=sources,
+            )
+        except CommitConflict:
+            backoff(attempt)
+            return None
+        failpoint("commit.after_claim")
+        return sealed, plan
+
+    def _sources(self, state: NamespaceState, header: TransactionHeader) -> list[TxnRecord]:
+        out = []
+        for source in header.sources:
+            record = resolve(self.ctx, state, source)
+            if record is None:
+                raise InvalidArgumentError(f"no transaction {source!r} in this namespace")
+            if record.state is not TxnState.STAGED:
+                into = f" into {record.merged_into}" if record.merged_into else ""
+                raise InvalidArgumentError(
+                    f"transaction {source} is {record.state.value}{into}; only staged "
+                    "transactions can be committed together"
+                )
+            out.append(record)
+        return out
+
+    def _plan(self, header: TransactionHeader, record: TxnRecord, sources: list[TxnRecord]) -> Plan:
+        """The stages recorded now (read after the state, so none recorded before a
+        stager's epoch bump is missed) and their merged partitions."""
+        refs: list[tuple[str, int, str, str]] = []
+        stages: list[Stage] = []
+        for txn in (record, *sources):
+            for stage_id, raw in self.store.stages(txn.txn_id, txn.incarnation).items():
+                refs.append((txn.txn_id, txn.incarnation, stage_id, stage_digest(raw)))
+                stages.append(Stage.from_json(raw))
+        return Plan(
+            new_token()[:16],
             header.mode,
-            [
-                PartitionCommit(oid, p.values, mine[oid][0], p.rows, mine[oid][1])
-                for oid, p in parts.items()
-            ],
-            txn_id=header.txn_id,
+            header.spec_version,
+            tuple(refs),
+            merge_stages(stages),
         )
 
-    # -- 2. leaves ---------------------------------------------------------------------------
-    def _commit_leaves(
-        self,
-        header: TransactionHeader,
-        parts: dict[str, StagedPartition],
-        state: NamespaceState,
-        rows: dict[str, dict[str, Any]],
-    ) -> dict[str, int]:
-        """One Lance commit per leaf, run in parallel (they touch different tables).
+    def _claims(
+        self, state: NamespaceState, record: TxnRecord, plan: Plan, deadline: float
+    ) -> list[dict[str, Any]] | None:
+        """The claimed and created rows for the seal; None while others hold partitions."""
+        tag, overwrite = record.tag, plan.mode == "overwrite"
+        current = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
+        holders = load_records(state, claim_owners(current.values()))
+        blocked: dict[str, str] = {}
+        rows: list[dict[str, Any]] = []
+        for oid, part in plan.partitions.items():
+            row = current.get(oid)
+            if row is None:
+                continue
+            owner = row.get(CLAIM)
+            if owner and owner != tag and claim_is_live(owner, holders):
+                blocked[oid] = owner
+                continue
+            published = row[READ_VERSION]
+            if (overwrite or part.rewrite) and published != part.base_read_version:
+                raise CommitConflict(
+                    f"transaction {record.txn_id} replaces partitions another writer "
+                    "published after it was staged; nothing was published",
+                    [oid],
+                )
+            rows.append(dict(row, **{CLAIM: tag}))
+        if blocked:
+            failpoint("commit.claim_blocked")
+            if time.monotonic() > deadline:
+                held = sorted(
+                    {
+                        f"{owner} (committing for {holders[parse_tag(owner)[0]].age:.0f}s)"
+                        for owner in blocked.values()
+                    }
+                )
+                raise CommitConflict(
+                    f"partitions are held by other transactions {held} for longer than "
+                    f"the claim timeout ({self.options.claim_timeout:g}s); they are still "
+                    "committing, or crashed: PartitionedNamespace.recover() releases them",
+                    blocked,
+                )
+            return None
+        new = [p for oid, p in plan.partitions.items() if oid not in current]
+        gone = [p.object_id for p in new if p.existed]
+        if gone:
+            raise CommitConflict("staged partitions no longer exist", gone)
+        if new:
+            rows += state.plan_partitions(
+                [tuple(p.values.values()) for p in new],
+                read_version=None,
+                claim=tag,
+                spec_version=plan.spec_version,
+            ).rows
+        return rows
 
-        ``rows`` are the leaf rows as the claim wrote them (publish re-checks the claims).
-        """
+    # -- 2. leaves -----------------------------------------------------------------------------
+    def _commit_leaves(
+        self, record: TxnRecord, plan: Plan, state: NamespaceState
+    ) -> dict[str, int]:
+        """One verified Lance commit per leaf, run in parallel (they touch different tables)."""
+        rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
+        lost = [oid for oid in plan.partitions if (rows.get(oid) or {}).get(CLAIM) != record.tag]
+        if lost:
+            self._check_alive(record)
+            raise ManifestError(
+                f"transaction {record.tag} is committing but does not hold its claims (was "
+                "__manifest rewritten by another tool?)",
+            )
         schema = state.schema.leaf_schema()
 
         def commit_one(oid: str) -> int:
-            part, row = parts[oid], rows[oid]
-            uri = child_uri(state.root, row["location"])
-            published = row[READ_VERSION]
-            if published is None and part.existed:
-                # Published with NULL read_version ("read the latest"): the latest is the base.
-                published = leaf_version(uri, self.storage_options)
+            part, row = plan.partitions[oid], rows[oid]
             version = commit_leaf(
-                uri,
+                child_uri(state.root, row["location"]),
                 part.fragment_metadata(),
-                replace=header.mode == "overwrite" or part.rewrite,
+                replace=plan.mode == "overwrite" or part.rewrite,
                 schema=schema,
-                published=published,
-                txn_id=header.txn_id,
-                storage_options=self.storage_options,
+                published=row[READ_VERSION],
+                exists=part.existed or row[READ_VERSION] is not None,
+                owner=record.tag,
+                storage_options=self.ctx.storage_options,
             )
             failpoint("commit.leaf_committed")
             return version
 
-        if len(parts) == 1:
-            return {oid: commit_one(oid) for oid in parts}
-        with ThreadPoolExecutor(max_workers=min(LEAF_COMMIT_THREADS, len(parts))) as pool:
-            return dict(zip(parts, pool.map(commit_one, parts), strict=True))
+        ids = list(plan.partitions)
+        if len(ids) == 1:
+            return {ids[0]: commit_one(ids[0])}
+        with ThreadPoolExecutor(max_workers=min(LEAF_COMMIT_THREADS, len(ids))) as pool:
+            return dict(zip(ids, pool.map(commit_one, ids), strict=True))
 
-    # -- 3. publish --------------------------------------------------------------------------
-    def _publish(
-        self, header: TransactionHeader, parts: dict[str, StagedPartition], versions: dict[str, int]
-    ) -> CommitResult:
-        txn = header.txn_id
-        for attempt in range(self.options.attempts):
-            state = self.load_state()
-            rows = state.full_rows(list(parts)).to_pylist()
+    def _check_alive(self, record: TxnRecord) -> None:
+        now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
+        if now is None or now.incarnation != record.incarnation or now.state is TxnState.ABORTED:
+            raise TransactionAborted(
+                f"transaction {record.tag} was aborted while this commit was running"
+            )
+
+    # -- 3. publish ------------------------------------------------------------------------------
+    def _finish(self, record: TxnRecord, plan: Plan) -> CommitResult:
+        versions = self._commit_leaves(record, plan, self.ctx.load_state())
+        failpoint("commit.before_publish")
+        return self._publish(record, plan, versions)
+
+    def _publish(self, record: TxnRecord, plan: Plan, versions: dict[str, int]) -> CommitResult:
+        """The publishing swap, while this committer's token owns the row; a committer
+        that lost it returns the outcome of the one that took over."""
+        deadline = time.monotonic() + self.options.swap_timeout
+        for attempt in range(1_000_000):
+            state = self.ctx.load_state()
+            now = resolve(self.ctx, state, record.txn_id)
+            if now is None or now.incarnation != record.incarnation:
+                raise TransactionAborted(f"transaction {record.tag} was aborted")
+            if now.state is not TxnState.COMMITTING or now.owner != self.token:
+                return self._await_outcome(record)
+            rows = state.full_rows(list(plan.partitions)).to_pylist()
             created = {r[OBJECT_ID] for r in rows if r[READ_VERSION] is None}
             for r in rows:
-                if r.get(CLAIM) != txn:
-                    raise CommitConflict(f"transaction {txn} lost its claim", [r[OBJECT_ID]])
+                if r.get(CLAIM) != record.tag:
+                    raise ManifestError(
+                        f"transaction {record.tag} lost its claim on {r[OBJECT_ID]}"
+                    )
                 r[READ_VERSION] = versions[r[OBJECT_ID]]
                 r[CLAIM] = None
             try:
-                version = self.manifest.compare_and_swap(state.rows_table(rows), state.version)
-            except CommitConflict:
-                _backoff(attempt)
+                version = publish(self.manifest, state, now, self.token, rows)
+            except (CommitConflict, TransitionRefused):
+                if time.monotonic() > deadline:
+                    raise CommitConflict(
+                        f"could not publish transaction {record.tag} within "
+                        f"{self.options.swap_timeout:.0f}s of concurrent commits; commit again "
+                        "to finish it",
+                        list(plan.partitions),
+                    ) from None
+                backoff(attempt)
                 continue
-            return CommitResult(
+            failpoint("commit.after_publish")
+            result = CommitResult(
                 version,
-                header.mode,
+                plan.mode,
                 [
                     PartitionCommit(oid, p.values, versions[oid], p.rows, oid in created)
-                    for oid, p in parts.items()
+                    for oid, p in plan.partitions.items()
                 ],
-                txn_id=txn,
+                txn_id=record.txn_id,
             )
-        raise CommitConflict(f"could not publish transaction {txn}", list(parts))
+            self._save_result(record, result)
+            maybe_compact(
+                self.manifest, prepare=lambda: collect_finished(self.manifest, self.ctx.load_state)
+            )
+            log.info(
+                "transaction %s published %d partitions (manifest v%d)",
+                record.tag,
+                len(result.partitions),
+                version,
+            )
+            return result
+        raise AssertionError("unreachable")
 
+    def _await_outcome(self, record: TxnRecord) -> CommitResult:
+        """Another committer took this transaction over: return its outcome."""
+        log.info("transaction %s was taken over by another committer; waiting", record.tag)
+        deadline = time.monotonic() + self.options.swap_timeout
+        while time.monotonic() < deadline:
+            now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
+            if now is None or now.incarnation != record.incarnation:
+                raise TransactionAborted(f"transaction {record.tag} was aborted")
+            if now.state is TxnState.PUBLISHED:
+                return self.result(now)
+            if now.state is TxnState.ABORTED:
+                raise TransactionAborted(f"transaction {record.tag} was aborted: {now.error}")
+            time.sleep(0.1)
+        raise CommitConflict(
+            f"transaction {record.tag} is being committed by another process; its outcome is "
+            "not known yet: commit it again later"
+        )
 
-def _backoff(attempt: int) -> None:
-    time.sleep(min(0.02 * 2 ** min(attempt, 6), 1.0) * (0.5 + random.random()))
+    # -- results -------------------------------------------------------------------------------
+    def load_plan(self, record: TxnRecord) -> Plan:
+        assert record.plan is not None
+        return Plan.from_json(self.store.plan(record.txn_id, record.incarnation, record.plan))
+
+    def _save_result(self, record: TxnRecord, result: CommitResult) -> CommitResult:
+        try:
+            self.store.save_result(record.txn_id, record.incarnation, result.to_dict())
+        except (OSError, LanceNamespaceError) as exc:  # a cache: rebuilt when missing
+            log.warning("could not record the result of %s: %s", record.tag, exc)
+        return result
+
+    def result(self, record: TxnRecord) -> CommitResult:
+        """The result of a published transaction: recorded, or rebuilt from its plan and
+        the manifest version where its row turned PUBLISHED (after a crash right after
+        the publish)."""
+        raw = self.store.result(record.txn_id, record.incarnation)
+        if raw is not None:
+            return CommitResult.from_dict(raw)
+        version = self._published_at(record)
+        if record.plan is None:
+            mode = record.mode or "append"
+            return self._save_result(record, CommitResult(version, mode, [], record.txn_id))
+        plan = self.load_plan(record)
+        after = self.ctx.load_state(version).full_rows(list(plan.partitions)).to_pylist()
+        before = {
+            r[OBJECT_ID]: r[READ_VERSION]
+            for r in self.ctx.load_state(version - 1).full_rows(list(plan.partitions)).to_pylist()
+        }
+        read_versions = {r[OBJECT_ID]: r[READ_VERSION] for r in after}
+        result = CommitResult(
+            version,
+            plan.mode,
+            [
+                PartitionCommit(
+                    oid, p.values, int(read_versions[oid]), p.rows, before.get(oid) is None
+                )
+                for oid, p in plan.partitions.items()
+            ],
+            txn_id=record.txn_id,
+        )
+        return self._save_result(record, result)
+
+    def _published_at(self, record: TxnRecord) -> int:
+        """The first manifest version where the row is PUBLISHED in this incarnation."""
+
+        def published(version: int) -> bool:
+            try:
+                state = self.ctx.load_state(version)
+            except LanceNamespaceError:  # cleaned up: long before the publish
+                return False
+            found = load_records(state, [record.txn_id]).get(record.txn_id)
+            return (
+                found is not None
+                and found.incarnation == record.incarnation
+                and found.state is TxnState.PUBLISHED
+            )
+
+        low, high = 1, self.ctx.load_state().version
+        while low < high:
+            mid = (low + high) // 2
+            if published(mid):
+                high = mid
+            else:
+                low = mid + 1
+        return low

@@ -3,6 +3,11 @@
 Every error a user can provoke with bad input surfaces as one of these, with a message that
 names the problem and what to do about it, never as a stack trace from deep inside pylance,
 pyarrow or DataFusion. ``LanceNamespaceError`` is the root so callers can catch them all.
+
+Whether retrying can help is decided here, once, by each class's :attr:`retryable`: storage
+errors and conflicts with concurrent writers are retryable (a later attempt may succeed),
+bad input and finished transactions are not. Airflow operators, the spark-submit job's exit
+codes and the CLI all ask :func:`is_retryable` instead of keeping their own lists.
 """
 
 from __future__ import annotations
@@ -13,13 +18,16 @@ from collections.abc import Iterable
 class LanceNamespaceError(Exception):
     """Base class of every error raised by airflow_provider_lance."""
 
+    #: Whether the same call may succeed when retried later (nothing about the input changes).
+    retryable: bool = False
+
 
 class NamespaceNotFoundError(LanceNamespaceError):
     """Nothing at the URI is a partitioned namespace (no ``__manifest``, or no partition spec)."""
 
 
 class NamespaceExistsError(LanceNamespaceError):
-    """``create`` was asked to make a namespace where something already exists."""
+    """``create`` was asked to make a namespace where something different already exists."""
 
 
 class SchemaError(LanceNamespaceError):
@@ -45,6 +53,8 @@ class DataValidationError(LanceNamespaceError):
 class StorageError(LanceNamespaceError):
     """The storage could not be reached or refused access (credentials, endpoint, network)."""
 
+    retryable = True
+
 
 class PartitionNotFoundError(LanceNamespaceError):
     """A partition that was named does not exist in the namespace."""
@@ -55,7 +65,13 @@ class ManifestError(LanceNamespaceError):
 
 
 class CommitConflict(LanceNamespaceError):
-    """A concurrent writer changed partitions this commit depends on; nothing was published."""
+    """A concurrent writer changed what this operation depends on; nothing was published.
+
+    Also raised when partitions stay claimed by another live transaction for longer than
+    the claim timeout, and when a concurrent schema or spec change won the race.
+    """
+
+    retryable = True
 
     def __init__(self, message: str, partitions: Iterable[str] = ()) -> None:
         self.partitions = sorted(partitions)
@@ -66,5 +82,34 @@ class CommitConflict(LanceNamespaceError):
         super().__init__(message)
 
 
+class TransactionAborted(LanceNamespaceError):
+    """The transaction was aborted (by the user or by recovery); this incarnation can never
+    commit. ``begin`` with the same id starts a new incarnation."""
+
+
 class InvalidArgumentError(LanceNamespaceError, ValueError):
     """An argument has a wrong value (unknown mode, bad column list, ...)."""
+
+
+class TransactionClosed(InvalidArgumentError):
+    """The transaction no longer takes stages: a commit sealed it (or it was merged)."""
+
+
+def aborted_meanwhile(txn_id: str, cause: TransactionAborted) -> CommitConflict:
+    """A *write* whose transaction an operator or ``recover()`` aborted while it ran: a
+    retry of the write begins a new incarnation with the same data, so it is retryable."""
+    return CommitConflict(
+        f"transaction {txn_id} was aborted while this write ran (by recover() or an "
+        f"operator: {cause}); nothing of it was published, write again"
+    )
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether retrying the operation that raised ``exc`` may succeed.
+
+    Project errors say so themselves; anything else (an unexpected library or OS error) is
+    treated as retryable, since nothing shows the input was wrong.
+    """
+    if isinstance(exc, LanceNamespaceError):
+        return exc.retryable
+    return True

@@ -1,20 +1,96 @@
-"""Named failpoints for crash-injection tests, enabled only by an environment variable.
+"""Named failpoints for crash-injection and interleaving tests.
 
-``LANCE_PNS_FAILPOINTS="commit.after_claim=kill"`` makes the process kill itself with SIGKILL
-when it reaches that point (``=raise`` raises :class:`FailpointError` instead). Several points
-are separated by commas. Unset (always, outside tests), a failpoint costs one dict lookup.
+Two ways to act at a point, both off unless a test asks:
+
+* across processes, by environment: ``LANCE_PNS_FAILPOINTS="commit.after_claim=kill"`` makes
+  the process kill itself with SIGKILL when it reaches that point (``=raise`` raises
+  :class:`FailpointError`, a simulated crash; ``=error`` raises an ``OSError``, a simulated
+  transient failure that callers handle like any other; ``=sleep:0.5`` sleeps). Several
+  points are separated by commas.
+* inside one process, by :func:`hold`: a thread that reaches the point waits there until the
+  test releases it, so a test can run another operation at exactly that moment::
+
+      with hold("commit.before_publish") as point:
+          worker = threading.Thread(target=ns.commit, args=("X",)); worker.start()
+          point.wait_reached()
+          ns.abort("X")          # runs while the commit is parked before its publish
+      worker.join()
+
+Unset (always, outside tests), a failpoint costs one dict lookup.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 ENV = "LANCE_PNS_FAILPOINTS"
 
 
 class FailpointError(RuntimeError):
     """Raised at a failpoint configured with ``=raise``."""
+
+
+class Hold:
+    """A point where threads stop until released (see :func:`hold`)."""
+
+    def __init__(self, name: str, times: int | None, when: Callable[[], bool] | None) -> None:
+        self.name = name
+        self._remaining = times
+        self._when = when
+        self._reached = threading.Event()
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def _arrive(self) -> None:
+        with self._lock:
+            if self._remaining == 0 or (self._when is not None and not self._when()):
+                return
+            if self._remaining is not None:
+                self._remaining -= 1
+            self.hits += 1
+        self._reached.set()
+        if not self._released.wait(timeout=120):
+            raise FailpointError(f"failpoint {self.name} was held for 120 s and never released")
+
+    def wait_reached(self, timeout: float = 60.0) -> None:
+        """Block until a thread is parked at the point (an error after ``timeout``)."""
+        if not self._reached.wait(timeout):
+            raise FailpointError(f"no thread reached failpoint {self.name} in {timeout} s")
+
+    def release(self) -> None:
+        self._released.set()
+
+
+_holds: dict[str, Hold] = {}
+_holds_lock = threading.Lock()
+
+
+@contextmanager
+def hold(
+    name: str, *, times: int | None = 1, when: Callable[[], bool] | None = None
+) -> Iterator[Hold]:
+    """Park the first ``times`` threads (all, for None) that reach ``name`` while active.
+
+    ``when`` narrows it to threads for which it returns True (e.g. one worker thread). On
+    exit the point is released and removed.
+    """
+    point = Hold(name, times, when)
+    with _holds_lock:
+        if name in _holds:
+            raise RuntimeError(f"failpoint {name} is already held")
+        _holds[name] = point
+    try:
+        yield point
+    finally:
+        point.release()
+        with _holds_lock:
+            _holds.pop(name, None)
 
 
 def _configured() -> dict[str, str]:
@@ -28,7 +104,11 @@ def _configured() -> dict[str, str]:
 
 
 def failpoint(name: str) -> None:
-    """Crash here if the environment asks for it (see the module docstring)."""
+    """Crash, raise, sleep or wait here if a test asks for it (see the module docstring)."""
+    if _holds:
+        point = _holds.get(name)
+        if point is not None:
+            point._arrive()
     if ENV not in os.environ:
         return
     action = _configured().get(name)
@@ -36,3 +116,7 @@ def failpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "raise":
         raise FailpointError(f"failpoint {name}")
+    elif action == "error":
+        raise OSError(f"injected failure at failpoint {name}")
+    elif action is not None and action.startswith("sleep:"):
+        time.sleep(float(action.removeprefix("sleep:")))

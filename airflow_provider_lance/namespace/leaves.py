@@ -8,8 +8,10 @@ partitions and many processes.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -17,12 +19,17 @@ from lance import LanceOperation, Transaction
 from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata, write_fragments
 
-from .errors import LanceNamespaceError
+from .errors import CommitConflict, LanceNamespaceError
+from .failpoints import failpoint
+from .manifest import is_conflict
 
 log = logging.getLogger(__name__)
 
-#: Leaf-commit property naming the transaction that made the version.
+#: Leaf-commit properties naming the transaction (and its incarnation) that made a version.
 TXN_PROPERTY = "partitioned-namespace.txn_id"
+INCARNATION_PROPERTY = "partitioned-namespace.incarnation"
+#: Commit attempts on one leaf before giving up (each lost only to a concurrent zombie).
+LEAF_ATTEMPTS = 16
 #: Rows per data file written to a leaf table.
 MAX_ROWS_PER_FILE = 1_048_576
 
@@ -37,16 +44,22 @@ def stage_fragments(
     storage_options: Mapping[str, str] | None,
     *,
     overwrite: bool = False,
+    version: int | None = None,
 ) -> list[FragmentMetadata]:
     """Write ``data`` as new data files of the leaf at ``uri``; nothing becomes visible.
 
     Files staged for an overwrite carry field ids of ``data``'s own schema (the leaf is
-    replaced whole), files for an append those of the leaf's current schema.
+    replaced whole), files for an append those of the leaf's schema at ``version`` (its
+    published version: a newer, unpublished version left by a crashed writer may have
+    another schema and must not decide the field ids).
     """
+    target: str | lance.LanceDataset = uri
+    if not overwrite and version is not None:
+        target = lance.dataset(uri, version=version, storage_options=_opts(storage_options))
     return list(
         write_fragments(
             data,
-            uri,
+            target,
             mode="overwrite" if overwrite else "append",
             max_rows_per_file=MAX_ROWS_PER_FILE,
             storage_options=_opts(storage_options),
@@ -61,27 +74,47 @@ def leaf_schema(
     return lance.dataset(uri, version=version, storage_options=_opts(storage_options)).schema
 
 
-def leaf_version(uri: str, storage_options: Mapping[str, str] | None) -> int:
-    """The latest version of the leaf table at ``uri``."""
-    return int(lance.dataset(uri, storage_options=_opts(storage_options)).version)
-
-
 def committed_by(ds: lance.LanceDataset, version: int) -> str | None:
-    """The transaction id recorded on a leaf version (None for foreign commits)."""
+    """The tag (``txn_id#incarnation``) recorded on a leaf version (None: not ours)."""
     txn = ds.read_transaction(version)
     props = (txn.transaction_properties or {}) if txn is not None else {}
-    return props.get(TXN_PROPERTY)
+    txn_id = props.get(TXN_PROPERTY)
+    if txn_id is None:
+        return None
+    return f"{txn_id}#{props.get(INCARNATION_PROPERTY, '0')}"
 
 
-def own_versions(
-    uri: str, txn_id: str, upto: int, storage_options: Mapping[str, str] | None
-) -> tuple[int, bool] | None:
-    """The last leaf version up to ``upto`` committed by ``txn_id`` and whether it created
-    the table (its version 1), or None if the transaction committed none."""
-    ds = lance.dataset(uri, storage_options=_opts(storage_options))
-    for version in range(upto, 0, -1):
-        if committed_by(ds, version) == txn_id:
-            return version, version == 1
+def _signature(fragment: FragmentMetadata | dict[str, Any]) -> str:
+    """What identifies a fragment's content across commits: its data files and deletions
+    (fragment ids may be renumbered by an append, files never are)."""
+    raw = fragment if isinstance(fragment, dict) else fragment.to_json()
+    files = sorted(f["path"] for f in raw.get("files", []))
+    deletion = raw.get("deletion_file")
+    return json.dumps([files, deletion and [deletion.get("id"), deletion.get("read_version")]])
+
+
+def _content(ds: lance.LanceDataset, version: int) -> list[str]:
+    at = ds.checkout_version(version)
+    return sorted(_signature(f.metadata) for f in at.get_fragments())
+
+
+def _exists(uri: str, opts: dict[str, str] | None) -> bool:
+    try:
+        lance.dataset(uri, storage_options=opts)
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def base_version(ds: lance.LanceDataset, published: int | None) -> int | None:
+    """The version a commit builds on: the published ``read_version``, or for a partition
+    published with NULL ("read the latest", as foreign writers leave it) the newest
+    version none of our transactions made (ours would have set a read_version)."""
+    if published is not None:
+        return published
+    for version in range(int(ds.version), 0, -1):
+        if committed_by(ds, version) is None:
+            return version
     return None
 
 
@@ -92,58 +125,82 @@ def commit_leaf(
     replace: bool,
     schema: pa.Schema,
     published: int | None,
-    txn_id: str,
+    exists: bool,
+    owner: str,
     storage_options: Mapping[str, str] | None,
 ) -> int:
-    """Commit staged fragments as the leaf's next version after ``published``.
+    """Commit staged fragments as a leaf version holding exactly base + ``fragments``.
 
-    Runs only while ``txn_id`` holds the partition's claim, so no other transaction commits
-    to this leaf meanwhile. A latest version committed by ``txn_id`` itself (an earlier
-    attempt) is returned as is; versions after ``published`` from anyone else belong to no
-    published transaction (orphans of a crashed writer) and are rolled back first, so they
-    are never published by accident. The commit records ``txn_id`` in its properties.
+    ``published`` is the partition's read_version when claimed (None for a new partition
+    or one published as "read the latest", see :func:`base_version`). Runs while ``owner``
+    (a ``txn#k`` tag) holds the partition's claim, but zombies (a committer that lost its
+    claim, a stale retry) may still commit or restore concurrently, and Lance silently
+    rebases a stale ``Append`` onto whatever is latest. So the result is verified: the
+    version returned holds exactly the base's fragments plus ours, or it is not used; a
+    latest version that ``owner`` itself committed (an earlier attempt) is reused only
+    after the same check. The commit records ``owner`` in its properties.
     """
     opts = _opts(storage_options)
-    try:
-        ds: lance.LanceDataset | None = lance.dataset(uri, storage_options=opts)
-    except ValueError as exc:
-        if "was not found" not in str(exc):
-            raise
-        ds = None
-    if ds is None:
-        if published is not None:
-            raise LanceNamespaceError(f"partition table {uri} (version {published}) is missing")
-        base, replace = 0, True
-    else:
-        latest = int(ds.version)
-        if latest != (published or 0):
-            if committed_by(ds, latest) == txn_id:
-                return latest
-            if published is None:
-                log.warning("replacing never-published partition table %s", uri)
-                replace = True
-            else:
+    txn_id, _, incarnation = owner.rpartition("#")
+    properties = {TXN_PROPERTY: txn_id, INCARNATION_PROPERTY: incarnation}
+    mine = sorted(_signature(f) for f in fragments)
+    for _attempt in range(LEAF_ATTEMPTS):
+        try:
+            ds: lance.LanceDataset | None = lance.dataset(uri, storage_options=opts)
+        except ValueError as exc:
+            if "was not found" not in str(exc):
+                raise
+            ds = None
+        if ds is None:
+            if exists and published is not None:
+                raise LanceNamespaceError(f"partition table {uri} (version {published}) is missing")
+            base, overwrite, expected = 0, True, mine
+        else:
+            base_v = base_version(ds, published)
+            overwrite = replace or base_v is None
+            expected = mine if base_v is None or replace else sorted(_content(ds, base_v) + mine)
+            latest = int(ds.version)
+            if committed_by(ds, latest) == owner and _content(ds, latest) == expected:
+                return latest  # an earlier attempt (or a concurrent one of ours) made it
+            if base_v is not None and not overwrite and latest != base_v:
                 log.warning(
                     "rolling back %d unpublished version(s) of %s to version %d",
-                    latest - published,
+                    latest - base_v,
                     uri,
-                    published,
+                    base_v,
                 )
-                lance.dataset(uri, version=published, storage_options=opts).restore()  # type: ignore[no-untyped-call]
+                lance.dataset(uri, version=base_v, storage_options=opts).restore()  # type: ignore[no-untyped-call]
                 latest = int(lance.dataset(uri, storage_options=opts).version)
-        base = latest
-    operation: LanceOperation.BaseOperation = (
-        LanceOperation.Overwrite(schema, list(fragments))
-        if replace
-        else LanceOperation.Append(list(fragments))
+            base = latest
+        operation: LanceOperation.BaseOperation = (
+            LanceOperation.Overwrite(schema, list(fragments))
+            if overwrite
+            else LanceOperation.Append(list(fragments))
+        )
+        failpoint("leaf.before_commit")
+        try:
+            committed = lance.LanceDataset.commit(
+                uri,
+                Transaction(base, operation, transaction_properties=properties),
+                storage_options=opts,
+                max_retries=0,
+            )
+        except OSError as exc:
+            if not is_conflict(exc) and not (base == 0 and _exists(uri, opts)):
+                raise
+            continue  # a concurrent commit (or creation of the table) won: look again
+        version = int(committed.version)
+        if _content(committed, version) == expected:
+            return version
+        log.warning(
+            "leaf %s version %d was rebased onto a concurrent commit; committing again",
+            uri,
+            version,
+        )
+    raise CommitConflict(
+        f"partition table {uri} kept changing under the commit (concurrent committers of "
+        "an aborted or taken-over transaction?); retry the commit"
     )
-    committed = lance.LanceDataset.commit(
-        uri,
-        Transaction(base, operation, transaction_properties={TXN_PROPERTY: txn_id}),
-        storage_options=opts,
-        max_retries=0,
-    )
-    return int(committed.version)
 
 
 def discard_fragments(

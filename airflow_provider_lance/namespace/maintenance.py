@@ -4,25 +4,33 @@ Every ``merge_insert`` adds a fragment to ``__manifest``; without compaction eac
 each cold prune reads more and more small fragments (pylance 14: ~100 ms -> ~700 ms per
 publish after 600 commits). Publishes therefore compact the manifest once it holds
 :data:`AUTO_COMPACT_FRAGMENTS` fragments, and :func:`maintain` does it on demand, together
-with version cleanup that never removes what a reader or a transaction still needs.
+with version cleanup that never removes what a reader or a transaction still needs:
+whatever a retained ``__manifest`` version reads, and leaf versions not yet published.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import lance
 
 from .catalog import NamespaceState
-from .manifest import CLAIM, OBJECT_ID, Manifest
+from .errors import InvalidArgumentError
+from .manifest import CLAIM, LOCATION, OBJECT_ID, OBJECT_TYPE, READ_VERSION, TABLE, Manifest
 
 log = logging.getLogger(__name__)
 
 #: Compact ``__manifest`` after a publish once it has this many fragments.
 AUTO_COMPACT_FRAGMENTS = 16
+
+
+#: Why :func:`maintain` left a leaf table alone (keys of ``leaves_skipped_by_reason``).
+SKIP_CLAIMED = "claimed"  # a transaction holds it: its commit may be under way
+SKIP_READ_LATEST = "read_latest"  # a NULL read_version: no version to keep is known
+SKIP_CREATED_IN_WINDOW = "created_in_window"  # absent at the oldest retained version
 
 
 @dataclass
@@ -31,10 +39,26 @@ class MaintenanceReport:
     manifest_fragments_after: int = 0
     manifest_versions_removed: int = 0
     leaf_versions_removed: int = 0
+    #: Every leaf table left uncleaned (``leaves_skipped_by_reason`` says why).
     leaves_skipped: list[str] = field(default_factory=list)
+    #: (oldest, latest) ``__manifest`` version left after cleanup; each stays readable.
+    retained_manifest_versions: tuple[int, int] | None = None
+    #: Cleaned leaf -> its oldest kept version (what the oldest retained version reads).
+    leaves_kept_for_readers: dict[str, int] = field(default_factory=dict)
+    #: Leaf -> versions kept after its published ``read_version`` (an in-flight commit may
+    #: publish one; recovery rolls orphans back from the published one).
+    leaves_kept_unpublished: dict[str, int] = field(default_factory=dict)
+    leaves_skipped_by_reason: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if self.retained_manifest_versions is not None:
+            out["retained_manifest_versions"] = list(self.retained_manifest_versions)
+        return out
+
+    def _skip(self, object_id: str, reason: str) -> None:
+        self.leaves_skipped.append(object_id)
+        self.leaves_skipped_by_reason.setdefault(reason, []).append(object_id)
 
 
 def compact_manifest(manifest: Manifest) -> tuple[int, int]:
@@ -49,10 +73,17 @@ def compact_manifest(manifest: Manifest) -> tuple[int, int]:
     return before, len(ds.get_fragments())
 
 
-def maybe_compact(manifest: Manifest, threshold: int = AUTO_COMPACT_FRAGMENTS) -> None:
-    """Best-effort compaction after a publish (a concurrent commit just makes it skip)."""
+def maybe_compact(
+    manifest: Manifest,
+    threshold: int = AUTO_COMPACT_FRAGMENTS,
+    prepare: Callable[[], object] | None = None,
+) -> None:
+    """Best-effort compaction after a publish (a concurrent commit just makes it skip);
+    ``prepare`` runs first when compaction is due (e.g. to drop rows it need not copy)."""
     try:
         if len(manifest.open().get_fragments()) >= threshold:
+            if prepare is not None:
+                prepare()
             before, after = compact_manifest(manifest)
             log.info("compacted __manifest: %d -> %d fragments", before, after)
     except (OSError, ValueError) as exc:
@@ -70,10 +101,20 @@ def maintain(
     """Compact ``__manifest`` and, with ``older_than``, remove versions older than that.
 
     Manifest versions older than ``older_than`` go (keep it longer than your longest
-    transaction and than the history :func:`~.repair.repair` may need). A leaf table is
-    cleaned only while no transaction holds it and its published ``read_version`` is its
-    latest version, so nothing a reader or a transaction needs is ever removed.
+    transaction and than the history :func:`~.repair.repair` may need; Lance always keeps
+    the latest). Every manifest version that remains stays readable: a published
+    ``read_version`` never moves backwards, so the oldest leaf version any of them reads is
+    the one the oldest remaining manifest version reads, and only leaf versions below it
+    (and older than ``older_than``) are removed. Versions after the published one are never
+    touched, so an in-flight commit can still publish them. Left alone entirely: claimed
+    leaves, leaves read at their latest version (NULL ``read_version``), and, conservatively,
+    leaves absent at the oldest remaining manifest version (created inside the window).
     """
+    if older_than is not None and older_than < dt.timedelta(0):
+        raise InvalidArgumentError(
+            f"older_than must not be negative (got {older_than}); use timedelta(0) to keep "
+            "only the latest __manifest version"
+        )
     report = MaintenanceReport()
     if compact:
         report.manifest_fragments_before, report.manifest_fragments_after = compact_manifest(
@@ -81,18 +122,67 @@ def maintain(
         )
     if older_than is None:
         return report
-    claimed, partitions = _claimed(state), state.partitions()
+    # Read ``state`` before the cleanup: its own version may be among those removed.
+    claimed, partitions, at_state = _claimed(state), state.partitions(), _published(state.dataset)
     stats = manifest.open().cleanup_old_versions(older_than=older_than)
     report.manifest_versions_removed = int(stats.old_versions)
+    latest = manifest.open()
+    oldest = min(int(v["version"]) for v in latest.versions())
+    report.retained_manifest_versions = (oldest, int(latest.version))
+    at_oldest = _published(latest if oldest == latest.version else manifest.open(oldest))
     opts = dict(storage_options) if storage_options else None
     for partition in partitions:
-        leaf = lance.dataset(partition.location, storage_options=opts)
-        if partition.object_id in claimed or leaf.version != partition.read_version:
-            report.leaves_skipped.append(partition.object_id)
-            continue
-        removed = leaf.cleanup_old_versions(older_than=older_than).old_versions
-        report.leaf_versions_removed += int(removed)
+        object_id, published = partition.object_id, partition.read_version
+        location, first = at_oldest.get(object_id, (None, None))
+        if object_id in claimed:
+            report._skip(object_id, SKIP_CLAIMED)
+        elif location is None or location != at_state.get(object_id, (None, None))[0]:
+            report._skip(object_id, SKIP_CREATED_IN_WINDOW)
+        elif published is None or first is None:
+            report._skip(object_id, SKIP_READ_LATEST)
+        else:
+            # min(): a caller's state older than the window must not raise the floor.
+            keep = min(first, published)
+            leaf = lance.dataset(partition.location, storage_options=opts)
+            if leaf.version > published:
+                report.leaves_kept_unpublished[object_id] = int(leaf.version) - published
+            report.leaves_kept_for_readers[object_id] = keep
+            if keep > 1:
+                report.leaf_versions_removed += _remove_below(leaf, keep, older_than)
     return report
+
+
+def _remove_below(leaf: lance.LanceDataset, keep: int, older_than: dt.timedelta) -> int:
+    """Remove the leaf versions below ``keep`` that are older than ``older_than``.
+
+    Measured with pylance 14.0.2: ``versions=`` removes exactly the listed versions that are
+    also older than ``older_than`` (never the latest; missing ones are ignored), and data
+    files only once no remaining version references them. ``retain_versions`` counts the
+    versions that exist when cleanup runs, so a concurrent commit shifts its window onto
+    a version a reader needs. A tagged version is kept rather than failing the cleanup.
+    """
+    stats = leaf.cleanup_old_versions(
+        older_than=older_than,
+        versions=list(range(1, keep)),
+        error_if_tagged_old_versions=False,
+    )
+    return int(stats.old_versions)
+
+
+def _published(ds: lance.LanceDataset) -> dict[str, tuple[str, int | None]]:
+    """Leaf object id -> (stored location, read_version) at one manifest version.
+
+    Rows a transaction is still creating (claimed, no ``read_version``) are not published.
+    Without a ``read_version`` column (a clobbered version) every leaf reads its latest.
+    """
+    names = ds.schema.names
+    columns = [c for c in (OBJECT_ID, LOCATION, READ_VERSION, CLAIM) if c in names]
+    rows = ds.to_table(columns=columns, filter=f"{OBJECT_TYPE} = '{TABLE}'").to_pylist()
+    return {
+        r[OBJECT_ID]: (r[LOCATION], r.get(READ_VERSION))
+        for r in rows
+        if r.get(READ_VERSION) is not None or r.get(CLAIM) is None
+    }
 
 
 def _claimed(state: NamespaceState) -> set[str]:

@@ -16,11 +16,14 @@ rows and metadata together), always written before any row depends on it.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import lance
 import pyarrow as pa
+from lance import LanceOperation, Transaction
+from lance.commit import CommitConflictError
 
 from .errors import (
     CommitConflict,
@@ -29,6 +32,7 @@ from .errors import (
     NamespaceNotFoundError,
     StorageError,
 )
+from .failpoints import failpoint
 from .naming import local_path
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,11 @@ READ_VERSION_FIELD = pa.field(READ_VERSION, pa.uint64())
 #: Bookkeeping (reserved ``__`` prefix): the transaction holding a partition's commit claim.
 CLAIM = "__txn_id"
 CLAIM_FIELD = pa.field(CLAIM, pa.utf8())
+#: ``object_id`` prefix of transaction rows (``__txn$<txn_id>``, object_type ``namespace``):
+#: each holds the state of one transaction, the arbiter of its fate (see ``lifecycle``).
+#: Foreign DirectoryNamespace writers keep such rows (and their ``metadata``) when they
+#: rewrite ``__manifest``; listings of the spec-version namespaces never show them.
+TXN_PREFIX = "__txn$"
 #: Column names a partition field may not take (``__``-prefixed names are reserved too).
 RESERVED_COLUMNS = frozenset(f.name for f in (*BASE_FIELDS, READ_VERSION_FIELD, CLAIM_FIELD))
 
@@ -100,42 +109,75 @@ class Manifest:
         return True
 
     def create(self, metadata: Mapping[str, str], first_rows: pa.Table) -> lance.LanceDataset:
-        """Create the table with ``first_rows``, its metadata and scalar indices."""
-        if self._exists():
-            raise NamespaceExistsError(
-                f"{self.root} already holds a __manifest table; open it instead of creating"
-            )
-        path = local_path(self.root)
-        if path is not None:
-            import os
+        """Create the table with ``first_rows``, its metadata and scalar indices.
 
-            if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
+        Crash-safe and idempotent: creating takes three Lance commits (table, metadata,
+        index), so a ``__manifest`` with our first rows but no metadata is an interrupted
+        create and is finished, and one that already holds exactly ``metadata`` is returned
+        as it is. Anything else at the root raises :class:`NamespaceExistsError`.
+        """
+        for _attempt in range(16):
+            try:
+                ds: lance.LanceDataset | None = self.open()
+            except NamespaceNotFoundError:
+                ds = None
+            if ds is None:
+                self._check_empty_root()
+                try:
+                    lance.write_dataset(
+                        first_rows, self.uri, mode="create", storage_options=self.storage_options
+                    )
+                except (ValueError, OSError) as exc:
+                    if "exist" not in str(exc).lower():
+                        raise StorageError(f"cannot create {self.uri}: {_first_line(exc)}") from exc
+                failpoint("create.after_table")
+                continue  # created (by us or a concurrent creator): look again
+            present = {k: ds.metadata.get(k) for k in metadata}
+            if present == dict(metadata):
+                self._ensure_index(ds)
+                return self.open()
+            if any(v is not None for v in present.values()) or not self._is_fresh(ds):
                 raise NamespaceExistsError(
-                    f"{path} already exists and is not empty; a new partitioned namespace "
-                    "needs an empty or missing directory"
+                    f"{self.root} already holds a namespace with a different schema or "
+                    "partition spec; open it instead of creating, or pick another location"
                 )
-        try:
-            ds = lance.write_dataset(
-                first_rows, self.uri, mode="create", storage_options=self.storage_options
+            try:
+                self.commit_metadata(metadata, int(ds.version))
+            except CommitConflict:
+                continue  # a concurrent create finished it first: compare again
+            failpoint("create.after_metadata")
+        raise NamespaceExistsError(f"{self.root}: concurrent creators kept changing __manifest")
+
+    def _check_empty_root(self) -> None:
+        path = local_path(self.root)
+        if path is not None and (
+            os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path))
+        ):
+            raise NamespaceExistsError(
+                f"{path} already exists and is not empty; a new partitioned namespace "
+                "needs an empty or missing directory"
             )
-            ds.update_metadata(dict(metadata))
-            # No BTREE on object_id: measured with pylance 14.0.2, that index makes
-            # merge_insert miss concurrent inserts of the same key (duplicate partitions).
+
+    @staticmethod
+    def _is_fresh(ds: lance.LanceDataset) -> bool:
+        """A manifest an interrupted ``create`` left: our columns, spec-version rows only."""
+        if READ_VERSION not in ds.schema.names or ds.count_rows() > 8:
+            return False
+        types = set(ds.to_table(columns=[OBJECT_TYPE]).column(OBJECT_TYPE).to_pylist())
+        return types <= {NAMESPACE}
+
+    @staticmethod
+    def _ensure_index(ds: lance.LanceDataset) -> None:
+        # No BTREE on object_id: measured with pylance 14.0.2, that index makes
+        # merge_insert miss concurrent inserts of the same key (duplicate partitions).
+        if any(i.field_names == [OBJECT_TYPE] for i in ds.describe_indices()):
+            return
+        try:
             ds.create_scalar_index(OBJECT_TYPE, "BITMAP")
-        except (ValueError, OSError) as exc:
-            if "exist" in str(exc).lower():
-                raise NamespaceExistsError(
-                    f"{self.root}: another process created the namespace concurrently"
-                ) from exc
-            raise StorageError(f"cannot create {self.uri}: {_first_line(exc)}") from exc
-        return self.open()
+        except (ValueError, OSError) as exc:  # a concurrent creator indexed it first
+            log.info("did not index %s: %s", OBJECT_TYPE, _first_line(exc))
 
     # -- metadata and columns -------------------------------------------------------------
-    def update_metadata(self, values: Mapping[str, str]) -> int:
-        ds = self.open()
-        ds.update_metadata(dict(values))
-        return int(ds.version)
-
     def add_columns(self, fields: list[pa.Field]) -> None:
         """Add nullable partition columns (schema only: existing rows read NULL)."""
         if not fields:
@@ -171,34 +213,57 @@ class Manifest:
         )
         return int(result["num_inserted_rows"])
 
-    def compare_and_swap(self, rows: pa.Table, base_version: int) -> int:
+    def compare_and_swap(self, rows: pa.Table, base_version: int, *, delete: bool = False) -> int:
         """Upsert ``rows`` atomically, failing if any of them changed after ``base_version``.
 
         ``base_version`` is the manifest version the caller read the rows at. Changes to
-        *other* rows since then are rebased by Lance. Returns the new version.
+        *other* rows since then are rebased by Lance; a concurrent insert of the same
+        ``object_id`` also conflicts. With ``delete`` the rows are removed instead, under
+        the same condition. Returns the new version.
         """
         if rows.num_rows == 0:
             return base_version
         # A fresh handle: a commit advances the dataset object it runs on in place.
         base = self.open(base_version)
+        builder = base.merge_insert(OBJECT_ID)
+        builder = (
+            builder.when_matched_delete()
+            if delete
+            else builder.when_matched_update_all().when_not_matched_insert_all()
+        )
         try:
-            (
-                base.merge_insert(OBJECT_ID)
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .conflict_retries(0)
-                .execute(self.conform(rows, base))
-            )
+            builder.conflict_retries(0).execute(self.conform(rows, base))
         except OSError as exc:
-            text = str(exc)
-            if "concurrent" in text.lower() or "conflict" in text.lower():
+            if is_conflict(exc):
                 ids = rows.column(OBJECT_ID).to_pylist()
                 raise CommitConflict(
                     "a concurrent writer changed the __manifest rows this commit depends on",
-                    [i for i in ids if isinstance(i, str)],
+                    [i for i in ids if isinstance(i, str) and not i.startswith(TXN_PREFIX)],
                 ) from exc
-            raise
+            raise StorageError(f"cannot commit to {self.uri}: {_first_line(exc)}") from exc
         return int(base.version)
+
+    def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:
+        """Set table metadata keys, failing if a concurrent commit set any of them since
+        ``base_version`` (Lance reports same-key ``UpdateConfig`` races as conflicts)."""
+        operation = LanceOperation.UpdateConfig(
+            table_metadata_updates=LanceOperation.UpdateMap(dict(values))
+        )
+        try:
+            committed = lance.LanceDataset.commit(
+                self.uri,
+                Transaction(base_version, operation),
+                storage_options=self.storage_options,
+                max_retries=0,
+            )
+        except OSError as exc:
+            if is_conflict(exc):
+                raise CommitConflict(
+                    f"a concurrent change to the namespace metadata ({', '.join(values)}) "
+                    "won the race"
+                ) from exc
+            raise StorageError(f"cannot commit to {self.uri}: {_first_line(exc)}") from exc
+        return int(committed.version)
 
     def delete_rows(self, object_ids: list[str]) -> None:
         """Delete rows by id (rows of partitions that were never published)."""
@@ -210,6 +275,14 @@ class Manifest:
         """Namespaces created before transactions lack the claim column: add it."""
         if CLAIM not in self.open().schema.names:
             self.add_columns([CLAIM_FIELD])
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether a Lance commit failed because a concurrent commit won (retry after re-reading)."""
+    if isinstance(exc, CommitConflictError):
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in ("concurrent", "conflict", "incompatible transaction"))
 
 
 def _quote(text: str) -> str:

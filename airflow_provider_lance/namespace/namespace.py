@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -13,15 +13,19 @@ import pyarrow.compute as pc
 
 from . import transactions
 from .catalog import SCHEMA_KEY, SPEC_COLUMN, NamespaceState, Partition
-from .commit import CommitOptions, TransactionContext
+from .commit import CommitOptions, TransactionContext, backoff, resolve
 from .errors import (
+    CommitConflict,
     InvalidArgumentError,
     LanceNamespaceError,
     NamespaceNotFoundError,
     PartitionNotFoundError,
     PartitionSpecError,
+    TransactionAborted,
+    aborted_meanwhile,
 )
-from .failpoints import FailpointError
+from .failpoints import FailpointError, failpoint
+from .lifecycle import TxnState, collect_finished
 from .maintenance import MaintenanceReport, maintain
 from .manifest import NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
 from .naming import leaf_directory, normalize_root, spec_namespace_id
@@ -34,9 +38,12 @@ from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
 from .staging import Stage, StagedPartition
 from .transactions import Transaction, TransactionInfo
-from .txnstore import PUBLISHED, TransactionStore
+from .txnstore import TransactionStore
 
 log = logging.getLogger(__name__)
+
+#: Attempts of a schema or spec change against concurrent changes before giving up.
+EVOLVE_ATTEMPTS = 32
 
 StorageOptions = Mapping[str, str] | None
 
@@ -151,61 +158,103 @@ class PartitionedNamespace:
 
     # -- evolution -------------------------------------------------------------------------
     def evolve_partition_spec(self, fields: Sequence[PartitionField]) -> int:
-        """Add a partition spec version; new data is written under it. Returns the version."""
-        state = self.state()
-        resolved = resolve_spec(fields, state.schema, state.specs, RESERVED_COLUMNS)
-        version = state.spec_version + 1
-        existing = {f.name: f.type for f in state.dataset.schema}
-        for f in resolved:
-            if f.name in existing and existing[f.name] != f.result_type:
-                raise PartitionSpecError(
-                    f"__manifest already has a column {f.name!r} of type {existing[f.name]}"
-                )
-        self._manifest.add_columns([pa.field(f.name, f.result_type) for f in resolved])
-        self._manifest.update_metadata({spec_key(version): spec_to_json(resolved)})
-        self._manifest.insert_absent(
-            self.state().rows_table([row(spec_namespace_id(version), NAMESPACE, metadata="{}")])
-        )
-        log.info("partition spec v%d: %s", version, [f.name for f in resolved])
-        return version
+        """Add a partition spec version; new data is written under it. Returns the version.
+
+        A compare-and-swap on the manifest version it was computed from: a concurrent
+        evolution or schema change makes it recompute (a new version number and field ids),
+        so two concurrent evolutions both apply, in some order, and no field id is reused.
+        """
+        for attempt in range(EVOLVE_ATTEMPTS):
+            state = self.state()
+            resolved = resolve_spec(fields, state.schema, state.specs, RESERVED_COLUMNS)
+            version = state.spec_version + 1
+            existing = {f.name: f.type for f in state.dataset.schema}
+            for f in resolved:
+                if f.name in existing and existing[f.name] != f.result_type:
+                    raise PartitionSpecError(
+                        f"__manifest already has a column {f.name!r} of type {existing[f.name]}"
+                    )
+            columns = [pa.field(f.name, f.result_type) for f in resolved]
+            if any(c.name not in existing for c in columns):
+                # Nullable columns first (a schema-only commit), then the spec naming them.
+                self._manifest.add_columns(columns)
+                continue
+            values = {spec_key(version): spec_to_json(resolved), SCHEMA_KEY: state.schema.to_json()}
+            if not self._swap_metadata(values, state, attempt):
+                continue
+            self._manifest.insert_absent(
+                self.state().rows_table([row(spec_namespace_id(version), NAMESPACE, metadata="{}")])
+            )
+            log.info("partition spec v%d: %s", version, [f.name for f in resolved])
+            return version
+        raise _evolution_lost("evolve_partition_spec")
 
     def add_column(self, field: pa.Field) -> None:
         """Add a nullable column (a new field id above every earlier one)."""
-        self._evolve_schema(self.state().schema.add_column(field))
+        self._evolve_schema(lambda state: state.schema.add_column(field), "add_column")
 
     def drop_column(self, name: str) -> None:
         """Drop a column: it stays in the schema, deprecated, and reads no longer return it."""
-        state = self.state()
-        fid = state.schema.id_of(name)
-        users = [f.name for f in state.current_spec if f.source_id == fid]
-        if users:
-            raise PartitionSpecError(
-                f"cannot drop {name!r}: the current partition spec uses it ({users}); evolve "
-                "the partition spec without it first"
-            )
-        self._evolve_schema(state.schema.drop_column(name))
+
+        def change(state: NamespaceState) -> NamespaceSchema:
+            fid = state.schema.id_of(name)
+            users = [f.name for f in state.current_spec if f.source_id == fid]
+            if users:
+                raise PartitionSpecError(
+                    f"cannot drop {name!r}: the current partition spec uses it ({users}); "
+                    "evolve the partition spec without it first"
+                )
+            return state.schema.drop_column(name)
+
+        self._evolve_schema(change, "drop_column")
 
     def rename_column(self, old: str, new: str) -> None:
         """Rename a column; its field id, and so every partition field using it, stays."""
-        self._evolve_schema(self.state().schema.rename_column(old, new))
+        self._evolve_schema(lambda state: state.schema.rename_column(old, new), "rename_column")
 
     def promote_column(self, name: str, dtype: pa.DataType) -> None:
         """Widen a column's type (e.g. int32 -> int64); narrowing is refused."""
-        state = self.state()
-        promoted = state.schema.promote_column(name, dtype)
-        fid = state.schema.id_of(name)
-        for f in state.current_spec:
-            if f.source_id == fid:
-                try:
-                    resolve_spec([f], promoted, {}, ())
-                except PartitionSpecError as exc:
-                    raise PartitionSpecError(
-                        f"promoting {name!r} to {dtype} breaks partition field {f.name!r}: {exc}"
-                    ) from exc
-        self._evolve_schema(promoted)
 
-    def _evolve_schema(self, schema: NamespaceSchema) -> None:
-        self._manifest.update_metadata({SCHEMA_KEY: schema.to_json()})
+        def change(state: NamespaceState) -> NamespaceSchema:
+            promoted = state.schema.promote_column(name, dtype)
+            fid = state.schema.id_of(name)
+            for f in state.current_spec:
+                if f.source_id == fid:
+                    try:
+                        resolve_spec([f], promoted, {}, ())
+                    except PartitionSpecError as exc:
+                        raise PartitionSpecError(
+                            f"promoting {name!r} to {dtype} breaks partition field "
+                            f"{f.name!r}: {exc}"
+                        ) from exc
+            return promoted
+
+        self._evolve_schema(change, "promote_column")
+
+    def _evolve_schema(
+        self, change: Callable[[NamespaceState], NamespaceSchema], what: str
+    ) -> None:
+        """Apply a schema change computed from the latest state, as a compare-and-swap on
+        the manifest version it read; a concurrent change makes it recompute (so a new
+        column gets a field id above the concurrent one's, or a clear error)."""
+        for attempt in range(EVOLVE_ATTEMPTS):
+            state = self.state()
+            schema = change(state)
+            if self._swap_metadata({SCHEMA_KEY: schema.to_json()}, state, attempt):
+                return
+        raise _evolution_lost(what)
+
+    def _swap_metadata(
+        self, values: Mapping[str, str], state: NamespaceState, attempt: int
+    ) -> bool:
+        """Commit metadata against ``state``'s version; False if a concurrent change won."""
+        failpoint("evolve.before_commit")
+        try:
+            self._manifest.commit_metadata(values, state.version)
+        except CommitConflict:
+            backoff(attempt)
+            return False
+        return True
 
     # -- partitions -------------------------------------------------------------------------
     def partition_values(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -250,7 +299,7 @@ class PartitionedNamespace:
         ids = [state.leaf_id(t) for t in tuples]
         missing = sorted(set(ids) - set(state.find(ids)))
         if missing:
-            txn = self.begin("append")
+            txn = self._begin("append", None, anonymous=True)
             names = [f.name for f in state.current_spec]
             stage = Stage(txn.txn_id, "create", "append", state.spec_version)
             for t, oid in zip(tuples, ids, strict=True):
@@ -258,8 +307,13 @@ class PartitionedNamespace:
                     stage.partitions[oid] = StagedPartition(
                         oid, leaf_directory(oid), dict(zip(names, t, strict=True)), None
                     )
-            txn.record(stage)
-            self.commit(txn.txn_id)
+            try:
+                txn.record(stage)
+                self.commit(txn.txn_id)
+            except BaseException as exc:
+                if not isinstance(exc, FailpointError):
+                    self._abort_quietly(txn.txn_id, exc, forget=True)
+                raise
             self._store.delete(txn.txn_id)
         found = self.state().find(ids)
         return [found[i] for i in ids]
@@ -326,9 +380,15 @@ class PartitionedNamespace:
     def to_reader(
         self, filter: str | None = None, columns: Sequence[str] | None = None, **kwargs: Any
     ) -> pa.RecordBatchReader:
-        """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected)."""
-        schema = self.state(kwargs.get("version")).schema.project(columns)
-        return pa.RecordBatchReader.from_batches(schema, self.to_batches(filter, columns, **kwargs))
+        """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected).
+
+        The schema, specs, partitions and read_versions all come from one manifest version.
+        """
+        state = self.state(kwargs.pop("version", None))
+        failpoint("read.resolved")
+        schema = state.schema.project(columns)
+        batches = self.to_batches(filter, columns, version=state.version, **kwargs)
+        return pa.RecordBatchReader.from_batches(schema, batches)
 
     def to_table(
         self,
@@ -363,17 +423,21 @@ class PartitionedNamespace:
         failed write is aborted (nothing of it stays); with ``txn_id`` a retried write
         returns the first one's result instead of writing twice.
         """
-        txn = self.begin(mode, txn_id)
-        if txn.header.state == PUBLISHED:
+        anonymous = txn_id is None
+        txn = self._begin(mode, txn_id, anonymous=anonymous)
+        if txn.state is not TxnState.STAGED:  # a retry of a write that got as far as committing
+            log.info("transaction %s is %s: finishing it", txn.txn_id, txn.state.value)
             return self.commit(txn.txn_id)
         try:
             txn.stage(data, stage_id="write")
             result = self.commit(txn.txn_id)
         except BaseException as exc:
             if not isinstance(exc, FailpointError):
-                self._abort_quietly(txn.txn_id, exc, forget=txn_id is None)
+                self._abort_quietly(txn.txn_id, exc, forget=anonymous)
+            if isinstance(exc, TransactionAborted):
+                raise aborted_meanwhile(txn.txn_id, exc) from exc
             raise
-        if txn_id is None:  # nobody can retry an id they never saw: keep no record
+        if anonymous:  # nobody can retry an id they never saw: keep no record
             self._store.delete(txn.txn_id)
         log.info(
             "%s %d rows into %d partitions (manifest v%d)",
@@ -395,16 +459,30 @@ class PartitionedNamespace:
     def _txn(self) -> TransactionContext:
         return TransactionContext(self._manifest, self._store, self.state, self.storage_options)
 
-    def begin(self, mode: str = "append", txn_id: str | None = None) -> Transaction:
-        """Start a transaction (or resume the one with this id: retries reuse it)."""
+    def begin(
+        self, mode: str = "append", txn_id: str | None = None, *, anonymous: bool = False
+    ) -> Transaction:
+        """Start a transaction (or resume the one with this id: retries reuse it).
+
+        An id whose transaction was aborted starts a new incarnation of it. ``anonymous``
+        promises that only this process records stages and commits (other processes may
+        still write data files for it, as Spark executors do): recording then skips the
+        ``__manifest`` commit that orders concurrent stagers, and the transaction's row is
+        collected once it finished. Retrying needs an id: give ``txn_id`` instead.
+        """
+        return self._begin(mode, txn_id, anonymous=anonymous)
+
+    def _begin(self, mode: str, txn_id: str | None, *, anonymous: bool) -> Transaction:
         self._manifest.ensure_claim_column()
         ctx = self._txn
-        return Transaction(transactions.begin(ctx, mode, txn_id), ctx)
+        return Transaction(transactions.begin(ctx, mode, txn_id, anonymous=anonymous), ctx)
 
     def transaction(self, txn_id: str) -> Transaction:
-        """An existing transaction, e.g. to stage into it from another process."""
+        """The current incarnation of a transaction, e.g. to stage into it from another
+        process."""
         ctx = self._txn
-        header = ctx.store.load(txn_id)
+        record = resolve(ctx, ctx.load_state(), txn_id)
+        header = None if record is None else ctx.store.load(txn_id, record.incarnation)
         if header is None:
             raise InvalidArgumentError(f"no transaction {txn_id!r} in {self._root}")
         return Transaction(header, ctx)
@@ -427,6 +505,9 @@ class PartitionedNamespace:
             for t in ([txn] if isinstance(txn, (str, Transaction)) else txn)
         ]
         options = CommitOptions() if claim_timeout is None else CommitOptions(claim_timeout)
+        for t in ids:
+            if not isinstance(t, str):
+                raise InvalidArgumentError(f"transactions are named by their ids, got {t!r}")
         ctx = self._txn
         if len(ids) == 1 and txn_id is None:
             return transactions.commit(ctx, ids[0], options)
@@ -445,13 +526,15 @@ class PartitionedNamespace:
             self._store.delete(txn_id)
 
     def recover(self, lease_seconds: float = transactions.DEFAULT_LEASE_SECONDS) -> list[str]:
-        """Abort transactions idle for longer than ``lease_seconds``; returns their ids."""
+        """Abort transactions idle for longer than ``lease_seconds`` (returns their ids) and
+        release claims that finished or vanished transactions left behind."""
         return transactions.recover(self._txn, lease_seconds)
 
     def maintain(
         self, *, compact: bool = True, older_than: dt.timedelta | None = None
     ) -> MaintenanceReport:
         """Compact ``__manifest``; with ``older_than``, also remove old versions safely."""
+        collect_finished(self._manifest, self.state)
         report = maintain(
             self._manifest,
             NamespaceState.load(self._root, self._manifest.open()),
@@ -470,7 +553,11 @@ class PartitionedNamespace:
 
     def transactions(self) -> list[TransactionInfo]:
         """Every recorded transaction and its state, oldest first (for operators)."""
-        store = self._store
-        return sorted(
-            (transactions.info(store, h) for h in store.headers()), key=lambda i: i.created_at
-        )
+        return transactions.listing(self._txn)
+
+
+def _evolution_lost(what: str) -> CommitConflict:
+    return CommitConflict(
+        f"{what}: concurrent schema or partition spec changes kept winning "
+        f"({EVOLVE_ATTEMPTS} attempts); nothing was changed, try again"
+    )

@@ -5,14 +5,22 @@
     result = ns.commit(txn.txn_id)                     # one atomic publish; idempotent
     result = ns.commit(["load.0", "load.1"], txn_id="publish")  # several, atomically
 
-A transaction is durable from ``begin``: its header and stages are JSON records under
-``<root>/_transactions/<txn_id>/``. :func:`abort` undoes an unpublished transaction (rolls
-back leaf versions it committed, releases its claims, deletes its staged files);
-:func:`recover` aborts every transaction idle for longer than a lease.
+The state of every transaction is its ``__manifest`` row and changes only through the
+transitions in :mod:`.lifecycle`; the JSON records under ``<root>/_transactions/`` only
+describe it. The rules that make every interleaving safe:
+
+* a stager records its stage file *before* bumping the row, so a commit's seal either comes
+  after the bump (and its plan lists the stage) or makes the bump fail (and the stager
+  learns from the plan whether its stage is in; if not it removes its files);
+* abort and recovery fence the row first (STAGED/COMMITTING -> ABORTED, one swap) and only
+  then delete files, which no published ``read_version`` can reference;
+* an aborted id begun again is a new incarnation (new records directory, new claim and
+  leaf-version tags), so nothing of the old one can be published by the new one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -21,40 +29,53 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import lance
-
+from .catalog import NamespaceState
 from .commit import (
     CommitOptions,
     Committer,
-    TransactionAborted,
+    Plan,
     TransactionContext,
-    merge_stages,
+    backoff,
+    resolve,
+    stage_digest,
 )
-from .errors import CommitConflict, InvalidArgumentError
+from .errors import (
+    CommitConflict,
+    InvalidArgumentError,
+    TransactionAborted,
+    TransactionClosed,
+)
 from .failpoints import failpoint
-from .leaves import committed_by, discard_fragments
-from .manifest import CLAIM, OBJECT_ID, READ_VERSION
+from .leaves import discard_fragments
+from .lifecycle import (
+    TransitionRefused,
+    TxnRecord,
+    TxnState,
+    all_records,
+    bump,
+    claim_is_live,
+    claim_owners,
+    drop_pending,
+    fence,
+    load_records,
+    released,
+    swap,
+)
+from .manifest import CLAIM, READ_VERSION
 from .naming import child_uri
 from .results import CommitResult
 from .staging import FLUSH_BYTES, Stage, Stager
-from .txnstore import (
-    ABORTED,
-    COMMITTING,
-    MERGED,
-    PUBLISHED,
-    STAGED,
-    TransactionHeader,
-    TransactionStore,
-    check_txn_id,
-)
+from .txnstore import TransactionHeader, TransactionStore, check_txn_id
 
 log = logging.getLogger(__name__)
 
 MODES = ("append", "overwrite")
 #: Default lease: a transaction idle for longer is considered abandoned by ``recover``.
 DEFAULT_LEASE_SECONDS = 6 * 3600.0
+#: How long abort and record keep retrying compare-and-swaps lost to unrelated commits.
+SWAP_TIMEOUT = 120.0
 
-__all__ = ["MODES", "Transaction", "TransactionAborted", "TransactionInfo"]
+__all__ = ["MODES", "Transaction", "TransactionInfo"]
 
 
 @dataclass(frozen=True)
@@ -70,19 +91,29 @@ class TransactionInfo:
     rows: int
     partitions: int
     error: str | None = None
+    incarnation: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
+def current(ctx: TransactionContext, header: TransactionHeader) -> TxnRecord:
+    """The record of exactly this incarnation (ABORTED if a newer one replaced it)."""
+    record = resolve(ctx, ctx.load_state(), header.txn_id)
+    if record is None or record.incarnation < header.incarnation:
+        return TxnRecord.implicit(header.txn_id, header.incarnation, header.mode)
+    if record.incarnation > header.incarnation:
+        return TxnRecord(header.txn_id, header.incarnation, TxnState.ABORTED, error="superseded")
+    return record
+
+
 class Transaction:
-    """A staged transaction of one namespace (see the module docstring)."""
+    """One incarnation of a transaction of one namespace (see the module docstring)."""
 
     def __init__(self, header: TransactionHeader, ctx: TransactionContext) -> None:
         self.header = header
+        self._ctx = ctx
         self._store = ctx.store
-        self._load_state = ctx.load_state
-        self._storage_options = ctx.storage_options
 
     @property
     def txn_id(self) -> str:
@@ -92,8 +123,17 @@ class Transaction:
     def mode(self) -> str:
         return self.header.mode
 
+    @property
+    def incarnation(self) -> int:
+        return self.header.incarnation
+
+    @property
+    def state(self) -> TxnState:
+        """Its state now (read from ``__manifest``)."""
+        return current(self._ctx, self.header).state
+
     def __repr__(self) -> str:
-        return f"Transaction({self.txn_id!r}, mode={self.mode!r}, state={self.header.state!r})"
+        return f"Transaction({self.txn_id!r}, mode={self.mode!r}, incarnation={self.incarnation})"
 
     def stage(
         self,
@@ -115,7 +155,7 @@ class Transaction:
         """
         self._check_open()
         stage_id = check_txn_id(stage_id or uuid.uuid4().hex)
-        state = self._load_state(manifest_version)
+        state = self._ctx.load_state(manifest_version)
         if state.spec_version != self.header.spec_version:
             raise CommitConflict(
                 f"the partition spec changed (v{self.header.spec_version} -> "
@@ -124,7 +164,7 @@ class Transaction:
         stage = Stager(
             state,
             Stage(self.txn_id, stage_id, self.mode, state.spec_version),
-            self._storage_options,
+            self._ctx.storage_options,
             flush_bytes,
         ).write(data)
         failpoint("stage.written")
@@ -134,93 +174,196 @@ class Transaction:
 
     def record(self, stage: Stage) -> None:
         """Make a stage part of the transaction (replacing an earlier one with its id)."""
-        self._check_open()
-        if stage.txn_id != self.txn_id:
-            raise InvalidArgumentError(f"stage of {stage.txn_id} handed to {self.txn_id}")
-        previous = self._store.stage(self.txn_id, stage.stage_id)
-        self._store.save_stage(self.txn_id, stage.stage_id, stage.to_json())
-        if previous is not None:
-            _discard(
-                Stage.from_json(previous),
-                self._load_state().root,
-                self._storage_options,
-                keep=_fragments([stage]),
-            )
+        self.record_all([stage])
+
+    def record_all(self, stages: Sequence[Stage]) -> None:
+        """Record several stages at once (one ``__manifest`` commit for all of them).
+
+        Raises :class:`TransactionClosed` (after removing the stages' files) if a commit
+        sealed the transaction before they were recorded, and :class:`TransactionAborted`
+        if it was aborted.
+        """
+        if not stages:
+            return
+        for stage in stages:
+            if stage.txn_id != self.txn_id:
+                raise InvalidArgumentError(f"stage of {stage.txn_id} handed to {self.txn_id}")
+        record = current(self._ctx, self.header)
+        if record.state is not TxnState.STAGED:  # closed: keep what a seal took, drop the rest
+            self._withdraw_excluded(record, {s.stage_id: (s, s.to_json()) for s in stages})
+            return
+        k = self.incarnation
+        previous = {s.stage_id: self._store.stage(self.txn_id, k, s.stage_id) for s in stages}
+        records = {s.stage_id: s.to_json() for s in stages}
+        self._store.save_stages(self.txn_id, k, records)
         failpoint("stage.recorded")
+        if not self.header.anonymous:
+            self._fence_stages({s.stage_id: (s, records[s.stage_id]) for s in stages})
+        root = self._ctx.load_state().root
+        for stage in stages:
+            earlier = previous[stage.stage_id]
+            if earlier is not None:  # no plan can include it any more: the seal is ordered
+                _discard(Stage.from_json(earlier), root, self._ctx, keep=_fragments([stage]))
+
+    def _fence_stages(self, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]) -> None:
+        """Order recorded stages before any seal (the epoch bump), or learn the seal's plan."""
+        deadline = time.monotonic() + SWAP_TIMEOUT
+        for attempt in range(1_000_000):
+            state = self._ctx.load_state()
+            record = current(self._ctx, self.header)
+            if record.state is TxnState.STAGED:
+                try:
+                    bump(self._ctx.manifest, state, record)
+                    return
+                except (CommitConflict, TransitionRefused):
+                    if time.monotonic() > deadline:
+                        raise CommitConflict(
+                            f"could not record stages of {self.txn_id}: concurrent commits kept "
+                            "winning"
+                        ) from None
+                    backoff(attempt)
+                    continue
+            self._withdraw_excluded(record, recorded)
+            return
+        raise AssertionError("unreachable")
+
+    def _withdraw_excluded(
+        self, record: TxnRecord, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]
+    ) -> None:
+        """The transaction left STAGED while stages were recorded: keep the ones its plan
+        includes (with this content), remove the others and say so."""
+        plan = None
+        if record.plan is not None and record.state is not TxnState.ABORTED:
+            plan = Plan.from_json(self._store.plan(self.txn_id, record.incarnation, record.plan))
+        if record.state is TxnState.MERGED and record.merged_into and record.plan:
+            into, _, k = record.merged_into.rpartition("#")
+            plan = Plan.from_json(self._store.plan(into, int(k), record.plan))
+        excluded = [
+            stage
+            for stage_id, (stage, raw) in recorded.items()
+            if plan is None
+            or plan.included(self.txn_id, self.incarnation, stage_id) != stage_digest(raw)
+        ]
+        if not excluded:
+            return
+        root = self._ctx.load_state().root
+        for stage in excluded:
+            if plan is None or plan.included(self.txn_id, self.incarnation, stage.stage_id) is None:
+                self._store.delete_stage(self.txn_id, self.incarnation, stage.stage_id)
+            _discard(stage, root, self._ctx)
+        ids = [s.stage_id for s in excluded]
+        if record.state is TxnState.ABORTED:
+            raise TransactionAborted(
+                f"transaction {self.txn_id} was aborted; stages {ids} were removed"
+            )
+        raise TransactionClosed(
+            f"transaction {self.txn_id} was sealed by a commit ({record.state.value}) before "
+            f"stages {ids} were recorded; they are not part of it and their files were removed"
+        )
 
     def stages(self) -> dict[str, Stage]:
-        return {k: Stage.from_json(v) for k, v in self._store.stages(self.txn_id).items()}
+        return {
+            k: Stage.from_json(v)
+            for k, v in self._store.stages(self.txn_id, self.incarnation).items()
+        }
 
     def discard(self, stage_ids: Iterable[str] | None = None) -> list[str]:
         """Remove stages (all by default) and delete their data files; returns their ids.
 
         For stages that must never be committed: those of failed or speculative task
-        attempts, or everything an earlier run of a retried job staged.
+        attempts, or everything an earlier run of a retried job staged. Raises
+        :class:`TransactionClosed` if a commit sealed the transaction with some of them.
         """
         self._check_open()
         wanted = None if stage_ids is None else set(stage_ids)
-        root = self._load_state().root
-        removed = []
-        for stage_id, raw in self._store.stages(self.txn_id).items():
-            if wanted is None or stage_id in wanted:
-                _discard(Stage.from_json(raw), root, self._storage_options)
-                self._store.delete_stage(self.txn_id, stage_id)
-                removed.append(stage_id)
-        return removed
+        raws = {
+            sid: raw
+            for sid, raw in self._store.stages(self.txn_id, self.incarnation).items()
+            if wanted is None or sid in wanted
+        }
+        for sid in raws:
+            self._store.delete_stage(self.txn_id, self.incarnation, sid)
+        if not self.header.anonymous and raws:
+            with contextlib.suppress(TransactionAborted):
+                self._fence_stages({})
+        record = current(self._ctx, self.header)
+        plan = None
+        if record.state is not TxnState.STAGED and record.plan is not None:
+            plan = Plan.from_json(self._store.plan(self.txn_id, record.incarnation, record.plan))
+        root = self._ctx.load_state().root
+        kept = []
+        for sid, raw in raws.items():
+            if plan is not None and plan.included(self.txn_id, self.incarnation, sid):
+                kept.append(sid)  # the seal took it: its files will be published
+                continue
+            _discard(Stage.from_json(raw), root, self._ctx)
+        if kept:
+            raise TransactionClosed(
+                f"transaction {self.txn_id} was sealed by a commit that includes stages {kept}; "
+                "they can no longer be discarded"
+            )
+        return sorted(raws)
 
     def drop(self, stage: Stage) -> None:
         """Delete the data files of a stage that was never recorded (e.g. a failed task's)."""
-        _discard(stage, self._load_state().root, self._storage_options)
+        _discard(stage, self._ctx.load_state().root, self._ctx)
 
     def info(self) -> TransactionInfo:
         """Its state, stages, rows and partitions as recorded now."""
-        return info(self._store, self._store.load(self.txn_id) or self.header)
+        return info(self._store, self.header, current(self._ctx, self.header))
 
     def _check_open(self) -> None:
-        current = self._store.load(self.txn_id) or self.header
-        if current.state == ABORTED or current.nonce != self.header.nonce:
+        record = current(self._ctx, self.header)
+        if record.state is TxnState.ABORTED:
             raise TransactionAborted(f"transaction {self.txn_id} was aborted")
-        if current.state == MERGED:
-            raise InvalidArgumentError(
-                f"transaction {self.txn_id} was merged into {current.merged_into}; it takes no "
+        if record.state is TxnState.MERGED:
+            raise TransactionClosed(
+                f"transaction {self.txn_id} was merged into {record.merged_into}; it takes no "
                 "more stages"
             )
-        if current.state != STAGED:
-            raise InvalidArgumentError(
-                f"transaction {self.txn_id} is {current.state}; it takes no more stages "
+        if record.state is not TxnState.STAGED:
+            raise TransactionClosed(
+                f"transaction {self.txn_id} is {record.state.value}; it takes no more stages "
                 "(a commit started: call commit() again to finish it)"
             )
 
 
-def begin(ctx: TransactionContext, mode: str, txn_id: str | None) -> TransactionHeader:
-    """Create a transaction record, or return the live one with that id.
+def begin(
+    ctx: TransactionContext, mode: str, txn_id: str | None, *, anonymous: bool = False
+) -> TransactionHeader:
+    """Create a transaction record, or return the live incarnation with that id.
 
     An aborted transaction's id starts a new incarnation: nothing of the old one remains.
     """
     if mode not in MODES:
         raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
     txn_id = check_txn_id(txn_id or uuid.uuid4().hex)
-    store, state = ctx.store, ctx.load_state()
-    existing = store.load(txn_id)
-    if existing is not None and existing.state != ABORTED:
-        if existing.mode != mode:
-            raise InvalidArgumentError(
-                f"transaction {txn_id} exists with mode {existing.mode!r}, not {mode!r}"
-            )
-        return existing
-    header = TransactionHeader(txn_id, mode, STAGED, state.version, state.spec_version)
-    store.delete_stages(txn_id)  # leftovers of an aborted incarnation
-    store.save(header)
+    state = ctx.load_state()
+    record = resolve(ctx, state, txn_id)
+    if record is None:
+        incarnation = 1
+    elif record.state is TxnState.ABORTED:
+        incarnation = record.incarnation + 1
+    else:
+        incarnation = record.incarnation
+        existing = ctx.store.load(txn_id, incarnation)
+        if existing is not None:
+            if existing.mode != mode:
+                raise InvalidArgumentError(
+                    f"transaction {txn_id} exists with mode {existing.mode!r}, not {mode!r}"
+                )
+            return existing
+    header = TransactionHeader(
+        txn_id, mode, incarnation, state.version, state.spec_version, anonymous=anonymous
+    )
+    ctx.store.save(header)
     return header
 
 
 def commit(
     ctx: TransactionContext, txn_id: str, options: CommitOptions | None = None
 ) -> CommitResult:
-    header = _header(ctx, txn_id)
-    if header.state == MERGED and header.merged_into:  # committed as part of another one
-        return commit(ctx, header.merged_into, options)
-    return Committer(ctx, options).commit(header, _stages(ctx, header.txn_id))
+    return Committer(ctx, options).commit(check_txn_id(txn_id))
 
 
 def combined_id(txn_ids: Sequence[str]) -> str:
@@ -230,40 +373,50 @@ def combined_id(txn_ids: Sequence[str]) -> str:
 
 
 def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> TransactionHeader:
-    """Hand the stages of several staged transactions to one that commits them together.
+    """The transaction that commits the stages of several staged ones together.
 
-    The steps are ordered so that a crash anywhere is safe and a retry completes them: the
-    combined header names its sources first; each source is then marked merged (stagers,
-    ``recover`` and ``abort`` leave it alone from then on) and its stage records are copied
-    (the data files are shared, not copied). Once the combined transaction is committing or
-    published, a retry only looks it up.
+    Only its header is written here; the sources move to MERGED in the same
+    compare-and-swap that seals it, so a crash anywhere leaves them staged or merged,
+    never half of each.
     """
-    store = ctx.store
     ids = list(dict.fromkeys(check_txn_id(t) for t in txn_ids))
     check_txn_id(txn_id)
     if not ids:
         raise InvalidArgumentError("commit() needs at least one transaction")
     if txn_id in ids:
         raise InvalidArgumentError(f"the combined transaction id {txn_id!r} is also a source")
-    existing = store.load(txn_id)
-    if existing is not None and existing.state != ABORTED:
-        if sorted(existing.sources) != sorted(ids):
+    state = ctx.load_state()
+    record = resolve(ctx, state, txn_id)
+    incarnation = 1
+    if record is not None:
+        incarnation = record.incarnation
+        if record.state is TxnState.ABORTED:
+            incarnation += 1
+        else:
+            existing = ctx.store.load(txn_id, incarnation)
+            if existing is not None:
+                if sorted(existing.sources) != sorted(ids):
+                    raise InvalidArgumentError(
+                        f"transaction {txn_id} exists and combines "
+                        f"{existing.sources or 'nothing'}, not {ids}"
+                    )
+                if record.state is not TxnState.STAGED:
+                    return existing
+    sources = []
+    for source in ids:
+        found = resolve(ctx, state, source)
+        if found is None:
+            raise InvalidArgumentError(f"no transaction {source!r} in this namespace")
+        if found.state is not TxnState.STAGED:
+            into = f" into {found.merged_into}" if found.merged_into else ""
             raise InvalidArgumentError(
-                f"transaction {txn_id} exists and combines {existing.sources or 'nothing'}, "
-                f"not {ids}"
-            )
-        if existing.state != STAGED:
-            return existing
-    sources = [_header(ctx, t) for t in ids]
-    for src in sources:
-        if src.state == MERGED and src.merged_into == txn_id:
-            continue
-        if src.state != STAGED:
-            into = f" into {src.merged_into}" if src.state == MERGED else ""
-            raise InvalidArgumentError(
-                f"transaction {src.txn_id} is {src.state}{into}; only staged transactions "
+                f"transaction {source} is {found.state.value}{into}; only staged transactions "
                 "can be committed together"
             )
+        header = ctx.store.load(source, found.incarnation)
+        if header is None:
+            raise InvalidArgumentError(f"no transaction {source!r} in this namespace")
+        sources.append(header)
     modes = sorted({s.mode for s in sources})
     if len(modes) > 1:
         raise InvalidArgumentError(
@@ -274,119 +427,104 @@ def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> Tra
         raise CommitConflict(
             f"transactions {ids} were staged under different partition specs {specs}"
         )
-    header = existing if existing is not None and existing.state == STAGED else None
-    if header is None:
-        header = TransactionHeader(
-            txn_id,
-            modes[0],
-            STAGED,
-            min(s.base_version for s in sources),
-            specs[0],
-            sources=ids,
-        )
-        store.delete_stages(txn_id)  # leftovers of an aborted incarnation
-        store.save(header)
-    for src in sources:
-        if src.state != MERGED:
-            src.state, src.merged_into = MERGED, txn_id
-            store.save(src)
-        for stage_id, stage in store.stages(src.txn_id).items():
-            copy_id = _merged_stage_id(src.txn_id, stage_id)
-            store.save_stage(txn_id, copy_id, dict(stage, txn_id=txn_id, stage_id=copy_id))
+    header = TransactionHeader(
+        txn_id,
+        modes[0],
+        incarnation,
+        min(s.base_version for s in sources),
+        specs[0],
+        sources=ids,
+    )
+    ctx.store.save(header)
     failpoint("combine.done")
     return header
 
 
-def _merged_stage_id(source: str, stage_id: str) -> str:
-    name = f"{source}.{stage_id}"
-    if len(name) <= 200:
-        return name
-    return "m-" + hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
-
-
-def _header(ctx: TransactionContext, txn_id: str) -> TransactionHeader:
-    header = ctx.store.load(check_txn_id(txn_id))
-    if header is None:
-        raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
-    return header
-
-
-def _stages(ctx: TransactionContext, txn_id: str) -> dict[str, Stage]:
-    return {k: Stage.from_json(v) for k, v in ctx.store.stages(txn_id).items()}
-
-
-def _find_publish(ctx: TransactionContext, header: TransactionHeader) -> CommitResult | None:
-    committer = Committer(ctx)
-    return committer.find_publish(header, merge_stages(_stages(ctx, header.txn_id)))
-
-
 def abort(ctx: TransactionContext, txn_id: str, reason: str = "aborted") -> None:
-    """Undo an unpublished transaction; an error for a published one."""
-    header = _header(ctx, txn_id)
-    if header.state == PUBLISHED:
-        raise InvalidArgumentError(f"transaction {txn_id} is published; it cannot be aborted")
-    if header.state == ABORTED:
-        return
-    if header.state == MERGED:
-        raise InvalidArgumentError(
-            f"transaction {txn_id} was merged into {header.merged_into}; abort that one"
-        )
-    if header.state == COMMITTING:
-        if _find_publish(ctx, header) is not None:
-            raise InvalidArgumentError(f"transaction {txn_id} was published; it cannot be aborted")
-        _release(ctx, txn_id)
-    root = ctx.load_state().root
-    stages = _stages(ctx, txn_id)
-    for stage in stages.values():
-        _discard(stage, root, ctx.storage_options)
-    discarded = _fragments(stages.values())
-    for source in header.sources:  # stages not yet copied in are discarded with their source
-        src = ctx.store.load(source)
-        if src is None or src.state != MERGED or src.merged_into != txn_id:
-            continue
-        for stage in _stages(ctx, source).values():
-            _discard(stage, root, ctx.storage_options, keep=discarded)
-        _tombstone(ctx, src, f"{reason} (merged into {txn_id})")
-    _tombstone(ctx, header, reason)
-    log.info("transaction %s aborted: %s", txn_id, reason)
+    """Undo an unpublished transaction; an error for a published one.
 
-
-def _tombstone(ctx: TransactionContext, header: TransactionHeader, reason: str) -> None:
-    """Mark a transaction aborted; the header stays as a tombstone, the stages go."""
-    header.state, header.error = ABORTED, reason
-    ctx.store.save(header)
-    ctx.store.delete_stages(header.txn_id)
-
-
-def _release(ctx: TransactionContext, txn_id: str) -> None:
-    """Roll back the leaf versions of ``txn_id`` and release its claims."""
-    storage_options = ctx.storage_options
-    for attempt in range(64):
+    First the fence: one compare-and-swap moves its row to ABORTED and releases its claims;
+    if a commit published first, the swap fails and abort says so, deleting nothing. Only
+    after the fence are its staged files deleted: no published version can reference them.
+    """
+    deadline = time.monotonic() + SWAP_TIMEOUT
+    for attempt in range(1_000_000):
         state = ctx.load_state()
-        if CLAIM not in state.dataset.schema.names:
-            return
-        rows = state.dataset.to_table(filter=f"{CLAIM} = '{txn_id}'").to_pylist()
-        if not rows:
-            return
-        opts = dict(storage_options) if storage_options else None
-        keep, drop = [], []
-        for r in rows:
-            published = r[READ_VERSION]
-            if published is None:
-                drop.append(r[OBJECT_ID])  # a partition it was creating: never published
-                continue
-            ds = lance.dataset(child_uri(state.root, r["location"]), storage_options=opts)
-            if ds.version != published and committed_by(ds, ds.version) == txn_id:
-                lance.dataset(ds.uri, version=published, storage_options=opts).restore()  # type: ignore[no-untyped-call]
-            keep.append(dict(r, **{CLAIM: None}))
+        record = resolve(ctx, state, check_txn_id(txn_id))
+        if record is None:
+            raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
+        if record.state is TxnState.PUBLISHED:
+            raise InvalidArgumentError(f"transaction {txn_id} is published; it cannot be aborted")
+        if record.state is TxnState.MERGED:
+            raise InvalidArgumentError(
+                f"transaction {txn_id} was merged into {record.merged_into}; abort that one"
+            )
+        if record.state is TxnState.ABORTED:
+            break
+        header = ctx.store.load(txn_id, record.incarnation)
+        if not record.stored and header is not None and header.anonymous:
+            break  # nobody but its own (failed) writer could seal it: nothing to fence
+        source_ids = list(record.sources) or (header.sources if header else [])
+        sources = list(load_records(state, source_ids).values())
         try:
-            ctx.manifest.compare_and_swap(state.rows_table(keep), state.version)
-        except CommitConflict:
-            time.sleep(0.05 * (attempt + 1))
+            failpoint("abort.before_fence")
+            record = fence(
+                ctx.manifest, state, record, reason, _claimed_rows(state, record.tag), sources
+            )
+        except (CommitConflict, TransitionRefused):
+            if time.monotonic() > deadline:
+                raise CommitConflict(
+                    f"could not abort transaction {txn_id}: concurrent commits kept winning "
+                    f"for {SWAP_TIMEOUT:.0f}s; nothing was aborted"
+                ) from None
+            backoff(attempt)
             continue
-        if drop:
-            ctx.manifest.delete_rows(drop)
-        return
+        log.info("transaction %s aborted: %s", record.tag, reason)
+        break
+    failpoint("abort.after_fence")
+    assert record is not None
+    _clean_up(ctx, record)
+
+
+def _claimed_rows(state: NamespaceState, tag: str) -> list[dict[str, Any]]:
+    if CLAIM not in state.dataset.schema.names:
+        return []
+    quoted = tag.replace("'", "''")
+    rows: list[dict[str, Any]] = state.dataset.to_table(filter=f"{CLAIM} = '{quoted}'").to_pylist()
+    return rows
+
+
+def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
+    """After the fence: delete what the aborted incarnation (and sources merged into it)
+    staged, and drop the never-published partition rows it was creating."""
+    state = ctx.load_state()
+    doomed = [(record.txn_id, record.incarnation)]
+    for source in load_records(state, record.sources).values():
+        if source.merged_into == record.tag:
+            doomed.append((source.txn_id, source.incarnation))
+    fragments: dict[str, Stage] = {}
+    for txn_id, k in doomed:
+        for stage_id, raw in ctx.store.stages(txn_id, k).items():
+            fragments[f"{txn_id}#{k}/{stage_id}"] = Stage.from_json(raw)
+    if record.plan is not None:
+        try:
+            plan = Plan.from_json(ctx.store.plan(record.txn_id, record.incarnation, record.plan))
+            fragments["plan"] = Stage("plan", "plan", plan.mode, plan.spec_version, plan.partitions)
+        except Exception as exc:  # a missing plan only means nothing more to delete
+            log.debug("no plan to clean up for %s: %s", record.tag, exc)
+    seen: set[str] = set()
+    for stage in fragments.values():
+        _discard(stage, state.root, ctx, keep=frozenset(seen))
+        seen |= _fragments([stage])
+    for txn_id, k in doomed:
+        for stage_id in ctx.store.stages(txn_id, k):
+            ctx.store.delete_stage(txn_id, k, stage_id)
+    rows = [r for r in _claimed_rows(state, record.tag) if r[READ_VERSION] is None]
+    if rows:
+        try:
+            drop_pending(ctx.manifest, state, rows)
+        except CommitConflict:
+            log.info("left %d dead partition rows of %s to recovery", len(rows), record.tag)
 
 
 def _fragments(stages: Iterable[Stage]) -> set[str]:
@@ -396,7 +534,7 @@ def _fragments(stages: Iterable[Stage]) -> set[str]:
 def _discard(
     stage: Stage,
     root: str,
-    storage_options: Mapping[str, str] | None,
+    ctx: TransactionContext,
     keep: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     """Delete a stage's data files (except the fragments in ``keep``)."""
@@ -406,37 +544,94 @@ def _discard(
             for text, meta in zip(part.fragments, part.fragment_metadata(), strict=True)
             if text not in keep
         ]
-        discard_fragments(child_uri(root, part.directory), doomed, storage_options)
+        discard_fragments(child_uri(root, part.directory), doomed, ctx.storage_options)
 
 
 def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> list[str]:
-    """Abort every unpublished transaction idle for longer than ``lease_seconds``."""
+    """Abort every unpublished transaction idle for longer than ``lease_seconds`` and
+    release claims that aborted, merged, published or missing transactions left behind."""
     now = time.time()
-    aborted = []
-    for header in list(ctx.store.headers()):
-        if header.state not in (STAGED, COMMITTING) or now - header.updated_at <= lease_seconds:
+    state = ctx.load_state()
+    rows = {r.txn_id: r for r in all_records(state)}
+    idle: dict[str, float] = {}
+    for header in ctx.store.headers():
+        record = resolve(ctx, state, header.txn_id)
+        if record is None or record.state not in (TxnState.STAGED, TxnState.COMMITTING):
             continue
-        if header.state == COMMITTING:
-            found = _find_publish(ctx, header)
-            if found is not None:  # it died after publishing: only the record lagged
-                Committer(ctx).record(header, found)
-                continue
-        abort(ctx, header.txn_id, reason=f"abandoned (idle {now - header.updated_at:.0f}s > lease)")
-        aborted.append(header.txn_id)
+        stored = rows.get(header.txn_id)
+        since = (
+            stored.updated_at
+            if stored is not None and stored.incarnation == record.incarnation
+            else header.created_at
+        )
+        idle[header.txn_id] = now - since
+    for txn_id, record in rows.items():
+        if txn_id not in idle and record.state is TxnState.COMMITTING:
+            idle[txn_id] = record.age  # its records were deleted by hand: still fence it
+    aborted = []
+    for txn_id, seconds in sorted(idle.items()):
+        if seconds <= lease_seconds:
+            continue
+        try:
+            abort(ctx, txn_id, reason=f"abandoned (idle {seconds:.0f}s > lease)")
+        except InvalidArgumentError as exc:  # published or merged meanwhile
+            log.info("recover left %s alone: %s", txn_id, exc)
+            continue
+        aborted.append(txn_id)
+    release_dead_claims(ctx)
     return aborted
 
 
-def info(store: TransactionStore, header: TransactionHeader) -> TransactionInfo:
-    stages = {k: Stage.from_json(v) for k, v in store.stages(header.txn_id).items()}
+def release_dead_claims(ctx: TransactionContext) -> int:
+    """Clear claims whose holder can no longer publish; returns how many were released."""
+    for attempt in range(64):
+        state = ctx.load_state()
+        if CLAIM not in state.dataset.schema.names:
+            return 0
+        claimed = state.dataset.to_table(filter=f"{CLAIM} IS NOT NULL").to_pylist()
+        holders = load_records(state, claim_owners(claimed))
+        dead = [r for r in claimed if not claim_is_live(r[CLAIM], holders)]
+        if not dead:
+            return 0
+        keep, _ = released(dead)
+        pending = [r for r in dead if r[READ_VERSION] is None]
+        try:
+            swap(ctx.manifest, state, [], keep)
+            drop_pending(ctx.manifest, state, pending)
+        except CommitConflict:
+            backoff(attempt)
+            continue
+        log.info("released %d claims of finished transactions", len(dead))
+        return len(dead)
+    return 0
+
+
+def info(store: TransactionStore, header: TransactionHeader, record: TxnRecord) -> TransactionInfo:
+    stages = {
+        k: Stage.from_json(v) for k, v in store.stages(header.txn_id, header.incarnation).items()
+    }
     partitions = {oid for s in stages.values() for oid in s.partitions}
     return TransactionInfo(
         header.txn_id,
         header.mode,
-        header.state,
+        record.state.value,
         header.created_at,
-        header.updated_at,
+        record.updated_at if record.stored else header.created_at,
         len(stages),
         sum(s.rows for s in stages.values()),
         len(partitions),
-        header.error,
+        record.error,
+        header.incarnation,
     )
+
+
+def listing(ctx: TransactionContext) -> list[TransactionInfo]:
+    """Every transaction with records, in its newest incarnation, oldest first."""
+    state = ctx.load_state()
+    out = []
+    for header in ctx.store.headers():
+        record = resolve(ctx, state, header.txn_id)
+        if record is None or record.incarnation != header.incarnation:
+            record = current(ctx, header)
+        out.append(info(ctx.store, header, record))
+    return sorted(out, key=lambda i: i.created_at)

@@ -1,10 +1,20 @@
-"""Durable transaction records under the namespace root: ``_transactions/<txn_id>/``.
+"""Durable transaction records under the namespace root: ``_transactions/<txn_id>/<k>/``.
 
-A transaction is a header (``txn.json``: id, mode, state, base manifest version, result) and
-one stage file per staging attempt (``stage-<stage_id>.json``: the data files written for
-each partition). Records live next to the data, in the same object store, written through
-Lance's own object-store client with the namespace's storage options; each file is written
-whole in one PUT (atomic on object stores and, through rename, on local disks).
+``k`` is the transaction's *incarnation*: an id begun again after an abort gets a new
+directory, so nothing an earlier incarnation wrote (stages, plans, results) can ever be
+mistaken for the new one's. Per incarnation:
+
+* ``txn.json``: the header (id, mode, spec version, sources of a combined transaction);
+  written once by ``begin``, descriptive only;
+* ``stage-<stage_id>.json``: one per staging attempt, the data files written per partition;
+* ``plan-<plan_id>.json``: what a commit publishes, fixed when the commit sealed the
+  transaction (the stages it includes and their merged partitions);
+* ``result.json``: the published :class:`CommitResult`, a cache written after the publish.
+
+None of these files decides anything: the state of a transaction lives in its
+``__manifest`` row (see ``lifecycle``), the one place every transition is a
+compare-and-swap. Files are written whole in one PUT through Lance's object-store client
+(atomic on object stores and, through rename, on local disks).
 """
 
 from __future__ import annotations
@@ -14,27 +24,25 @@ import os
 import re
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lance.file import LanceFileSession
 
 from .errors import InvalidArgumentError, LanceNamespaceError
+from .failpoints import failpoint
 
 TXN_DIR = "_transactions"
 HEADER = "txn.json"
+RESULT = "result.json"
 #: Transaction and stage ids: safe as object-store path segments.
 TXN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:+-]{0,199}$")
-
-STAGED = "staged"
-COMMITTING = "committing"
-PUBLISHED = "published"
-ABORTED = "aborted"
-#: Its stages were handed to another transaction (``merged_into``) that commits them.
-MERGED = "merged"
-STATES = (STAGED, COMMITTING, PUBLISHED, ABORTED, MERGED)
+#: Record files written at once (object-store PUTs are latency bound).
+IO_THREADS = 16
+#: Reads of a record that exists but could not be read (being written) before giving up.
+READ_ATTEMPTS = 4
 
 
 def check_txn_id(txn_id: str) -> str:
@@ -48,24 +56,18 @@ def check_txn_id(txn_id: str) -> str:
 
 @dataclass
 class TransactionHeader:
-    """What ``txn.json`` holds."""
+    """What ``txn.json`` holds: the description of one incarnation of a transaction."""
 
     txn_id: str
     mode: str
-    state: str = STAGED
+    incarnation: int = 1
     base_version: int = 0
     spec_version: int = 1
     created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-    result: dict[str, Any] | None = None
-    error: str | None = None
-    #: Identifies one incarnation: an aborted id may be begun again, and a stale committer
-    #: of the old incarnation must then not go on.
-    nonce: str = field(default_factory=lambda: uuid.uuid4().hex)
-    #: For a merged transaction: the transaction that commits its stages.
-    merged_into: str | None = None
     #: For a combined transaction: the transactions whose stages it commits.
     sources: list[str] = field(default_factory=list)
+    #: Begun without an id by ``write()``: nobody else can stage into it or retry it.
+    anonymous: bool = False
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TransactionHeader:
@@ -74,7 +76,7 @@ class TransactionHeader:
 
 
 class TransactionStore:
-    """Reads and writes transaction records of one namespace."""
+    """Reads and writes the transaction records of one namespace."""
 
     def __init__(self, root: str, storage_options: Mapping[str, str] | None) -> None:
         self.root = root
@@ -91,72 +93,139 @@ class TransactionStore:
             os.unlink(local)
 
     def _get(self, path: str) -> Any:
+        """The JSON document at ``path``; KeyError if there is none.
+
+        A record another process writes at the same moment can be missing when downloaded
+        and present when checked (or, on a local disk, half written): read it again before
+        calling it unreadable.
+        """
         fd, local = tempfile.mkstemp(suffix=".json")
         os.close(fd)
         try:
-            self._session.download_file(path, local)
-            with open(local) as f:
-                return json.load(f)
-        except (OSError, ValueError) as exc:
-            if not self._session.contains(path):
-                raise KeyError(path) from exc
-            raise LanceNamespaceError(f"transaction record {path} is unreadable: {exc}") from exc
+            for attempt in range(READ_ATTEMPTS):
+                try:
+                    self._session.download_file(path, local)
+                    with open(local) as f:
+                        return json.load(f)
+                except (OSError, ValueError) as exc:
+                    failpoint("txnstore.read_failed")
+                    if not self._session.contains(path):
+                        raise KeyError(path) from exc
+                    if attempt == READ_ATTEMPTS - 1:
+                        raise LanceNamespaceError(
+                            f"transaction record {path} is unreadable: {exc}"
+                        ) from exc
+                    time.sleep(0.05 * (attempt + 1))  # written meanwhile: read it again
+            raise AssertionError("unreachable")
         finally:
             os.unlink(local)
 
-    # -- headers -----------------------------------------------------------------------
-    def header_path(self, txn_id: str) -> str:
-        return f"{TXN_DIR}/{check_txn_id(txn_id)}/{HEADER}"
-
-    def load(self, txn_id: str) -> TransactionHeader | None:
+    def _maybe(self, path: str) -> Any | None:
         try:
-            return TransactionHeader.from_json(self._get(self.header_path(txn_id)))
+            return self._get(path)
         except KeyError:
             return None
+
+    def _delete(self, path: str) -> None:
+        try:
+            self._session.delete_file(path)
+        except (OSError, ValueError):
+            if self._session.contains(path):
+                raise
+
+    @staticmethod
+    def directory(txn_id: str, incarnation: int) -> str:
+        return f"{TXN_DIR}/{check_txn_id(txn_id)}/{int(incarnation)}"
+
+    # -- headers -----------------------------------------------------------------------
+    def load(self, txn_id: str, incarnation: int) -> TransactionHeader | None:
+        raw = self._maybe(f"{self.directory(txn_id, incarnation)}/{HEADER}")
+        return None if raw is None else TransactionHeader.from_json(raw)
 
     def save(self, header: TransactionHeader) -> None:
-        header.updated_at = time.time()
-        self._put(self.header_path(header.txn_id), asdict(header))
+        self._put(f"{self.directory(header.txn_id, header.incarnation)}/{HEADER}", asdict(header))
 
     def headers(self) -> Iterator[TransactionHeader]:
+        """The header of the newest incarnation of every transaction with records."""
+        newest: dict[str, int] = {}
         for path in self._session.list(TXN_DIR):
-            if path.endswith("/" + HEADER):
-                txn_id = path.split("/")[-2]
-                header = self.load(txn_id)
-                if header is not None:
-                    yield header
+            parts = path.split("/")
+            if len(parts) == 4 and parts[-1] == HEADER and parts[2].isdigit():
+                newest[parts[1]] = max(newest.get(parts[1], 0), int(parts[2]))
+        for txn_id, incarnation in sorted(newest.items()):
+            header = self.load(txn_id, incarnation)
+            if header is not None:
+                yield header
 
     # -- stages ------------------------------------------------------------------------
-    def _stage_path(self, txn_id: str, stage_id: str) -> str:
-        return f"{TXN_DIR}/{check_txn_id(txn_id)}/stage-{check_txn_id(stage_id)}.json"
+    def _stage_path(self, txn_id: str, incarnation: int, stage_id: str) -> str:
+        return f"{self.directory(txn_id, incarnation)}/stage-{check_txn_id(stage_id)}.json"
 
-    def save_stage(self, txn_id: str, stage_id: str, stage: Mapping[str, Any]) -> None:
-        self._put(self._stage_path(txn_id, stage_id), stage)
+    def save_stages(self, txn_id: str, incarnation: int, stages: Mapping[str, Any]) -> None:
+        """Write stage records (in parallel: a Spark job records one per task)."""
+        items = list(stages.items())
+        if len(items) == 1:
+            self._put(self._stage_path(txn_id, incarnation, items[0][0]), items[0][1])
+            return
+        with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
+            list(
+                pool.map(
+                    lambda item: self._put(self._stage_path(txn_id, incarnation, item[0]), item[1]),
+                    items,
+                )
+            )
 
-    def stage(self, txn_id: str, stage_id: str) -> Any | None:
+    def stage(self, txn_id: str, incarnation: int, stage_id: str) -> Any | None:
         """One stage record, or None (without listing or reading the others)."""
-        try:
-            return self._get(self._stage_path(txn_id, stage_id))
-        except KeyError:
-            return None
+        return self._maybe(self._stage_path(txn_id, incarnation, stage_id))
 
-    def delete_stage(self, txn_id: str, stage_id: str) -> None:
-        self._session.delete_file(self._stage_path(txn_id, stage_id))
+    def delete_stage(self, txn_id: str, incarnation: int, stage_id: str) -> None:
+        self._delete(self._stage_path(txn_id, incarnation, stage_id))
 
-    def stages(self, txn_id: str) -> dict[str, Any]:
-        prefix = f"{TXN_DIR}/{check_txn_id(txn_id)}/stage-"
-        out = {}
-        for path in sorted(self._session.list(f"{TXN_DIR}/{txn_id}")):
-            if path.startswith(prefix) and path.endswith(".json"):
-                out[path[len(prefix) : -len(".json")]] = self._get(path)
-        return out
+    def stages(self, txn_id: str, incarnation: int) -> dict[str, Any]:
+        directory = self.directory(txn_id, incarnation)
+        prefix = f"{directory}/stage-"
+        paths = sorted(
+            p for p in self._session.list(directory) if p.startswith(prefix) and p.endswith(".json")
+        )
+        if len(paths) > 1:
+            with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
+                loaded = list(pool.map(self._maybe, paths))
+        else:
+            loaded = [self._maybe(p) for p in paths]
+        return {
+            p[len(prefix) : -len(".json")]: raw
+            for p, raw in zip(paths, loaded, strict=True)
+            if raw is not None  # withdrawn meanwhile
+        }
 
-    def delete_stages(self, txn_id: str) -> None:
-        prefix = f"{TXN_DIR}/{check_txn_id(txn_id)}/stage-"
-        for path in self._session.list(f"{TXN_DIR}/{txn_id}"):
-            if path.startswith(prefix):
-                self._session.delete_file(path)
+    # -- plans and results -----------------------------------------------------------------
+    def save_plan(self, txn_id: str, incarnation: int, plan_id: str, plan: Any) -> None:
+        self._put(f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json", plan)
 
-    def delete(self, txn_id: str) -> None:
-        for path in self._session.list(f"{TXN_DIR}/{check_txn_id(txn_id)}"):
-            self._session.delete_file(path)
+    def plan(self, txn_id: str, incarnation: int, plan_id: str) -> Any:
+        path = f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json"
+        raw = self._maybe(path)
+        if raw is None:
+            raise LanceNamespaceError(
+                f"the commit plan {path} of transaction {txn_id} is missing; it was deleted "
+                "by hand or by a tool that does not know partitioned namespaces"
+            )
+        return raw
+
+    def save_result(self, txn_id: str, incarnation: int, result: Any) -> None:
+        self._put(f"{self.directory(txn_id, incarnation)}/{RESULT}", result)
+
+    def result(self, txn_id: str, incarnation: int) -> Any | None:
+        return self._maybe(f"{self.directory(txn_id, incarnation)}/{RESULT}")
+
+    # -- removal -----------------------------------------------------------------------
+    def delete(self, txn_id: str, incarnation: int | None = None) -> None:
+        """Delete every record of one incarnation (or of every incarnation)."""
+        prefix = (
+            f"{TXN_DIR}/{check_txn_id(txn_id)}"
+            if incarnation is None
+            else self.directory(txn_id, incarnation)
+        )
+        for path in self._session.list(prefix):
+            self._delete(path)

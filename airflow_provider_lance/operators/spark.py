@@ -28,6 +28,7 @@ from airflow_provider_lance.spark.jobs import WRITE_JOB
 from airflow_provider_lance.spark.jobs.write import (
     EXIT_BAD_INPUT,
     EXIT_CONFLICT,
+    EXIT_FAILED,
     FORMATS,
     STORAGE_OPTIONS_ENV,
 )
@@ -232,17 +233,25 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
 
     @staticmethod
     def _job_failure(exc: AirflowException, txn_id: str, uri: str) -> AirflowException:
-        """The job's own one-line error, classified by its exit code."""
+        """The job's own one-line error, classified by its exit code.
+
+        The job chose the code from the error's class (see ``spark/jobs/write.py``): 2, bad
+        input no retry can fix, fails the task at once (:class:`AirflowFailException`); 1
+        (storage, unexpected errors), 3 (commit conflict) and anything else (the driver was
+        killed, spark-submit itself failed) are retryable (:class:`AirflowException`).
+        """
         text = str(exc)
         code_match = _EXIT_CODE.search(text)
         code = int(code_match.group(1)) if code_match else None
         errors = _ERROR_LINE.findall(text)
-        reason = errors[-1].strip() if errors else text.splitlines()[0][:500]
+        reason = errors[-1].strip() if errors else (text.splitlines() or [""])[0][:500]
         message = f"Spark write {txn_id} into {uri} failed (exit code {code}): {reason}"
         if code == EXIT_BAD_INPUT:
             return AirflowFailException(message)
         if code == EXIT_CONFLICT:
             return AirflowException(f"{message} (commit conflict; a retry may succeed)")
+        if code == EXIT_FAILED:
+            return AirflowException(f"{message} (a retry may succeed)")
         return AirflowException(message)
 
     # -- the result file -----------------------------------------------------------------

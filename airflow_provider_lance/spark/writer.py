@@ -25,33 +25,30 @@ import logging
 import re
 import resource
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import pyarrow as pa
 
 from airflow_provider_lance.namespace import (
-    CommitConflict,
     CommitResult,
     DataValidationError,
-    ExpressionError,
-    FilterError,
     InvalidArgumentError,
     LanceNamespaceError,
-    NamespaceNotFoundError,
     PartitionedNamespace,
-    SchemaError,
     Stage,
-    StorageError,
     Transaction,
+    TransactionAborted,
 )
+from airflow_provider_lance.namespace import errors as project_errors
 from airflow_provider_lance.namespace.catalog import NamespaceState, value_text
 from airflow_provider_lance.namespace.commit import merge_stages
+from airflow_provider_lance.namespace.errors import aborted_meanwhile
 from airflow_provider_lance.namespace.failpoints import failpoint
+from airflow_provider_lance.namespace.lifecycle import TxnState
 from airflow_provider_lance.namespace.splitting import routing_keys
 from airflow_provider_lance.namespace.staging import FLUSH_BYTES
-from airflow_provider_lance.namespace.txnstore import STAGED, TXN_DIR
+from airflow_provider_lance.namespace.txnstore import TransactionStore
 
 from .executor import pinned_state
 
@@ -72,8 +69,6 @@ _STAGE_SUMMARY = pa.schema(
         pa.field("peak_rss_bytes", pa.int64()),
     ]
 )
-#: Stage records written at once by the driver (object-store PUTs are latency bound).
-RECORD_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -161,9 +156,9 @@ def write_partitioned(
         raise InvalidArgumentError("flush_bytes must be positive")
     ns = PartitionedNamespace.open(uri, storage_options)
     check_dataframe_schema(df, ns.state())
-    txn = ns.begin(mode, txn_id)
-    if txn.header.state != STAGED:  # an earlier run got as far as committing
-        log.info("transaction %s is %s already", txn.txn_id, txn.header.state)
+    txn = ns.begin(mode, txn_id, anonymous=txn_id is None)  # only this driver records
+    if txn.state is not TxnState.STAGED:  # an earlier run got as far as committing
+        log.info("transaction %s is %s already", txn.txn_id, txn.state.value)
         return ns.commit(txn) if commit else staged_write(ns, txn)
     if discarded := txn.discard():
         log.info("discarded %d stages an earlier run of %s left", len(discarded), txn.txn_id)
@@ -181,11 +176,13 @@ def write_partitioned(
         summaries = source.mapInArrow(task.stage, from_arrow_schema(_STAGE_SUMMARY)).collect()
         # collect() returns the output of the successful attempt of each task only
         stages = [Stage.from_json(json.loads(r["stage"])) for r in summaries if r["stage"]]
-        with ThreadPoolExecutor(max_workers=RECORD_THREADS) as pool:
-            list(pool.map(txn.record, stages))
+        txn.record_all(stages)
     except Exception as exc:
         _cleanup_failed(ns, txn, forget=txn_id is None)
-        raise _project_error(exc) from exc
+        error = _project_error(exc)
+        if isinstance(error, TransactionAborted):
+            raise aborted_meanwhile(txn.txn_id, error) from exc
+        raise error from exc
     peak = max((r["peak_rss_bytes"] for r in summaries), default=0)
     log.info(
         "staged %d rows into %d data files from %d tasks (peak worker RSS %.0f MiB)",
@@ -197,7 +194,10 @@ def write_partitioned(
     if not commit:
         recorded = {s.stage_id: s for s in stages}
         return staged_write(ns, txn, stages=recorded, tasks=len(summaries), peak_rss=peak)
-    result = ns.commit(txn)
+    try:
+        result = ns.commit(txn)
+    except TransactionAborted as exc:
+        raise aborted_meanwhile(txn.txn_id, exc) from exc
     log.info(
         "published %d rows into %d partitions (manifest v%d)",
         result.rows,
@@ -219,14 +219,13 @@ def staged_write(
 
     ``stages`` are its stages when the caller has them (else they are read back).
     """
-    header = ns.transaction(txn.txn_id).header
     parts = merge_stages(txn.stages() if stages is None else stages)
     return StagedWrite(
         txn_id=txn.txn_id,
         uri=ns.uri,
         mode=txn.mode,
-        state=header.state,
-        record_uri=f"{ns.uri}/{TXN_DIR}/{txn.txn_id}",
+        state=txn.state.value,
+        record_uri=f"{ns.uri}/{TransactionStore.directory(txn.txn_id, txn.incarnation)}",
         rows=sum(p.rows for p in parts.values()),
         files=sum(len(p.fragments) for p in parts.values()),
         tasks=tasks,
@@ -327,21 +326,20 @@ def _cleanup_failed(ns: PartitionedNamespace, txn: Transaction, *, forget: bool)
         log.warning("could not clean up after the failed write %s: %s", txn.txn_id, exc)
 
 
-#: Project errors raised on executors, re-raised on the driver under their own class.
-_REMOTE_ERRORS: dict[str, type[LanceNamespaceError]] = {
-    cls.__name__: cls
-    for cls in (
-        DataValidationError,
-        SchemaError,
-        ExpressionError,
-        FilterError,
-        NamespaceNotFoundError,
-        StorageError,
-        CommitConflict,
-        InvalidArgumentError,
-        LanceNamespaceError,
-    )
-}
+def _project_error_classes() -> dict[str, type[LanceNamespaceError]]:
+    """Every error class the errors module defines, by name (its root included)."""
+    return {
+        obj.__name__: obj
+        for obj in vars(project_errors).values()
+        if isinstance(obj, type)
+        and issubclass(obj, LanceNamespaceError)
+        and obj.__module__ == project_errors.__name__
+    }
+
+
+#: Project errors raised on executors, re-raised on the driver under their own class (so
+#: their ``retryable`` decides what the job's exit code and the Airflow task do).
+_REMOTE_ERRORS: dict[str, type[LanceNamespaceError]] = _project_error_classes()
 _REMOTE = re.compile(r"(?:airflow_provider_lance\.namespace\.errors\.)?(\w+): (.+)")
 
 
@@ -351,5 +349,8 @@ def _project_error(exc: Exception) -> Exception:
     for line in reversed(text.splitlines()):
         match = _REMOTE.search(line.strip())
         if match and match.group(1) in _REMOTE_ERRORS:
-            return _REMOTE_ERRORS[match.group(1)](f"a Spark task failed: {match.group(2)}")
+            try:
+                return _REMOTE_ERRORS[match.group(1)](f"a Spark task failed: {match.group(2)}")
+            except TypeError:  # a class that needs more than a message to be built
+                return exc
     return exc

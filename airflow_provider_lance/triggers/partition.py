@@ -8,9 +8,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_lance.common import BAD_INPUT, describe_error
+from airflow_provider_lance.common import describe_error
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
-from airflow_provider_lance.namespace import LanceNamespaceError
+from airflow_provider_lance.namespace.errors import LanceNamespaceError, is_retryable
 
 
 class LancePartitionTrigger(BaseTrigger):
@@ -19,7 +19,8 @@ class LancePartitionTrigger(BaseTrigger):
     The connection is read with the async API; each check (blocking Lance I/O) runs in a
     worker thread so the triggerer's event loop never stalls. Yields one event:
     ``{"status": "success", "partitions": [...]}`` or ``{"status": "error", "message": ...}``
-    (bad filter or values; storage errors are retried until the task's timeout).
+    (an error no retry can fix, such as a bad filter or values; retryable ones such as
+    storage errors are retried until the task's timeout).
     """
 
     def __init__(
@@ -76,12 +77,13 @@ class LancePartitionTrigger(BaseTrigger):
                     min_partitions=self.min_partitions,
                     require_rows=self.require_rows,
                 )
-            except BAD_INPUT as exc:
-                yield TriggerEvent(  # type: ignore[no-untyped-call]
-                    {"status": "error", "message": describe_error(exc)}
-                )
-                return
-            except LanceNamespaceError as exc:  # storage hiccups: keep waiting
+            except LanceNamespaceError as exc:
+                if not is_retryable(exc):  # bad input: waiting longer cannot help
+                    yield TriggerEvent(  # type: ignore[no-untyped-call]
+                        {"status": "error", "message": describe_error(exc)}
+                    )
+                    return
+                # storage hiccups, conflicts: keep waiting
                 self.log.warning("checking %s failed, retrying: %s", uri, describe_error(exc))
             else:
                 if check.done:

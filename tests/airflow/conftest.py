@@ -178,3 +178,28 @@ def lance_test_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         json.dumps({"conn_type": "lance", "extra": {"root": str(root)}}),
     )
     return root
+
+
+#: Storage options of an S3 store on a closed loopback port: every request is refused at once
+#: and nothing leaves the machine (region and keys given: no lookups, no credential chain).
+UNREACHABLE_OPTIONS = {
+    "aws_endpoint": "http://127.0.0.1:9",
+    "allow_http": "true",
+    "aws_region": "us-east-1",
+    "aws_access_key_id": "unreachable",
+    "aws_secret_access_key": "unreachable",
+    "client_max_retries": "0",
+    "client_retry_timeout": "1",
+    "connect_timeout": "2s",
+    "timeout": "5s",
+}
+
+
+@pytest.fixture
+def no_aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No AWS settings or proxies from the environment (only the given options count)."""
+    for key in list(os.environ):
+        if key.upper().startswith("AWS_") or key.lower() in ("http_proxy", "https_proxy"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

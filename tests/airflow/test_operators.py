@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from airflow_provider_lance.assets import asset_uri
 from airflow_provider_lance.common import derive_txn_id
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from tests.airflow.conftest import RunResult
+from tests.airflow.conftest import UNREACHABLE_OPTIONS, RunResult
 from tests.conftest import EVENTS_SCHEMA, events, tree
 
 SCHEMA = [
@@ -266,6 +267,43 @@ def test_commit_operator_bad_input(
     assert run.state == FAILED
     assert run.tries["commit"] == 1
     assert message in run.output
+    assert ns.version == version
+    assert ns.count_rows() == 0
+
+
+@pytest.mark.usefixtures("no_aws_environment")
+def test_commit_operator_retries_when_the_store_is_unreachable(
+    run_dag: RunDag, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A StorageError is retryable: the task burns its retry (and fails only after it)."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LANCE_TEST",
+        json.dumps(
+            {
+                "conn_type": "lance",
+                "extra": {"root": "s3://bucket/wh", "storage_options": UNREACHABLE_OPTIONS},
+            }
+        ),
+    )
+    run = run_dag("lance_test_commit", conf={"transactions": ["w-0"]})
+    assert run.state == FAILED
+    assert run.tries["commit"] == 2  # retried once (retries=1), then failed
+    assert "failed: StorageError: cannot read the __manifest of s3://bucket/wh/events" in (
+        run.output
+    )
+
+
+def test_commit_operator_of_an_aborted_transaction_fails_without_retry(
+    run_dag: RunDag, lance_test_root: Path
+) -> None:
+    ns = make_namespace(lance_test_root)
+    _stage(ns, "doomed", dt.date(2025, 12, 1), 0)
+    ns.abort("doomed")
+    version = ns.version
+    run = run_dag("lance_test_commit", conf={"transactions": ["doomed"]})
+    assert run.state == FAILED
+    assert run.tries["commit"] == 1  # TransactionAborted is not retryable
+    assert "failed: TransactionAborted: transaction doomed" in run.output  # (doomed#N)
     assert ns.version == version
     assert ns.count_rows() == 0
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import io
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,10 +16,11 @@ import pytest
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.sensors import LancePartitionSensor
 from airflow_provider_lance.triggers import LancePartitionTrigger
-from tests.airflow.conftest import RunResult
+from tests.airflow.conftest import UNREACHABLE_OPTIONS, RunResult
 from tests.conftest import EVENTS_SCHEMA, events
 
 RunDag = Callable[..., RunResult]
+CONN = "lance_test"
 
 
 def make_namespace(root: Path) -> PartitionedNamespace:
@@ -112,6 +115,50 @@ def test_trigger_reports_bad_input_at_once(
     event = asyncio.run(asyncio.wait_for(anext(trigger.run()), timeout=60))
     assert event.payload["status"] == "error"
     assert message in event.payload["message"]
+
+
+@pytest.mark.usefixtures("no_aws_environment")
+def test_trigger_keeps_waiting_while_the_store_is_unreachable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A StorageError is retryable: the trigger logs it and polls on (no error event)."""
+    from airflow.sdk.log import configure_logging
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LANCE_TEST",
+        json.dumps(
+            {
+                "conn_type": "lance",
+                "extra": {"root": "s3://bucket/wh", "storage_options": UNREACHABLE_OPTIONS},
+            }
+        ),
+    )
+    trigger = rebuilt(
+        LancePartitionTrigger(
+            namespace="events", filter="country = 'DE'", poll_interval=0.2, lance_conn_id=CONN
+        )
+    )
+    log = io.StringIO()  # the trigger's log, captured as run_dag captures a run's
+
+    def retried() -> int:
+        return log.getvalue().count("failed, retrying")
+
+    async def scenario() -> bool:
+        waiting = asyncio.ensure_future(anext(trigger.run()))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and retried() < 2 and not waiting.done():
+            await asyncio.sleep(0.1)
+        done = waiting.done()
+        waiting.cancel()
+        return done
+
+    configure_logging(output=log, cache_logger_on_first_use=False, colored_console_log=False)
+    try:
+        assert not asyncio.run(scenario())  # no event: neither success nor error
+    finally:
+        configure_logging(cache_logger_on_first_use=False, colored_console_log=False)
+    assert retried() >= 2  # two checks failed, and it kept polling
+    assert "StorageError: cannot read the __manifest of s3://bucket/wh/events" in log.getvalue()
 
 
 def test_deferrable_sensor_defers_and_resumes_when_published(

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_lance.common import derive_txn_id
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
 from tests.airflow.conftest import RunResult
 from tests.conftest import EVENTS_SCHEMA, events, sort_rows
 
@@ -93,3 +95,36 @@ def test_spark_write_into_a_missing_namespace_fails_before_spark_starts(
     assert run.tries["write"] == 1
     assert "NamespaceNotFoundError" in run.output
     assert "Spark-Submit cmd" not in run.output
+
+
+# -- the job's exit code decides: fail at once or retry ----------------------------------------
+def spark_submit_failure(code: int, *stderr: str) -> AirflowException:
+    """The exception SparkSubmitHook raises when spark-submit exits with ``code``."""
+    tail = "\nLast spark-submit output:\n" + "\n".join(stderr) if stderr else ""
+    return AirflowException(
+        f"Cannot execute: spark-submit --master local[2] write.py --uri /ns --txn-id t. "
+        f"Error code is: {code}.{tail}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "error_line", "fails_at_once", "note"),
+    [
+        (1, "error: cannot read the __manifest of s3://b/x: connection refused", False, "retry"),
+        (2, "error: column 'extra' is not in the namespace", True, ""),
+        (3, "error: commit conflict: partitions changed (partitions: p1)", False, "conflict"),
+        (137, "", False, ""),  # the driver was killed
+    ],
+)
+def test_job_failure_follows_the_exit_code(
+    code: int, error_line: str, fails_at_once: bool, note: str
+) -> None:
+    lines = ["INFO SparkContext: Running Spark", error_line] if error_line else []
+    failure = LanceSparkWriteOperator._job_failure(spark_submit_failure(code, *lines), "t", "/ns")
+    assert isinstance(failure, AirflowException)
+    assert isinstance(failure, AirflowFailException) is fails_at_once
+    message = str(failure)
+    assert message.startswith(f"Spark write t into /ns failed (exit code {code}): ")
+    if error_line:
+        assert message.split(": ", 1)[1].startswith(error_line.removeprefix("error: "))
+    assert note in message

@@ -14,8 +14,18 @@ import pytest
 from pyspark.sql import SparkSession
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace import errors as project_errors
+from airflow_provider_lance.namespace.errors import LanceNamespaceError
 from airflow_provider_lance.spark.jobs import WRITE_JOB
-from airflow_provider_lance.spark.jobs.write import STORAGE_OPTIONS_ENV, main
+from airflow_provider_lance.spark.jobs.write import (
+    EXIT_BAD_INPUT,
+    EXIT_CONFLICT,
+    EXIT_FAILED,
+    STORAGE_OPTIONS_ENV,
+    BadInput,
+    exit_code,
+    main,
+)
 from tests.conftest import EVENTS_SCHEMA, events, sort_rows
 
 
@@ -153,3 +163,77 @@ def test_bad_storage_options_and_arguments(
     with pytest.raises(SystemExit) as exited:
         main(["--uri", ns.uri])  # --source and --result-path missing
     assert exited.value.code == 2
+
+
+#: An S3 store on a closed loopback port: every request is refused at once, nothing leaves
+#: the machine (region and keys given: no region lookup, no credential chain).
+UNREACHABLE_OPTIONS = {
+    "aws_endpoint": "http://127.0.0.1:9",
+    "allow_http": "true",
+    "aws_region": "us-east-1",
+    "aws_access_key_id": "unreachable",
+    "aws_secret_access_key": "unreachable",
+    "client_max_retries": "0",
+    "client_retry_timeout": "1",
+    "connect_timeout": "2s",
+    "timeout": "5s",
+}
+
+
+def test_unreachable_storage_exits_1_so_the_task_retries(
+    spark: SparkSession,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A transient storage failure is retryable: exit code 1, never 2 (bad input)."""
+    for key in list(os.environ):
+        if key.upper().startswith("AWS_") or key.lower() in ("http_proxy", "https_proxy"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv(STORAGE_OPTIONS_ENV, json.dumps(UNREACHABLE_OPTIONS))
+    source = tmp_path / "events.parquet"
+    pq.write_table(events(10), source)
+    result_path = tmp_path / "r.json"
+    argv = ["--uri", "s3://bucket/x", "--source", str(source), "--result-path", str(result_path)]
+    assert main([*argv, "--commit"]) == EXIT_FAILED == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: cannot read the __manifest of s3://bucket/x: ")
+    assert "127.0.0.1:9" in err[-1]
+    assert not result_path.exists()
+    # the same job with bad input (the source does not exist) still exits 2
+    missing = ["--source", str(tmp_path / "missing.parquet")]
+    assert main([*argv, *missing]) == EXIT_BAD_INPUT == 2
+    assert "PATH_NOT_FOUND" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+PROJECT_ERRORS = sorted(
+    (
+        cls
+        for cls in vars(project_errors).values()
+        if isinstance(cls, type)
+        and issubclass(cls, LanceNamespaceError)
+        and cls.__module__ == project_errors.__name__
+    ),
+    key=lambda cls: cls.__name__,
+)
+
+
+@pytest.mark.parametrize("cls", PROJECT_ERRORS, ids=lambda cls: cls.__name__)
+def test_exit_code_follows_the_error_class(cls: type[LanceNamespaceError]) -> None:
+    if cls is project_errors.CommitConflict:
+        expected = EXIT_CONFLICT
+    else:
+        expected = EXIT_FAILED if cls.retryable else EXIT_BAD_INPUT
+    assert exit_code(cls("boom")) == expected
+
+
+def test_exit_code_of_errors_that_are_not_the_projects(spark: SparkSession) -> None:
+    from pyspark.errors import AnalysisException
+
+    assert exit_code(BadInput("no")) == EXIT_BAD_INPUT
+    assert exit_code(RuntimeError("unexpected")) == EXIT_FAILED
+    with pytest.raises(AnalysisException) as info:
+        spark.sql("SELECT no_such_column")
+    assert exit_code(info.value) == EXIT_BAD_INPUT

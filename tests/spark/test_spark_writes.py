@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -16,9 +18,12 @@ from airflow_provider_lance.namespace import (
     PartitionedNamespace,
     PartitionField,
 )
+from airflow_provider_lance.namespace import errors as project_errors
+from airflow_provider_lance.namespace.errors import LanceNamespaceError, StorageError, is_retryable
 from airflow_provider_lance.namespace.failpoints import ENV
 from airflow_provider_lance.namespace.scan import open_leaf
 from airflow_provider_lance.spark import StagedWrite, write_partitioned
+from airflow_provider_lance.spark.writer import _project_error
 from tests.conftest import EVENTS_SCHEMA, events, sort_rows, tree
 from tests.spark.conftest import DRIVER_MEMORY_MB
 
@@ -110,7 +115,7 @@ def test_staged_write_is_invisible_until_committed_and_idempotent(
     staged = write_partitioned(df, str(root), commit=False, txn_id="load.1")
     assert isinstance(staged, StagedWrite)
     assert (staged.state, staged.rows, len(staged.partitions)) == ("staged", 90, 3)
-    assert staged.record_uri.endswith("/_transactions/load.1")
+    assert staged.record_uri.endswith("/_transactions/load.1/1")  # incarnation 1
     assert ns.count_rows() == 10  # nothing visible
     again = write_partitioned(df, str(root), commit=False, txn_id="load.1")  # a retried job
     assert again.rows == 90
@@ -163,6 +168,35 @@ def test_bad_input_fails_fast_with_a_project_error_and_changes_nothing(
         write_partitioned(nulls, str(root))
     assert tree(root) == before
     assert ns.transactions() == []
+
+
+def _raise_on_the_executor(name: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Any]]:
+    def fail(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from airflow_provider_lance.namespace import errors as executor_errors
+
+        raise getattr(executor_errors, name)(f"{name} raised on an executor")
+        yield from batches  # a generator, as mapInArrow wants
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [project_errors.TransactionAborted, project_errors.TransactionClosed, StorageError],
+    ids=lambda cls: cls.__name__,
+)
+def test_a_project_error_on_an_executor_comes_back_under_its_own_class(
+    spark: SparkSession, cls: type[LanceNamespaceError]
+) -> None:
+    """So the driver (and the job's exit code, and the Airflow task) see its ``retryable``."""
+    df = spark.range(4).mapInArrow(_raise_on_the_executor(cls.__name__), "id long")
+    with pytest.raises(Exception) as info:  # noqa: PT011 (Spark's own wrapper class)
+        df.collect()
+    assert not isinstance(info.value, LanceNamespaceError)
+    error = _project_error(info.value)
+    assert type(error) is cls
+    assert str(error) == f"a Spark task failed: {cls.__name__} raised on an executor"
+    assert is_retryable(error) is cls.retryable
 
 
 def test_a_write_larger_than_executor_memory(spark: SparkSession, root: Path) -> None:

@@ -12,8 +12,15 @@ path or an object-store URI, so an orchestrator can pick it up; Spark jobs canno
 values. A rerun with the same ``--txn-id`` replaces what an earlier run staged, or reports
 the published result if that run was committed.
 
-Exit codes: 0 done, 2 bad input (arguments, source, SQL, namespace, schema or data), 3 the
-commit conflicted with another writer (nothing of it published), 1 anything else.
+Exit codes, decided by the error's class (``is_retryable`` of the project's errors):
+
+* 0 done;
+* 1 a failure a retry may fix: storage unreachable or refusing access (``StorageError``),
+  or an unexpected error;
+* 2 bad input no retry can fix: arguments, source, SQL, namespace, schema or data, an
+  aborted or closed transaction (every project error that is not retryable);
+* 3 the commit conflicted with another writer (``CommitConflict``; nothing of it was
+  published, a retry may succeed).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from airflow_provider_lance.namespace import (
     LanceNamespaceError,
     PartitionedNamespace,
 )
+from airflow_provider_lance.namespace.errors import is_retryable
 from airflow_provider_lance.namespace.json_files import write_json
 from airflow_provider_lance.namespace.transactions import MODES
 from airflow_provider_lance.spark.session import get_session
@@ -49,6 +57,15 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CONFLICT = 0, 1, 2, 3
 
 class BadInput(Exception):
     """The job was given something it cannot use (exit code 2)."""
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for a failed run (see the module docstring)."""
+    if isinstance(exc, CommitConflict):
+        return EXIT_CONFLICT
+    if isinstance(exc, BadInput) or _is_analysis_error(exc):
+        return EXIT_BAD_INPUT
+    return EXIT_FAILED if is_retryable(exc) else EXIT_BAD_INPUT
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -168,31 +185,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)  # exits with 2 on bad arguments
     try:
         doc = run(args)
-    except CommitConflict as exc:
-        print(f"error: commit conflict: {exc}", file=sys.stderr)
-        return EXIT_CONFLICT
-    except (BadInput, LanceNamespaceError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except Exception as exc:
-        if _is_analysis_error(exc):  # a missing source, a bad SQL transform
-            print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        log.exception("the write job failed")
-        print(
-            f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
+        code = exit_code(exc)
+        if isinstance(exc, CommitConflict):
+            print(f"error: commit conflict: {exc}", file=sys.stderr)
+        elif isinstance(exc, (BadInput, LanceNamespaceError)):
+            print(f"error: {exc}", file=sys.stderr)
+        elif code == EXIT_BAD_INPUT:  # a missing source, a bad SQL transform
+            print(f"error: {_first_line(exc)}", file=sys.stderr)
+        else:
+            log.exception("the write job failed")
+            print(f"error: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        return code
     summary = {k: v for k, v in doc.items() if k != "partitions"}
     print(json.dumps(summary))
     return EXIT_OK
 
 
-def _is_analysis_error(exc: Exception) -> bool:
+def _is_analysis_error(exc: BaseException) -> bool:
     from pyspark.errors import AnalysisException, ParseException
 
     return isinstance(exc, (AnalysisException, ParseException))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else ""
 
 
 if __name__ == "__main__":

@@ -1,0 +1,343 @@
+"""The transaction state machine: every state, every transition, one arbiter.
+
+The fate of a transaction is decided in exactly one place: its row in ``__manifest``
+(``object_id = "__txn$<txn_id>"``, state in ``metadata``), next to the partition rows it
+claims and publishes. Every transition below is one ``__manifest`` compare-and-swap that
+fails if the row (or any partition row it touches) changed since it was read, so two
+processes can never both move a transaction, and the move that publishes is the same
+commit that sets the ``read_version``s. That commit is the transaction's linearisation
+point. This is Percolator's primary lock: whoever changes the row first wins; abort and
+recovery *fence* the row before they delete anything, and a committer whose fence is gone
+cannot publish.
+
+States and what each means on disk (``k`` = incarnation, ``X#k`` = its tag)::
+
+    STAGED      stages may be recorded (no row yet, or a row with a stage epoch)
+    COMMITTING  sealed: a plan fixes what is published; partitions claimed (claim = X#k);
+                ``owner`` is the fence token of the one committer allowed to publish
+    PUBLISHED   terminal: the read_versions are published, claims released
+    ABORTED     terminal for incarnation k: can never publish; ``begin`` starts k+1
+    MERGED      its stages belong to a combined transaction (``merged_into``) whose fate
+                is its own
+
+Transitions (each a single compare-and-swap):
+
+    STAGED     -> STAGED      record: a stager bumps the epoch after writing its stage file
+    STAGED     -> COMMITTING  seal: the plan, the claims, new partition rows (and each
+                              source of a combined transaction -> MERGED) in one commit
+    COMMITTING -> COMMITTING  steal: a retry takes over from a dead or stale committer
+    COMMITTING -> PUBLISHED   publish, conditional on the committer's own token
+    STAGED | COMMITTING -> ABORTED  fence (claims released in the same commit)
+    ABORTED    -> STAGED      implicitly, when ``begin`` writes the next incarnation's header
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from .catalog import NamespaceState
+from .errors import CommitConflict
+from .manifest import CLAIM, NAMESPACE, OBJECT_ID, READ_VERSION, TXN_PREFIX, Manifest, row
+
+
+class TxnState(str, enum.Enum):
+    """The state of one incarnation of a transaction (see the module docstring)."""
+
+    STAGED = "staged"
+    COMMITTING = "committing"
+    PUBLISHED = "published"
+    ABORTED = "aborted"
+    MERGED = "merged"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (TxnState.PUBLISHED, TxnState.ABORTED)
+
+    @property
+    def takes_stages(self) -> bool:
+        return self is TxnState.STAGED
+
+    @property
+    def holds_claims(self) -> bool:
+        return self is TxnState.COMMITTING
+
+
+def tag(txn_id: str, incarnation: int) -> str:
+    """The name of one incarnation: in claims, leaf-version properties and records."""
+    return f"{txn_id}#{incarnation}"
+
+
+def parse_tag(text: str) -> tuple[str, int]:
+    """``(txn_id, incarnation)`` of a tag (claims written before incarnations: 0)."""
+    txn_id, sep, number = text.rpartition("#")
+    if not sep or not number.isdigit():
+        return text, 0
+    return txn_id, int(number)
+
+
+def row_id(txn_id: str) -> str:
+    return f"{TXN_PREFIX}{txn_id}"
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """One transaction's ``__manifest`` row, parsed. ``stored`` is False for the implicit
+    STAGED record of an incarnation that has no row yet."""
+
+    txn_id: str
+    incarnation: int
+    state: TxnState
+    mode: str | None = None
+    #: The fence token of the committer allowed to publish (COMMITTING).
+    owner: str | None = None
+    #: The plan a sealed transaction publishes (``plan-<id>.json`` of its incarnation).
+    plan: str | None = None
+    #: MERGED: the tag of the combined transaction that commits its stages.
+    merged_into: str | None = None
+    #: A combined transaction: the ids of its sources.
+    sources: tuple[str, ...] = ()
+    #: Bumped by every recorded batch of stages (orders stagers against the seal).
+    epoch: int = 0
+    updated_at: float = field(default_factory=time.time)
+    error: str | None = None
+    anonymous: bool = False
+    stored: bool = True
+
+    @property
+    def tag(self) -> str:
+        return tag(self.txn_id, self.incarnation)
+
+    @property
+    def age(self) -> float:
+        return max(0.0, time.time() - self.updated_at)
+
+    def moved(self, state: TxnState, **changes: Any) -> TxnRecord:
+        """This record in ``state`` (a new row version to compare-and-swap in)."""
+        return replace(self, state=state, updated_at=time.time(), stored=True, **changes)
+
+    def to_row(self) -> dict[str, Any]:
+        payload = asdict(self)
+        payload.pop("txn_id")
+        payload.pop("stored")
+        payload["state"] = self.state.value
+        payload["sources"] = list(self.sources)
+        return row(
+            row_id(self.txn_id),
+            NAMESPACE,
+            metadata=json.dumps(payload, separators=(",", ":"), sort_keys=True),
+        )
+
+    @classmethod
+    def from_row(cls, raw: Mapping[str, Any]) -> TxnRecord:
+        payload = json.loads(raw.get("metadata") or "{}")
+        known = {k: payload[k] for k in cls.__dataclass_fields__ if k in payload}
+        known["state"] = TxnState(known.get("state", TxnState.ABORTED.value))
+        known["sources"] = tuple(known.get("sources") or ())
+        return cls(txn_id=str(raw[OBJECT_ID])[len(TXN_PREFIX) :], **known)
+
+    @classmethod
+    def implicit(cls, txn_id: str, incarnation: int, mode: str | None = None) -> TxnRecord:
+        return cls(txn_id, incarnation, TxnState.STAGED, mode=mode, stored=False)
+
+
+def load_records(state: NamespaceState, txn_ids: Iterable[str]) -> dict[str, TxnRecord]:
+    """The stored rows of these transactions as of ``state`` (absent ids are left out)."""
+    ids = sorted({row_id(t) for t in txn_ids})
+    if not ids:
+        return {}
+    table = state.full_rows(ids)
+    return {r.txn_id: r for r in map(TxnRecord.from_row, table.to_pylist())}
+
+
+def all_records(state: NamespaceState) -> list[TxnRecord]:
+    """Every stored transaction row as of ``state``."""
+    table = state.dataset.to_table(filter=f"starts_with({OBJECT_ID}, '{TXN_PREFIX}')")
+    return [TxnRecord.from_row(r) for r in table.to_pylist()]
+
+
+def claim_is_live(claim: str, records: Mapping[str, TxnRecord]) -> bool:
+    """Whether a claim is held by a transaction that may still publish.
+
+    A claim ``X#k`` is live only while X's row is COMMITTING in incarnation k; one held by
+    an aborted, merged, published, newer or missing incarnation is dead and anyone may
+    take it over (Percolator's rule for a secondary lock whose primary rolled back).
+    """
+    txn_id, incarnation = parse_tag(claim)
+    record = records.get(txn_id)
+    return (
+        record is not None
+        and record.state.holds_claims
+        and record.incarnation == incarnation
+        and incarnation > 0
+    )
+
+
+def claim_owners(rows: Iterable[Mapping[str, Any]]) -> set[str]:
+    return {parse_tag(r[CLAIM])[0] for r in rows if r.get(CLAIM)}
+
+
+def swap(
+    manifest: Manifest,
+    state: NamespaceState,
+    records: Iterable[TxnRecord],
+    rows: Iterable[Mapping[str, Any]] = (),
+) -> int:
+    """THE transition primitive: transaction rows and partition rows in one
+    compare-and-swap against ``state.version``; :class:`CommitConflict` if any changed."""
+    table = state.rows_table([*(r.to_row() for r in records), *map(dict, rows)])
+    return manifest.compare_and_swap(table, state.version)
+
+
+def released(rows: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Claimed partition rows split for release: published rows with their claim cleared,
+    and the ids of rows of partitions that were being created (never published)."""
+    keep, pending = [], []
+    for r in rows:
+        if r[READ_VERSION] is None:
+            pending.append(str(r[OBJECT_ID]))
+        else:
+            keep.append(dict(r, **{CLAIM: None}))
+    return keep, pending
+
+
+def drop_pending(
+    manifest: Manifest, state: NamespaceState, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Delete never-published partition rows, only if unchanged since ``state`` (a new
+    committer may have taken the dead claim over meanwhile: then they stay)."""
+    if rows:
+        manifest.compare_and_swap(
+            pa.Table.from_pylist([dict(r) for r in rows], schema=state.dataset.schema),
+            state.version,
+            delete=True,
+        )
+
+
+# -- the transitions -----------------------------------------------------------------------
+class TransitionRefused(Exception):
+    """A transition's precondition does not hold in the state read (``record`` says why);
+    the caller decides what that means (e.g. a stager whose transaction was sealed)."""
+
+    def __init__(self, record: TxnRecord) -> None:
+        super().__init__(f"transaction {record.tag} is {record.state.value}")
+        self.record = record
+
+
+def _expect(record: TxnRecord, *states: TxnState) -> None:
+    if record.state not in states:
+        raise TransitionRefused(record)
+
+
+def bump(manifest: Manifest, state: NamespaceState, record: TxnRecord) -> TxnRecord:
+    """STAGED -> STAGED: order a recorded stage before any later seal."""
+    _expect(record, TxnState.STAGED)
+    moved = record.moved(TxnState.STAGED, epoch=record.epoch + 1)
+    swap(manifest, state, [moved])
+    return moved
+
+
+def seal(
+    manifest: Manifest,
+    state: NamespaceState,
+    record: TxnRecord,
+    *,
+    token: str,
+    plan: str,
+    claims: Iterable[Mapping[str, Any]],
+    sources: Iterable[TxnRecord] = (),
+) -> TxnRecord:
+    """STAGED -> COMMITTING with the plan, the claims and (combined) sources -> MERGED."""
+    _expect(record, TxnState.STAGED)
+    merged = []
+    for source in sources:
+        _expect(source, TxnState.STAGED)
+        merged.append(source.moved(TxnState.MERGED, merged_into=record.tag, plan=plan))
+    moved = record.moved(TxnState.COMMITTING, owner=token, plan=plan)
+    swap(manifest, state, [moved, *merged], claims)
+    return moved
+
+
+def steal(manifest: Manifest, state: NamespaceState, record: TxnRecord, token: str) -> TxnRecord:
+    """COMMITTING -> COMMITTING under a new owner: the old one can no longer publish."""
+    _expect(record, TxnState.COMMITTING)
+    moved = record.moved(TxnState.COMMITTING, owner=token)
+    swap(manifest, state, [moved])
+    return moved
+
+
+def publish(
+    manifest: Manifest,
+    state: NamespaceState,
+    record: TxnRecord,
+    token: str,
+    rows: Iterable[Mapping[str, Any]],
+) -> int:
+    """COMMITTING (owned by ``token``) -> PUBLISHED with the new read_versions; returns the
+    manifest version: the linearisation point of the transaction."""
+    _expect(record, TxnState.COMMITTING)
+    if record.owner != token:
+        raise TransitionRefused(record)
+    return swap(manifest, state, [record.moved(TxnState.PUBLISHED, owner=None)], rows)
+
+
+def publish_empty(
+    manifest: Manifest, state: NamespaceState, record: TxnRecord, sources: Iterable[TxnRecord]
+) -> int:
+    """STAGED -> PUBLISHED for a transaction that staged nothing (its sources MERGED)."""
+    _expect(record, TxnState.STAGED)
+    merged = []
+    for source in sources:
+        _expect(source, TxnState.STAGED)
+        merged.append(source.moved(TxnState.MERGED, merged_into=record.tag))
+    return swap(manifest, state, [record.moved(TxnState.PUBLISHED), *merged])
+
+
+def fence(
+    manifest: Manifest,
+    state: NamespaceState,
+    record: TxnRecord,
+    reason: str,
+    claimed: Iterable[Mapping[str, Any]],
+    sources: Iterable[TxnRecord] = (),
+) -> TxnRecord:
+    """STAGED | COMMITTING -> ABORTED; releases the claims of published partitions in the
+    same commit (rows of partitions it was creating keep their now dead claim: invisible,
+    and taken over or dropped later). Sources merged into it are aborted with it."""
+    _expect(record, TxnState.STAGED, TxnState.COMMITTING)
+    keep, _ = released(claimed)
+    moved = record.moved(TxnState.ABORTED, owner=None, error=reason)
+    dead = [
+        s.moved(TxnState.ABORTED, error=f"{reason} (merged into {record.tag})")
+        for s in sources
+        if s.state is TxnState.MERGED and s.merged_into == record.tag
+    ]
+    swap(manifest, state, [moved, *dead], keep)
+    return moved
+
+
+def collect_finished(manifest: Manifest, load_state: Callable[[], NamespaceState]) -> int:
+    """Delete the rows of finished anonymous transactions (``write()`` without an id):
+    nobody can retry or reuse an id they never saw, so their rows decide nothing any more.
+    Named transactions keep theirs (a retry must find it published; a reused id must get
+    a new incarnation). Returns how many rows went; a concurrent commit makes it skip."""
+    state = load_state()
+    done = [r.to_row() for r in all_records(state) if r.anonymous and r.state.is_terminal]
+    if not done:
+        return 0
+    try:
+        drop_pending(manifest, state, [dict(d, **{CLAIM: None}) for d in done])
+    except CommitConflict:
+        return 0
+    return len(done)

@@ -1,0 +1,426 @@
+"""Forced interleavings: one regression test per way the old protocol lost or duplicated data.
+
+Each test parks a thread at a named failpoint (``failpoints.hold``), runs the competing
+operation at exactly that moment, releases the thread, and checks who won and that nothing
+published was lost, duplicated or made unreadable. Numbers refer to the review that found
+the interleavings (the issue "Transactions that never lose or duplicate published data").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pytest
+
+from airflow_provider_lance.namespace import (
+    CommitConflict,
+    InvalidArgumentError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    PartitionedNamespace,
+    PartitionField,
+    TransactionAborted,
+    TransactionClosed,
+)
+from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
+from airflow_provider_lance.namespace.manifest import CLAIM, Manifest
+from airflow_provider_lance.namespace.schema import field_id
+
+from .conftest import leaf_files
+from .workers import TAGGED, tagged_rows
+
+BY_PART = [PartitionField("part", "part")]
+
+
+@pytest.fixture
+def ns(root: Path) -> PartitionedNamespace:
+    return PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+
+
+def other(ns: PartitionedNamespace) -> PartitionedNamespace:
+    """A second handle, as another process would have."""
+    return PartitionedNamespace.open(ns.uri)
+
+
+def ids(ns: PartitionedNamespace) -> list[int]:
+    return sorted(ns.to_table().column("id").to_pylist())
+
+
+def row_ids(table: pa.Table) -> list[int]:
+    return sorted(table.column("id").to_pylist())
+
+
+class Worker(threading.Thread):
+    """Runs one call in a thread and keeps its result or exception."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(daemon=True)
+        self._call = (fn, args, kwargs)
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        fn, args, kwargs = self._call
+        try:
+            self.result = fn(*args, **kwargs)
+        except BaseException as exc:
+            self.error = exc
+
+    def outcome(self, timeout: float = 120) -> Any:
+        self.join(timeout)
+        assert not self.is_alive(), "the worker never finished"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+@contextmanager
+def crashing(monkeypatch: pytest.MonkeyPatch, point: str, action: str = "raise") -> Iterator[None]:
+    """Make the next call die at ``point`` (``raise``: a crash, ``error``: a transient
+    failure)."""
+    monkeypatch.setenv(ENV, f"{point}={action}")
+    try:
+        yield
+    finally:
+        monkeypatch.delenv(ENV)
+
+
+def sealed(ns: PartitionedNamespace, monkeypatch, txn_id: str, rows: pa.Table) -> None:
+    """Stage ``rows`` as ``txn_id`` and crash its commit right after the seal: the
+    transaction is COMMITTING, holding its claims, with no live committer."""
+    ns.begin("append", txn_id).stage(rows)
+    with crashing(monkeypatch, "commit.after_claim"), pytest.raises(FailpointError):
+        ns.commit(txn_id)
+    assert state_of(ns, txn_id) == "committing"
+
+
+def state_of(ns: PartitionedNamespace, txn_id: str) -> str:
+    return {t.txn_id: t.state for t in ns.transactions()}[txn_id]
+
+
+def claims(ns: PartitionedNamespace) -> list[str]:
+    table = lance.dataset(ns.uri + "/__manifest").to_table(columns=[CLAIM])
+    return [c for c in table.column(CLAIM).to_pylist() if c is not None]
+
+
+def all_readable(ns: PartitionedNamespace) -> None:
+    for p in ns.partitions():
+        lance.dataset(p.location, version=p.read_version).to_table()
+
+
+SEED = tagged_rows("seed", [1, 2], 2, first_id=0)
+X = tagged_rows("x", [1, 2, 3], 2, first_id=100)  # two existing partitions and a new one
+
+
+# -- 1 and 11: abort or recover racing a live commit ---------------------------------------
+def test_1_abort_fences_a_commit_parked_before_its_publish(ns, monkeypatch) -> None:
+    ns.write(SEED)
+    ns.begin("append", "X").stage(X)
+    with hold("commit.before_publish") as point:
+        committer = Worker(other(ns).commit, "X")
+        committer.start()
+        point.wait_reached()
+        ns.abort("X")  # the fence wins: X can never publish
+    with pytest.raises(TransactionAborted):
+        committer.outcome()
+    assert ids(ns) == [0, 1, 2, 3]
+    assert state_of(ns, "X") == "aborted"
+    assert claims(ns) == []
+    all_readable(ns)
+    ns.write(tagged_rows("after", [1, 3], 1, first_id=500))  # the partitions stay writable
+    assert ids(ns) == [0, 1, 2, 3, 500, 501]
+
+
+@pytest.mark.parametrize("operator", ["abort", "recover"])
+def test_1_11_a_publish_between_abort_read_and_fence_wins(ns, monkeypatch, operator) -> None:
+    ns.write(SEED)
+    sealed(ns, monkeypatch, "X", X)  # a committer died after its claim
+    act = (lambda h: h.abort("X")) if operator == "abort" else (lambda h: h.recover(0))
+    with hold("abort.before_fence") as point:
+        aborter = Worker(act, other(ns))
+        aborter.start()
+        point.wait_reached()  # it read X as committing, unpublished
+        result = ns.commit("X")  # the retry publishes first
+    if operator == "abort":
+        with pytest.raises(InvalidArgumentError, match="published; it cannot be aborted"):
+            aborter.outcome()
+    else:
+        assert aborter.outcome() == []
+    assert result.rows == 6
+    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    assert state_of(ns, "X") == "published"
+    all_readable(ns)
+    for p in ns.partitions():  # 11: never rolled back below what is published
+        assert lance.dataset(p.location).version >= p.read_version
+    ns.add_column(pa.field("note", pa.utf8()))  # the rewrite path stages against the leaf
+    ns.write(tagged_rows("later", [1, 2, 3], 1, first_id=900))
+    assert len(ids(ns)) == 13
+
+
+# -- 2: a transaction id reused after an abort --------------------------------------------
+def test_2_a_reused_id_after_a_failed_publish_never_publishes_deleted_files(
+    ns, monkeypatch
+) -> None:
+    ns.write(SEED)
+    with (
+        crashing(monkeypatch, "commit.before_publish", "error"),
+        pytest.raises(OSError, match="injected"),
+    ):
+        ns.write(X, txn_id="X")  # fails transiently: write() aborts incarnation 1
+    assert state_of(ns, "X") == "aborted"
+    result = ns.write(X, txn_id="X")  # incarnation 2
+    assert result.rows == 6
+    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    all_readable(ns)
+    assert [t.incarnation for t in ns.transactions() if t.txn_id == "X"] == [2]
+
+
+def test_2_crash_recover_retry_with_the_same_id(ns, monkeypatch) -> None:
+    ns.write(SEED)
+    with crashing(monkeypatch, "commit.leaf_committed"), pytest.raises(FailpointError):
+        ns.write(X, txn_id="X")  # dies with leaf versions committed, unpublished
+    assert ns.recover(lease_seconds=0) == ["X"]
+    assert ns.write(X, txn_id="X").rows == 6
+    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    all_readable(ns)
+
+
+# -- 3: a zombie committer and its retry ----------------------------------------------------
+@pytest.mark.parametrize("point", ["commit.before_seal", "commit.before_publish"])
+def test_3_a_zombie_and_its_retry_publish_once(ns, point) -> None:
+    ns.write(SEED)
+    ns.begin("append", "X").stage(X)
+    with hold(point) as parked:
+        zombie = Worker(other(ns).commit, "X")
+        zombie.start()
+        parked.wait_reached()  # the first committer stalls (lost heartbeat)
+        retried = other(ns).commit("X")  # its retry takes over and publishes
+    assert zombie.outcome().to_dict() == retried.to_dict()  # the loser returns the result
+    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    assert ns.commit("X").to_dict() == retried.to_dict()
+
+
+def test_3_a_leaf_commit_rebased_onto_a_zombie_append_is_not_published(ns) -> None:
+    ns.write(SEED)
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    part = ns.partition({"part": 1})
+    stray = lance.fragment.write_fragments(
+        tagged_rows("zombie", [1], 3, first_id=700), part.location, mode="append"
+    )
+    with hold("leaf.before_commit") as point:
+        committer = Worker(other(ns).commit, "X")
+        committer.start()
+        point.wait_reached()
+        # a zombie appends to the leaf between the committer's restore and its commit:
+        # Lance rebases the committer's Append onto it silently
+        base = lance.dataset(part.location).version
+        lance.LanceDataset.commit(
+            part.location, lance.Transaction(base, lance.LanceOperation.Append(stray))
+        )
+    committer.outcome()
+    assert ids(ns) == [0, 1, 2, 3, 100, 101]  # the zombie's rows were never published
+
+
+# -- 4 and 12: concurrent schema and spec evolution --------------------------------------------
+def test_4_12_concurrent_add_columns_both_apply_with_distinct_field_ids(ns) -> None:
+    with hold("evolve.before_commit") as point:
+        first = Worker(other(ns).add_column, pa.field("a", pa.utf8()))
+        first.start()
+        point.wait_reached()  # computed from the old schema, not yet committed
+        second = other(ns)
+        second.add_column(pa.field("b", pa.utf8()))
+        rows = tagged_rows("b", [1], 2, first_id=0).append_column("b", pa.array(["B0", "B1"]))
+        second.write(rows)  # rows written under the schema with "b"
+    first.outcome()  # no raw "Incompatible transaction", no lost update
+    fresh = other(ns)
+    assert fresh.active_schema.names == ["id", "part", "tag", "b", "a"]
+    assert field_id(fresh.schema.field("a")) != field_id(fresh.schema.field("b"))
+    table = fresh.to_table()
+    assert table.column("b").to_pylist() == ["B0", "B1"]  # not read as "a"
+    assert table.column("a").to_pylist() == [None, None]
+
+
+def test_4_concurrent_spec_evolutions_get_distinct_versions(ns) -> None:
+    with hold("evolve.before_commit") as point:
+        first = Worker(other(ns).evolve_partition_spec, [PartitionField("tag", "tag")])
+        first.start()
+        point.wait_reached()
+        second = other(ns).evolve_partition_spec([PartitionField("id_bucket", "id", "col % 4")])
+    assert sorted([first.outcome(), second]) == [2, 3]
+    fresh = other(ns)
+    assert {v: [f.name for f in fresh.partition_spec(v)] for v in (1, 2, 3)} in (
+        {1: ["part"], 2: ["id_bucket"], 3: ["tag"]},
+        {1: ["part"], 2: ["tag"], 3: ["id_bucket"]},
+    )
+
+
+def test_12_a_stale_metadata_commit_is_a_project_conflict(ns) -> None:
+    stale = ns.version
+    ns.add_column(pa.field("a", pa.utf8()))
+    with pytest.raises(CommitConflict, match="concurrent change to the namespace metadata"):
+        Manifest(ns.uri).commit_metadata({"schema": ns.state().schema.to_json()}, stale)
+
+
+# -- 5: claims that stayed forever -----------------------------------------------------------
+def test_5_a_commit_waiting_for_a_claim_is_aborted_cleanly(ns, monkeypatch) -> None:
+    ns.write(SEED)
+    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
+    ns.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=200))
+    with hold("commit.claim_blocked") as point:
+        waiting = Worker(other(ns).commit, "Y", claim_timeout=60)
+        waiting.start()
+        point.wait_reached()  # Y waits for X's claim
+        ns.abort("Y")
+    with pytest.raises(TransactionAborted):
+        waiting.outcome()
+    assert claims(ns) == ["X#1"]  # Y claimed nothing on its way out
+    ns.commit("X")
+    assert claims(ns) == []
+    assert ids(ns) == [0, 1, 2, 3, 100]
+
+
+def test_5_a_failed_create_partitions_releases_its_claims(ns, monkeypatch) -> None:
+    ns.write(SEED)
+    with (
+        crashing(monkeypatch, "commit.leaf_committed", "error"),
+        pytest.raises(OSError, match="injected"),
+    ):
+        ns.create_partitions([{"part": 1}, {"part": 7}])
+    assert claims(ns) == []
+    ns.begin("append", "next").stage(tagged_rows("n", [1, 7], 1, first_id=300))
+    ns.commit("next", claim_timeout=0.5)  # nothing to wait for
+    assert ids(ns) == [0, 1, 2, 3, 300, 301]
+
+
+def test_5_recover_releases_claims_of_missing_and_finished_transactions(ns) -> None:
+    ns.write(SEED)
+    state = ns.state()
+    [row] = state.full_rows([ns.partition({"part": 1}).object_id]).to_pylist()
+    Manifest(ns.uri).compare_and_swap(
+        state.rows_table([dict(row, **{CLAIM: "vanished#1"})]), state.version
+    )
+    assert claims(ns) == ["vanished#1"]
+    ns.recover(lease_seconds=3600)  # nothing idle, but the claim is dead
+    assert claims(ns) == []
+    ns.write(tagged_rows("z", [1], 1, first_id=400))
+    assert ids(ns) == [0, 1, 2, 3, 400]
+
+
+# -- 6: write(txn_id) resumes like commit(txn_id) ---------------------------------------------
+@pytest.mark.parametrize(
+    "point", ["commit.after_claim", "commit.leaf_committed", "commit.after_publish"]
+)
+def test_6_write_with_the_same_id_resumes_after_a_crash(ns, monkeypatch, point) -> None:
+    ns.write(SEED)
+    with crashing(monkeypatch, point), pytest.raises(FailpointError):
+        ns.write(X, txn_id="X")
+    first = ns.write(X, txn_id="X")  # resumes (or returns what was published)
+    assert first.rows == 6
+    assert ns.write(X, txn_id="X").to_dict() == first.to_dict()
+    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+
+
+# -- 7: a crash inside create -----------------------------------------------------------------
+@pytest.mark.parametrize("point", ["create.after_table", "create.after_metadata"])
+def test_7_create_is_crash_safe_and_idempotent(root: Path, monkeypatch, point) -> None:
+    with crashing(monkeypatch, point), pytest.raises(FailpointError):
+        PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+    if point == "create.after_table":
+        with pytest.raises(NamespaceNotFoundError, match="interrupted"):
+            PartitionedNamespace.open(root)
+    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+    again = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+    assert again.version == ns.version  # the same namespace, nothing rewritten
+    indexed = [i.field_names for i in lance.dataset(ns.uri + "/__manifest").describe_indices()]
+    assert indexed == [["object_type"]]
+    with pytest.raises(NamespaceExistsError, match="different schema or partition spec"):
+        PartitionedNamespace.create(
+            root, schema=TAGGED, partition_fields=[PartitionField("tag", "tag")]
+        )
+    ns.write(SEED)
+    assert ids(ns) == [0, 1, 2, 3]
+
+
+# -- 8: the claim timeout is honoured and names the holder --------------------------------------
+def test_8_claim_timeout_waits_the_full_time_and_names_the_holder(ns, monkeypatch) -> None:
+    ns.write(SEED)
+    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
+    ns.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=200))
+    started = time.monotonic()
+    with pytest.raises(CommitConflict, match=r"\['X#1 \(committing for \d+s\)'\]"):
+        ns.commit("Y", claim_timeout=2.0)
+    assert time.monotonic() - started >= 2.0
+    assert claims(ns) == ["X#1"]
+
+
+# -- 10: a read sees one manifest version ---------------------------------------------------
+def test_10_a_read_during_add_column_uses_one_manifest_version(ns) -> None:
+    ns.write(SEED)
+    before = ns.to_table()
+    with hold("read.resolved") as point:
+        reader = Worker(other(ns).to_table)
+        reader.start()
+        point.wait_reached()  # the read resolved its manifest version
+        writer = other(ns)
+        writer.add_column(pa.field("extra", pa.utf8()))
+        writer.write(tagged_rows("e", [1], 1, first_id=50).append_column("extra", pa.array(["E"])))
+    assert reader.outcome().equals(before)
+
+
+# -- staging against a commit (the stager fence) -------------------------------------------------
+def test_a_stage_recorded_while_a_commit_seals_is_in_its_plan(ns) -> None:
+    txn = ns.begin("append", "S")
+    txn.stage(tagged_rows("s0", [1], 1, first_id=0), stage_id="first")
+    with hold("stage.recorded") as point:
+        stager = Worker(
+            other(ns).transaction("S").stage, tagged_rows("s1", [2], 1, first_id=10), "late"
+        )
+        stager.start()
+        point.wait_reached()  # its record is written, its epoch bump not yet
+        result = ns.commit("S")
+    stager.outcome()  # included: the seal listed it, so the stager returns normally
+    assert result.rows == 2
+    assert ids(ns) == [0, 10]
+
+
+def test_a_stage_recorded_after_the_seal_is_refused_and_removed(ns, root: Path) -> None:
+    txn = ns.begin("append", "S")
+    txn.stage(tagged_rows("s0", [1], 1, first_id=0), stage_id="first")
+    with hold("stage.written") as point:
+        stager = Worker(
+            other(ns).transaction("S").stage, tagged_rows("s1", [2], 1, first_id=10), "late"
+        )
+        stager.start()
+        point.wait_reached()  # its data files are written, its record not yet
+        result = ns.commit("S")
+    with pytest.raises(TransactionClosed, match="not part of it"):
+        stager.outcome()
+    assert result.rows == 1
+    assert ids(ns) == [0]
+    assert [p.values["part"] for p in ns.partitions()] == [1]
+    kept = ns.partition({"part": 1}).directory
+    data = [f for f in leaf_files(root) if "/data/" in f]
+    assert data
+    assert all(f.startswith(kept + "/") for f in data)  # the late files are gone
+
+
+def test_a_write_aborted_by_recovery_meanwhile_is_a_retryable_conflict(ns) -> None:
+    ns.write(SEED)
+    with hold("commit.before_publish") as point:
+        writer = Worker(other(ns).write, X, txn_id="W")
+        writer.start()
+        point.wait_reached()
+        assert ns.recover(lease_seconds=0) == ["W"]  # an aggressive operator
+    with pytest.raises(CommitConflict, match="aborted while this write ran") as info:
+        writer.outcome()
+    assert info.value.retryable
+    assert ids(ns) == [0, 1, 2, 3]
+    assert ns.write(X, txn_id="W").rows == 6  # the retry: a new incarnation
+    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
