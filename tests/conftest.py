@@ -38,6 +38,21 @@ def events(
     )
 
 
+#: Storage options of an S3 store on a closed loopback port: every request is refused at once
+#: and nothing leaves the machine (region and keys given: no lookups, no credential chain).
+UNREACHABLE_OPTIONS = {
+    "aws_endpoint": "http://127.0.0.1:9",
+    "allow_http": "true",
+    "aws_region": "us-east-1",
+    "aws_access_key_id": "unreachable",
+    "aws_secret_access_key": "unreachable",
+    "client_max_retries": "0",
+    "client_retry_timeout": "1",
+    "connect_timeout": "2s",
+    "timeout": "5s",
+}
+
+
 def sort_rows(table: pa.Table, key: str = "id") -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: (r[key] is None, r[key]))
 

@@ -338,3 +338,23 @@ def test_finished_anonymous_transactions_leave_no_rows_behind(ns: PartitionedNam
     assert txn_rows() == [TXN_PREFIX + "named"]  # a named one stays: its retry must find it
     assert ns.write(tagged_rows("named", [0], 1, first_id=1000), txn_id="named").rows == 1
     assert len(ids(ns)) == 21
+
+
+def test_full_rows_finds_every_kind_of_row_however_many_ids_are_asked(
+    ns: PartitionedNamespace,
+) -> None:
+    """A publish asks for its transaction row together with all its partitions: above 1,000
+    ids the lookup takes another path, which once saw only leaf rows."""
+    from airflow_provider_lance.namespace.lifecycle import row_id
+
+    ns.write(tagged_rows("seed", [0], 1, first_id=0))
+    txn = ns.begin("append", "many")
+    txn.stage(tagged_rows("m", [1], 1, first_id=10))
+    with pytest.raises(FailpointError), pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ENV, "commit.after_claim=raise")
+        ns.commit("many")  # sealed: the transaction has a row now
+    leaf = ns.partition({"part": 0}).object_id
+    wanted = [row_id("many"), leaf, "v1", *(f"absent-{i}" for i in range(1200))]
+    for ids_asked in (wanted[:3], wanted):
+        found = ns.state().full_rows(ids_asked).column("object_id").to_pylist()
+        assert sorted(found) == sorted([row_id("many"), leaf, "v1"])

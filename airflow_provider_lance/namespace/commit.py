@@ -51,6 +51,7 @@ from .lifecycle import (
     parse_tag,
     publish,
     publish_empty,
+    row_id,
     seal,
     steal,
 )
@@ -172,6 +173,33 @@ def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnR
     return stored
 
 
+def staged_source(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord:
+    """A source of a combined transaction: it must exist and still be staged."""
+    record = resolve(ctx, state, txn_id)
+    if record is None:
+        raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
+    if record.state is not TxnState.STAGED:
+        into = f" into {record.merged_into}" if record.merged_into else ""
+        raise InvalidArgumentError(
+            f"transaction {txn_id} is {record.state.value}{into}; only staged transactions "
+            "can be committed together"
+        )
+    return record
+
+
+#: What the seal hands on: the state it read and the partition rows it wrote, by id.
+Sealed = tuple[NamespaceState, Mapping[str, Mapping[str, Any]]]
+
+
+def _is_staged(found: TxnRecord | None, incarnation: int) -> bool:
+    """Whether a stored row (None: no row) says ``incarnation`` is STAGED."""
+    if found is None:
+        return incarnation == 1
+    if found.state is TxnState.ABORTED:
+        return found.incarnation == incarnation - 1
+    return found.state is TxnState.STAGED and found.incarnation == incarnation
+
+
 def backoff(attempt: int) -> None:
     time.sleep(min(0.02 * 2 ** min(attempt, 6), 1.0) * (0.5 + random.random()))
 
@@ -190,8 +218,18 @@ class Committer:
     def commit(self, txn_id: str) -> CommitResult:
         """Publish ``txn_id`` (or finish or return an earlier commit of it)."""
         claim_deadline = time.monotonic() + self.options.claim_timeout
+        known = self.store.newest_known(txn_id)
         for attempt in range(1_000_000):
             state = self.ctx.load_state()
+            if attempt == 0 and known is not None and not known.sources:
+                # This process began it: list its stages and read its row together with
+                # the partition rows (one scan); any surprise falls back to the general path.
+                sealed = self._seal(state, None, claim_deadline, attempt, header=known)
+                if isinstance(sealed, CommitResult):
+                    return sealed
+                if sealed is not None:
+                    return self._finish(sealed[0], sealed[1], (state, sealed[2]))
+                continue
             record = resolve(self.ctx, state, txn_id)
             if record is None:
                 raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
@@ -220,26 +258,55 @@ class Committer:
                 continue
             if isinstance(sealed, CommitResult):  # nothing was staged
                 return sealed
-            return self._finish(*sealed)
+            record, plan, claimed = sealed
+            return self._finish(record, plan, (state, claimed))
         raise AssertionError("unreachable")
 
     # -- 1. seal -----------------------------------------------------------------------------
     def _seal(
-        self, state: NamespaceState, record: TxnRecord, deadline: float, attempt: int
-    ) -> tuple[TxnRecord, Plan] | CommitResult | None:
-        """Seal and claim in one swap; None when the swap lost a race (try again)."""
-        header = self.store.load(record.txn_id, record.incarnation)
+        self,
+        state: NamespaceState,
+        record: TxnRecord | None,
+        deadline: float,
+        attempt: int,
+        *,
+        header: TransactionHeader | None = None,
+    ) -> tuple[TxnRecord, Plan, dict[str, dict[str, Any]]] | CommitResult | None:
+        """Seal and claim in one swap; None when the swap lost a race or the row was not
+        as expected (try again). Returns the sealed record, its plan and the partition
+        rows as the swap wrote them.
+
+        Without ``record`` (only ``header``, of a transaction without sources) the row is
+        read in the same scan as the partition rows, after the stages were listed: still
+        all at ``state``'s version, which is what orders the seal after every stager
+        whose epoch bump it does not conflict with.
+        """
         if header is None:
-            raise InvalidArgumentError(f"transaction {record.tag} has no record")
-        record = replace(
-            record,
-            mode=header.mode,
-            sources=tuple(header.sources),
-            anonymous=header.anonymous,
+            assert record is not None
+            header = self.store.load(record.txn_id, record.incarnation)
+            if header is None:
+                raise InvalidArgumentError(f"transaction {record.tag} has no record")
+        txn = record or TxnRecord.implicit(header.txn_id, header.incarnation)
+        txn = replace(
+            txn, mode=header.mode, sources=tuple(header.sources), anonymous=header.anonymous
         )
         sources = self._sources(state, header)
         failpoint("commit.before_seal")
-        plan = self._plan(header, record, sources)
+        plan = self._plan(header, txn, sources)
+        current = {
+            r[OBJECT_ID]: r
+            for r in state.full_rows(
+                [*plan.partitions, *([] if record else [row_id(header.txn_id)])]
+            ).to_pylist()
+        }
+        if record is None:
+            stored = current.pop(row_id(header.txn_id), None)
+            found = None if stored is None else TxnRecord.from_row(stored)
+            if not _is_staged(found, header.incarnation):
+                return None  # not the staged incarnation this process knows: look properly
+            if found is not None and found.state is TxnState.STAGED:
+                txn = replace(found, sources=txn.sources, anonymous=txn.anonymous)
+        record = txn
         if not plan.partitions:
             try:
                 version = publish_empty(self.manifest, state, record, sources)
@@ -247,18 +314,22 @@ class Committer:
                 backoff(attempt)
                 return None
             return self._save_result(record, CommitResult(version, plan.mode, [], record.txn_id))
-        claims = self._claims(state, record, plan, deadline)
+        claims = self._claims(state, record, plan, current, deadline)
         if claims is None:
             backoff(attempt)
             return None
-        self.store.save_plan(record.txn_id, record.incarnation, plan.plan_id, plan.to_json())
+        # The plan is for whoever else may need it: a committer taking over, a stager
+        # checking whether it got in. Nobody else knows an anonymous transaction.
+        plan_id = None if record.anonymous else plan.plan_id
+        if plan_id is not None:
+            self.store.save_plan(record.txn_id, record.incarnation, plan_id, plan.to_json())
         try:
             sealed = seal(
                 self.manifest,
                 state,
                 record,
                 token=self.token,
-                plan=plan.plan_id,
+                plan=plan_id,
                 claims=claims,
                 sources=sources,
             )
@@ -266,22 +337,11 @@ class Committer:
             backoff(attempt)
             return None
         failpoint("commit.after_claim")
-        return sealed, plan
+        # Only this transaction changes rows it holds claims on: they stay as written.
+        return sealed, plan, {r[OBJECT_ID]: r for r in claims if r[OBJECT_ID] in plan.partitions}
 
     def _sources(self, state: NamespaceState, header: TransactionHeader) -> list[TxnRecord]:
-        out = []
-        for source in header.sources:
-            record = resolve(self.ctx, state, source)
-            if record is None:
-                raise InvalidArgumentError(f"no transaction {source!r} in this namespace")
-            if record.state is not TxnState.STAGED:
-                into = f" into {record.merged_into}" if record.merged_into else ""
-                raise InvalidArgumentError(
-                    f"transaction {source} is {record.state.value}{into}; only staged "
-                    "transactions can be committed together"
-                )
-            out.append(record)
-        return out
+        return [staged_source(self.ctx, state, source) for source in header.sources]
 
     def _plan(self, header: TransactionHeader, record: TxnRecord, sources: list[TxnRecord]) -> Plan:
         """The stages recorded now (read after the state, so none recorded before a
@@ -301,11 +361,16 @@ class Committer:
         )
 
     def _claims(
-        self, state: NamespaceState, record: TxnRecord, plan: Plan, deadline: float
+        self,
+        state: NamespaceState,
+        record: TxnRecord,
+        plan: Plan,
+        current: Mapping[str, dict[str, Any]],
+        deadline: float,
     ) -> list[dict[str, Any]] | None:
-        """The claimed and created rows for the seal; None while others hold partitions."""
+        """The claimed and created rows for the seal (``current``: the plan's partition rows
+        as of ``state``); None while other transactions hold partitions."""
         tag, overwrite = record.tag, plan.mode == "overwrite"
-        current = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
         holders = load_records(state, claim_owners(current.values()))
         blocked: dict[str, str] = {}
         rows: list[dict[str, Any]] = []
@@ -356,10 +421,18 @@ class Committer:
 
     # -- 2. leaves -----------------------------------------------------------------------------
     def _commit_leaves(
-        self, record: TxnRecord, plan: Plan, state: NamespaceState
+        self, record: TxnRecord, plan: Plan, sealed: Sealed | None
     ) -> dict[str, int]:
-        """One verified Lance commit per leaf, run in parallel (they touch different tables)."""
-        rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
+        """One verified Lance commit per leaf, run in parallel (they touch different tables).
+
+        ``sealed`` is the state the seal read and the claimed partition rows as it wrote
+        them (read again after a takeover)."""
+        rows: Mapping[str, Mapping[str, Any]]
+        if sealed is None:
+            state = self.ctx.load_state()
+            rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
+        else:
+            state, rows = sealed
         lost = [oid for oid in plan.partitions if (rows.get(oid) or {}).get(CLAIM) != record.tag]
         if lost:
             self._check_alive(record)
@@ -398,8 +471,8 @@ class Committer:
             )
 
     # -- 3. publish ------------------------------------------------------------------------------
-    def _finish(self, record: TxnRecord, plan: Plan) -> CommitResult:
-        versions = self._commit_leaves(record, plan, self.ctx.load_state())
+    def _finish(self, record: TxnRecord, plan: Plan, sealed: Sealed | None = None) -> CommitResult:
+        versions = self._commit_leaves(record, plan, sealed)
         failpoint("commit.before_publish")
         return self._publish(record, plan, versions)
 
@@ -409,12 +482,16 @@ class Committer:
         deadline = time.monotonic() + self.options.swap_timeout
         for attempt in range(1_000_000):
             state = self.ctx.load_state()
-            now = resolve(self.ctx, state, record.txn_id)
+            found = state.full_rows([row_id(record.txn_id), *plan.partitions]).to_pylist()
+            rows = [r for r in found if r[OBJECT_ID] in plan.partitions]
+            now = next(
+                (TxnRecord.from_row(r) for r in found if r[OBJECT_ID] == row_id(record.txn_id)),
+                None,
+            )
             if now is None or now.incarnation != record.incarnation:
                 raise TransactionAborted(f"transaction {record.tag} was aborted")
             if now.state is not TxnState.COMMITTING or now.owner != self.token:
                 return self._await_outcome(record)
-            rows = state.full_rows(list(plan.partitions)).to_pylist()
             created = {r[OBJECT_ID] for r in rows if r[READ_VERSION] is None}
             for r in rows:
                 if r.get(CLAIM) != record.tag:
@@ -482,6 +559,8 @@ class Committer:
         return Plan.from_json(self.store.plan(record.txn_id, record.incarnation, record.plan))
 
     def _save_result(self, record: TxnRecord, result: CommitResult) -> CommitResult:
+        if record.anonymous:  # nobody can ask for it again
+            return result
         try:
             self.store.save_result(record.txn_id, record.incarnation, result.to_dict())
         except (OSError, LanceNamespaceError) as exc:  # a cache: rebuilt when missing

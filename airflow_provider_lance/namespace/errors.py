@@ -113,3 +113,15 @@ def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, LanceNamespaceError):
         return exc.retryable
     return True
+
+
+def error_classes() -> dict[str, type[LanceNamespaceError]]:
+    """Every error class this module defines, by name (the root included): e.g. to raise a
+    project error again under its own class after it crossed a process boundary."""
+    return {
+        obj.__name__: obj
+        for obj in globals().values()
+        if isinstance(obj, type)
+        and issubclass(obj, LanceNamespaceError)
+        and obj.__module__ == __name__
+    }

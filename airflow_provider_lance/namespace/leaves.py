@@ -94,7 +94,7 @@ def _signature(fragment: FragmentMetadata | dict[str, Any]) -> str:
 
 
 def _content(ds: lance.LanceDataset, version: int) -> list[str]:
-    at = ds.checkout_version(version)
+    at = ds if int(ds.version) == version else ds.checkout_version(version)
     return sorted(_signature(f.metadata) for f in at.get_fragments())
 
 
@@ -135,10 +135,11 @@ def commit_leaf(
     or one published as "read the latest", see :func:`base_version`). Runs while ``owner``
     (a ``txn#k`` tag) holds the partition's claim, but zombies (a committer that lost its
     claim, a stale retry) may still commit or restore concurrently, and Lance silently
-    rebases a stale ``Append`` onto whatever is latest. So the result is verified: the
-    version returned holds exactly the base's fragments plus ours, or it is not used; a
-    latest version that ``owner`` itself committed (an earlier attempt) is reused only
-    after the same check. The commit records ``owner`` in its properties.
+    rebases a stale ``Append`` onto whatever is latest. So a commit is used only if it
+    became version ``base + 1`` (nothing landed in between: it holds exactly the base's
+    fragments plus ours), else it is rolled back and made again; a latest version that
+    ``owner`` itself committed (an earlier attempt) is reused only if its fragments are
+    exactly the base's plus ours. The commit records ``owner`` in its properties.
     """
     opts = _opts(storage_options)
     txn_id, _, incarnation = owner.rpartition("#")
@@ -158,10 +159,13 @@ def commit_leaf(
         else:
             base_v = base_version(ds, published)
             overwrite = replace or base_v is None
-            expected = mine if base_v is None or replace else sorted(_content(ds, base_v) + mine)
             latest = int(ds.version)
-            if committed_by(ds, latest) == owner and _content(ds, latest) == expected:
-                return latest  # an earlier attempt (or a concurrent one of ours) made it
+            if latest != base_v and committed_by(ds, latest) == owner:
+                # An earlier attempt (or a concurrent one of ours) made it: reuse it only if
+                # it holds exactly the base plus our files.
+                expected = mine if overwrite else sorted(_content(ds, base_v or 0) + mine)
+                if _content(ds, latest) == expected:
+                    return latest
             if base_v is not None and not overwrite and latest != base_v:
                 log.warning(
                     "rolling back %d unpublished version(s) of %s to version %d",
@@ -190,7 +194,7 @@ def commit_leaf(
                 raise
             continue  # a concurrent commit (or creation of the table) won: look again
         version = int(committed.version)
-        if _content(committed, version) == expected:
+        if version == base + 1:  # nothing landed in between: exactly base + our files
             return version
         log.warning(
             "leaf %s version %d was rebased onto a concurrent commit; committing again",

@@ -240,6 +240,15 @@ def _expect(record: TxnRecord, *states: TxnState) -> None:
         raise TransitionRefused(record)
 
 
+def _merged(sources: Iterable[TxnRecord], into: TxnRecord, plan: str | None) -> list[TxnRecord]:
+    """STAGED sources -> MERGED into ``into`` (a combined transaction's seal takes them)."""
+    out = []
+    for source in sources:
+        _expect(source, TxnState.STAGED)
+        out.append(source.moved(TxnState.MERGED, merged_into=into.tag, plan=plan))
+    return out
+
+
 def bump(manifest: Manifest, state: NamespaceState, record: TxnRecord) -> TxnRecord:
     """STAGED -> STAGED: order a recorded stage before any later seal."""
     _expect(record, TxnState.STAGED)
@@ -254,18 +263,14 @@ def seal(
     record: TxnRecord,
     *,
     token: str,
-    plan: str,
+    plan: str | None,
     claims: Iterable[Mapping[str, Any]],
     sources: Iterable[TxnRecord] = (),
 ) -> TxnRecord:
     """STAGED -> COMMITTING with the plan, the claims and (combined) sources -> MERGED."""
     _expect(record, TxnState.STAGED)
-    merged = []
-    for source in sources:
-        _expect(source, TxnState.STAGED)
-        merged.append(source.moved(TxnState.MERGED, merged_into=record.tag, plan=plan))
     moved = record.moved(TxnState.COMMITTING, owner=token, plan=plan)
-    swap(manifest, state, [moved, *merged], claims)
+    swap(manifest, state, [moved, *_merged(sources, record, plan)], claims)
     return moved
 
 
@@ -297,10 +302,7 @@ def publish_empty(
 ) -> int:
     """STAGED -> PUBLISHED for a transaction that staged nothing (its sources MERGED)."""
     _expect(record, TxnState.STAGED)
-    merged = []
-    for source in sources:
-        _expect(source, TxnState.STAGED)
-        merged.append(source.moved(TxnState.MERGED, merged_into=record.tag))
+    merged = _merged(sources, record, None)
     return swap(manifest, state, [record.moved(TxnState.PUBLISHED), *merged])
 
 

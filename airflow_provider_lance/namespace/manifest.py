@@ -81,11 +81,19 @@ class Manifest:
         self.storage_options: dict[str, str] | None = (
             dict(storage_options) if storage_options else None
         )
+        #: One Lance session for every version opened: fragment and file metadata read once
+        #: (a commit opens several versions; most of their fragments are the same files).
+        self._session = lance.Session()
 
     # -- opening ---------------------------------------------------------------------------
     def open(self, version: int | None = None) -> lance.LanceDataset:
         try:
-            return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+            return lance.dataset(
+                self.uri,
+                version=version,
+                storage_options=self.storage_options,
+                session=self._session,
+            )
         except (ValueError, FileNotFoundError, OSError) as exc:
             if not is_not_found(exc):
                 raise StorageError(

@@ -425,7 +425,7 @@ class PartitionedNamespace:
         """
         anonymous = txn_id is None
         txn = self._begin(mode, txn_id, anonymous=anonymous)
-        if txn.state is not TxnState.STAGED:  # a retry of a write that got as far as committing
+        if not anonymous and txn.state is not TxnState.STAGED:  # a retry got as far as committing
             log.info("transaction %s is %s: finishing it", txn.txn_id, txn.state.value)
             return self.commit(txn.txn_id)
         try:

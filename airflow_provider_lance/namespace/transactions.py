@@ -38,6 +38,7 @@ from .commit import (
     backoff,
     resolve,
     stage_digest,
+    staged_source,
 )
 from .errors import (
     CommitConflict,
@@ -153,7 +154,8 @@ class Transaction:
         partitions staged against (all tasks of one job see the same ones); at most
         ``flush_bytes`` of routed rows are buffered before data files are written.
         """
-        self._check_open()
+        if not self.header.anonymous:  # else nobody but us can close it (the seal checks)
+            self._check_open()
         stage_id = check_txn_id(stage_id or uuid.uuid4().hex)
         state = self._ctx.load_state(manifest_version)
         if state.spec_version != self.header.spec_version:
@@ -188,10 +190,11 @@ class Transaction:
         for stage in stages:
             if stage.txn_id != self.txn_id:
                 raise InvalidArgumentError(f"stage of {stage.txn_id} handed to {self.txn_id}")
-        record = current(self._ctx, self.header)
-        if record.state is not TxnState.STAGED:  # closed: keep what a seal took, drop the rest
-            self._withdraw_excluded(record, {s.stage_id: (s, s.to_json()) for s in stages})
-            return
+        if not self.header.anonymous:
+            record = current(self._ctx, self.header)
+            if record.state is not TxnState.STAGED:  # closed: keep what a seal took, drop the rest
+                self._withdraw_excluded(record, {s.stage_id: (s, s.to_json()) for s in stages})
+                return
         k = self.incarnation
         previous = {s.stage_id: self._store.stage(self.txn_id, k, s.stage_id) for s in stages}
         records = {s.stage_id: s.to_json() for s in stages}
@@ -337,9 +340,10 @@ def begin(
     """
     if mode not in MODES:
         raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+    fresh = txn_id is None  # a new random id: nothing can exist under it yet
     txn_id = check_txn_id(txn_id or uuid.uuid4().hex)
     state = ctx.load_state()
-    record = resolve(ctx, state, txn_id)
+    record = None if fresh else resolve(ctx, state, txn_id)
     if record is None:
         incarnation = 1
     elif record.state is TxnState.ABORTED:
@@ -404,15 +408,7 @@ def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> Tra
                     return existing
     sources = []
     for source in ids:
-        found = resolve(ctx, state, source)
-        if found is None:
-            raise InvalidArgumentError(f"no transaction {source!r} in this namespace")
-        if found.state is not TxnState.STAGED:
-            into = f" into {found.merged_into}" if found.merged_into else ""
-            raise InvalidArgumentError(
-                f"transaction {source} is {found.state.value}{into}; only staged transactions "
-                "can be committed together"
-            )
+        found = staged_source(ctx, state, source)
         header = ctx.store.load(source, found.incarnation)
         if header is None:
             raise InvalidArgumentError(f"no transaction {source!r} in this namespace")

@@ -81,6 +81,8 @@ class TransactionStore:
     def __init__(self, root: str, storage_options: Mapping[str, str] | None) -> None:
         self.root = root
         self._session = LanceFileSession(root, storage_options=dict(storage_options or {}) or None)
+        #: Headers are written once per incarnation and never change: keep those seen.
+        self._headers: dict[tuple[str, int], TransactionHeader] = {}
 
     # -- raw JSON files ----------------------------------------------------------------
     def _put(self, path: str, obj: Any) -> None:
@@ -139,11 +141,24 @@ class TransactionStore:
 
     # -- headers -----------------------------------------------------------------------
     def load(self, txn_id: str, incarnation: int) -> TransactionHeader | None:
+        cached = self._headers.get((txn_id, incarnation))
+        if cached is not None:
+            return cached
         raw = self._maybe(f"{self.directory(txn_id, incarnation)}/{HEADER}")
-        return None if raw is None else TransactionHeader.from_json(raw)
+        if raw is None:
+            return None
+        header = self._headers[(txn_id, incarnation)] = TransactionHeader.from_json(raw)
+        return header
+
+    def newest_known(self, txn_id: str) -> TransactionHeader | None:
+        """The newest incarnation's header this process has read or written, if any (a
+        hint: the transaction's row decides whether it is still the current one)."""
+        known = [h for (t, _), h in self._headers.items() if t == txn_id]
+        return max(known, key=lambda h: h.incarnation, default=None)
 
     def save(self, header: TransactionHeader) -> None:
         self._put(f"{self.directory(header.txn_id, header.incarnation)}/{HEADER}", asdict(header))
+        self._headers[(header.txn_id, header.incarnation)] = header
 
     def headers(self) -> Iterator[TransactionHeader]:
         """The header of the newest incarnation of every transaction with records."""
@@ -227,5 +242,8 @@ class TransactionStore:
             if incarnation is None
             else self.directory(txn_id, incarnation)
         )
+        for key in [k for k in self._headers if k[0] == txn_id]:
+            if incarnation is None or key[1] == incarnation:
+                del self._headers[key]
         for path in self._session.list(prefix):
             self._delete(path)

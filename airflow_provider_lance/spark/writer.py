@@ -326,20 +326,9 @@ def _cleanup_failed(ns: PartitionedNamespace, txn: Transaction, *, forget: bool)
         log.warning("could not clean up after the failed write %s: %s", txn.txn_id, exc)
 
 
-def _project_error_classes() -> dict[str, type[LanceNamespaceError]]:
-    """Every error class the errors module defines, by name (its root included)."""
-    return {
-        obj.__name__: obj
-        for obj in vars(project_errors).values()
-        if isinstance(obj, type)
-        and issubclass(obj, LanceNamespaceError)
-        and obj.__module__ == project_errors.__name__
-    }
-
-
 #: Project errors raised on executors, re-raised on the driver under their own class (so
 #: their ``retryable`` decides what the job's exit code and the Airflow task do).
-_REMOTE_ERRORS: dict[str, type[LanceNamespaceError]] = _project_error_classes()
+_REMOTE_ERRORS: dict[str, type[LanceNamespaceError]] = project_errors.error_classes()
 _REMOTE = re.compile(r"(?:airflow_provider_lance\.namespace\.errors\.)?(\w+): (.+)")
 
 

@@ -180,21 +180,6 @@ def lance_test_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-#: Storage options of an S3 store on a closed loopback port: every request is refused at once
-#: and nothing leaves the machine (region and keys given: no lookups, no credential chain).
-UNREACHABLE_OPTIONS = {
-    "aws_endpoint": "http://127.0.0.1:9",
-    "allow_http": "true",
-    "aws_region": "us-east-1",
-    "aws_access_key_id": "unreachable",
-    "aws_secret_access_key": "unreachable",
-    "client_max_retries": "0",
-    "client_retry_timeout": "1",
-    "connect_timeout": "2s",
-    "timeout": "5s",
-}
-
-
 @pytest.fixture
 def no_aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """No AWS settings or proxies from the environment (only the given options count)."""

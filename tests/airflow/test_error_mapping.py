@@ -24,19 +24,9 @@ from airflow_provider_lance.namespace.errors import (
     TransactionAborted,
     is_retryable,
 )
-from tests.airflow.conftest import UNREACHABLE_OPTIONS
-from tests.conftest import EVENTS_SCHEMA, events
+from tests.conftest import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events
 
-PROJECT_ERRORS = sorted(
-    (
-        cls
-        for cls in vars(project_errors).values()
-        if isinstance(cls, type)
-        and issubclass(cls, LanceNamespaceError)
-        and cls.__module__ == project_errors.__name__
-    ),
-    key=lambda cls: cls.__name__,
-)
+PROJECT_ERRORS = [cls for _, cls in sorted(project_errors.error_classes().items())]
 
 
 def raised_by(action: Any) -> BaseException:

@@ -13,8 +13,8 @@ import pytest
 from airflow_provider_lance.assets import asset_uri
 from airflow_provider_lance.common import derive_txn_id
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from tests.airflow.conftest import UNREACHABLE_OPTIONS, RunResult
-from tests.conftest import EVENTS_SCHEMA, events, tree
+from tests.airflow.conftest import RunResult
+from tests.conftest import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events, tree
 
 SCHEMA = [
     {"name": "id", "type": "int64", "nullable": False},

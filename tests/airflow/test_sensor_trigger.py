@@ -16,8 +16,8 @@ import pytest
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.sensors import LancePartitionSensor
 from airflow_provider_lance.triggers import LancePartitionTrigger
-from tests.airflow.conftest import UNREACHABLE_OPTIONS, RunResult
-from tests.conftest import EVENTS_SCHEMA, events
+from tests.airflow.conftest import RunResult
+from tests.conftest import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events
 
 RunDag = Callable[..., RunResult]
 CONN = "lance_test"

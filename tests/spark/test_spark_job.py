@@ -26,7 +26,7 @@ from airflow_provider_lance.spark.jobs.write import (
     exit_code,
     main,
 )
-from tests.conftest import EVENTS_SCHEMA, events, sort_rows
+from tests.conftest import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events, sort_rows
 
 
 @pytest.fixture
@@ -165,21 +165,6 @@ def test_bad_storage_options_and_arguments(
     assert exited.value.code == 2
 
 
-#: An S3 store on a closed loopback port: every request is refused at once, nothing leaves
-#: the machine (region and keys given: no region lookup, no credential chain).
-UNREACHABLE_OPTIONS = {
-    "aws_endpoint": "http://127.0.0.1:9",
-    "allow_http": "true",
-    "aws_region": "us-east-1",
-    "aws_access_key_id": "unreachable",
-    "aws_secret_access_key": "unreachable",
-    "client_max_retries": "0",
-    "client_retry_timeout": "1",
-    "connect_timeout": "2s",
-    "timeout": "5s",
-}
-
-
 def test_unreachable_storage_exits_1_so_the_task_retries(
     spark: SparkSession,
     tmp_path: Path,
@@ -208,16 +193,7 @@ def test_unreachable_storage_exits_1_so_the_task_retries(
     assert "PATH_NOT_FOUND" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-PROJECT_ERRORS = sorted(
-    (
-        cls
-        for cls in vars(project_errors).values()
-        if isinstance(cls, type)
-        and issubclass(cls, LanceNamespaceError)
-        and cls.__module__ == project_errors.__name__
-    ),
-    key=lambda cls: cls.__name__,
-)
+PROJECT_ERRORS = [cls for _, cls in sorted(project_errors.error_classes().items())]
 
 
 @pytest.mark.parametrize("cls", PROJECT_ERRORS, ids=lambda cls: cls.__name__)
