@@ -24,6 +24,7 @@ import lance
 import pyarrow as pa
 from lance import LanceOperation, Transaction
 from lance.commit import CommitConflictError
+from lance.dataset import Session
 
 from .errors import (
     CommitConflict,
@@ -83,7 +84,7 @@ class Manifest:
         )
         #: One Lance session for every version opened: fragment and file metadata read once
         #: (a commit opens several versions; most of their fragments are the same files).
-        self._session = lance.Session()
+        self._session = Session()
 
     # -- opening ---------------------------------------------------------------------------
     def open(self, version: int | None = None) -> lance.LanceDataset:
