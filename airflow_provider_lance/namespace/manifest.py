@@ -24,7 +24,7 @@ import lance
 import pyarrow as pa
 from lance import LanceOperation, Transaction
 from lance.commit import CommitConflictError
-from lance.dataset import Session
+from lance.dataset import Session  # type: ignore[attr-defined]
 
 from .errors import (
     CommitConflict,
