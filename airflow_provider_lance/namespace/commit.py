@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lance.fragment import FragmentMetadata
+
 from .catalog import NamespaceState
 from .errors import (
     CommitConflict,
@@ -38,7 +40,7 @@ from .errors import (
     TransactionAborted,
 )
 from .failpoints import failpoint
-from .leaves import commit_leaf
+from .leaves import commit_leaf, discard_fragments
 from .lifecycle import (
     TransitionRefused,
     TxnRecord,
@@ -107,7 +109,10 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
                     "(a concurrent commit happened while staging); stage again",
                     [oid],
                 )
-            into.fragments += part.fragments
+            # A second copy of the published rows (each rewriting stage made one) is never
+            # committed: the rows would be there twice.
+            into.superseded += part.base_fragments
+            into.fragments += [f for f in part.fragments if f not in part.base_fragments]
             into.rows += part.rows
     return merged
 
@@ -292,7 +297,12 @@ class Committer:
         )
         sources = self._sources(state, header)
         failpoint("commit.before_seal")
-        plan = self._plan(header, txn, sources)
+        try:
+            plan = self._plan(header, txn, sources)
+        except CommitConflict:
+            if record is None:  # the row has not been read yet: it decides first
+                return None
+            raise
         current = {
             r[OBJECT_ID]: r
             for r in state.full_rows(
@@ -422,11 +432,12 @@ class Committer:
     # -- 2. leaves -----------------------------------------------------------------------------
     def _commit_leaves(
         self, record: TxnRecord, plan: Plan, sealed: Sealed | None
-    ) -> dict[str, int]:
+    ) -> dict[str, int] | None:
         """One verified Lance commit per leaf, run in parallel (they touch different tables).
 
         ``sealed`` is the state the seal read and the claimed partition rows as it wrote
-        them (read again after a takeover)."""
+        them (read again after a takeover). None: the claims are gone because another
+        committer finished (or an abort fenced) the transaction meanwhile."""
         rows: Mapping[str, Mapping[str, Any]]
         if sealed is None:
             state = self.ctx.load_state()
@@ -435,7 +446,9 @@ class Committer:
             state, rows = sealed
         lost = [oid for oid in plan.partitions if (rows.get(oid) or {}).get(CLAIM) != record.tag]
         if lost:
-            self._check_alive(record)
+            now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
+            if now is None or now.incarnation != record.incarnation or now.state.is_terminal:
+                return None  # finished by another committer, or aborted: its outcome
             raise ManifestError(
                 f"transaction {record.tag} is committing but does not hold its claims (was "
                 "__manifest rewritten by another tool?)",
@@ -463,16 +476,11 @@ class Committer:
         with ThreadPoolExecutor(max_workers=min(LEAF_COMMIT_THREADS, len(ids))) as pool:
             return dict(zip(ids, pool.map(commit_one, ids), strict=True))
 
-    def _check_alive(self, record: TxnRecord) -> None:
-        now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
-        if now is None or now.incarnation != record.incarnation or now.state is TxnState.ABORTED:
-            raise TransactionAborted(
-                f"transaction {record.tag} was aborted while this commit was running"
-            )
-
     # -- 3. publish ------------------------------------------------------------------------------
     def _finish(self, record: TxnRecord, plan: Plan, sealed: Sealed | None = None) -> CommitResult:
         versions = self._commit_leaves(record, plan, sealed)
+        if versions is None:
+            return self._await_outcome(record)
         failpoint("commit.before_publish")
         return self._publish(record, plan, versions)
 
@@ -523,6 +531,7 @@ class Committer:
                 txn_id=record.txn_id,
             )
             self._save_result(record, result)
+            self._drop_superseded(plan, state.root)
             maybe_compact(
                 self.manifest, prepare=lambda: collect_finished(self.manifest, self.ctx.load_state)
             )
@@ -534,6 +543,14 @@ class Committer:
             )
             return result
         raise AssertionError("unreachable")
+
+    def _drop_superseded(self, plan: Plan, root: str) -> None:
+        """Delete the extra copies of published rows that rewriting stages made (see
+        merge_stages): published without them, nothing can reference them."""
+        for part in plan.partitions.values():
+            if part.superseded:
+                doomed = [FragmentMetadata.from_json(f) for f in part.superseded]
+                discard_fragments(child_uri(root, part.directory), doomed, self.ctx.storage_options)
 
     def _await_outcome(self, record: TxnRecord) -> CommitResult:
         """Another committer took this transaction over: return its outcome."""

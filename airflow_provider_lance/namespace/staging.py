@@ -46,6 +46,11 @@ class StagedPartition:
     #: The partition was published when staged (its read_version may still be NULL:
     #: "read the latest version", as foreign writers leave it).
     existed: bool = False
+    #: Of ``fragments``, the copy of the published rows a ``rewrite`` starts from. Several
+    #: stages of one transaction may each have made one: the commit takes one copy and
+    #: lists the others in ``superseded`` (deleted once published, never committed).
+    base_fragments: list[str] = field(default_factory=list)
+    superseded: list[str] = field(default_factory=list)
 
     def fragment_metadata(self) -> list[FragmentMetadata]:
         return [FragmentMetadata.from_json(f) for f in self.fragments]
@@ -85,6 +90,8 @@ class Stage:
                     "fragments": p.fragments,
                     "rows": p.rows,
                     "existed": p.existed,
+                    "base_fragments": p.base_fragments,
+                    "superseded": p.superseded,
                 }
                 for p in self.partitions.values()
             ],
@@ -105,6 +112,8 @@ class Stage:
                 fragments=list(p["fragments"]),
                 rows=int(p["rows"]),
                 existed=bool(p.get("existed", False)),
+                base_fragments=list(p.get("base_fragments", ())),
+                superseded=list(p.get("superseded", ())),
             )
         return stage
 
@@ -199,9 +208,20 @@ class Stager:
         if existing is not None and not self.overwrite:
             schema = leaf_schema(existing.location, self.storage_options, existing.read_version)
             if self.state.schema.missing_in_leaf(schema):
-                # The partition predates add_column: rewrite it whole, with the new columns.
+                # The partition predates add_column: rewrite it whole, with the new columns,
+                # starting from a copy of its published rows (files of their own, so that
+                # a commit of several such stages takes one copy, see merge_stages).
                 target.rewrite = True
-                self._buffers[object_id] = [self._published_rows(existing)]
+                copy = self._published_rows(existing)
+                if copy.num_rows:
+                    fragments = stage_fragments(
+                        child_uri(self.state.root, target.directory),
+                        self.state.schema.to_leaf(copy, self.state.schema.leaf_schema()),
+                        self.storage_options,
+                        overwrite=True,
+                    )
+                    target.base_fragments = [json.dumps(f.to_json()) for f in fragments]
+                    target.fragments += target.base_fragments
             else:
                 self._leaf_schemas[object_id] = schema
         self.stage.partitions[object_id] = target

@@ -43,6 +43,7 @@ from .commit import (
 from .errors import (
     CommitConflict,
     InvalidArgumentError,
+    LanceNamespaceError,
     TransactionAborted,
     TransactionClosed,
 )
@@ -506,7 +507,7 @@ def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
         try:
             plan = Plan.from_json(ctx.store.plan(record.txn_id, record.incarnation, record.plan))
             fragments["plan"] = Stage("plan", "plan", plan.mode, plan.spec_version, plan.partitions)
-        except Exception as exc:  # a missing plan only means nothing more to delete
+        except LanceNamespaceError as exc:  # a missing plan: nothing more to delete
             log.debug("no plan to clean up for %s: %s", record.tag, exc)
     seen: set[str] = set()
     for stage in fragments.values():
