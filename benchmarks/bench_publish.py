@@ -191,7 +191,7 @@ def main() -> None:
         latency = commit_latency(root, args.sizes, timer)
         results["commit_latency"] = latency
         print_table(
-            ["partitions", "commit", "claim CAS", "leaf commits", "publish CAS"],
+            ["partitions", "commit", "seal (claims)", "leaf commits", "publish CAS"],
             [
                 [
                     size,
