@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import UNREACHABLE_OPTIONS
+
 REPO = Path(__file__).resolve().parents[2]
 HOME = Path(tempfile.mkdtemp(prefix="airflow-provider-lance-tests-"))
 DAGS = HOME / "dags"
@@ -188,3 +190,17 @@ def no_aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+def unreachable_lance_test(monkeypatch: pytest.MonkeyPatch, no_aws_environment: None) -> None:
+    """The ``lance_test`` connection pointed at an S3 store nobody answers (loopback)."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LANCE_TEST",
+        json.dumps(
+            {
+                "conn_type": "lance",
+                "extra": {"root": "s3://bucket/wh", "storage_options": UNREACHABLE_OPTIONS},
+            }
+        ),
+    )

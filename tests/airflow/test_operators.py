@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from airflow_provider_lance.assets import asset_uri
 from airflow_provider_lance.common import derive_txn_id
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from tests.airflow.conftest import RunResult
-from tests.conftest import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events, tree
+from tests.conftest import EVENTS_SCHEMA, events, tree
 
 SCHEMA = [
     {"name": "id", "type": "int64", "nullable": False},
@@ -271,20 +270,9 @@ def test_commit_operator_bad_input(
     assert ns.count_rows() == 0
 
 
-@pytest.mark.usefixtures("no_aws_environment")
-def test_commit_operator_retries_when_the_store_is_unreachable(
-    run_dag: RunDag, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("unreachable_lance_test")
+def test_commit_operator_retries_when_the_store_is_unreachable(run_dag: RunDag) -> None:
     """A StorageError is retryable: the task burns its retry (and fails only after it)."""
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_LANCE_TEST",
-        json.dumps(
-            {
-                "conn_type": "lance",
-                "extra": {"root": "s3://bucket/wh", "storage_options": UNREACHABLE_OPTIONS},
-            }
-        ),
-    )
     run = run_dag("lance_test_commit", conf={"transactions": ["w-0"]})
     assert run.state == FAILED
     assert run.tries["commit"] == 2  # retried once (retries=1), then failed

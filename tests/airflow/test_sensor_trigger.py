@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import io
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ from airflow_provider_lance.namespace import PartitionedNamespace, PartitionFiel
 from airflow_provider_lance.sensors import LancePartitionSensor
 from airflow_provider_lance.triggers import LancePartitionTrigger
 from tests.airflow.conftest import RunResult
-from tests.conftest import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events
+from tests.conftest import EVENTS_SCHEMA, events
 
 RunDag = Callable[..., RunResult]
 CONN = "lance_test"
@@ -117,22 +116,11 @@ def test_trigger_reports_bad_input_at_once(
     assert message in event.payload["message"]
 
 
-@pytest.mark.usefixtures("no_aws_environment")
-def test_trigger_keeps_waiting_while_the_store_is_unreachable(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.mark.usefixtures("unreachable_lance_test")
+def test_trigger_keeps_waiting_while_the_store_is_unreachable() -> None:
     """A StorageError is retryable: the trigger logs it and polls on (no error event)."""
     from airflow.sdk.log import configure_logging
 
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_LANCE_TEST",
-        json.dumps(
-            {
-                "conn_type": "lance",
-                "extra": {"root": "s3://bucket/wh", "storage_options": UNREACHABLE_OPTIONS},
-            }
-        ),
-    )
     trigger = rebuilt(
         LancePartitionTrigger(
             namespace="events", filter="country = 'DE'", poll_interval=0.2, lance_conn_id=CONN
