@@ -424,3 +424,18 @@ def test_a_write_aborted_by_recovery_meanwhile_is_a_retryable_conflict(ns) -> No
     assert ids(ns) == [0, 1, 2, 3]
     assert ns.write(X, txn_id="W").rows == 6  # the retry: a new incarnation
     assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+
+
+def test_a_stage_recorded_while_its_transaction_is_merged_is_in_the_combined_plan(ns) -> None:
+    ns.begin("append", "S").stage(tagged_rows("s0", [1], 1, first_id=0), stage_id="first")
+    ns.begin("append", "T").stage(tagged_rows("t0", [2], 1, first_id=10))
+    with hold("stage.recorded") as point:
+        stager = Worker(
+            other(ns).transaction("S").stage, tagged_rows("s1", [3], 1, first_id=20), "late"
+        )
+        stager.start()
+        point.wait_reached()  # its record is written, its epoch bump not yet
+        result = ns.commit(["S", "T"], txn_id="ST")  # the seal merges S, taking "late"
+    stager.outcome()  # included through the combined transaction's plan
+    assert result.rows == 3
+    assert ids(ns) == [0, 10, 20]

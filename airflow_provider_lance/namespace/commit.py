@@ -161,21 +161,35 @@ class Plan:
         )
 
 
-def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord | None:
-    """The current incarnation of ``txn_id`` as of ``state`` (None: no such transaction).
+def current_of(
+    txn_id: str,
+    stored: TxnRecord | None,
+    header_of: Callable[[int], TransactionHeader | None],
+) -> TxnRecord | None:
+    """The current incarnation of ``txn_id``, from its stored row and its headers.
 
     No row and a header: incarnation 1, STAGED. A row ABORTED in incarnation k and a header
     for k+1 (``begin`` after the abort): incarnation k+1, STAGED. Otherwise the row.
     """
-    stored = load_records(state, [txn_id]).get(txn_id)
     if stored is None:
-        header = ctx.store.load(txn_id, 1)
+        header = header_of(1)
         return None if header is None else TxnRecord.implicit(txn_id, 1, header.mode)
     if stored.state is TxnState.ABORTED:
-        header = ctx.store.load(txn_id, stored.incarnation + 1)
+        header = header_of(stored.incarnation + 1)
         if header is not None:
             return TxnRecord.implicit(txn_id, stored.incarnation + 1, header.mode)
     return stored
+
+
+def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord | None:
+    """The current incarnation of ``txn_id`` as of ``state`` (None: no such transaction)."""
+    stored = load_records(state, [txn_id]).get(txn_id)
+    return current_of(txn_id, stored, lambda k: ctx.store.load(txn_id, k))
+
+
+def only(header: TransactionHeader) -> Callable[[int], TransactionHeader | None]:
+    """``header_of`` for :func:`current_of` when one header is all that is known."""
+    return lambda k: header if k == header.incarnation else None
 
 
 def staged_source(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord:
@@ -194,15 +208,6 @@ def staged_source(ctx: TransactionContext, state: NamespaceState, txn_id: str) -
 
 #: What the seal hands on: the state it read and the partition rows it wrote, by id.
 Sealed = tuple[NamespaceState, Mapping[str, Mapping[str, Any]]]
-
-
-def _is_staged(found: TxnRecord | None, incarnation: int) -> bool:
-    """Whether a stored row (None: no row) says ``incarnation`` is STAGED."""
-    if found is None:
-        return incarnation == 1
-    if found.state is TxnState.ABORTED:
-        return found.incarnation == incarnation - 1
-    return found.state is TxnState.STAGED and found.incarnation == incarnation
 
 
 def backoff(attempt: int) -> None:
@@ -311,10 +316,15 @@ class Committer:
         }
         if record is None:
             stored = current.pop(row_id(header.txn_id), None)
-            found = None if stored is None else TxnRecord.from_row(stored)
-            if not _is_staged(found, header.incarnation):
+            found = current_of(
+                header.txn_id, None if stored is None else TxnRecord.from_row(stored), only(header)
+            )
+            if found is None or (found.state, found.incarnation) != (
+                TxnState.STAGED,
+                header.incarnation,
+            ):
                 return None  # not the staged incarnation this process knows: look properly
-            if found is not None and found.state is TxnState.STAGED:
+            if found.stored:
                 txn = replace(found, sources=txn.sources, anonymous=txn.anonymous)
         record = txn
         if not plan.partitions:

@@ -36,6 +36,8 @@ from .commit import (
     Plan,
     TransactionContext,
     backoff,
+    current_of,
+    only,
     resolve,
     stage_digest,
     staged_source,
@@ -60,6 +62,7 @@ from .lifecycle import (
     drop_pending,
     fence,
     load_records,
+    parse_tag,
     released,
     swap,
 )
@@ -101,7 +104,11 @@ class TransactionInfo:
 
 def current(ctx: TransactionContext, header: TransactionHeader) -> TxnRecord:
     """The record of exactly this incarnation (ABORTED if a newer one replaced it)."""
-    record = resolve(ctx, ctx.load_state(), header.txn_id)
+    return of_incarnation(header, resolve(ctx, ctx.load_state(), header.txn_id))
+
+
+def of_incarnation(header: TransactionHeader, record: TxnRecord | None) -> TxnRecord:
+    """``record`` (the current incarnation) as seen by ``header``'s incarnation."""
     if record is None or record.incarnation < header.incarnation:
         return TxnRecord.implicit(header.txn_id, header.incarnation, header.mode)
     if record.incarnation > header.incarnation:
@@ -236,12 +243,7 @@ class Transaction:
     ) -> None:
         """The transaction left STAGED while stages were recorded: keep the ones its plan
         includes (with this content), remove the others and say so."""
-        plan = None
-        if record.plan is not None and record.state is not TxnState.ABORTED:
-            plan = Plan.from_json(self._store.plan(self.txn_id, record.incarnation, record.plan))
-        if record.state is TxnState.MERGED and record.merged_into and record.plan:
-            into, _, k = record.merged_into.rpartition("#")
-            plan = Plan.from_json(self._store.plan(into, int(k), record.plan))
+        plan = self._sealed_plan(record)
         excluded = [
             stage
             for stage_id, (stage, raw) in recorded.items()
@@ -264,6 +266,16 @@ class Transaction:
             f"transaction {self.txn_id} was sealed by a commit ({record.state.value}) before "
             f"stages {ids} were recorded; they are not part of it and their files were removed"
         )
+
+    def _sealed_plan(self, record: TxnRecord) -> Plan | None:
+        """The plan a seal fixed for this transaction (None while staged, once aborted, or
+        for an anonymous one). A merged transaction's plan is its combined one's."""
+        if record.plan is None or record.state in (TxnState.STAGED, TxnState.ABORTED):
+            return None
+        txn_id, incarnation = self.txn_id, record.incarnation
+        if record.state is TxnState.MERGED and record.merged_into:
+            txn_id, incarnation = parse_tag(record.merged_into)
+        return Plan.from_json(self._store.plan(txn_id, incarnation, record.plan))
 
     def stages(self) -> dict[str, Stage]:
         return {
@@ -290,10 +302,7 @@ class Transaction:
         if not self.header.anonymous and raws:
             with contextlib.suppress(TransactionAborted):
                 self._fence_stages({})
-        record = current(self._ctx, self.header)
-        plan = None
-        if record.state is not TxnState.STAGED and record.plan is not None:
-            plan = Plan.from_json(self._store.plan(self.txn_id, record.incarnation, record.plan))
+        plan = self._sealed_plan(current(self._ctx, self.header))
         root = self._ctx.load_state().root
         kept = []
         for sid, raw in raws.items():
@@ -552,7 +561,7 @@ def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECOND
     rows = {r.txn_id: r for r in all_records(state)}
     idle: dict[str, float] = {}
     for header in ctx.store.headers():
-        record = resolve(ctx, state, header.txn_id)
+        record = current_of(header.txn_id, rows.get(header.txn_id), only(header))
         if record is None or record.state not in (TxnState.STAGED, TxnState.COMMITTING):
             continue
         stored = rows.get(header.txn_id)
@@ -624,11 +633,9 @@ def info(store: TransactionStore, header: TransactionHeader, record: TxnRecord) 
 
 def listing(ctx: TransactionContext) -> list[TransactionInfo]:
     """Every transaction with records, in its newest incarnation, oldest first."""
-    state = ctx.load_state()
+    rows = {r.txn_id: r for r in all_records(ctx.load_state())}
     out = []
     for header in ctx.store.headers():
-        record = resolve(ctx, state, header.txn_id)
-        if record is None or record.incarnation != header.incarnation:
-            record = current(ctx, header)
-        out.append(info(ctx.store, header, record))
+        record = current_of(header.txn_id, rows.get(header.txn_id), only(header))
+        out.append(info(ctx.store, header, of_incarnation(header, record)))
     return sorted(out, key=lambda i: i.created_at)
