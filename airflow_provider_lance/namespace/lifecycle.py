@@ -200,16 +200,11 @@ def swap(
     return manifest.compare_and_swap(table, state.version)
 
 
-def released(rows: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Claimed partition rows split for release: published rows with their claim cleared,
-    and the ids of rows of partitions that were being created (never published)."""
-    keep, pending = [], []
-    for r in rows:
-        if r[READ_VERSION] is None:
-            pending.append(str(r[OBJECT_ID]))
-        else:
-            keep.append(dict(r, **{CLAIM: None}))
-    return keep, pending
+def released(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The published ones of claimed partition rows, their claim cleared. Rows of partitions
+    that were being created (never published) keep their dead claim: invisible, and dropped
+    by :func:`drop_pending` or taken over by the next claimer."""
+    return [dict(r, **{CLAIM: None}) for r in rows if r[READ_VERSION] is not None]
 
 
 def drop_pending(
@@ -318,7 +313,7 @@ def fence(
     same commit (rows of partitions it was creating keep their now dead claim: invisible,
     and taken over or dropped later). Sources merged into it are aborted with it."""
     _expect(record, TxnState.STAGED, TxnState.COMMITTING)
-    keep, _ = released(claimed)
+    keep = released(claimed)
     moved = record.moved(TxnState.ABORTED, owner=None, error=reason)
     dead = [
         s.moved(TxnState.ABORTED, error=f"{reason} (merged into {record.tag})")

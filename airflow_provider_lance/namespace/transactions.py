@@ -599,7 +599,7 @@ def release_dead_claims(ctx: TransactionContext) -> int:
         dead = [r for r in claimed if not claim_is_live(r[CLAIM], holders)]
         if not dead:
             return 0
-        keep, _ = released(dead)
+        keep = released(dead)
         pending = [r for r in dead if r[READ_VERSION] is None]
         try:
             swap(ctx.manifest, state, [], keep)
