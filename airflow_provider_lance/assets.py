@@ -23,7 +23,7 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
 
-from airflow.sdk import Asset
+from airflow.providers.common.compat.sdk import Asset
 
 from airflow_provider_lance.namespace.naming import normalize_root
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 from airflow_provider_lance.namespace.errors import LanceNamespaceError, is_retryable
 from airflow_provider_lance.namespace.txnstore import TXN_ID_PATTERN

@@ -12,9 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
-from airflow.sdk.log import amask_secret, mask_secret
+from airflow.providers.common.compat.connection import (
+    get_async_connection,
+    get_async_extra_dejson,
+)
+from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook, mask_secret
 
 from airflow_provider_lance.hooks.connection import LanceConnectionConfig
 from airflow_provider_lance.hooks.specs import (
@@ -27,7 +29,6 @@ from airflow_provider_lance.hooks.specs import (
 )
 from airflow_provider_lance.namespace import (
     InvalidArgumentError,
-    LanceNamespaceError,
     NamespaceExistsError,
     NamespaceNotFoundError,
     Partition,
@@ -78,6 +79,8 @@ class LancePartitionedHook(BaseHook):
         super().__init__(**kwargs)
         self.lance_conn_id = lance_conn_id
         self._config: LanceConnectionConfig | None = None
+        #: True when ``lance_default`` is undefined and the local directory stands in for it
+        self.local_fallback = False
 
     # -- connection --------------------------------------------------------------------
     @property
@@ -90,6 +93,7 @@ class LancePartitionedHook(BaseHook):
                 if self.lance_conn_id != DEFAULT_CONN_ID:
                     raise
                 config = LanceConnectionConfig.from_fields(default_root=default_local_root())
+                self.local_fallback = True
                 self.log.warning(
                     "connection %r is not defined; using the local directory %s",
                     self.lance_conn_id,
@@ -111,20 +115,20 @@ class LancePartitionedHook(BaseHook):
         """:attr:`config` for async code (the triggerer): no blocking connection calls."""
         if self._config is None:
             try:
-                conn = await self.aget_connection(self.lance_conn_id)
+                conn = await get_async_connection(self.lance_conn_id, self)
             except AirflowNotFoundException:
                 if self.lance_conn_id != DEFAULT_CONN_ID:
                     raise
                 config = LanceConnectionConfig.from_fields(default_root=default_local_root())
+                self.local_fallback = True
             else:
                 config = LanceConnectionConfig.from_fields(
                     host=conn.host,
                     login=conn.login,
                     password=conn.password,
-                    extras=await conn.aextra_dejson(),
+                    extras=await get_async_extra_dejson(conn),
                 )
-            for key, secret in config.secrets():
-                await amask_secret(secret, key)
+            await _amask_secrets(config)
             self._config = config
         return self._config
 
@@ -348,5 +352,23 @@ class LancePartitionedHook(BaseHook):
                     f"{info['manifest_version']})"
                 )
             return True, f"{config.root} is reachable (no namespace at the root itself)"
-        except (LanceNamespaceError, ValueError) as exc:
+        except Exception as exc:  # the UI shows any failure as a failed test, never a 500
             return False, f"{type(exc).__name__}: {exc}"
+
+
+async def _amask_secrets(config: LanceConnectionConfig) -> None:
+    """Register the connection's secrets for masking without blocking the event loop.
+
+    ``amask_secret`` came with Airflow 3.3.2; before it, the synchronous call runs in a
+    worker thread, as common-compat does for ``extra_dejson``.
+    """
+    try:
+        from airflow.sdk.log import amask_secret
+    except ImportError:  # Airflow < 3.3.2
+        from asgiref.sync import sync_to_async
+
+        for key, secret in config.secrets():
+            await sync_to_async(mask_secret)(secret, key)
+        return
+    for key, secret in config.secrets():
+        await amask_secret(secret, key)

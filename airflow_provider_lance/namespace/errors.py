@@ -91,6 +91,11 @@ class InvalidArgumentError(LanceNamespaceError, ValueError):
     """An argument has a wrong value (unknown mode, bad column list, ...)."""
 
 
+class InstallationError(LanceNamespaceError):
+    """The installed packages cannot work together (e.g. PySpark's Python files and jars
+    from different releases); the message says what to reinstall."""
+
+
 class TransactionClosed(InvalidArgumentError):
     """The transaction no longer takes stages: a commit sealed it (or it was merged)."""
 

@@ -1,11 +1,21 @@
-"""Airflow operators over partitioned namespaces (thin wrappers over the hook and Spark job)."""
+"""Airflow operators over partitioned namespaces (thin wrappers over the hook and Spark job).
+
+``LanceSparkWriteOperator`` needs the ``apache-spark`` extra; it is imported on first use so
+the other operators work without it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_lance.operators.commit import LanceCommitOperator
 from airflow_provider_lance.operators.partitions import (
     LanceCreatePartitionOperator,
     LancePruneOperator,
 )
-from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
+
+if TYPE_CHECKING:
+    from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
 
 __all__ = [
     "LanceCommitOperator",
@@ -13,3 +23,11 @@ __all__ = [
     "LancePruneOperator",
     "LanceSparkWriteOperator",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LanceSparkWriteOperator":
+        from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
+
+        return LanceSparkWriteOperator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,16 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, AssetAlias, BaseOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.providers.common.compat.sdk import (
+    AirflowFailException,
+    AirflowSkipException,
+    Asset,
+    AssetAlias,
+    BaseOperator,
+)
+from airflow.sdk.exceptions import AirflowRuntimeError
 
 from airflow_provider_lance.assets import asset_uri, create_asset, is_lance_asset
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 
 if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
     from airflow.providers.openlineage.extractors import OperatorLineage
-    from airflow.sdk import Context
 
 #: Partitions named in XCom and asset event extras; the rest are counted only.
 DEFAULT_SUMMARY_PARTITIONS = 20
@@ -78,7 +84,10 @@ class LanceCommitOperator(BaseOperator):
     :param txn_id: id of the combined transaction (templated; default derived).
     :param summary_partitions: how many partitions XCom and asset extras list.
     :return: (XCom) ``{"txn_id", "uri", "manifest_version", "mode", "rows",
-        "partition_count", "partitions": [...first N...], "sources": [...]}``.
+        "partition_count", "partitions": [...first N...], "sources": [...]}``. Writes their
+        writer already published (``commit=True``) are reported with the rest (their
+        partitions, the newest manifest version), so downstream tasks and asset events
+        happen; the task skips only when it is given nothing at all.
     """
 
     template_fields: Sequence[str] = ("transactions", "namespace", "txn_id")
@@ -133,29 +142,33 @@ class LanceCommitOperator(BaseOperator):
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = self._resolve_uri(hook, uris)
         self._check_outlets(uri)
-        if published:
-            self.log.info("already published by their writers: %s", published)
-        if not ids:
+        if not ids and not published:
             raise AirflowSkipException(f"nothing staged to commit into {uri}")
         combined = self.txn_id or txn_id_from_context(context)
-        self.log.info("publishing %d transaction(s) into %s as %s", len(ids), uri, combined)
-        with lance_errors(f"commit of {ids} into {uri}"):
-            result = hook.commit(ids, txn_id=combined, namespace=uri)
+        results = []
+        with lance_errors(f"commit of {ids or published} into {uri}"):
+            if ids:
+                self.log.info("publishing %d transaction(s) into %s as %s", len(ids), uri, combined)
+                results.append(hook.commit(ids, txn_id=combined, namespace=uri))
+            if published:  # their results, so downstream tasks and asset events still happen
+                self.log.info("already published by their writers: %s", published)
+                results += [hook.commit(t, namespace=uri) for t in published]
             schema = hook.open(uri).active_schema
-        partitions = result.get("partitions", [])
+        partitions = [p for result in results for p in result.get("partitions", [])]
         n = self.summary_partitions
+        first = results[0]
         summary = {
-            "txn_id": result.get("txn_id") or (ids[0] if len(ids) == 1 else combined),
+            "txn_id": first.get("txn_id") or (ids[0] if len(ids) == 1 else combined),
             "uri": uri,
-            "manifest_version": result["manifest_version"],
-            "mode": result.get("mode"),
+            "manifest_version": max(r["manifest_version"] for r in results),
+            "mode": first.get("mode"),
             "rows": sum(int(p.get("rows", 0)) for p in partitions),
             "partition_count": len(partitions),
             "partitions": [
                 {k: p[k] for k in ("values", "read_version", "rows", "created") if k in p}
                 for p in partitions[:n]
             ],
-            "sources": ids,
+            "sources": ids + published,
         }
         self.log.info(
             "published %d partition(s), %d rows -> manifest v%s",
@@ -189,7 +202,12 @@ class LanceCommitOperator(BaseOperator):
             if isinstance(outlet, Asset):
                 events[outlet].extra.update(extra)
             elif isinstance(outlet, AssetAlias):
-                events[outlet].add(create_asset(uri=uri), extra=extra)
+                try:  # the asset a DAG declared for this URI, under whatever name it gave
+                    # (the accessor takes an AssetRef; its protocol's type says Asset only)
+                    ref = Asset.ref(uri=asset_uri(uri))
+                    events[outlet].add(ref, extra=extra)  # type: ignore[arg-type]
+                except AirflowRuntimeError:  # none yet: the namespace's own asset
+                    events[outlet].add(create_asset(uri=uri), extra=extra)
 
     def get_openlineage_facets_on_complete(
         self, task_instance: Any

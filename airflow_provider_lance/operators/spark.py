@@ -11,18 +11,28 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import (
+from airflow.providers.common.compat.sdk import (
     AirflowException,
     AirflowFailException,
     AirflowNotFoundException,
+    AirflowOptionalProviderFeatureException,
+    BaseHook,
 )
 
+try:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+except ImportError as exc:  # the provider is an optional extra
+    raise AirflowOptionalProviderFeatureException(
+        "LanceSparkWriteOperator needs the Apache Spark provider: "
+        "pip install 'airflow-provider-lance[apache-spark]'"
+    ) from exc
+
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
+from airflow_provider_lance.hooks.connection import is_secret_key
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.namespace.errors import StorageError
 from airflow_provider_lance.namespace.json_files import read_json, remove_json
+from airflow_provider_lance.namespace.naming import has_scheme
 from airflow_provider_lance.namespace.transactions import MODES
 from airflow_provider_lance.spark.jobs import WRITE_JOB
 from airflow_provider_lance.spark.jobs.write import (
@@ -34,11 +44,16 @@ from airflow_provider_lance.spark.jobs.write import (
 )
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.providers.common.compat.sdk import Context
 
 _EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
 _ERROR_LINE = re.compile(r"^error: (.+)$", re.M)
 LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[*]"}'
+#: SparkSubmitOperator arguments this operator sets itself, and what to use instead.
+_RESERVED_ARGUMENTS = {
+    "application": "it runs the project's write job (give source, sql and namespace instead)",
+    "conn_id": "name the Spark connection with spark_conn_id",
+}
 
 
 def default_result_path(txn_id: str) -> str:
@@ -75,7 +90,11 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
 
     The storage options of the ``lance`` connection reach the job through the
     ``LANCE_STORAGE_OPTIONS`` environment variable of the spark-submit process, never its
-    command line (so Spark's deploy mode must be ``client``, the default).
+    command line. In ``deploy_mode="cluster"`` (e.g. Kubernetes) the driver runs elsewhere
+    and does not inherit that environment: options without secrets then go on the command
+    line, and the connection must hold no secret (ambient credentials: instance roles,
+    IRSA) unless ``storage_options_from`` names where the driver finds them; the result
+    path must be an object-store URI the driver can write.
 
     :param source: path or URI of the input (or a table name with ``source_format="table"``)
         (templated).
@@ -90,7 +109,14 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
     :param result_path: where the job writes its JSON result (templated; default a local
         file per transaction; an object-store URI is read with the connection's options).
     :param spark_conn_id: the Spark connection (``spark_default``).
+    :param storage_options_from: ``env:NAME`` (a variable of the driver, e.g. from
+        ``spark.kubernetes.driver.secretKeyRef.NAME``) or ``file:PATH`` (a mounted secret)
+        holding storage options as a JSON object, resolved by the driver and merged over the
+        connection's; in cluster deploy mode the connection's own secrets are then not sent
+        (templated).
     :param summary_partitions: how many partitions the XCom summary lists.
+    :param application_args: more arguments of the write job (``--distribution none``,
+        ``--read-option k=v``), after the ones this operator sets.
     :return: (XCom) ``{"txn_id", "uri", "mode", "state", "partition_count", "rows",
         "files", "manifest_version", "partitions": [...first N...]}``.
     """
@@ -105,6 +131,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         "mode",
         "txn_id",
         "result_path",
+        "storage_options_from",
+        "extra_application_args",
     )
     template_fields_renderers = {"sql": "sql", "read_options": "json"}
     ui_color = "#f7c873"
@@ -124,9 +152,14 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         lance_conn_id: str = DEFAULT_CONN_ID,
         spark_conn_id: str = "spark_default",
         summary_partitions: int = 10,
+        storage_options_from: str | None = None,
         name: str = "lance-write",
         **kwargs: Any,
     ) -> None:
+        for reserved, instead in _RESERVED_ARGUMENTS.items():
+            if reserved in kwargs:
+                raise ValueError(f"LanceSparkWriteOperator does not take {reserved!r}: {instead}")
+        self.extra_application_args = list(kwargs.pop("application_args", None) or [])
         super().__init__(application=WRITE_JOB, conn_id=spark_conn_id, name=name, **kwargs)
         self.source = source
         self.namespace = namespace
@@ -140,6 +173,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         self.lance_conn_id = lance_conn_id
         self.spark_conn_id = spark_conn_id
         self.summary_partitions = summary_partitions
+        self.storage_options_from = storage_options_from
         self.deploy_mode = kwargs.get("deploy_mode")
 
     # -- checks --------------------------------------------------------------------------
@@ -155,8 +189,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         if self.read_options is not None and not isinstance(self.read_options, Mapping):
             raise AirflowFailException("read_options must be a mapping of option -> value")
 
-    def _spark_environment(self) -> dict[str, str]:
-        """Check the Spark connection; the variables the local driver needs besides ours."""
+    def _spark_connection(self) -> tuple[str, bool]:
+        """The Spark master and whether the driver runs on the cluster (deploy mode)."""
         try:
             conn = BaseHook.get_connection(self.spark_conn_id)
         except AirflowNotFoundException:
@@ -164,20 +198,42 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
                 f"the Spark connection {self.spark_conn_id!r} is not defined; for local Spark "
                 f"set AIRFLOW_CONN_{self.spark_conn_id.upper()}='{LOCAL_SPARK_CONNECTION}'"
             ) from None
-        deploy_mode = self.deploy_mode or conn.extra_dejson.get("deploy-mode")
-        if deploy_mode == "cluster":
+        deploy_mode = (
+            self.deploy_mode
+            or (self.conf or {}).get("spark.submit.deployMode")
+            or conn.extra_dejson.get("deploy-mode")
+        )
+        return f"{conn.host or ''}".lower(), deploy_mode == "cluster"
+
+    def _cluster_mode_args(self, lance: LancePartitionedHook, result_path: str) -> list[str]:
+        """How storage options reach a driver that runs on the cluster, or why they cannot.
+
+        Options without secrets go on the command line; secrets never do: they come from
+        ``storage_options_from`` on the driver, or there must be none (ambient credentials).
+        """
+        if not has_scheme(result_path) or result_path.startswith("file:"):
             raise AirflowFailException(
-                "LanceSparkWriteOperator needs deploy mode 'client': in cluster mode the "
-                "storage options would have to travel on the spark-submit command line"
+                f"in cluster deploy mode the driver runs on the cluster and cannot write the "
+                f"local result path {result_path!r}; set result_path to an object-store URI "
+                "(e.g. s3://bucket/_results/{{ ti.run_id }}.json)"
             )
-        env: dict[str, str] = {}
-        master = f"{conn.host or ''}".lower()
-        if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
-            env["PYSPARK_PYTHON"] = sys.executable  # executors use this task's interpreter
-        return env
+        secrets = sorted(key for key, _ in lance.config.secrets())
+        if secrets and not self.storage_options_from:
+            raise AirflowFailException(
+                f"the connection {self.lance_conn_id!r} holds secrets ({', '.join(secrets)}) "
+                "that cluster deploy mode would put on the spark-submit command line; use "
+                "ambient credentials (an instance role, IRSA) or storage_options_from="
+                "'env:NAME' / 'file:PATH' resolved on the driver from a Spark or "
+                "Kubernetes secret, or deploy mode 'client'"
+            )
+        public = {k: v for k, v in lance.storage_options.items() if not is_secret_key(k)}
+        args = ["--storage-options", json.dumps(public)] if public else []
+        if self.storage_options_from:
+            args += ["--storage-options-from", self.storage_options_from]
+        return args
 
     def _application_args(self, *, uri: str, txn_id: str, result_path: str) -> list[str]:
-        """The write job's command line: never a storage option on it."""
+        """The write job's command line: never a secret on it."""
         args = [
             "--uri", uri,
             "--source", self.source,
@@ -192,7 +248,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
             args += ["--read-option", f"{key}={value}"]
         if self.commit:
             args.append("--commit")
-        return args
+        return args + self.extra_application_args  # e.g. --distribution none
 
     @staticmethod
     def _job_environment(storage_options: Mapping[str, str]) -> dict[str, str]:
@@ -205,12 +261,28 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         txn_id = self.txn_id or txn_id_from_context(context)
         lance = LancePartitionedHook(self.lance_conn_id)
         uri = lance.namespace_uri(self.namespace)
+        master, cluster_mode = self._spark_connection()
+        if lance.local_fallback and not master.startswith("local"):
+            raise AirflowFailException(
+                f"the connection {self.lance_conn_id!r} is not defined, and its local "
+                f"stand-in {uri} is on this worker's disk, which executors of {master} "
+                f"cannot see; define {self.lance_conn_id!r} with a root they share "
+                "(e.g. s3://bucket/warehouse)"
+            )
         with lance_errors(f"Spark write into {uri}"):
             lance.open(uri)  # a missing namespace fails here, not after Spark started
-        env = {**self._spark_environment(), **self._job_environment(lance.storage_options)}
         result_path = self.result_path or default_result_path(txn_id)
-        self._discard_result(result_path, lance)
         args = self._application_args(uri=uri, txn_id=txn_id, result_path=result_path)
+        if cluster_mode:
+            args += self._cluster_mode_args(lance, result_path)
+            env = {}
+        else:
+            env = self._job_environment(lance.storage_options)
+            if self.storage_options_from:  # the driver is this machine: resolved here
+                args += ["--storage-options-from", self.storage_options_from]
+            if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+                env["PYSPARK_PYTHON"] = sys.executable  # executors use this task's interpreter
+        self._discard_result(result_path, lance)
         self.application_args = args
         self._hook = None  # built by SparkSubmitOperator.execute with these arguments
         self.log.info(

@@ -6,15 +6,20 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import (
+    AirflowException,
+    AirflowFailException,
+    BaseSensorOperator,
+    PokeReturnValue,
+    conf,
+)
 
 from airflow_provider_lance.common import lance_errors, values_list
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.triggers.partition import LancePartitionTrigger
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.providers.common.compat.sdk import Context
 
 
 class LancePartitionSensor(BaseSensorOperator):
@@ -33,7 +38,7 @@ class LancePartitionSensor(BaseSensorOperator):
     :param min_partitions: with ``filter``: how many published partitions are enough.
     :param require_rows: also require at least one row in each partition (freshly created
         partitions are published but empty).
-    :param deferrable: wait in the triggerer.
+    :param deferrable: wait in the triggerer (default: ``[operators] default_deferrable``).
     :return: (XCom) the matching published partitions.
     """
 
@@ -49,7 +54,7 @@ class LancePartitionSensor(BaseSensorOperator):
         min_partitions: int = 1,
         require_rows: bool = False,
         lance_conn_id: str = DEFAULT_CONN_ID,
-        deferrable: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

@@ -24,6 +24,7 @@ from airflow_provider_lance.namespace.pruning import parse_filter
 from airflow_provider_lance.namespace.scan import open_leaf, read_partition
 
 from .executor import pinned_state
+from .session import check_pyspark, is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,6 +51,7 @@ def read_partitioned(
     ``version`` reads an older ``__manifest`` version. Bad filters and unknown columns
     raise here, before any task runs.
     """
+    check_pyspark(spark)
     ns = PartitionedNamespace.open(uri, storage_options)
     state = ns.state(version)
     output = state.schema.project(columns)
@@ -57,7 +59,7 @@ def read_partitioned(
         parse_filter(filter, state.schema)
     spark_schema = spark_schema_of(output)
     partitions = ns.prune(filter, version=state.version)
-    slots = max(spark.sparkContext.defaultParallelism, 1)
+    slots = default_parallelism(spark)
     tasks = plan_tasks(partitions, ns.storage_options, slots)
     log.info(
         "reading %d of %d partitions in %d tasks (manifest v%d)",
@@ -71,8 +73,23 @@ def read_partitioned(
     reader = _ReadTask(
         ns.uri, ns.storage_options, state.version, list(columns) if columns else None, filter
     )
-    descriptors = spark.sparkContext.parallelize([(t,) for t in tasks], len(tasks))
-    return spark.createDataFrame(descriptors, "task string").mapInArrow(reader.read, spark_schema)
+    rows = [(t,) for t in tasks]
+    if is_connect(spark):  # no sparkContext: a local relation split into one task per row
+        descriptors = spark.createDataFrame(rows, "task string").repartition(len(tasks))
+    else:
+        rdd = spark.sparkContext.parallelize(rows, len(tasks))
+        descriptors = spark.createDataFrame(rdd, "task string")
+    return descriptors.mapInArrow(reader.read, spark_schema)
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """How many tasks the session runs at once (its cores), also on Spark Connect."""
+    if not is_connect(spark):
+        return max(spark.sparkContext.defaultParallelism, 1)
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured is None:  # unset on most servers: their shuffle width is the next best
+        configured = spark.conf.get("spark.sql.shuffle.partitions", "200")
+    return max(int(configured or 1), 1)
 
 
 def plan_tasks(

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from airflow_provider_lance.namespace.errors import InstallationError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 
 def get_session(
@@ -34,4 +40,45 @@ def get_session(
         spark_conf.setMaster("local[*]")
     if (spark_conf.get("spark.master") or "").startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return SparkSession.builder.appName(app_name).config(conf=spark_conf).getOrCreate()
+    session = SparkSession.builder.appName(app_name).config(conf=spark_conf).getOrCreate()
+    check_pyspark(session)
+    return session
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (``sc://``): no ``sparkContext`` there."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def check_pyspark(spark: SparkSession) -> None:
+    """Refuse a PySpark whose Python files and JVM come from different Spark releases.
+
+    ``pyspark-client`` (which the Spark provider requires) installs into the same
+    ``pyspark/`` package as ``pyspark``; installed last, its files replace pyspark's and
+    the Python side then calls the JVM of another release, which fails deep inside Py4J
+    (``Py4JError ... UserDefinedPythonFunction``). Spark Connect sessions talk a versioned
+    protocol to their server instead, so they are not checked.
+    """
+    if is_connect(spark):
+        return
+    import pyspark
+
+    _check_releases(pyspark.__version__, spark.version)
+
+
+@functools.cache
+def _check_releases(python_side: str, jvm_side: str) -> None:
+    """Compare once per pair: a patch difference only warns (one minor line keeps the
+    Python-JVM protocol), a minor difference is refused."""
+    if python_side == jvm_side:
+        return
+    if python_side.split(".")[:2] == jvm_side.split(".")[:2]:
+        log.warning("PySpark's Python files are %s and its JVM is %s", python_side, jvm_side)
+        return
+    raise InstallationError(
+        f"PySpark's Python files are release {python_side} but the Spark JVM is {jvm_side}. "
+        "pyspark-client and pyspark share the pyspark/ package, so installing one over the "
+        "other mixes releases; reinstall them at one release, e.g. pip install "
+        f"--force-reinstall 'pyspark=={jvm_side}' 'pyspark-client=={jvm_side}' (or install "
+        "airflow-provider-lance[spark], which holds both to one line)"
+    )

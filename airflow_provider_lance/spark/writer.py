@@ -51,6 +51,7 @@ from airflow_provider_lance.namespace.staging import FLUSH_BYTES
 from airflow_provider_lance.namespace.txnstore import TransactionStore
 
 from .executor import pinned_state
+from .session import check_pyspark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -154,6 +155,7 @@ def write_partitioned(
         raise InvalidArgumentError(f"distribution must be one of {DISTRIBUTIONS}")
     if flush_bytes <= 0:
         raise InvalidArgumentError("flush_bytes must be positive")
+    check_pyspark(df.sparkSession)
     ns = PartitionedNamespace.open(uri, storage_options)
     check_dataframe_schema(df, ns.state())
     txn = ns.begin(mode, txn_id, anonymous=txn_id is None)  # only this driver records

@@ -204,3 +204,28 @@ def unreachable_lance_test(monkeypatch: pytest.MonkeyPatch, no_aws_environment: 
             }
         ),
     )
+
+
+SECRET = "Sup3r-Secret-Value-9f8e7d"
+TOKEN = "session-token-abc123456"
+
+
+@pytest.fixture
+def secret_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``lance_secret``: a local root whose storage options carry secrets in the JSON text."""
+    root = tmp_path / "lance"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LANCE_SECRET",
+        json.dumps(
+            {
+                "conn_type": "lance",
+                "extra": {
+                    "root": str(root),
+                    "storage_options": json.dumps(
+                        {"aws_secret_access_key": SECRET, "aws_session_token": TOKEN}
+                    ),
+                },
+            }
+        ),
+    )
+    return root

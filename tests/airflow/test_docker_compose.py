@@ -97,7 +97,11 @@ def test_image_is_built_from_this_repository(compose: dict[str, Any]) -> None:
     text = dockerfile.read_text()
     for source in re.findall(r"^COPY (\S+)", text, flags=re.M):
         assert (REPO / source).exists(), source
-    assert re.search(r"pip install .*apache-airflow\[postgres\]==\$\{AIRFLOW_VERSION\}.* \.", text)
+    # the package with the Spark provider (LanceSparkWriteOperator) from this checkout
+    assert re.search(
+        r'pip install .*apache-airflow\[postgres\]==\$\{AIRFLOW_VERSION\}.* "\.\[apache-spark\]"',
+        text,
+    )
     assert "openjdk-17" in text  # spark-submit needs Java
     for name in ("spark-master", "spark-worker"):
         assert (

@@ -152,6 +152,12 @@ def test_test_connection(hook: LancePartitionedHook, lance_test_root: Path) -> N
     assert "partitioned namespace with 0 partition(s)" in message
 
 
+def test_test_connection_reports_any_failure_as_a_failed_test() -> None:
+    ok, message = LancePartitionedHook("lance_not_defined").test_connection()
+    assert not ok  # not an exception (the UI would show a 500)
+    assert "lance_not_defined" in message
+
+
 def test_check_partitions_waits_for_publication(hook: LancePartitionedHook) -> None:
     check = hook.check_partitions("events", values=[{"event_date": "2025-12-10"}])
     assert not check.done

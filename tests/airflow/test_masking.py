@@ -7,35 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from airflow_provider_lance.operators import LanceSparkWriteOperator
 from airflow_provider_lance.operators.spark import STORAGE_OPTIONS_ENV
-from tests.airflow.conftest import RunResult
-
-SECRET = "Sup3r-Secret-Value-9f8e7d"
-TOKEN = "session-token-abc123456"
-
-
-@pytest.fixture
-def secret_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``lance_secret``: a local root whose storage options carry secrets in the JSON text."""
-    root = tmp_path / "lance"
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_LANCE_SECRET",
-        json.dumps(
-            {
-                "conn_type": "lance",
-                "extra": {
-                    "root": str(root),
-                    "storage_options": json.dumps(
-                        {"aws_secret_access_key": SECRET, "aws_session_token": TOKEN}
-                    ),
-                },
-            }
-        ),
-    )
-    return root
+from tests.airflow.conftest import SECRET, TOKEN, RunResult
 
 
 def _rendered_fields(run_id: str) -> list[Any]:

@@ -296,6 +296,65 @@ def test_commit_operator_of_an_aborted_transaction_fails_without_retry(
     assert ns.count_rows() == 0
 
 
+def test_commit_operator_reports_writes_their_writers_already_published(
+    run_dag: RunDag, lance_test_root: Path
+) -> None:
+    """commit=True writers published themselves: the commit reports them (downstream tasks
+    and asset events still happen) instead of skipping, and publishes nothing again."""
+    ns = make_namespace(lance_test_root)
+    for txn_id, start, first in [
+        ("p-0", dt.date(2025, 12, 1), 0),
+        ("p-1", dt.date(2025, 12, 3), 50),
+    ]:
+        ns.commit(_stage(ns, txn_id, start, first))
+    version, rows = ns.version, ns.count_rows()
+    write_results = [
+        {"txn_id": "p-0", "uri": ns.uri, "state": "published"},
+        {"txn_id": "p-1", "uri": ns.uri, "state": "published"},
+    ]
+    run = run_dag("lance_test_commit", conf={"transactions": write_results})
+    assert run.state == SUCCESS, run.output[-3000:]
+    summary = run.xcom("commit")
+    assert summary["sources"] == ["p-0", "p-1"]
+    assert (summary["partition_count"], summary["rows"]) == (4, 40)
+    assert summary["manifest_version"] == version
+    assert (ns.version, ns.count_rows()) == (version, rows)  # nothing published again
+    [extra] = _asset_events(asset_uri(ns.uri))
+    assert extra["manifest_version"] == version
+    assert len(extra["partitions"]) == 4
+
+
+def _declare_asset(name: str, uri: str) -> None:
+    """What the DAG processor records for a user's ``Asset(name=..., uri=...)``."""
+    from airflow.models.asset import AssetActive, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        asset = AssetModel(name=name, uri=uri, group="asset")
+        session.add(asset)
+        session.add(AssetActive.for_asset(asset))
+
+
+def test_commit_through_an_alias_feeds_the_asset_a_user_declared(
+    run_dag: RunDag, lance_test_root: Path
+) -> None:
+    """A user's ``Asset("daily_events", uri="lance://...")`` keeps receiving the events:
+    the alias resolves to it, no second asset with the same URI appears."""
+    from airflow.models.asset import AssetModel
+    from airflow.utils.session import create_session
+
+    ns = make_namespace(lance_test_root)
+    uri = asset_uri(ns.uri)
+    _declare_asset("daily_events", uri)
+    staged = _stage(ns, "declared-0", dt.date(2025, 12, 1), 0)
+    run = run_dag("lance_test_commit", conf={"transactions": [staged]})
+    assert run.state == SUCCESS, run.output[-3000:]
+    with create_session() as session:
+        assets = session.query(AssetModel).filter(AssetModel.uri == uri).all()
+        assert [a.name for a in assets] == ["daily_events"]
+    assert len(_asset_events(uri)) == 1
+
+
 def test_commit_operator_with_nothing_staged_skips(run_dag: RunDag, lance_test_root: Path) -> None:
     ns = make_namespace(lance_test_root)
     run = run_dag("lance_test_commit", conf={"transactions": []})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,9 +12,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_lance.common import derive_txn_id
+from airflow_provider_lance.hooks import LancePartitionedHook
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
-from tests.airflow.conftest import RunResult
+from tests.airflow.conftest import SECRET, RunResult
 from tests.conftest import EVENTS_SCHEMA, events, sort_rows
 
 RunDag = Callable[..., RunResult]
@@ -128,3 +130,115 @@ def test_job_failure_follows_the_exit_code(
     if error_line:
         assert message.split(": ", 1)[1].startswith(error_line.removeprefix("error: "))
     assert note in message
+
+
+# -- cluster deploy mode: no secret ever on a command line --------------------------------------
+@pytest.mark.parametrize(
+    ("result_path", "reason"),
+    [
+        (None, "cannot write the local result path"),
+        ("s3://lake/_results/r.json", "holds secrets (aws_secret_access_key, aws_session_token)"),
+    ],
+)
+def test_cluster_deploy_mode_is_refused_with_the_reason(
+    run_dag: RunDag, secret_connection: Path, source: Path, result_path: str | None, reason: str
+) -> None:
+    make_namespace(secret_connection)
+    conf = {"source": str(source), "result_path": result_path}
+    run = run_dag("lance_test_spark_cluster", conf=conf)
+    assert run.state == "failed"
+    assert run.tries["write"] == 1  # nothing a retry could change
+    assert reason in run.output
+    assert "Spark-Submit cmd" not in run.output
+    assert SECRET not in run.output
+
+
+def test_cluster_deploy_mode_sends_public_options_and_the_secret_reference(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LANCE_CLUSTER",
+        json.dumps(
+            {
+                "conn_type": "lance",
+                "extra": {
+                    "root": "s3://lake/warehouse",
+                    "region": "eu-west-1",
+                    "storage_options": {"aws_secret_access_key": SECRET},
+                },
+            }
+        ),
+    )
+    lance = LancePartitionedHook("lance_cluster")
+
+    def cluster_args(storage_options_from: str | None) -> list[str]:
+        op = LanceSparkWriteOperator(
+            task_id="w",
+            source="s3a://raw/in",
+            lance_conn_id="lance_cluster",
+            deploy_mode="cluster",
+            storage_options_from=storage_options_from,
+        )
+        return op._cluster_mode_args(lance, "s3://lake/_results/r.json")
+
+    args = cluster_args("env:LANCE_STORAGE_OPTIONS_SECRET")
+    assert args == [
+        "--storage-options",
+        json.dumps({"aws_region": "eu-west-1"}),
+        "--storage-options-from",
+        "env:LANCE_STORAGE_OPTIONS_SECRET",
+    ]
+    assert SECRET not in " ".join(args)
+    with pytest.raises(AirflowFailException, match="ambient credentials"):
+        cluster_args(None)  # the secret has nowhere safe to go
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "cluster"),
+    [
+        ({}, False),
+        ({"deploy_mode": "cluster"}, True),
+        ({"conf": {"spark.submit.deployMode": "cluster"}}, True),
+        ({"conf": {"spark.submit.deployMode": "client"}}, False),
+    ],
+)
+def test_deploy_mode_in_conf_counts_like_the_argument(kwargs: dict, cluster: bool) -> None:
+    op = LanceSparkWriteOperator(task_id="w", source="s3a://raw/in", **kwargs)
+    assert op._spark_connection() == ("local[2]", cluster)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"application": "/jobs/other.py"}, "does not take 'application'"),
+        ({"conn_id": "spark_other"}, "spark_conn_id"),
+    ],
+)
+def test_arguments_the_operator_sets_itself_are_refused_clearly(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LanceSparkWriteOperator(task_id="w", source="s3a://raw/in", **kwargs)
+
+
+def test_user_application_args_follow_the_operators_own() -> None:
+    op = LanceSparkWriteOperator(
+        task_id="w", source="/in", application_args=["--distribution", "none"]
+    )
+    args = op._application_args(uri="/ns", txn_id="t", result_path="/r.json")
+    assert args[:2] == ["--uri", "/ns"]
+    assert args[-2:] == ["--distribution", "none"]
+    assert "extra_application_args" in op.template_fields
+
+
+def test_an_undefined_lance_default_is_no_local_stand_in_for_a_remote_spark(
+    run_dag: RunDag, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AIRFLOW_CONN_LANCE_DEFAULT", raising=False)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_REMOTE", '{"conn_type": "spark", "host": "spark://10.1.2.3:7077"}'
+    )
+    run = run_dag("lance_test_spark_remote")
+    assert run.state == "failed"
+    assert run.tries["write"] == 1
+    assert "the connection 'lance_default' is not defined" in run.output
+    assert "spark://10.1.2.3:7077" in run.output
+    assert "Spark-Submit cmd" not in run.output

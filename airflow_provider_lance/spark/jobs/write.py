@@ -6,7 +6,12 @@
         --mode overwrite --txn-id daily.2025-12-10 --commit --result-path /tmp/result.json
 
 Storage options (object-store credentials, endpoint) come from the environment variable
-``LANCE_STORAGE_OPTIONS`` (a JSON object), never from the command line. The job writes a
+``LANCE_STORAGE_OPTIONS`` (a JSON object), never a secret from the command line. In cluster
+deploy mode, where the driver does not inherit spark-submit's environment, options without
+secrets may come as ``--storage-options JSON`` and secrets from a reference resolved on the
+driver, ``--storage-options-from env:NAME`` (e.g. a Kubernetes secret mapped into the
+driver's environment) or ``file:/path`` (a mounted secret); later sources win: command line,
+environment, reference. Ambient credentials (instance roles, IRSA) need none. The job writes a
 small JSON result (txn id, state, partitions, rows, files) to ``--result-path``, a local
 path or an object-store URI, so an orchestrator can pick it up; Spark jobs cannot return
 values. A rerun with the same ``--txn-id`` replaces what an earlier run staged, or reports
@@ -101,19 +106,68 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="shuffle rows so each partition is written by one task (hash) or not (none)",
     )
     parser.add_argument("--result-path", required=True, help="where to write the JSON result")
+    parser.add_argument(
+        "--storage-options",
+        help="storage options without secrets, as a JSON object (cluster deploy mode)",
+    )
+    parser.add_argument(
+        "--storage-options-from",
+        metavar="env:NAME|file:PATH",
+        help="where the driver finds storage options with secrets (a JSON object)",
+    )
     return parser.parse_args(argv)
+
+
+def storage_options_of(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> dict[str, str] | None:
+    """The job's storage options: command line, environment, then the reference."""
+    options: dict[str, str] = {}
+    if args.storage_options:
+        options.update(_options_object(args.storage_options, "--storage-options"))
+    options.update(storage_options_from_env(environ) or {})
+    if args.storage_options_from:
+        options.update(_resolve_reference(args.storage_options_from, environ))
+    return options or None
+
+
+def _resolve_reference(reference: str, environ: Mapping[str, str]) -> dict[str, str]:
+    kind, sep, name = reference.partition(":")
+    if not sep or not name or kind not in ("env", "file"):
+        raise BadInput(f"--storage-options-from {reference!r} is not env:NAME or file:PATH")
+    if kind == "env":
+        if name not in environ:
+            raise BadInput(
+                f"--storage-options-from {reference}: the driver has no variable {name} "
+                "(map the secret into the driver's environment, e.g. "
+                f"spark.kubernetes.driver.secretKeyRef.{name}=<secret>:<key>)"
+            )
+        return _options_object(environ[name], f"the variable {name}")
+    try:
+        with open(name, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise BadInput(
+            f"--storage-options-from {reference}: cannot read it on the driver ({exc}); "
+            "mount the secret there, e.g. spark.kubernetes.driver.secrets.<secret>=<dir>"
+        ) from exc
+    return _options_object(text, name)
 
 
 def storage_options_from_env(environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
     raw = environ.get(STORAGE_OPTIONS_ENV)
     if not raw:
         return None
+    return _options_object(raw, STORAGE_OPTIONS_ENV)
+
+
+def _options_object(raw: str, where: str) -> dict[str, str]:
     try:
         options = json.loads(raw)
     except ValueError as exc:
-        raise BadInput(f"{STORAGE_OPTIONS_ENV} is not valid JSON: {exc}") from exc
+        raise BadInput(f"{where} is not valid JSON: {exc}") from exc
     if not isinstance(options, dict):
-        raise BadInput(f"{STORAGE_OPTIONS_ENV} must be a JSON object")
+        raise BadInput(f"{where} must be a JSON object")
     return {str(k): str(v) for k, v in options.items()}
 
 
@@ -152,7 +206,7 @@ def result_document(staged: StagedWrite, published: CommitResult | None) -> dict
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
-    storage_options = storage_options_from_env()
+    storage_options = storage_options_of(args)
     owned = SparkSession.getActiveSession() is None  # else it belongs to the caller
     spark = get_session(f"lance-write {args.txn_id or args.uri}")
     try:

@@ -223,3 +223,26 @@ with DAG("lance_test_masking", schedule=None, start_date=START):
         return "logged"
 
     masked_create >> masked_prune >> careless_logging()
+
+with DAG(
+    "lance_test_spark_cluster",
+    schedule=None,
+    start_date=START,
+    render_template_as_native_obj=True,
+    params={"source": "", "result_path": None, "storage_options_from": None},
+    default_args=RETRY_AT_ONCE,
+):
+    LanceSparkWriteOperator(
+        task_id="write",
+        lance_conn_id="lance_secret",
+        namespace="events",
+        source="{{ params.source }}",
+        result_path="{{ params.result_path }}",
+        storage_options_from="{{ params.storage_options_from }}",
+        deploy_mode="cluster",
+    )
+
+with DAG("lance_test_spark_remote", schedule=None, start_date=START, default_args=RETRY_AT_ONCE):
+    LanceSparkWriteOperator(
+        task_id="write", source="/landing/x.parquet", spark_conn_id="spark_remote"
+    )

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the Airflow tests against the oldest Airflow line the package supports (3.2), in a
+# venv of its own (.venv-airflow-3.2), the way users of that line install: with the
+# dependency versions of its release. Airflow's own constraints file for 3.2.2 is on GitHub,
+# out of this machine's reach, so it is recreated: the newest versions on the day after the
+# release (uv --exclude-newer), providers left free as in Airflow's "no providers" file.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY="${PYTHON:-python3}"
+AIRFLOW_VERSION=3.2.2
+RELEASED=2026-06-01
+VENV=.venv-airflow-3.2
+UV=(uv)
+command -v uv >/dev/null 2>&1 || UV=("$PY" -m uv)
+[ -x "$VENV/bin/python" ] || "${UV[@]}" venv --quiet --python "$PY" "$VENV"
+constraints="$VENV/constraints-$AIRFLOW_VERSION.txt"
+if [ ! -s "$constraints" ]; then
+    echo "apache-airflow==$AIRFLOW_VERSION" \
+        | "${UV[@]}" pip compile --quiet - --python "$VENV/bin/python" \
+            --exclude-newer "$RELEASED" -o "$constraints.all"
+    grep -v '^apache-airflow-providers-' "$constraints.all" > "$constraints"
+fi
+"${UV[@]}" pip install --quiet --python "$VENV/bin/python" -e ".[test]" \
+    "apache-airflow==$AIRFLOW_VERSION" -c "$constraints"
+"$VENV/bin/python" -c "import airflow; print('Airflow tests against Airflow', airflow.__version__)"
+exec "$VENV/bin/python" -m pytest tests/airflow "$@"

@@ -1,0 +1,141 @@
+"""The spark-submit write job on a real standalone cluster: a master and a worker JVM on
+loopback, started from the pyspark install, so executors run in processes and working
+directories of their own (nothing shared with the driver but the namespace URI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.spark.jobs import WRITE_JOB
+from tests.conftest import EVENTS_SCHEMA, events, sort_rows
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+STARTUP_SECONDS = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cluster_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def start(args: list[str], log_path: Path, ready: str) -> subprocess.Popen[bytes]:
+    """Start a daemon JVM and wait for ``ready`` in its log."""
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [str(BIN / "spark-class"), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=cluster_env(),
+        )
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while ready not in log_path.read_text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"{args[0]} did not start:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.5)
+    return process
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """``spark://127.0.0.1:<port>`` with one worker (2 cores); yields it and the worker's
+    working directory."""
+    home = tmp_path_factory.mktemp("standalone")
+    port = free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    work_dir = home / "work"
+    daemons = []
+    try:
+        daemons.append(
+            start(
+                ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                 "--port", str(port), "--webui-port", str(free_port())],
+                home / "master.log",
+                "I have been elected leader",
+            )
+        )  # fmt: skip
+        daemons.append(
+            start(
+                ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                 "--cores", "2", "--memory", "1g", "--work-dir", str(work_dir),
+                 "--webui-port", str(free_port()), master_url],
+                home / "worker.log",
+                "Successfully registered with master",
+            )
+        )  # fmt: skip
+        yield master_url, work_dir
+    finally:
+        for daemon in reversed(daemons):
+            daemon.terminate()
+            daemon.wait(timeout=60)
+
+
+def test_spark_submit_write_job_on_a_standalone_cluster(
+    cluster: tuple[str, Path], tmp_path: Path
+) -> None:
+    master_url, work_dir = cluster
+    root = tmp_path / "lake" / "events"
+    ns = PartitionedNamespace.create(
+        root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
+    )
+    source = tmp_path / "landing" / "events.parquet"
+    source.parent.mkdir()
+    table = events(3000)
+    pq.write_table(table, source)
+    result_path = tmp_path / "results" / "result.json"
+    driver_dir = tmp_path / "driver"
+    driver_dir.mkdir()
+    done = subprocess.run(
+        [
+            str(BIN / "spark-submit"),
+            "--master", master_url,
+            "--deploy-mode", "client",
+            "--executor-memory", "512m",
+            "--driver-memory", "512m",
+            "--conf", f"spark.pyspark.python={sys.executable}",
+            "--conf", "spark.ui.enabled=false",
+            WRITE_JOB,
+            "--uri", ns.uri,
+            "--source", str(source),
+            "--format", "parquet",
+            "--mode", "overwrite",
+            "--txn-id", "cluster.2025-12-10",
+            "--commit",
+            "--result-path", str(result_path),
+        ],
+        env=cluster_env(),
+        cwd=driver_dir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(result_path.read_text())
+    assert (result["state"], result["rows"], result["partition_count"]) == ("published", 3000, 3)
+    assert sort_rows(ns.to_table()) == sort_rows(table)
+    # the tasks ran in the worker's executors, each in the application's own directory
+    [app] = [d for d in work_dir.iterdir() if d.name.startswith("app-")]
+    executor_logs = [p.read_text() for p in app.glob("*/stderr")]
+    assert executor_logs
+    assert any("Finished task" in text for text in executor_logs)
