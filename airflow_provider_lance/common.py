@@ -11,7 +11,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 from airflow_provider_lance.namespace.errors import LanceNamespaceError, is_retryable
-from airflow_provider_lance.namespace.txnstore import TXN_ID_PATTERN
+from airflow_provider_lance.namespace.naming import TXN_ID_PATTERN
 
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.=:+-]")
 _MAX_LEN = 200

@@ -4,19 +4,19 @@ The example pipelines land raw files first and let Spark load them, as productio
 pipelines do; these helpers play the upstream system. The landing directory is
 ``$LANCE_EXAMPLES_LANDING`` or ``$AIRFLOW_HOME/lance-landing``: with a Spark cluster it must
 be visible to the Spark workers too (a shared volume in ``docker-compose.yaml``).
+
+The DAG files import the schemas at parse time, so NumPy, PyArrow and the demo data load
+only when a task calls a function.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from airflow_provider_lance.cli import demo_events
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: The events namespace schema, as the operators take it (JSON-able, templatable).
 EVENTS_SCHEMA: list[dict[str, Any]] = [
@@ -45,6 +45,8 @@ def landing_dir() -> str:
 
 
 def _write(table: pa.Table, *parts: str) -> str:
+    import pyarrow.parquet as pq
+
     path = os.path.join(landing_dir(), *parts)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp"
@@ -55,6 +57,10 @@ def _write(table: pa.Table, *parts: str) -> str:
 
 def daily_events(day: dt.date, rows: int = 5_000, late_share: float = 0.02) -> pa.Table:
     """One day of purchase events plus a few late arrivals stamped with the day before."""
+    import pyarrow as pa
+
+    from airflow_provider_lance.cli import demo_events
+
     offset = (day - _EPOCH).days
     table = demo_events(day, rows, seed=offset, first_id=offset * 1_000_000)
     late = max(1, int(rows * late_share))
@@ -72,6 +78,9 @@ def write_daily_events(day: dt.date | str, rows: int = 5_000, subdir: str = "eve
 
 def regional_sales(region: str, day: dt.date, batch_id: str, rows: int = 2_000) -> pa.Table:
     """One region's orders for ``day`` (and late ones for the day before), tagged by batch."""
+    import numpy as np
+    import pyarrow as pa
+
     seed = (day - _EPOCH).days * 10 + REGIONS.index(region) if region in REGIONS else 99
     rng = np.random.default_rng(seed)
     late = rng.random(rows) < 0.1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.connection import (
     get_async_connection,
@@ -18,26 +18,12 @@ from airflow.providers.common.compat.connection import (
 )
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook, mask_secret
 
+from airflow_provider_lance import namespace as core
 from airflow_provider_lance.hooks.connection import LanceConnectionConfig
-from airflow_provider_lance.hooks.specs import (
-    FieldsSpec,
-    SchemaSpec,
-    field_to_spec,
-    parse_partition_fields,
-    parse_schema,
-    schema_to_spec,
-)
-from airflow_provider_lance.namespace import (
-    InvalidArgumentError,
-    NamespaceExistsError,
-    NamespaceNotFoundError,
-    Partition,
-    PartitionedNamespace,
-    PartitionNotFoundError,
-    PartitionSpecError,
-    SchemaError,
-)
-from airflow_provider_lance.namespace.catalog import value_text
+
+if TYPE_CHECKING:
+    from airflow_provider_lance.hooks.specs import FieldsSpec, SchemaSpec
+    from airflow_provider_lance.namespace import Partition, PartitionedNamespace
 
 DEFAULT_CONN_ID = "lance_default"
 
@@ -147,12 +133,12 @@ class LancePartitionedHook(BaseHook):
 
     # -- namespaces ----------------------------------------------------------------------
     def open(self, namespace: str | None = None) -> PartitionedNamespace:
-        return PartitionedNamespace.open(
+        return core.PartitionedNamespace.open(
             self.namespace_uri(namespace), storage_options=self.config.storage_options or None
         )
 
     def exists(self, namespace: str | None = None) -> bool:
-        return PartitionedNamespace.exists(
+        return core.PartitionedNamespace.exists(
             self.namespace_uri(namespace), storage_options=self.config.storage_options or None
         )
 
@@ -169,25 +155,27 @@ class LancePartitionedHook(BaseHook):
         and be partitioned by the given field names (under its current spec), so a DAG whose
         spec drifted from the data fails loudly instead of writing somewhere unexpected.
         """
+        from airflow_provider_lance.hooks.specs import parse_partition_fields, parse_schema
+
         uri = self.namespace_uri(namespace)
         options = self.config.storage_options or None
         if schema is None and partition_fields is None:
-            return PartitionedNamespace.open(uri, storage_options=options), False
+            return core.PartitionedNamespace.open(uri, storage_options=options), False
         if schema is None or partition_fields is None:
-            raise InvalidArgumentError(
+            raise core.InvalidArgumentError(
                 "creating a namespace needs both a schema and partition fields"
             )
         arrow_schema = parse_schema(schema)
         fields = parse_partition_fields(partition_fields)
         try:
-            ns = PartitionedNamespace.open(uri, storage_options=options)
-        except NamespaceNotFoundError:
+            ns = core.PartitionedNamespace.open(uri, storage_options=options)
+        except core.NamespaceNotFoundError:
             try:
-                ns = PartitionedNamespace.create(
+                ns = core.PartitionedNamespace.create(
                     uri, schema=arrow_schema, partition_fields=fields, storage_options=options
                 )
-            except NamespaceExistsError:  # a concurrent task created it first
-                ns = PartitionedNamespace.open(uri, storage_options=options)
+            except core.NamespaceExistsError:  # a concurrent task created it first
+                ns = core.PartitionedNamespace.open(uri, storage_options=options)
             else:
                 self.log.info(
                     "created namespace %s partitioned by %s", uri, [f.name for f in fields]
@@ -202,13 +190,13 @@ class LancePartitionedHook(BaseHook):
     ) -> None:
         missing = [c for c in columns if c not in ns.active_schema.names]
         if missing:
-            raise SchemaError(
+            raise core.SchemaError(
                 f"namespace {ns.uri} exists but has no column(s) {missing}; its columns: "
                 f"{ns.active_schema.names}"
             )
         current = [f.name for f in ns.partition_spec()]
         if list(field_names) != current:
-            raise PartitionSpecError(
+            raise core.PartitionSpecError(
                 f"namespace {ns.uri} exists partitioned by {current} (spec "
                 f"v{ns.spec_version}), not by {list(field_names)}"
             )
@@ -220,6 +208,8 @@ class LancePartitionedHook(BaseHook):
 
         Returns the current spec version, so a retried task does not add a version twice.
         """
+        from airflow_provider_lance.hooks.specs import parse_partition_fields
+
         ns = self.open(namespace)
         wanted = parse_partition_fields(partition_fields)
         current = ns.partition_spec()
@@ -231,6 +221,8 @@ class LancePartitionedHook(BaseHook):
 
     def describe(self, namespace: str | None = None) -> dict[str, Any]:
         """Schema, partition specs and partition counts of a namespace (small, JSON-able)."""
+        from airflow_provider_lance.hooks.specs import field_to_spec, schema_to_spec
+
         ns = self.open(namespace)
         state = ns.state()
         partitions = state.partitions()
@@ -279,14 +271,14 @@ class LancePartitionedHook(BaseHook):
         """
         try:
             ns = self.open(namespace)
-        except NamespaceNotFoundError as exc:
+        except core.NamespaceNotFoundError as exc:
             return PartitionCheck(False, reason=str(exc))
         if values:
             found = []
             for v in values:
                 try:
                     found.append(ns.partition(v))
-                except PartitionNotFoundError:
+                except core.PartitionNotFoundError:
                     return PartitionCheck(False, reason=f"no partition {dict(v)} yet")
         else:
             found = ns.prune(filter)
@@ -296,6 +288,8 @@ class LancePartitionedHook(BaseHook):
         summaries = [partition_summary(p) for p in published]
         if values:
             if len(published) < len(found):
+                from airflow_provider_lance.namespace.catalog import value_text
+
                 waiting = [
                     {k: value_text(x) for k, x in p.values.items()}
                     for p in found
@@ -327,7 +321,7 @@ class LancePartitionedHook(BaseHook):
         """
         ids = [txn_ids] if isinstance(txn_ids, str) else list(dict.fromkeys(txn_ids))
         if not ids:
-            raise InvalidArgumentError("no transactions to commit")
+            raise core.InvalidArgumentError("no transactions to commit")
         ns = self.open(namespace)
         result = ns.commit(ids[0]) if len(ids) == 1 else ns.commit(ids, txn_id=txn_id)
         return result.to_dict()
@@ -344,7 +338,7 @@ class LancePartitionedHook(BaseHook):
         """Reach the root: report a namespace there, or that the root is reachable."""
         try:
             config = self.config
-            if PartitionedNamespace.exists(config.root, config.storage_options or None):
+            if core.PartitionedNamespace.exists(config.root, config.storage_options or None):
                 info = self.describe()
                 return True, (
                     f"{config.root} is a partitioned namespace with "

@@ -5,32 +5,78 @@ No Airflow and no Spark here: Spark executors, scripts and the Airflow provider 
     from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 """
 
-from .catalog import Partition
-from .errors import (
-    CommitConflict,
-    DataValidationError,
-    ExpressionError,
-    FilterError,
-    InvalidArgumentError,
-    LanceNamespaceError,
-    ManifestError,
-    NamespaceExistsError,
-    NamespaceNotFoundError,
-    PartitionNotFoundError,
-    PartitionSpecError,
-    SchemaError,
-    StorageError,
-    TransactionAborted,
-    TransactionClosed,
-    is_retryable,
-)
-from .hashing import hash_array
-from .lifecycle import TxnState
-from .namespace import PartitionedNamespace
-from .results import CommitResult, PartitionCommit
-from .spec import PartitionField
-from .staging import Stage
-from .transactions import Transaction, TransactionInfo
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow_provider_lance._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .catalog import Partition
+    from .errors import (
+        CommitConflict,
+        DataValidationError,
+        ExpressionError,
+        FilterError,
+        InvalidArgumentError,
+        LanceNamespaceError,
+        ManifestError,
+        NamespaceExistsError,
+        NamespaceNotFoundError,
+        PartitionNotFoundError,
+        PartitionSpecError,
+        SchemaError,
+        StorageError,
+        TransactionAborted,
+        TransactionClosed,
+        is_retryable,
+    )
+    from .hashing import hash_array
+    from .lifecycle import TxnState
+    from .namespace import PartitionedNamespace
+    from .results import (
+        CommitResult,
+        PartitionCommit,
+    )
+    from .spec import PartitionField
+    from .staging import Stage
+    from .transactions import (
+        Transaction,
+        TransactionInfo,
+    )
+
+#: Where each public name lives: imported on first use, so that importing a light
+#: module of the core (errors, naming) or an Airflow DAG file that names an operator
+#: does not load pylance, PyArrow and DataFusion.
+_EXPORTS = {
+    "Partition": "catalog",
+    "CommitConflict": "errors",
+    "DataValidationError": "errors",
+    "ExpressionError": "errors",
+    "FilterError": "errors",
+    "InvalidArgumentError": "errors",
+    "LanceNamespaceError": "errors",
+    "ManifestError": "errors",
+    "NamespaceExistsError": "errors",
+    "NamespaceNotFoundError": "errors",
+    "PartitionNotFoundError": "errors",
+    "PartitionSpecError": "errors",
+    "SchemaError": "errors",
+    "StorageError": "errors",
+    "TransactionAborted": "errors",
+    "TransactionClosed": "errors",
+    "is_retryable": "errors",
+    "hash_array": "hashing",
+    "TxnState": "lifecycle",
+    "PartitionedNamespace": "namespace",
+    "CommitResult": "results",
+    "PartitionCommit": "results",
+    "PartitionField": "spec",
+    "Stage": "staging",
+    "Transaction": "transactions",
+    "TransactionInfo": "transactions",
+}
+
 
 __all__ = [
     "CommitConflict",
@@ -60,3 +106,5 @@ __all__ = [
     "hash_array",
     "is_retryable",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -15,10 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from urllib.parse import urlparse
 
 from .errors import LanceNamespaceError
 
+#: Transaction and stage ids: safe as object-store path segments.
+TXN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:+-]{0,199}$")
 SEPARATOR = "$"
 LEAF_TABLE_NAME = "dataset"
 NAME_LENGTH = 16

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -33,12 +32,11 @@ from lance.file import LanceFileSession
 
 from .errors import InvalidArgumentError, LanceNamespaceError
 from .failpoints import failpoint
+from .naming import TXN_ID_PATTERN
 
 TXN_DIR = "_transactions"
 HEADER = "txn.json"
 RESULT = "result.json"
-#: Transaction and stage ids: safe as object-store path segments.
-TXN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:+-]{0,199}$")
 #: Record files written at once (object-store PUTs are latency bound).
 IO_THREADS = 16
 #: Reads of a record that exists but could not be read (being written) before giving up.

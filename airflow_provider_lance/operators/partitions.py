@@ -9,10 +9,11 @@ from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperat
 
 from airflow_provider_lance.common import lance_errors, values_list
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
-from airflow_provider_lance.hooks.specs import FieldsSpec, SchemaSpec
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
+
+    from airflow_provider_lance.hooks.specs import FieldsSpec, SchemaSpec
 
 
 class LanceCreatePartitionOperator(BaseOperator):

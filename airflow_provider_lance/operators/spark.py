@@ -31,16 +31,14 @@ from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.connection import is_secret_key
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.namespace.errors import StorageError
-from airflow_provider_lance.namespace.json_files import read_json, remove_json
 from airflow_provider_lance.namespace.naming import has_scheme
-from airflow_provider_lance.namespace.transactions import MODES
-from airflow_provider_lance.spark.jobs import WRITE_JOB
-from airflow_provider_lance.spark.jobs.write import (
+from airflow_provider_lance.spark.jobs import (
     EXIT_BAD_INPUT,
     EXIT_CONFLICT,
     EXIT_FAILED,
     FORMATS,
     STORAGE_OPTIONS_ENV,
+    WRITE_JOB,
 )
 
 if TYPE_CHECKING:
@@ -178,6 +176,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
 
     # -- checks --------------------------------------------------------------------------
     def _check_arguments(self) -> None:
+        from airflow_provider_lance.namespace.transactions import MODES
+
         if self.mode not in MODES:
             raise AirflowFailException(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.source_format not in FORMATS:
@@ -329,6 +329,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
     # -- the result file -----------------------------------------------------------------
     @staticmethod
     def _read_result(path: str, lance: LancePartitionedHook) -> dict[str, Any]:
+        from airflow_provider_lance.namespace.json_files import read_json
+
         try:
             obj = read_json(path, lance.storage_options or None)
         except (OSError, ValueError, StorageError) as exc:
@@ -341,6 +343,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
 
     @staticmethod
     def _discard_result(path: str, lance: LancePartitionedHook) -> None:
+        from airflow_provider_lance.namespace.json_files import remove_json
+
         remove_json(path, lance.storage_options or None)
 
     def _summary(self, result: Mapping[str, Any], txn_id: str, uri: str) -> dict[str, Any]:

@@ -9,7 +9,20 @@
 Executors import only this package and :mod:`airflow_provider_lance.namespace`.
 """
 
-from .reader import read_partitioned
-from .writer import StagedWrite, write_partitioned
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow_provider_lance._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .reader import read_partitioned
+    from .writer import StagedWrite, write_partitioned
 
 __all__ = ["StagedWrite", "read_partitioned", "write_partitioned"]
+
+#: Imported on first use: ``spark.jobs`` (what Airflow workers need to submit a job) must
+#: not load PySpark, pylance or PyArrow.
+_EXPORTS = {"read_partitioned": "reader", "StagedWrite": "writer", "write_partitioned": "writer"}
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -117,3 +117,30 @@ def test_asset_uri_round_trip_and_openlineage_naming() -> None:
         assert openlineage_name(root) == ol
     asset: Any = create_asset(uri="s3://lake/events", extra={"k": 1})
     assert (asset.uri, asset.extra) == ("lance://s3/lake/events", {"k": 1})
+
+
+def test_dag_files_and_provider_modules_import_no_heavy_library() -> None:
+    """The DAG processor parses DAG files over and over: parsing one that uses the provider
+    must not load pylance, DataFusion, PyArrow or Spark (they load when a task runs)."""
+    probe = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+import airflow_provider_lance.hooks, airflow_provider_lance.operators
+import airflow_provider_lance.sensors, airflow_provider_lance.triggers
+from airflow_provider_lance.operators import LanceSparkWriteOperator
+bag = DagBag(dag_folder=sys.argv[1])
+heavy = ("lance", "datafusion", "pyarrow", "pyspark", "xxhash")
+errors = {k: str(v) for k, v in bag.import_errors.items()}
+print(json.dumps({"dags": sorted(bag.dags), "errors": errors,
+                  "heavy": sorted(m for m in heavy if m in sys.modules)}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(Path(__file__).parents[2] / "dags" / "examples")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["errors"] == {}
+    assert len(report["dags"]) >= 3
+    assert report["heavy"] == []

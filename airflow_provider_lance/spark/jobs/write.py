@@ -47,6 +47,14 @@ from airflow_provider_lance.namespace import (
 from airflow_provider_lance.namespace.errors import is_retryable
 from airflow_provider_lance.namespace.json_files import write_json
 from airflow_provider_lance.namespace.transactions import MODES
+from airflow_provider_lance.spark.jobs import (
+    EXIT_BAD_INPUT,
+    EXIT_CONFLICT,
+    EXIT_FAILED,
+    EXIT_OK,
+    FORMATS,
+    STORAGE_OPTIONS_ENV,
+)
 from airflow_provider_lance.spark.session import get_session
 from airflow_provider_lance.spark.writer import StagedWrite, write_partitioned
 
@@ -54,10 +62,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("airflow_provider_lance.spark.jobs.write")
-
-STORAGE_OPTIONS_ENV = "LANCE_STORAGE_OPTIONS"
-FORMATS = ("parquet", "csv", "json", "table")
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CONFLICT = 0, 1, 2, 3
 
 
 class BadInput(Exception):
