@@ -4,7 +4,9 @@
 # dependency versions of its release. Airflow's own constraints file for 3.2.2 is on GitHub,
 # out of this machine's reach, so it is recreated: the newest versions on the day after the
 # release (uv --exclude-newer), providers left free as in Airflow's "no providers" file.
-# Extra arguments go to pytest.
+# The slow spark-submit tests run once, on the main line, but for one (marked
+# airflow_compat) that drives spark-submit through a DAG here too. Extra arguments go to
+# pytest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY="${PYTHON:-python3}"
@@ -24,4 +26,4 @@ fi
 "${UV[@]}" pip install --quiet --python "$VENV/bin/python" -e ".[test]" \
     "apache-airflow==$AIRFLOW_VERSION" -c "$constraints"
 "$VENV/bin/python" -c "import airflow; print('Airflow tests against Airflow', airflow.__version__)"
-exec "$VENV/bin/python" -m pytest tests/airflow "$@"
+exec "$VENV/bin/python" -m pytest tests/airflow -m "not slow or airflow_compat" "$@"

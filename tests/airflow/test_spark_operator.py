@@ -38,6 +38,7 @@ def make_namespace(root: Path) -> PartitionedNamespace:
 
 
 @pytest.mark.slow
+@pytest.mark.airflow_compat
 def test_spark_write_retried_after_the_job_stages_once_then_commits(
     run_dag: RunDag, lance_test_root: Path, source: Path
 ) -> None:
