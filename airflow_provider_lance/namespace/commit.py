@@ -206,8 +206,9 @@ def staged_source(ctx: TransactionContext, state: NamespaceState, txn_id: str) -
     return record
 
 
-#: What the seal hands on: the state it read and the partition rows it wrote, by id.
-Sealed = tuple[NamespaceState, Mapping[str, Mapping[str, Any]]]
+#: What the seal hands on: the state it read, the partition rows it wrote (by id) and the
+#: manifest version its swap made.
+Sealed = tuple[NamespaceState, Mapping[str, Mapping[str, Any]], int]
 
 
 def backoff(attempt: int) -> None:
@@ -238,7 +239,7 @@ class Committer:
                 if isinstance(sealed, CommitResult):
                     return sealed
                 if sealed is not None:
-                    return self._finish(sealed[0], sealed[1], (state, sealed[2]))
+                    return self._finish(sealed[0], sealed[1], (state, sealed[2], sealed[3]))
                 continue
             record = resolve(self.ctx, state, txn_id)
             if record is None:
@@ -268,8 +269,8 @@ class Committer:
                 continue
             if isinstance(sealed, CommitResult):  # nothing was staged
                 return sealed
-            record, plan, claimed = sealed
-            return self._finish(record, plan, (state, claimed))
+            record, plan, claimed, version = sealed
+            return self._finish(record, plan, (state, claimed, version))
         raise AssertionError("unreachable")
 
     # -- 1. seal -----------------------------------------------------------------------------
@@ -281,10 +282,10 @@ class Committer:
         attempt: int,
         *,
         header: TransactionHeader | None = None,
-    ) -> tuple[TxnRecord, Plan, dict[str, dict[str, Any]]] | CommitResult | None:
+    ) -> tuple[TxnRecord, Plan, dict[str, dict[str, Any]], int] | CommitResult | None:
         """Seal and claim in one swap; None when the swap lost a race or the row was not
-        as expected (try again). Returns the sealed record, its plan and the partition
-        rows as the swap wrote them.
+        as expected (try again). Returns the sealed record, its plan, the partition rows as
+        the swap wrote them and the manifest version it made.
 
         Without ``record`` (only ``header``, of a transaction without sources) the row is
         read in the same scan as the partition rows, after the stages were listed: still
@@ -344,7 +345,7 @@ class Committer:
         if plan_id is not None:
             self.store.save_plan(record.txn_id, record.incarnation, plan_id, plan.to_json())
         try:
-            sealed = seal(
+            sealed, version = seal(
                 self.manifest,
                 state,
                 record,
@@ -358,7 +359,8 @@ class Committer:
             return None
         failpoint("commit.after_claim")
         # Only this transaction changes rows it holds claims on: they stay as written.
-        return sealed, plan, {r[OBJECT_ID]: r for r in claims if r[OBJECT_ID] in plan.partitions}
+        claimed = {r[OBJECT_ID]: r for r in claims if r[OBJECT_ID] in plan.partitions}
+        return sealed, plan, claimed, version
 
     def _sources(self, state: NamespaceState, header: TransactionHeader) -> list[TxnRecord]:
         return [staged_source(self.ctx, state, source) for source in header.sources]
@@ -453,7 +455,7 @@ class Committer:
             state = self.ctx.load_state()
             rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
         else:
-            state, rows = sealed
+            state, rows, _ = sealed
         lost = [oid for oid in plan.partitions if (rows.get(oid) or {}).get(CLAIM) != record.tag]
         if lost:
             now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
@@ -492,20 +494,35 @@ class Committer:
         if versions is None:
             return self._await_outcome(record)
         failpoint("commit.before_publish")
-        return self._publish(record, plan, versions)
+        known = None if sealed is None else (sealed[2], record, sealed[1])
+        return self._publish(record, plan, versions, known)
 
-    def _publish(self, record: TxnRecord, plan: Plan, versions: dict[str, int]) -> CommitResult:
+    def _publish(
+        self,
+        record: TxnRecord,
+        plan: Plan,
+        versions: dict[str, int],
+        sealed: tuple[int, TxnRecord, Mapping[str, Mapping[str, Any]]] | None = None,
+    ) -> CommitResult:
         """The publishing swap, while this committer's token owns the row; a committer
-        that lost it returns the outcome of the one that took over."""
+        that lost it returns the outcome of the one that took over.
+
+        ``sealed``: the version this committer's seal made, with the row and partition rows
+        it wrote; while the manifest is still at that version they are what a scan would
+        return, so the scan is skipped."""
         deadline = time.monotonic() + self.options.swap_timeout
         for attempt in range(1_000_000):
             state = self.ctx.load_state()
-            found = state.full_rows([row_id(record.txn_id), *plan.partitions]).to_pylist()
-            rows = [r for r in found if r[OBJECT_ID] in plan.partitions]
-            now = next(
-                (TxnRecord.from_row(r) for r in found if r[OBJECT_ID] == row_id(record.txn_id)),
-                None,
-            )
+            now: TxnRecord | None
+            if sealed is not None and state.version == sealed[0]:
+                now, rows = sealed[1], [dict(r) for r in sealed[2].values()]
+            else:
+                found = state.full_rows([row_id(record.txn_id), *plan.partitions]).to_pylist()
+                rows = [r for r in found if r[OBJECT_ID] in plan.partitions]
+                now = next(
+                    (TxnRecord.from_row(r) for r in found if r[OBJECT_ID] == row_id(record.txn_id)),
+                    None,
+                )
             if now is None or now.incarnation != record.incarnation:
                 raise TransactionAborted(f"transaction {record.tag} was aborted")
             if now.state is not TxnState.COMMITTING or now.owner != self.token:

@@ -261,12 +261,13 @@ def seal(
     plan: str | None,
     claims: Iterable[Mapping[str, Any]],
     sources: Iterable[TxnRecord] = (),
-) -> TxnRecord:
-    """STAGED -> COMMITTING with the plan, the claims and (combined) sources -> MERGED."""
+) -> tuple[TxnRecord, int]:
+    """STAGED -> COMMITTING with the plan, the claims and (combined) sources -> MERGED;
+    returns the moved record and the manifest version the swap made."""
     _expect(record, TxnState.STAGED)
     moved = record.moved(TxnState.COMMITTING, owner=token, plan=plan)
-    swap(manifest, state, [moved, *_merged(sources, record, plan)], claims)
-    return moved
+    version = swap(manifest, state, [moved, *_merged(sources, record, plan)], claims)
+    return moved, version
 
 
 def steal(manifest: Manifest, state: NamespaceState, record: TxnRecord, token: str) -> TxnRecord:
