@@ -75,6 +75,7 @@ def parse_once(path: Path, env: dict[str, str]) -> dict[str, Any]:
         capture_output=True,
         text=True,
         env=env,
+        cwd=path.parent,  # not the checkout: a PYTHONPATH snapshot must win (see README)
         check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
