@@ -18,6 +18,8 @@ from airflow.providers.common.compat.connection import (
 )
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook, mask_secret
 
+# The core's names load on first use (pylance, PyArrow, DataFusion), not when a DAG file
+# that names this hook or an operator is parsed.
 from airflow_provider_lance import namespace as core
 from airflow_provider_lance.hooks.connection import LanceConnectionConfig
 

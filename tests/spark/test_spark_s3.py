@@ -30,14 +30,18 @@ from tests.test_s3 import BUCKET, default_endpoint_trap, storage_options  # noqa
 pytestmark = pytest.mark.s3
 
 
-def test_spark_round_trip_on_s3(spark: SparkSession, storage_options: dict[str, str]) -> None:  # noqa: F811
-    uri = f"s3://{BUCKET}/spark-events"
-    ns = PartitionedNamespace.create(
+def daily_namespace(uri: str, options: dict[str, str]) -> PartitionedNamespace:
+    return PartitionedNamespace.create(
         uri,
         schema=EVENTS_SCHEMA,
         partition_fields=[PartitionField("d", "event_date")],
-        storage_options=storage_options,
+        storage_options=options,
     )
+
+
+def test_spark_round_trip_on_s3(spark: SparkSession, storage_options: dict[str, str]) -> None:  # noqa: F811
+    uri = f"s3://{BUCKET}/spark-events"
+    ns = daily_namespace(uri, storage_options)
     table = events(900)
     result = write_partitioned(spark.createDataFrame(table), uri, storage_options=storage_options)
     assert result.rows == 900
@@ -57,12 +61,7 @@ def test_write_job_for_cluster_mode_resolves_secrets_on_the_driver(
     """Cluster deploy mode: options without secrets on the command line, the secrets from a
     file the driver reads (a mounted Kubernetes secret), nothing in the environment."""
     uri = f"s3://{BUCKET}/cluster-events"
-    ns = PartitionedNamespace.create(
-        uri,
-        schema=EVENTS_SCHEMA,
-        partition_fields=[PartitionField("d", "event_date")],
-        storage_options=storage_options,
-    )
+    ns = daily_namespace(uri, storage_options)
     source = tmp_path / "events.parquet"
     pq.write_table(events(300), source)
     secrets = {k: v for k, v in storage_options.items() if is_secret_key(k)}
