@@ -53,7 +53,7 @@ from .lifecycle import (
     parse_tag,
     publish,
     publish_empty,
-    row_id,
+    record_and_rows,
     seal,
     steal,
 )
@@ -309,17 +309,9 @@ class Committer:
             if record is None:  # the row has not been read yet: it decides first
                 return None
             raise
-        current = {
-            r[OBJECT_ID]: r
-            for r in state.full_rows(
-                [*plan.partitions, *([] if record else [row_id(header.txn_id)])]
-            ).to_pylist()
-        }
+        stored, current = record_and_rows(state, header.txn_id, plan.partitions)
         if record is None:
-            stored = current.pop(row_id(header.txn_id), None)
-            found = current_of(
-                header.txn_id, None if stored is None else TxnRecord.from_row(stored), only(header)
-            )
+            found = current_of(header.txn_id, stored, only(header))
             if found is None or (found.state, found.incarnation) != (
                 TxnState.STAGED,
                 header.incarnation,
@@ -494,35 +486,26 @@ class Committer:
         if versions is None:
             return self._await_outcome(record)
         failpoint("commit.before_publish")
-        known = None if sealed is None else (sealed[2], record, sealed[1])
-        return self._publish(record, plan, versions, known)
+        return self._publish(record, plan, versions, sealed)
 
     def _publish(
-        self,
-        record: TxnRecord,
-        plan: Plan,
-        versions: dict[str, int],
-        sealed: tuple[int, TxnRecord, Mapping[str, Mapping[str, Any]]] | None = None,
+        self, record: TxnRecord, plan: Plan, versions: dict[str, int], sealed: Sealed | None
     ) -> CommitResult:
         """The publishing swap, while this committer's token owns the row; a committer
         that lost it returns the outcome of the one that took over.
 
-        ``sealed``: the version this committer's seal made, with the row and partition rows
-        it wrote; while the manifest is still at that version they are what a scan would
-        return, so the scan is skipped."""
+        ``sealed`` (this committer sealed ``record``): while the manifest is still at the
+        version its seal made, the row and partition rows are as the seal wrote them, so
+        they are not read again."""
         deadline = time.monotonic() + self.options.swap_timeout
         for attempt in range(1_000_000):
             state = self.ctx.load_state()
             now: TxnRecord | None
-            if sealed is not None and state.version == sealed[0]:
-                now, rows = sealed[1], [dict(r) for r in sealed[2].values()]
+            if sealed is not None and state.version == sealed[2]:
+                now, rows = record, [dict(r) for r in sealed[1].values()]
             else:
-                found = state.full_rows([row_id(record.txn_id), *plan.partitions]).to_pylist()
-                rows = [r for r in found if r[OBJECT_ID] in plan.partitions]
-                now = next(
-                    (TxnRecord.from_row(r) for r in found if r[OBJECT_ID] == row_id(record.txn_id)),
-                    None,
-                )
+                now, found = record_and_rows(state, record.txn_id, plan.partitions)
+                rows = list(found.values())
             if now is None or now.incarnation != record.incarnation:
                 raise TransactionAborted(f"transaction {record.tag} was aborted")
             if now.state is not TxnState.COMMITTING or now.owner != self.token:

@@ -161,6 +161,15 @@ def load_records(state: NamespaceState, txn_ids: Iterable[str]) -> dict[str, Txn
     return {r.txn_id: r for r in map(TxnRecord.from_row, table.to_pylist())}
 
 
+def record_and_rows(
+    state: NamespaceState, txn_id: str, object_ids: Iterable[str]
+) -> tuple[TxnRecord | None, dict[str, dict[str, Any]]]:
+    """A transaction's stored row and these partition rows as of ``state``, in one scan."""
+    found = {r[OBJECT_ID]: r for r in state.full_rows([*object_ids, row_id(txn_id)]).to_pylist()}
+    stored = found.pop(row_id(txn_id), None)
+    return (None if stored is None else TxnRecord.from_row(stored)), found
+
+
 def all_records(state: NamespaceState) -> list[TxnRecord]:
     """Every stored transaction row as of ``state``."""
     table = state.dataset.to_table(filter=f"starts_with({OBJECT_ID}, '{TXN_PREFIX}')")

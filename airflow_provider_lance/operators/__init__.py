@@ -6,8 +6,9 @@ the other operators work without it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from airflow_provider_lance._lazy import lazy_exports
 from airflow_provider_lance.operators.commit import LanceCommitOperator
 from airflow_provider_lance.operators.partitions import (
     LanceCreatePartitionOperator,
@@ -25,9 +26,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "LanceSparkWriteOperator":
-        from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
-
-        return LanceSparkWriteOperator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {"LanceSparkWriteOperator": "spark"})
