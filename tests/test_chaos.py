@@ -335,9 +335,11 @@ def test_a_header_saved_while_another_process_reads_it_is_not_unreadable(tmp_pat
     import threading
 
     from airflow_provider_lance.namespace.failpoints import hold
+    from airflow_provider_lance.namespace.storage import Storage
     from airflow_provider_lance.namespace.txnstore import TransactionHeader, TransactionStore
 
-    reader, writer = TransactionStore(str(tmp_path), None), TransactionStore(str(tmp_path), None)
+    reader = TransactionStore(Storage(str(tmp_path)))
+    writer = TransactionStore(Storage(str(tmp_path)))
     outcome: dict[str, Any] = {}
 
     def load() -> None:
@@ -361,7 +363,7 @@ def test_two_committers_creating_one_leaf_both_get_its_version(tmp_path: Path) -
     a partition being created: both find no leaf table, the first creates version 1, the
     second's ``Overwrite`` at base 0 then fails in Lance with ``OSError: Dataset at path
     .../_versions/0.manifest was not found``, which ``is_conflict`` does not recognise, so
-    ``commit_leaf`` raises it instead of looking again (and ``write`` then aborts the
+    ``commit_leaf`` raised it instead of looking again (and ``write`` then aborts the
     transaction the other committer was publishing)."""
     import threading
 
@@ -369,23 +371,23 @@ def test_two_committers_creating_one_leaf_both_get_its_version(tmp_path: Path) -
 
     from airflow_provider_lance.namespace.failpoints import hold
     from airflow_provider_lance.namespace.leaves import commit_leaf, stage_fragments
+    from airflow_provider_lance.namespace.storage import Storage
 
-    uri = str(tmp_path / "leaf")
+    uri, storage = str(tmp_path / "leaf"), Storage(str(tmp_path))
     data = workers.chaos_rows("t-n3", [1], 3, first_id=0)
-    fragments = stage_fragments(uri, data, None, overwrite=True)
+    fragments = stage_fragments(storage, uri, data, overwrite=True)
     options: dict[str, Any] = {
         "replace": False,
         "schema": pa.schema(TAGGED),
         "published": None,
         "exists": False,
         "owner": "T#1",
-        "storage_options": None,
     }
     outcome: dict[str, Any] = {}
 
     def late() -> None:
         try:
-            outcome["late"] = commit_leaf(uri, fragments, **options)
+            outcome["late"] = commit_leaf(storage, uri, fragments, **options)
         except Exception as exc:
             outcome["late"] = exc
 
@@ -393,6 +395,6 @@ def test_two_committers_creating_one_leaf_both_get_its_version(tmp_path: Path) -
         thread = threading.Thread(target=late)
         thread.start()
         point.wait_reached()
-        outcome["first"] = commit_leaf(uri, fragments, **options)
+        outcome["first"] = commit_leaf(storage, uri, fragments, **options)
     thread.join(60)
     assert outcome == {"first": 1, "late": 1}

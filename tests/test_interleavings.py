@@ -265,7 +265,7 @@ def test_12_a_stale_metadata_commit_is_a_project_conflict(ns) -> None:
     stale = ns.version
     ns.add_column(pa.field("a", pa.utf8()))
     with pytest.raises(CommitConflict, match="concurrent change to the namespace metadata"):
-        Manifest(ns.uri).commit_metadata({"schema": ns.state().schema.to_json()}, stale)
+        Manifest(ns.storage).commit_metadata({"schema": ns.state().schema.to_json()}, stale)
 
 
 # -- 5: claims that stayed forever -----------------------------------------------------------
@@ -303,7 +303,7 @@ def test_5_recover_releases_claims_of_missing_and_finished_transactions(ns) -> N
     ns.write(SEED)
     state = ns.state()
     [row] = state.full_rows([ns.partition({"part": 1}).object_id]).to_pylist()
-    Manifest(ns.uri).compare_and_swap(
+    Manifest(ns.storage).compare_and_swap(
         state.rows_table([dict(row, **{CLAIM: "vanished#1"})]), state.version
     )
     assert claims(ns) == ["vanished#1"]

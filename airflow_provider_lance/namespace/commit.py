@@ -40,7 +40,7 @@ from .errors import (
     TransactionAborted,
 )
 from .failpoints import failpoint
-from .leaves import commit_leaf, discard_fragments
+from .leaves import commit_leaf
 from .lifecycle import (
     TransitionRefused,
     TxnRecord,
@@ -59,9 +59,9 @@ from .lifecycle import (
 )
 from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
-from .naming import child_uri
 from .results import CommitResult, PartitionCommit
 from .staging import Stage, StagedPartition
+from .storage import Storage
 from .txnstore import TransactionHeader, TransactionStore
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class TransactionContext:
     manifest: Manifest
     store: TransactionStore
     load_state: Callable[..., NamespaceState]  # (version: int | None = None)
-    storage_options: Mapping[str, str] | None
+    storage: Storage
 
 
 def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, StagedPartition]:
@@ -462,14 +462,14 @@ class Committer:
         def commit_one(oid: str) -> int:
             part, row = plan.partitions[oid], rows[oid]
             version = commit_leaf(
-                child_uri(state.root, row["location"]),
+                self.ctx.storage,
+                self.ctx.storage.uri(row["location"]),
                 part.fragment_metadata(),
                 replace=plan.mode == "overwrite" or part.rewrite,
                 schema=schema,
                 published=row[READ_VERSION],
                 exists=part.existed or row[READ_VERSION] is not None,
                 owner=record.tag,
-                storage_options=self.ctx.storage_options,
             )
             failpoint("commit.leaf_committed")
             return version
@@ -541,7 +541,7 @@ class Committer:
                 txn_id=record.txn_id,
             )
             self._save_result(record, result)
-            self._drop_superseded(plan, state.root)
+            self._drop_superseded(plan)
             maybe_compact(
                 self.manifest, prepare=lambda: collect_finished(self.manifest, self.ctx.load_state)
             )
@@ -554,13 +554,14 @@ class Committer:
             return result
         raise AssertionError("unreachable")
 
-    def _drop_superseded(self, plan: Plan, root: str) -> None:
+    def _drop_superseded(self, plan: Plan) -> None:
         """Delete the extra copies of published rows that rewriting stages made (see
         merge_stages): published without them, nothing can reference them."""
+        storage = self.ctx.storage
         for part in plan.partitions.values():
             if part.superseded:
                 doomed = [FragmentMetadata.from_json(f) for f in part.superseded]
-                discard_fragments(child_uri(root, part.directory), doomed, self.ctx.storage_options)
+                storage.delete_data_files(storage.uri(part.directory), doomed)
 
     def _await_outcome(self, record: TxnRecord) -> CommitResult:
         """Another committer took this transaction over: return its outcome."""

@@ -56,6 +56,10 @@ class StorageError(LanceNamespaceError):
     retryable = True
 
 
+class TableNotFoundError(LanceNamespaceError):
+    """A Lance table (or a version of it) that was asked for does not exist."""
+
+
 class PartitionNotFoundError(LanceNamespaceError):
     """A partition that was named does not exist in the namespace."""
 

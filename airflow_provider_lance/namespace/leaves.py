@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import lance
 import pyarrow as pa
 from lance import LanceOperation, Transaction
-from lance.file import LanceFileSession
-from lance.fragment import FragmentMetadata, write_fragments
+from lance.fragment import FragmentMetadata
 
-from .errors import CommitConflict, LanceNamespaceError
+from .errors import CommitConflict, LanceNamespaceError, StorageError
 from .failpoints import failpoint
-from .manifest import is_conflict
+from .storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +29,12 @@ TXN_PROPERTY = "partitioned-namespace.txn_id"
 INCARNATION_PROPERTY = "partitioned-namespace.incarnation"
 #: Commit attempts on one leaf before giving up (each lost only to a concurrent zombie).
 LEAF_ATTEMPTS = 16
-#: Rows per data file written to a leaf table.
-MAX_ROWS_PER_FILE = 1_048_576
-
-
-def _opts(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
-    return dict(storage_options) if storage_options else None
 
 
 def stage_fragments(
+    storage: Storage,
     uri: str,
     data: pa.Table,
-    storage_options: Mapping[str, str] | None,
     *,
     overwrite: bool = False,
     version: int | None = None,
@@ -55,23 +48,13 @@ def stage_fragments(
     """
     target: str | lance.LanceDataset = uri
     if not overwrite and version is not None:
-        target = lance.dataset(uri, version=version, storage_options=_opts(storage_options))
-    return list(
-        write_fragments(
-            data,
-            target,
-            mode="overwrite" if overwrite else "append",
-            max_rows_per_file=MAX_ROWS_PER_FILE,
-            storage_options=_opts(storage_options),
-        )
-    )
+        target = storage.table(uri, version)
+    return storage.write_fragments(data, target, overwrite=overwrite)
 
 
-def leaf_schema(
-    uri: str, storage_options: Mapping[str, str] | None, version: int | None = None
-) -> pa.Schema:
+def leaf_schema(storage: Storage, uri: str, version: int | None = None) -> pa.Schema:
     """The schema of the leaf table at ``uri`` (at ``version``, default latest)."""
-    return lance.dataset(uri, version=version, storage_options=_opts(storage_options)).schema
+    return storage.table(uri, version).schema
 
 
 def committed_by(ds: lance.LanceDataset, version: int) -> str | None:
@@ -98,14 +81,6 @@ def _content(ds: lance.LanceDataset, version: int) -> list[str]:
     return sorted(_signature(f.metadata) for f in at.get_fragments())
 
 
-def _exists(uri: str, opts: dict[str, str] | None) -> bool:
-    try:
-        lance.dataset(uri, storage_options=opts)
-    except (ValueError, OSError):
-        return False
-    return True
-
-
 def base_version(ds: lance.LanceDataset, published: int | None) -> int | None:
     """The version a commit builds on: the published ``read_version``, or for a partition
     published with NULL ("read the latest", as foreign writers leave it) the newest
@@ -119,6 +94,7 @@ def base_version(ds: lance.LanceDataset, published: int | None) -> int | None:
 
 
 def commit_leaf(
+    storage: Storage,
     uri: str,
     fragments: Sequence[FragmentMetadata],
     *,
@@ -127,7 +103,6 @@ def commit_leaf(
     published: int | None,
     exists: bool,
     owner: str,
-    storage_options: Mapping[str, str] | None,
 ) -> int:
     """Commit staged fragments as a leaf version holding exactly base + ``fragments``.
 
@@ -141,17 +116,11 @@ def commit_leaf(
     ``owner`` itself committed (an earlier attempt) is reused only if its fragments are
     exactly the base's plus ours. The commit records ``owner`` in its properties.
     """
-    opts = _opts(storage_options)
     txn_id, _, incarnation = owner.rpartition("#")
     properties = {TXN_PROPERTY: txn_id, INCARNATION_PROPERTY: incarnation}
     mine = sorted(_signature(f) for f in fragments)
     for _attempt in range(LEAF_ATTEMPTS):
-        try:
-            ds: lance.LanceDataset | None = lance.dataset(uri, storage_options=opts)
-        except ValueError as exc:
-            if "was not found" not in str(exc):
-                raise
-            ds = None
+        ds = storage.table_or_none(uri)
         if ds is None:
             if exists and published is not None:
                 raise LanceNamespaceError(f"partition table {uri} (version {published}) is missing")
@@ -173,8 +142,9 @@ def commit_leaf(
                     uri,
                     base_v,
                 )
-                lance.dataset(uri, version=base_v, storage_options=opts).restore()  # type: ignore[no-untyped-call]
-                latest = int(lance.dataset(uri, storage_options=opts).version)
+                with storage.failures("roll back", uri):
+                    storage.table(uri, base_v).restore()  # type: ignore[no-untyped-call]
+                latest = int(storage.table(uri).version)
             base = latest
         operation: LanceOperation.BaseOperation = (
             LanceOperation.Overwrite(schema, list(fragments))
@@ -183,16 +153,17 @@ def commit_leaf(
         )
         failpoint("leaf.before_commit")
         try:
-            committed = lance.LanceDataset.commit(
+            committed = storage.commit(
                 uri,
                 Transaction(base, operation, transaction_properties=properties),
-                storage_options=opts,
-                max_retries=0,
+                conflict=f"a concurrent commit to {uri} won",
             )
-        except OSError as exc:
-            if not is_conflict(exc) and not (base == 0 and _exists(uri, opts)):
-                raise
-            continue  # a concurrent commit (or creation of the table) won: look again
+        except CommitConflict:
+            continue  # a concurrent commit won: look again
+        except StorageError:
+            if base == 0 and storage.table_or_none(uri) is not None:
+                continue  # a concurrent creation of the table won: look again
+            raise
         version = int(committed.version)
         if version == base + 1:  # nothing landed in between: exactly base + our files
             return version
@@ -205,20 +176,3 @@ def commit_leaf(
         f"partition table {uri} kept changing under the commit (concurrent committers of "
         "an aborted or taken-over transaction?); retry the commit"
     )
-
-
-def discard_fragments(
-    uri: str, fragments: Sequence[FragmentMetadata], storage_options: Mapping[str, str] | None
-) -> None:
-    """Delete the data files of staged fragments that will never be committed."""
-    if not fragments:
-        return
-    session = LanceFileSession(uri, storage_options=_opts(storage_options))
-    for fragment in fragments:
-        for data_file in fragment.to_json().get("files", []):
-            try:
-                session.delete_file(f"data/{data_file['path']}")
-            except (OSError, ValueError) as exc:
-                log.warning(
-                    "could not delete staged file %s of %s: %s", data_file["path"], uri, exc
-                )

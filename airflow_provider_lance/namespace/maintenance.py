@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import lance
@@ -93,7 +93,6 @@ def maybe_compact(
 def maintain(
     manifest: Manifest,
     state: NamespaceState,
-    storage_options: Mapping[str, str] | None,
     *,
     compact: bool = True,
     older_than: dt.timedelta | None = None,
@@ -130,7 +129,6 @@ def maintain(
     oldest = min(int(v["version"]) for v in latest.versions())
     report.retained_manifest_versions = (oldest, int(latest.version))
     at_oldest = _published(latest if oldest == latest.version else manifest.open(oldest))
-    opts = dict(storage_options) if storage_options else None
     for partition in partitions:
         object_id, published = partition.object_id, partition.read_version
         location, first = at_oldest.get(object_id, (None, None))
@@ -143,7 +141,7 @@ def maintain(
         else:
             # min(): a caller's state older than the window must not raise the floor.
             keep = min(first, published)
-            leaf = lance.dataset(partition.location, storage_options=opts)
+            leaf = manifest.storage.table(partition.location)
             if leaf.version > published:
                 report.leaves_kept_unpublished[object_id] = int(leaf.version) - published
             report.leaves_kept_for_readers[object_id] = keep

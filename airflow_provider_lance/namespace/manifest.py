@@ -23,7 +23,6 @@ from typing import Any
 import lance
 import pyarrow as pa
 from lance import LanceOperation, Transaction
-from lance.commit import CommitConflictError
 from lance.dataset import Session  # type: ignore[attr-defined]
 
 from .errors import (
@@ -32,9 +31,11 @@ from .errors import (
     NamespaceExistsError,
     NamespaceNotFoundError,
     StorageError,
+    TableNotFoundError,
 )
 from .failpoints import failpoint
 from .naming import local_path
+from .storage import Storage, first_line
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +75,12 @@ def manifest_schema(partition_columns: list[pa.Field]) -> pa.Schema:
 
 
 class Manifest:
-    """Access to one namespace's ``__manifest`` table (storage options on every call)."""
+    """Access to one namespace's ``__manifest`` table, through the namespace's storage."""
 
-    def __init__(self, root: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self.root = root
-        self.uri = f"{root}/{MANIFEST_NAME}"
-        self.storage_options: dict[str, str] | None = (
-            dict(storage_options) if storage_options else None
-        )
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.root = storage.root
+        self.uri = storage.uri(MANIFEST_NAME)
         #: One Lance session for every version opened: fragment and file metadata read once
         #: (a commit opens several versions; most of their fragments are the same files).
         self._session = Session()
@@ -89,26 +88,18 @@ class Manifest:
     # -- opening ---------------------------------------------------------------------------
     def open(self, version: int | None = None) -> lance.LanceDataset:
         try:
-            return lance.dataset(
-                self.uri,
-                version=version,
-                storage_options=self.storage_options,
-                session=self._session,
-            )
-        except (ValueError, FileNotFoundError, OSError) as exc:
-            if not is_not_found(exc):
-                raise StorageError(
-                    f"cannot read the __manifest of {self.root}: {_first_line(exc)}; check the "
-                    "URI, credentials and endpoint in the storage options"
-                ) from exc
+            return self.storage.table(self.uri, version, session=self._session)
+        except TableNotFoundError as exc:
             if version is not None and self._exists():
                 raise ManifestError(
                     f"__manifest version {version} of {self.root} no longer exists "
-                    f"(cleaned up?): {_first_line(exc)}"
+                    f"(cleaned up?): {exc}"
                 ) from exc
             raise NamespaceNotFoundError(
                 f"{self.root} is not a partitioned namespace: it has no __manifest table"
             ) from exc
+        except StorageError as exc:
+            raise StorageError(f"cannot read the __manifest of {self.root}: {exc}") from exc
 
     def _exists(self) -> bool:
         try:
@@ -132,13 +123,7 @@ class Manifest:
                 ds = None
             if ds is None:
                 self._check_empty_root()
-                try:
-                    lance.write_dataset(
-                        first_rows, self.uri, mode="create", storage_options=self.storage_options
-                    )
-                except (ValueError, OSError) as exc:
-                    if "exist" not in str(exc).lower():
-                        raise StorageError(f"cannot create {self.uri}: {_first_line(exc)}") from exc
+                self.storage.create_table(first_rows, self.uri)
                 failpoint("create.after_table")
                 continue  # created (by us or a concurrent creator): look again
             present = {k: ds.metadata.get(k) for k in metadata}
@@ -184,7 +169,7 @@ class Manifest:
         try:
             ds.create_scalar_index(OBJECT_TYPE, "BITMAP")
         except (ValueError, OSError) as exc:  # a concurrent creator indexed it first
-            log.info("did not index %s: %s", OBJECT_TYPE, _first_line(exc))
+            log.info("did not index %s: %s", OBJECT_TYPE, first_line(exc))
 
     # -- metadata and columns -------------------------------------------------------------
     def add_columns(self, fields: list[pa.Field]) -> None:
@@ -240,16 +225,14 @@ class Manifest:
             if delete
             else builder.when_matched_update_all().when_not_matched_insert_all()
         )
-        try:
+        ids = rows.column(OBJECT_ID).to_pylist()
+        with self.storage.failures(
+            "commit to",
+            self.uri,
+            conflict="a concurrent writer changed the __manifest rows this commit depends on",
+            partitions=[i for i in ids if isinstance(i, str) and not i.startswith(TXN_PREFIX)],
+        ):
             builder.conflict_retries(0).execute(self.conform(rows, base))
-        except OSError as exc:
-            if is_conflict(exc):
-                ids = rows.column(OBJECT_ID).to_pylist()
-                raise CommitConflict(
-                    "a concurrent writer changed the __manifest rows this commit depends on",
-                    [i for i in ids if isinstance(i, str) and not i.startswith(TXN_PREFIX)],
-                ) from exc
-            raise StorageError(f"cannot commit to {self.uri}: {_first_line(exc)}") from exc
         return int(base.version)
 
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:
@@ -258,20 +241,12 @@ class Manifest:
         operation = LanceOperation.UpdateConfig(
             table_metadata_updates=LanceOperation.UpdateMap(dict(values))
         )
-        try:
-            committed = lance.LanceDataset.commit(
-                self.uri,
-                Transaction(base_version, operation),
-                storage_options=self.storage_options,
-                max_retries=0,
-            )
-        except OSError as exc:
-            if is_conflict(exc):
-                raise CommitConflict(
-                    f"a concurrent change to the namespace metadata ({', '.join(values)}) "
-                    "won the race"
-                ) from exc
-            raise StorageError(f"cannot commit to {self.uri}: {_first_line(exc)}") from exc
+        committed = self.storage.commit(
+            self.uri,
+            Transaction(base_version, operation),
+            conflict=f"a concurrent change to the namespace metadata ({', '.join(values)}) "
+            "won the race",
+        )
         return int(committed.version)
 
     def delete_rows(self, object_ids: list[str]) -> None:
@@ -284,14 +259,6 @@ class Manifest:
         """Namespaces created before transactions lack the claim column: add it."""
         if CLAIM not in self.open().schema.names:
             self.add_columns([CLAIM_FIELD])
-
-
-def is_conflict(exc: BaseException) -> bool:
-    """Whether a Lance commit failed because a concurrent commit won (retry after re-reading)."""
-    if isinstance(exc, CommitConflictError):
-        return True
-    text = str(exc).lower()
-    return any(word in text for word in ("concurrent", "conflict", "incompatible transaction"))
 
 
 def _quote(text: str) -> str:
@@ -319,14 +286,3 @@ def row(
     }
     out.update(partition_values or {})
     return out
-
-
-def is_not_found(exc: BaseException) -> bool:
-    """Whether a Lance error says the dataset does not exist (rather than cannot be read)."""
-    text = str(exc)
-    return isinstance(exc, FileNotFoundError) or ("was not found" in text and "Dataset" in text)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -37,6 +37,7 @@ from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
 from .staging import Stage, StagedPartition
+from .storage import Storage
 from .transactions import Transaction, TransactionInfo
 from .txnstore import TransactionStore
 
@@ -59,7 +60,8 @@ class PartitionedNamespace:
         self._root = root
         self._manifest = manifest
         self._state = state
-        self._store = TransactionStore(root, manifest.storage_options)
+        self._storage = manifest.storage
+        self._store = TransactionStore(manifest.storage)
 
     # -- lifecycle ---------------------------------------------------------------------
     @classmethod
@@ -78,7 +80,7 @@ class PartitionedNamespace:
         first = pa.Table.from_pylist(
             [row(spec_namespace_id(1), NAMESPACE, metadata="{}")], schema=manifest_schema(columns)
         )
-        manifest = Manifest(root, storage_options)
+        manifest = Manifest(Storage(root, storage_options))
         manifest.create({SCHEMA_KEY: ns_schema.to_json(), spec_key(1): spec_to_json(fields)}, first)
         log.info(
             "created partitioned namespace %s partitioned by %s", root, [f.name for f in fields]
@@ -91,7 +93,7 @@ class PartitionedNamespace:
     ) -> PartitionedNamespace:
         """Open an existing namespace; an error if ``uri`` is not a partitioned namespace."""
         root = normalize_root(uri)
-        manifest = Manifest(root, storage_options)
+        manifest = Manifest(Storage(root, storage_options))
         return cls(root, manifest, NamespaceState.load(root, manifest.open()))
 
     @classmethod
@@ -113,7 +115,13 @@ class PartitionedNamespace:
 
     @property
     def storage_options(self) -> dict[str, str] | None:
-        return self._manifest.storage_options
+        """The storage options it was opened with (credentials: keep out of logs)."""
+        return self._storage.options
+
+    @property
+    def storage(self) -> Storage:
+        """Its storage I/O (tables, record files), e.g. for readers in other processes."""
+        return self._storage
 
     def state(self, version: int | None = None) -> NamespaceState:
         """The namespace as of ``version`` of ``__manifest`` (default: the latest)."""
@@ -369,11 +377,11 @@ class PartitionedNamespace:
         state.schema.project(columns)  # validates the names before anything is read
         residual = parse_filter(filter, state.schema)[0] if filter is not None else None
         return scan_batches(
+            self._storage,
             self.prune(filter, version=state.version),
             state.schema,
             columns=columns,
             residual=residual,
-            storage_options=self.storage_options,
             batch_size=batch_size,
         )
 
@@ -403,13 +411,13 @@ class PartitionedNamespace:
 
     def count_rows_of(self, partition: Partition) -> int:
         """Rows of one partition at its published ``read_version``."""
-        return int(open_leaf(partition, self.storage_options).count_rows())
+        return int(open_leaf(self._storage, partition).count_rows())
 
     def count_rows(self, filter: str | None = None, *, version: int | None = None) -> int:
         """The number of rows matching ``filter`` (without a filter: from table metadata)."""
         state = self.state(version)
         if filter is None:
-            return sum(open_leaf(p, self.storage_options).count_rows() for p in state.partitions())
+            return sum(open_leaf(self._storage, p).count_rows() for p in state.partitions())
         residual = parse_filter(filter, state.schema)[0]
         columns = filter_columns(residual)
         return sum(b.num_rows for b in self.to_batches(filter, columns, version=state.version))
@@ -457,7 +465,7 @@ class PartitionedNamespace:
 
     @property
     def _txn(self) -> TransactionContext:
-        return TransactionContext(self._manifest, self._store, self.state, self.storage_options)
+        return TransactionContext(self._manifest, self._store, self.state, self._storage)
 
     def begin(
         self, mode: str = "append", txn_id: str | None = None, *, anonymous: bool = False
@@ -538,7 +546,6 @@ class PartitionedNamespace:
         report = maintain(
             self._manifest,
             NamespaceState.load(self._root, self._manifest.open()),
-            self.storage_options,
             compact=compact,
             older_than=older_than,
         )

@@ -90,9 +90,7 @@ def repair(manifest: Manifest, root: str) -> RepairReport:
     refuse_unresolved(plan, root, int(good.version))
     table = pa.Table.from_pylist(plan.rows, schema=manifest_schema(state.partition_columns))
     meta: dict[str, str | None] = dict(current.metadata)
-    repaired = lance.write_dataset(
-        table, manifest.uri, mode="overwrite", storage_options=manifest.storage_options
-    )
+    repaired = manifest.storage.replace_table(table, manifest.uri)
     repaired.update_metadata(meta)
     repaired.create_scalar_index(OBJECT_TYPE, "BITMAP")
     version = int(manifest.open().version)

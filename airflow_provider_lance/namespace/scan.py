@@ -4,34 +4,29 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lance
 import pyarrow as pa
 
 from .catalog import Partition
-from .errors import DataValidationError, ExpressionError, FilterError, LanceNamespaceError
+from .errors import DataValidationError, ExpressionError, FilterError, TableNotFoundError
 from .expressions import BoundExpression, column_name, raw, walk
 from .schema import NamespaceSchema, ReadPlan
+from .storage import Storage
 
 log = logging.getLogger(__name__)
 
 
-def open_leaf(
-    partition: Partition, storage_options: Mapping[str, str] | None
-) -> lance.LanceDataset:
+def open_leaf(storage: Storage, partition: Partition) -> lance.LanceDataset:
     """The partition's table at its published ``read_version`` (latest when NULL)."""
     try:
-        return lance.dataset(
-            partition.location,
-            version=partition.read_version,
-            storage_options=dict(storage_options) if storage_options else None,
-        )
-    except (ValueError, OSError) as exc:
-        raise LanceNamespaceError(
+        return storage.table(partition.location, partition.read_version)
+    except TableNotFoundError as exc:
+        raise TableNotFoundError(
             f"partition {partition.object_id} cannot be read at {partition.location} "
-            f"version {partition.read_version}: {str(exc).splitlines()[0]}"
+            f"version {partition.read_version}: {exc}"
         ) from exc
 
 
@@ -41,33 +36,33 @@ def filter_columns(bound: BoundExpression) -> list[str]:
 
 
 def scan_batches(
+    storage: Storage,
     partitions: Sequence[Partition],
     schema: NamespaceSchema,
     *,
     columns: Sequence[str] | None,
     residual: BoundExpression | None,
-    storage_options: Mapping[str, str] | None,
     batch_size: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream every partition's rows, conformed to the namespace schema and filtered."""
     for partition in partitions:
         yield from read_partition(
+            storage,
             partition,
             schema,
             columns=columns,
             residual=residual,
-            storage_options=storage_options,
             batch_size=batch_size,
         )
 
 
 def read_partition(
+    storage: Storage,
     partition: Partition,
     schema: NamespaceSchema,
     *,
     columns: Sequence[str] | None,
     residual: BoundExpression | None,
-    storage_options: Mapping[str, str] | None,
     batch_size: int | None = None,
     fragment_ids: Sequence[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
@@ -81,7 +76,7 @@ def read_partition(
     needed = list(output.names)
     if residual is not None:
         needed += [c for c in filter_columns(residual) if c not in needed]
-    leaf = open_leaf(partition, storage_options)
+    leaf = open_leaf(storage, partition)
     plan = schema.read_plan(leaf.schema, needed)
     fragments = None if fragment_ids is None else [leaf.get_fragment(i) for i in fragment_ids]
     batches, pushed = None, False

@@ -21,10 +21,11 @@ from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState, Partition
 from .errors import DataValidationError
-from .leaves import discard_fragments, leaf_schema, stage_fragments
-from .naming import child_uri, leaf_directory
+from .leaves import leaf_schema, stage_fragments
+from .naming import leaf_directory
 from .scan import open_leaf
 from .splitting import split
+from .storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +152,12 @@ class Stager:
         self,
         state: NamespaceState,
         stage: Stage,
-        storage_options: Mapping[str, str] | None,
+        storage: Storage,
         flush_bytes: int = FLUSH_BYTES,
     ) -> None:
         self.state = state
         self.stage = stage
-        self.storage_options = storage_options
+        self.storage = storage
         self.flush_bytes = flush_bytes
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered = 0
@@ -206,7 +207,7 @@ class Stager:
             existed=existing is not None,
         )
         if existing is not None and not self.overwrite:
-            schema = leaf_schema(existing.location, self.storage_options, existing.read_version)
+            schema = leaf_schema(self.storage, existing.location, existing.read_version)
             if self.state.schema.missing_in_leaf(schema):
                 # The partition predates add_column: rewrite it whole, with the new columns,
                 # starting from a copy of its published rows (files of their own, so that
@@ -215,9 +216,9 @@ class Stager:
                 copy = self._published_rows(existing)
                 if copy.num_rows:
                     fragments = stage_fragments(
-                        child_uri(self.state.root, target.directory),
+                        self.storage,
+                        self.storage.uri(target.directory),
                         self.state.schema.to_leaf(copy, self.state.schema.leaf_schema()),
-                        self.storage_options,
                         overwrite=True,
                     )
                     target.base_fragments = [json.dumps(f.to_json()) for f in fragments]
@@ -228,7 +229,7 @@ class Stager:
         return target
 
     def _published_rows(self, partition: Partition) -> pa.Table:
-        leaf = open_leaf(partition, self.storage_options)
+        leaf = open_leaf(self.storage, partition)
         plan = self.state.schema.read_plan(leaf.schema)
         return plan.apply(leaf.to_table(columns=plan.leaf_columns))
 
@@ -243,10 +244,7 @@ class Stager:
             schema = self.state.schema.leaf_schema() if replace else self._leaf_schemas[object_id]
             shaped = self.state.schema.to_leaf(data, schema)
             fragments = stage_fragments(
-                child_uri(self.state.root, target.directory),
-                shaped,
-                self.storage_options,
-                overwrite=replace,
+                self.storage, self.storage.uri(target.directory), shaped, overwrite=replace
             )
             target.fragments += [json.dumps(f.to_json()) for f in fragments]
         self._buffered = 0
@@ -254,9 +252,7 @@ class Stager:
     def discard(self) -> None:
         """Delete the data files this stage wrote (it will never be committed)."""
         for target in self.stage.partitions.values():
-            discard_fragments(
-                child_uri(self.state.root, target.directory),
-                target.fragment_metadata(),
-                self.storage_options,
+            self.storage.delete_data_files(
+                self.storage.uri(target.directory), target.fragment_metadata()
             )
             target.fragments.clear()

@@ -50,7 +50,6 @@ from .errors import (
     TransactionClosed,
 )
 from .failpoints import failpoint
-from .leaves import discard_fragments
 from .lifecycle import (
     TransitionRefused,
     TxnRecord,
@@ -67,7 +66,6 @@ from .lifecycle import (
     swap,
 )
 from .manifest import CLAIM, READ_VERSION
-from .naming import child_uri
 from .results import CommitResult
 from .staging import FLUSH_BYTES, Stage, Stager
 from .txnstore import TransactionHeader, TransactionStore, check_txn_id
@@ -174,7 +172,7 @@ class Transaction:
         stage = Stager(
             state,
             Stage(self.txn_id, stage_id, self.mode, state.spec_version),
-            self._ctx.storage_options,
+            self._ctx.storage,
             flush_bytes,
         ).write(data)
         failpoint("stage.written")
@@ -210,11 +208,10 @@ class Transaction:
         failpoint("stage.recorded")
         if not self.header.anonymous:
             self._fence_stages({s.stage_id: (s, records[s.stage_id]) for s in stages})
-        root = self._ctx.load_state().root
         for stage in stages:
             earlier = previous[stage.stage_id]
             if earlier is not None:  # no plan can include it any more: the seal is ordered
-                _discard(Stage.from_json(earlier), root, self._ctx, keep=_fragments([stage]))
+                _discard(Stage.from_json(earlier), self._ctx, keep=_fragments([stage]))
 
     def _fence_stages(self, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]) -> None:
         """Order recorded stages before any seal (the epoch bump), or learn the seal's plan."""
@@ -252,11 +249,10 @@ class Transaction:
         ]
         if not excluded:
             return
-        root = self._ctx.load_state().root
         for stage in excluded:
             if plan is None or plan.included(self.txn_id, self.incarnation, stage.stage_id) is None:
                 self._store.delete_stage(self.txn_id, self.incarnation, stage.stage_id)
-            _discard(stage, root, self._ctx)
+            _discard(stage, self._ctx)
         ids = [s.stage_id for s in excluded]
         if record.state is TxnState.ABORTED:
             raise TransactionAborted(
@@ -303,13 +299,12 @@ class Transaction:
             with contextlib.suppress(TransactionAborted):
                 self._fence_stages({})
         plan = self._sealed_plan(current(self._ctx, self.header))
-        root = self._ctx.load_state().root
         kept = []
         for sid, raw in raws.items():
             if plan is not None and plan.included(self.txn_id, self.incarnation, sid):
                 kept.append(sid)  # the seal took it: its files will be published
                 continue
-            _discard(Stage.from_json(raw), root, self._ctx)
+            _discard(Stage.from_json(raw), self._ctx)
         if kept:
             raise TransactionClosed(
                 f"transaction {self.txn_id} was sealed by a commit that includes stages {kept}; "
@@ -319,7 +314,7 @@ class Transaction:
 
     def drop(self, stage: Stage) -> None:
         """Delete the data files of a stage that was never recorded (e.g. a failed task's)."""
-        _discard(stage, self._ctx.load_state().root, self._ctx)
+        _discard(stage, self._ctx)
 
     def info(self) -> TransactionInfo:
         """Its state, stages, rows and partitions as recorded now."""
@@ -520,7 +515,7 @@ def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
             log.debug("no plan to clean up for %s: %s", record.tag, exc)
     seen: set[str] = set()
     for stage in fragments.values():
-        _discard(stage, state.root, ctx, keep=frozenset(seen))
+        _discard(stage, ctx, keep=frozenset(seen))
         seen |= _fragments([stage])
     for txn_id, k in doomed:
         for stage_id in ctx.store.stages(txn_id, k):
@@ -539,7 +534,6 @@ def _fragments(stages: Iterable[Stage]) -> set[str]:
 
 def _discard(
     stage: Stage,
-    root: str,
     ctx: TransactionContext,
     keep: set[str] | frozenset[str] = frozenset(),
 ) -> None:
@@ -550,7 +544,7 @@ def _discard(
             for text, meta in zip(part.fragments, part.fragment_metadata(), strict=True)
             if text not in keep
         ]
-        discard_fragments(child_uri(root, part.directory), doomed, ctx.storage_options)
+        ctx.storage.delete_data_files(ctx.storage.uri(part.directory), doomed)
 
 
 def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> list[str]:

@@ -19,28 +19,21 @@ compare-and-swap. Files are written whole in one PUT through Lance's object-stor
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lance.file import LanceFileSession
-
 from .errors import InvalidArgumentError, LanceNamespaceError
-from .failpoints import failpoint
 from .naming import TXN_ID_PATTERN
+from .storage import Storage
 
 TXN_DIR = "_transactions"
 HEADER = "txn.json"
 RESULT = "result.json"
 #: Record files written at once (object-store PUTs are latency bound).
 IO_THREADS = 16
-#: Reads of a record that exists but could not be read (being written) before giving up.
-READ_ATTEMPTS = 4
 
 
 def check_txn_id(txn_id: str) -> str:
@@ -76,62 +69,16 @@ class TransactionHeader:
 class TransactionStore:
     """Reads and writes the transaction records of one namespace."""
 
-    def __init__(self, root: str, storage_options: Mapping[str, str] | None) -> None:
-        self.root = root
-        self._session = LanceFileSession(root, storage_options=dict(storage_options or {}) or None)
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
         #: Headers are written once per incarnation and never change: keep those seen.
         self._headers: dict[tuple[str, int], TransactionHeader] = {}
 
-    # -- raw JSON files ----------------------------------------------------------------
-    def _put(self, path: str, obj: Any) -> None:
-        fd, local = tempfile.mkstemp(suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(obj, out, separators=(",", ":"))
-            self._session.upload_file(local, path)
-        finally:
-            os.unlink(local)
-
-    def _get(self, path: str) -> Any:
-        """The JSON document at ``path``; KeyError if there is none.
-
-        A record another process writes at the same moment can be missing when downloaded
-        and present when checked (or, on a local disk, half written): read it again before
-        calling it unreadable.
-        """
-        fd, local = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
-        try:
-            for attempt in range(READ_ATTEMPTS):
-                try:
-                    self._session.download_file(path, local)
-                    with open(local) as f:
-                        return json.load(f)
-                except (OSError, ValueError) as exc:
-                    failpoint("txnstore.read_failed")
-                    if not self._session.contains(path):
-                        raise KeyError(path) from exc
-                    if attempt == READ_ATTEMPTS - 1:
-                        raise LanceNamespaceError(
-                            f"transaction record {path} is unreadable: {exc}"
-                        ) from exc
-                    time.sleep(0.05 * (attempt + 1))  # written meanwhile: read it again
-            raise AssertionError("unreachable")
-        finally:
-            os.unlink(local)
-
     def _maybe(self, path: str) -> Any | None:
         try:
-            return self._get(path)
+            return self.storage.get_json(path)
         except KeyError:
             return None
-
-    def _delete(self, path: str) -> None:
-        try:
-            self._session.delete_file(path)
-        except (OSError, ValueError):
-            if self._session.contains(path):
-                raise
 
     @staticmethod
     def directory(txn_id: str, incarnation: int) -> str:
@@ -155,13 +102,15 @@ class TransactionStore:
         return max(known, key=lambda h: h.incarnation, default=None)
 
     def save(self, header: TransactionHeader) -> None:
-        self._put(f"{self.directory(header.txn_id, header.incarnation)}/{HEADER}", asdict(header))
+        self.storage.put_json(
+            f"{self.directory(header.txn_id, header.incarnation)}/{HEADER}", asdict(header)
+        )
         self._headers[(header.txn_id, header.incarnation)] = header
 
     def headers(self) -> Iterator[TransactionHeader]:
         """The header of the newest incarnation of every transaction with records."""
         newest: dict[str, int] = {}
-        for path in self._session.list(TXN_DIR):
+        for path in self.storage.list(TXN_DIR):
             parts = path.split("/")
             if len(parts) == 4 and parts[-1] == HEADER and parts[2].isdigit():
                 newest[parts[1]] = max(newest.get(parts[1], 0), int(parts[2]))
@@ -178,12 +127,14 @@ class TransactionStore:
         """Write stage records (in parallel: a Spark job records one per task)."""
         items = list(stages.items())
         if len(items) == 1:
-            self._put(self._stage_path(txn_id, incarnation, items[0][0]), items[0][1])
+            self.storage.put_json(self._stage_path(txn_id, incarnation, items[0][0]), items[0][1])
             return
         with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
             list(
                 pool.map(
-                    lambda item: self._put(self._stage_path(txn_id, incarnation, item[0]), item[1]),
+                    lambda item: self.storage.put_json(
+                        self._stage_path(txn_id, incarnation, item[0]), item[1]
+                    ),
                     items,
                 )
             )
@@ -193,13 +144,13 @@ class TransactionStore:
         return self._maybe(self._stage_path(txn_id, incarnation, stage_id))
 
     def delete_stage(self, txn_id: str, incarnation: int, stage_id: str) -> None:
-        self._delete(self._stage_path(txn_id, incarnation, stage_id))
+        self.storage.delete(self._stage_path(txn_id, incarnation, stage_id))
 
     def stages(self, txn_id: str, incarnation: int) -> dict[str, Any]:
         directory = self.directory(txn_id, incarnation)
         prefix = f"{directory}/stage-"
         paths = sorted(
-            p for p in self._session.list(directory) if p.startswith(prefix) and p.endswith(".json")
+            p for p in self.storage.list(directory) if p.startswith(prefix) and p.endswith(".json")
         )
         if len(paths) > 1:
             with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
@@ -214,7 +165,9 @@ class TransactionStore:
 
     # -- plans and results -----------------------------------------------------------------
     def save_plan(self, txn_id: str, incarnation: int, plan_id: str, plan: Any) -> None:
-        self._put(f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json", plan)
+        self.storage.put_json(
+            f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json", plan
+        )
 
     def plan(self, txn_id: str, incarnation: int, plan_id: str) -> Any:
         path = f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json"
@@ -227,7 +180,7 @@ class TransactionStore:
         return raw
 
     def save_result(self, txn_id: str, incarnation: int, result: Any) -> None:
-        self._put(f"{self.directory(txn_id, incarnation)}/{RESULT}", result)
+        self.storage.put_json(f"{self.directory(txn_id, incarnation)}/{RESULT}", result)
 
     def result(self, txn_id: str, incarnation: int) -> Any | None:
         return self._maybe(f"{self.directory(txn_id, incarnation)}/{RESULT}")
@@ -243,5 +196,5 @@ class TransactionStore:
         for key in [k for k in self._headers if k[0] == txn_id]:
             if incarnation is None or key[1] == incarnation:
                 del self._headers[key]
-        for path in self._session.list(prefix):
-            self._delete(path)
+        for path in self.storage.list(prefix):
+            self.storage.delete(path)

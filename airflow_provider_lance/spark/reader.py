@@ -22,6 +22,7 @@ import pyarrow as pa
 from airflow_provider_lance.namespace import DataValidationError, Partition, PartitionedNamespace
 from airflow_provider_lance.namespace.pruning import parse_filter
 from airflow_provider_lance.namespace.scan import open_leaf, read_partition
+from airflow_provider_lance.namespace.storage import Storage
 
 from .executor import pinned_state
 from .session import check_pyspark, is_connect
@@ -60,7 +61,7 @@ def read_partitioned(
     spark_schema = spark_schema_of(output)
     partitions = ns.prune(filter, version=state.version)
     slots = default_parallelism(spark)
-    tasks = plan_tasks(partitions, ns.storage_options, slots)
+    tasks = plan_tasks(partitions, ns.storage, slots)
     log.info(
         "reading %d of %d partitions in %d tasks (manifest v%d)",
         len(partitions),
@@ -92,9 +93,7 @@ def default_parallelism(spark: SparkSession) -> int:
     return max(int(configured or 1), 1)
 
 
-def plan_tasks(
-    partitions: Sequence[Partition], storage_options: Mapping[str, str] | None, slots: int
-) -> list[str]:
+def plan_tasks(partitions: Sequence[Partition], storage: Storage, slots: int) -> list[str]:
     """JSON task descriptors: per fragment when partitions are fewer than ``slots``."""
 
     def describe(p: Partition, fragments: list[int] | None) -> str:
@@ -112,7 +111,7 @@ def plan_tasks(
         return [describe(p, None) for p in partitions]
 
     def fragment_ids(p: Partition) -> list[int]:
-        return [f.fragment_id for f in open_leaf(p, storage_options).get_fragments()]
+        return [f.fragment_id for f in open_leaf(storage, p).get_fragments()]
 
     with ThreadPoolExecutor(max_workers=min(PLANNING_THREADS, len(partitions) or 1)) as pool:
         listed = list(pool.map(fragment_ids, partitions))
@@ -151,6 +150,7 @@ class _ReadTask:
 
         state = pinned_state(self.uri, self.storage_options, self.manifest_version)
         residual = parse_filter(self.filter, state.schema)[0] if self.filter else None
+        storage = Storage(self.uri, self.storage_options)
         target = to_arrow_schema(
             spark_schema_of(state.schema.project(self.columns)), timezone="UTC"
         )
@@ -165,11 +165,11 @@ class _ReadTask:
                     read_version=task["read_version"],
                 )
                 for out in read_partition(
+                    storage,
                     partition,
                     state.schema,
                     columns=self.columns,
                     residual=residual,
-                    storage_options=self.storage_options,
                     fragment_ids=task["fragments"],
                 ):
                     yield out.cast(target) if out.schema != target else out

@@ -145,7 +145,7 @@ def test_a_failed_first_task_attempt_leaves_no_duplicates(spark: SparkSession, r
     live = {
         Path(f.path).name
         for p in ns.partitions()
-        for fragment in open_leaf(p, None).get_fragments()
+        for fragment in open_leaf(ns.storage, p).get_fragments()
         for f in fragment.data_files()
     }
     assert {Path(f).name for f in data_files(root)} == live  # failed attempts' files are gone

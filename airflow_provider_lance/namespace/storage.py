@@ -1,0 +1,262 @@
+"""Storage I/O of one namespace: every table it opens, writes or commits, every record file
+it reads or writes, every file it deletes.
+
+One :class:`Storage` per namespace holds the root and the storage options (credentials,
+endpoint, region) and turns storage failures into project errors, so no other module threads
+storage options by hand or reads Lance's error strings. Small files (transaction records,
+job results) go through Lance's own object-store client: one PUT per document, atomic on
+object stores and (written to a temporary file, then renamed) on local disks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import lance
+import pyarrow as pa
+from lance import Transaction
+from lance.commit import CommitConflictError
+from lance.dataset import Session  # type: ignore[attr-defined]
+from lance.file import LanceFileSession
+from lance.fragment import FragmentMetadata, write_fragments
+
+from .errors import CommitConflict, LanceNamespaceError, StorageError, TableNotFoundError
+from .failpoints import failpoint
+from .naming import child_uri
+
+log = logging.getLogger(__name__)
+
+#: Reads of a file that exists but could not be read (being written) before giving up.
+READ_ATTEMPTS = 4
+#: Rows per data file written to a table.
+MAX_ROWS_PER_FILE = 1_048_576
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether a Lance commit failed because a concurrent commit won (retry after re-reading)."""
+    if isinstance(exc, CommitConflictError):
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in ("concurrent", "conflict", "incompatible transaction"))
+
+
+def is_not_found(exc: BaseException) -> bool:
+    """Whether a Lance error says the dataset does not exist (rather than cannot be read)."""
+    text = str(exc)
+    return isinstance(exc, FileNotFoundError) or ("was not found" in text and "Dataset" in text)
+
+
+def first_line(exc: BaseException) -> str:
+    """The part of a library error worth showing: its first line, bounded."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+class Storage:
+    """Reads and writes one namespace's tables and files (see the module docstring)."""
+
+    def __init__(self, root: str, options: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        #: The storage options as Lance takes them (None: none given).
+        self.options: dict[str, str] | None = dict(options) if options else None
+        self._sessions: dict[str, LanceFileSession] = {}
+
+    def __repr__(self) -> str:  # never the options: they may hold credentials
+        return f"Storage({self.root!r})"
+
+    def uri(self, relative: str) -> str:
+        """The URI of a path relative to the root."""
+        return child_uri(self.root, relative)
+
+    def at(self, root: str) -> Storage:
+        """The same storage (options) rooted elsewhere, e.g. a job result's directory."""
+        return self if root == self.root else Storage(root, self.options)
+
+    # -- Lance tables ------------------------------------------------------------------
+    def table(
+        self, uri: str, version: int | None = None, *, session: Session | None = None
+    ) -> lance.LanceDataset:
+        """The table at ``uri`` (at ``version``, default latest).
+
+        :class:`TableNotFoundError` if there is no such table or version,
+        :class:`StorageError` if it cannot be read.
+        """
+        try:
+            return lance.dataset(
+                uri, version=version, storage_options=self.options, session=session
+            )
+        except (ValueError, FileNotFoundError, OSError) as exc:
+            if is_not_found(exc):
+                at = "" if version is None else f" version {version}"
+                raise TableNotFoundError(f"no Lance table at {uri}{at}: {first_line(exc)}") from exc
+            raise StorageError(
+                f"cannot read {uri}: {first_line(exc)}; check the URI, credentials and endpoint "
+                "in the storage options"
+            ) from exc
+
+    def table_or_none(self, uri: str) -> lance.LanceDataset | None:
+        """The latest version of the table at ``uri``, or None if there is none."""
+        try:
+            return self.table(uri)
+        except TableNotFoundError:
+            return None
+
+    def create_table(self, data: pa.Table, uri: str) -> bool:
+        """Create a table holding ``data``; False if one exists already (created by a
+        concurrent creator, say)."""
+        try:
+            lance.write_dataset(data, uri, mode="create", storage_options=self.options)
+        except (ValueError, OSError) as exc:
+            if "exist" in str(exc).lower():
+                return False
+            raise StorageError(f"cannot create {uri}: {first_line(exc)}") from exc
+        return True
+
+    def replace_table(self, data: pa.Table, uri: str) -> lance.LanceDataset:
+        """A new version of the table at ``uri`` holding exactly ``data``."""
+        with self.failures("write", uri):
+            return lance.write_dataset(data, uri, mode="overwrite", storage_options=self.options)
+
+    def write_fragments(
+        self, data: pa.Table, target: str | lance.LanceDataset, *, overwrite: bool
+    ) -> list[FragmentMetadata]:
+        """Write ``data`` as new data files of a table (nothing commits them)."""
+        uri = target if isinstance(target, str) else target.uri
+        with self.failures("write data files to", uri):
+            return list(
+                write_fragments(
+                    data,
+                    target,
+                    mode="overwrite" if overwrite else "append",
+                    max_rows_per_file=MAX_ROWS_PER_FILE,
+                    storage_options=self.options,
+                )
+            )
+
+    def commit(self, uri: str, transaction: Transaction, *, conflict: str) -> lance.LanceDataset:
+        """Commit ``transaction`` to the table at ``uri`` exactly against its read version
+        (no rebase retries); :class:`CommitConflict` (saying ``conflict``) if another
+        commit won the race."""
+        with self.failures("commit to", uri, conflict=conflict):
+            return lance.LanceDataset.commit(
+                uri, transaction, storage_options=self.options, max_retries=0
+            )
+
+    @contextlib.contextmanager
+    def failures(
+        self,
+        action: str,
+        uri: str,
+        *,
+        conflict: str | None = None,
+        partitions: Sequence[str] = (),
+    ) -> Iterator[None]:
+        """Translate a storage failure of the enclosed call into a project error:
+        :class:`CommitConflict` (when ``conflict`` says what lost) or :class:`StorageError`."""
+        try:
+            yield
+        except LanceNamespaceError:
+            raise
+        except (OSError, ValueError) as exc:
+            if conflict is not None and is_conflict(exc):
+                raise CommitConflict(conflict, partitions) from exc
+            raise StorageError(f"cannot {action} {uri}: {first_line(exc)}") from exc
+
+    # -- files ---------------------------------------------------------------------------
+    def _session(self, base: str | None = None) -> LanceFileSession:
+        base = base or self.root
+        session = self._sessions.get(base)
+        if session is None:
+            session = self._sessions[base] = LanceFileSession(base, storage_options=self.options)
+        return session
+
+    def put_json(self, path: str, obj: Any, *, indent: int | None = None) -> None:
+        """Write ``obj`` as the JSON document at ``path`` (relative to the root), whole."""
+        fd, local = tempfile.mkstemp(suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as out:
+                json.dump(
+                    obj,
+                    out,
+                    indent=indent,
+                    separators=None if indent else (",", ":"),
+                    sort_keys=indent is not None,
+                    default=str,
+                )
+            with self.failures("write", self.uri(path)):
+                self._session().upload_file(local, path)
+        finally:
+            os.unlink(local)
+
+    def get_json(self, path: str) -> Any:
+        """The JSON document at ``path``; :class:`KeyError` if there is none.
+
+        A document another process writes at the same moment can be missing when
+        downloaded and present when checked (or, on a local disk, half written): it is read
+        again before being called unreadable.
+        """
+        session = self._session()
+        fd, local = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        try:
+            for attempt in range(READ_ATTEMPTS):
+                try:
+                    session.download_file(path, local)
+                    with open(local) as f:
+                        return json.load(f)
+                except (OSError, ValueError) as exc:
+                    failpoint("txnstore.read_failed")
+                    if not self.contains(path):
+                        raise KeyError(path) from exc
+                    if attempt == READ_ATTEMPTS - 1:
+                        raise StorageError(f"{self.uri(path)} is unreadable: {exc}") from exc
+                    time.sleep(0.05 * (attempt + 1))  # written meanwhile: read it again
+            raise AssertionError("unreachable")
+        finally:
+            os.unlink(local)
+
+    def contains(self, path: str) -> bool:
+        with self.failures("read", self.uri(path)):
+            return bool(self._session().contains(path))
+
+    def list(self, prefix: str) -> list[str]:
+        """The paths (relative to the root) of every file under ``prefix``."""
+        with self.failures("list", self.uri(prefix)):
+            return list(self._session().list(prefix))
+
+    def delete(self, path: str) -> None:
+        """Delete the file at ``path``; nothing if it is already gone."""
+        try:
+            self._session().delete_file(path)
+        except (OSError, ValueError) as exc:
+            if self.contains(path):
+                raise StorageError(f"cannot delete {self.uri(path)}: {first_line(exc)}") from exc
+
+    def delete_data_files(self, table_uri: str, fragments: Sequence[FragmentMetadata]) -> int:
+        """Delete the data files of fragments no table version references (staged, never
+        committed); returns how many went. A file that cannot be deleted is logged and left
+        for the orphan sweep: nothing references it, so it is only wasted space."""
+        if not fragments:
+            return 0
+        session = self._session(table_uri)
+        deleted = 0
+        for fragment in fragments:
+            for data_file in fragment.to_json().get("files", []):
+                try:
+                    session.delete_file(f"data/{data_file['path']}")
+                    deleted += 1
+                except (OSError, ValueError) as exc:
+                    log.warning(
+                        "could not delete staged file %s of %s: %s",
+                        data_file["path"],
+                        table_uri,
+                        first_line(exc),
+                    )
+        return deleted
