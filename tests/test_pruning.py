@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -153,6 +154,42 @@ def test_ranges_only_through_order_preserving_expressions(
     assert count(spaces["month"], "d < DATE '2025-01-01'") == total["month"]
     assert count(spaces["day"], "d > DATE '2025-01-10'") == total["day"]
     assert count(spaces["bucket-n"], "n > 5") == total["bucket-n"]
+
+
+@pytest.mark.parametrize(
+    ("where", "matches"),
+    [
+        ("n = 0.5", lambda v: False),
+        ("NOT (n = 0.5)", lambda v: True),  # found by test_pruning_is_sound
+        ("n != 2.5", lambda v: True),
+        ("n < 2.5", lambda v: v <= 2),
+        ("n <= 2.5", lambda v: v <= 2),
+        ("n > 2.5", lambda v: v >= 3),
+        ("NOT (n > 2.5)", lambda v: v <= 2),
+        ("n >= -2.5", lambda v: v >= -2),
+        ("2.5 > n", lambda v: v <= 2),
+        ("n BETWEEN 0.5 AND 2.5", lambda v: 1 <= v <= 2),
+        ("n NOT BETWEEN 0.5 AND 2.5", lambda v: v < 1 or v > 2),
+        ("n IN (0.5, 2)", lambda v: v == 2),
+        # like ``n NOT IN (2)``: the pruner keeps the NULL partition (sound, not exact)
+        ("n NOT IN (0.5, 2)", lambda v: v is None or v != 2),  # type: ignore[operator]
+        ("n IN (0.5, 1.5)", lambda v: False),
+        ("n NOT IN (0.5)", lambda v: True),
+    ],
+)
+def test_non_integral_constants_against_an_integer_column(
+    spaces: dict[str, PartitionedNamespace], where: str, matches: Callable[[int | None], bool]
+) -> None:
+    """Pruning is exact for identity partitions: no integer equals 2.5, ``n < 2.5`` keeps
+    the partitions up to 2, and its negation keeps every non-NULL one (truncating the
+    constant to 2 pruned the partition of 2 from ``NOT (n = 2.5)``-like filters)."""
+    ns = spaces["identity-n"]
+    values = {p.object_id: p.values["p_n"] for p in ns.partitions()}
+    keeps_null = where == "n NOT IN (0.5, 2)"
+    expected = {oid for oid, v in values.items() if (v is not None or keeps_null) and matches(v)}
+    assert {p.object_id for p in ns.prune(where)} == expected
+    read = set(ns.to_table(where, columns=["n"]).column("n").to_pylist())
+    assert read == {v for oid, v in values.items() if oid in expected and v is not None}
 
 
 def test_null_handling(spaces: dict[str, PartitionedNamespace]) -> None:

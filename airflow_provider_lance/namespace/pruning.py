@@ -98,21 +98,28 @@ def _translate(node: Any, negate: bool, schema: NamespaceSchema) -> Pred:
     if kind == "InList":
         variant = node.to_variant()
         col = column_name(variant.expr())
-        values = _constants(variant.list(), col, schema) if col else None
+        # A value no row can equal (2.5 against an integer column) matches nothing.
+        values = _constants(variant.list(), col, schema, "exact") if col else None
         if col is None or values is None:
             return True
+        values = tuple(v for v in values if v is not _NO_VALUE)
         # SQL three-valued logic: a NULL in the list never makes a row match.
         non_null = tuple(v for v in values if v.is_valid)
         if variant.negated() != negate:
-            return Leaf(col, "not in", values) if len(non_null) == len(values) else False
+            if len(non_null) != len(values):
+                return False
+            return Leaf(col, "not in", values) if values else Leaf(col, "not null")
         return Leaf(col, "in", non_null) if non_null else False
     if kind == "Between":
         variant = node.to_variant()
         col = column_name(variant.expr())
-        bounds = _constants([variant.low(), variant.high()], col, schema) if col else None
-        if col is None or bounds is None:
+        if col is None:
             return True
-        low, high = bounds
+        bounds = _constants([variant.low()], col, schema, "ceil")
+        upper = _constants([variant.high()], col, schema, "floor")
+        if bounds is None or upper is None:
+            return True
+        low, high = bounds[0], upper[0]
         if variant.negated() != negate:
             return _or((Leaf(col, "<", (low,)), Leaf(col, ">", (high,))))
         return _and((Leaf(col, ">=", (low,)), Leaf(col, "<=", (high,))))
@@ -131,18 +138,29 @@ def _comparison(left: Any, op: str, right: Any, negate: bool, schema: NamespaceS
         col, other, op = column_name(right), left, _FLIP[op]
     if col is None:
         return True
-    values = _constants([other], col, schema)
+    op = _NEGATE[op] if negate else op
+    values = _constants([other], col, schema, "exact")
     if values is None:
         return True
+    if values[0] is _NO_VALUE:
+        # An integer column against a non-integral number: no value equals it, and
+        # ``n < 2.5`` is ``n <= 2``, ``n > 2.5`` is ``n >= 3``.
+        if op in ("=", "!="):
+            return False if op == "=" else Leaf(col, "not null")
+        below = op in ("<", "<=")
+        values = _constants([other], col, schema, "floor" if below else "ceil")
+        return True if values is None else Leaf(col, "<=" if below else ">=", values)
     if not values[0].is_valid:
         return False  # a comparison with NULL is never true, nor is its negation
-    return Leaf(col, _NEGATE[op] if negate else op, values)
+    return Leaf(col, op, values)
 
 
 def _constants(
-    nodes: Sequence[Any], column: str, schema: NamespaceSchema
+    nodes: Sequence[Any], column: str, schema: NamespaceSchema, rounding: str
 ) -> tuple[pa.Scalar, ...] | None:
-    """Evaluate constant operands and cast them to the column's type (None: not constant)."""
+    """Evaluate constant operands and cast them to the column's type (None: not constant,
+    or no sound conversion). A non-integral number against an integer column is rounded
+    as ``rounding`` says (``floor``/``ceil``), or, for ``exact``, becomes ``_NO_VALUE``."""
     target = schema.field(column).type
     out = []
     for node in nodes:
@@ -152,7 +170,7 @@ def _constants(
             value = evaluate_scalar(node)
         except Exception:
             return None
-        cast = _cast_constant(value, target)
+        cast = _cast_constant(value, target, rounding)
         if cast is None:
             return None
         out.append(cast)
@@ -168,11 +186,16 @@ def _walk(node: Any) -> list[Any]:
     return out
 
 
-def _cast_constant(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | None:
+#: A constant no value of the column can equal (see :func:`_cast_constant`).
+_NO_VALUE = pa.scalar(None, pa.null())
+
+
+def _cast_constant(value: pa.Scalar, target: pa.DataType, rounding: str) -> pa.Scalar | None:
     """The constant in the column's type, or None when no sound conversion exists.
 
-    A non-integral number compared with an integer column is truncated toward zero, which
-    keeps every projected (non-strict) range sound; anything lossy beyond that is given up.
+    A non-integral number against an integer column is rounded down (``floor``) or up
+    (``ceil``) as the comparison needs, or is :data:`_NO_VALUE` (``exact``: no integer
+    equals it); anything else lossy is given up.
     """
     if not value.is_valid:
         return pa.scalar(None, target)
@@ -181,12 +204,14 @@ def _cast_constant(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | None:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
     py = value.as_py()
-    if pa.types.is_integer(target) and isinstance(py, float) and math.isfinite(py):
-        try:
-            return pc.cast(pa.scalar(math.trunc(py)), target, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return None
-    return None
+    if not (pa.types.is_integer(target) and isinstance(py, float) and math.isfinite(py)):
+        return None
+    if rounding == "exact":
+        return _NO_VALUE
+    try:
+        return pc.cast(pa.scalar(math.floor(py) if rounding == "floor" else math.ceil(py)), target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 def _and(parts: Sequence[Pred]) -> Pred:
