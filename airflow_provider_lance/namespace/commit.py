@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -89,15 +90,15 @@ class TransactionContext:
 
 
 def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, StagedPartition]:
-    """All partitions of all stages, their data files and row counts added up."""
+    """All partitions of all stages, their data files and row counts added up (the
+    stages are left as they are: a partition is copied only when a second one joins it)."""
     merged: dict[str, StagedPartition] = {}
+    copied: set[str] = set()
     for stage in stages.values() if isinstance(stages, Mapping) else stages:
         for oid, part in stage.partitions.items():
             into = merged.get(oid)
             if into is None:
-                merged[oid] = replace(
-                    part, values=dict(part.values), fragments=list(part.fragments)
-                )
+                merged[oid] = part
                 continue
             if (part.rewrite, part.base_read_version, part.existed) != (
                 into.rewrite,
@@ -108,6 +109,14 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
                     "stages of one transaction saw different versions of a partition "
                     "(a concurrent commit happened while staging); stage again",
                     [oid],
+                )
+            if oid not in copied:
+                copied.add(oid)
+                into = merged[oid] = replace(
+                    into,
+                    values=dict(into.values),
+                    fragments=list(into.fragments),
+                    superseded=list(into.superseded),
                 )
             # A second copy of the published rows (each rewriting stage made one) is never
             # committed: the rows would be there twice.
@@ -211,6 +220,31 @@ def staged_source(ctx: TransactionContext, state: NamespaceState, txn_id: str) -
 Sealed = tuple[NamespaceState, Mapping[str, Mapping[str, Any]], int]
 
 
+class Background:
+    """One call run in its own thread (I/O that overlaps other work); :meth:`result` waits
+    and re-raises its error. A plain thread, not a pool: safe in forked Spark workers."""
+
+    def __init__(self, call: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                call()
+            except BaseException as exc:  # handed to result()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="lance-namespace-io", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def backoff(attempt: int) -> None:
     time.sleep(min(0.02 * 2 ** min(attempt, 6), 1.0) * (0.5 + random.random()))
 
@@ -224,6 +258,9 @@ class Committer:
         self.store = ctx.store
         self.options = options or CommitOptions()
         self.token = new_token()
+        #: The plan of the last seal attempt, reused while the stages are the same.
+        self._planned: Plan | None = None
+        self._saved_plans: set[str] = set()
 
     # -- entry -----------------------------------------------------------------------------
     def commit(self, txn_id: str) -> CommitResult:
@@ -309,6 +346,54 @@ class Committer:
             if record is None:  # the row has not been read yet: it decides first
                 return None
             raise
+        # The plan is for whoever else may need it: a committer taking over, a stager
+        # checking whether it got in (nobody else knows an anonymous transaction). It is
+        # written while the rows are read and the claims worked out, and must be durable
+        # before the swap that names it.
+        plan_id = None if txn.anonymous else plan.plan_id
+        saving = None if plan_id is None or not plan.partitions else self._save_plan(txn, plan)
+        try:
+            prepared = self._prepare(state, record, txn, header, plan, sources, deadline, attempt)
+            if not isinstance(prepared, tuple):
+                return prepared
+            record, claims = prepared
+            if saving is not None:
+                saving.result()
+            try:
+                sealed, version = seal(
+                    self.manifest,
+                    state,
+                    record,
+                    token=self.token,
+                    plan=plan_id,
+                    claims=claims,
+                    sources=sources,
+                )
+            except CommitConflict:
+                backoff(attempt)
+                return None
+        finally:
+            if saving is not None:
+                saving.join()
+        failpoint("commit.after_claim")
+        # Only this transaction changes rows it holds claims on: they stay as written.
+        claimed = {r[OBJECT_ID]: r for r in claims if r[OBJECT_ID] in plan.partitions}
+        return sealed, plan, claimed, version
+
+    def _prepare(
+        self,
+        state: NamespaceState,
+        record: TxnRecord | None,
+        txn: TxnRecord,
+        header: TransactionHeader,
+        plan: Plan,
+        sources: list[TxnRecord],
+        deadline: float,
+        attempt: int,
+    ) -> tuple[TxnRecord, list[dict[str, Any]]] | CommitResult | None:
+        """The record to seal and its claims, as of ``state``; None: look again (after a
+        backoff when others hold the partitions); a result: nothing was staged and the
+        empty publish is done."""
         stored, current = record_and_rows(state, header.txn_id, plan.partitions)
         if record is None:
             found = current_of(header.txn_id, stored, only(header))
@@ -331,28 +416,18 @@ class Committer:
         if claims is None:
             backoff(attempt)
             return None
-        # The plan is for whoever else may need it: a committer taking over, a stager
-        # checking whether it got in. Nobody else knows an anonymous transaction.
-        plan_id = None if record.anonymous else plan.plan_id
-        if plan_id is not None:
-            self.store.save_plan(record.txn_id, record.incarnation, plan_id, plan.to_json())
-        try:
-            sealed, version = seal(
-                self.manifest,
-                state,
-                record,
-                token=self.token,
-                plan=plan_id,
-                claims=claims,
-                sources=sources,
-            )
-        except CommitConflict:
-            backoff(attempt)
+        return record, claims
+
+    def _save_plan(self, record: TxnRecord, plan: Plan) -> Background | None:
+        """Write ``plan`` in the background, unless this committer wrote it already."""
+        if plan.plan_id in self._saved_plans:
             return None
-        failpoint("commit.after_claim")
-        # Only this transaction changes rows it holds claims on: they stay as written.
-        claimed = {r[OBJECT_ID]: r for r in claims if r[OBJECT_ID] in plan.partitions}
-        return sealed, plan, claimed, version
+
+        def save() -> None:
+            self.store.save_plan(record.txn_id, record.incarnation, plan.plan_id, plan.to_json())
+            self._saved_plans.add(plan.plan_id)
+
+        return Background(save)
 
     def _sources(self, state: NamespaceState, header: TransactionHeader) -> list[TxnRecord]:
         return [staged_source(self.ctx, state, source) for source in header.sources]
@@ -361,18 +436,22 @@ class Committer:
         """The stages recorded now (read after the state, so none recorded before a
         stager's epoch bump is missed) and their merged partitions."""
         refs: list[tuple[str, int, str, str]] = []
-        stages: list[Stage] = []
+        raws: list[Mapping[str, Any]] = []
         for txn in (record, *sources):
             for stage_id, raw in self.store.stages(txn.txn_id, txn.incarnation).items():
                 refs.append((txn.txn_id, txn.incarnation, stage_id, stage_digest(raw)))
-                stages.append(Stage.from_json(raw))
-        return Plan(
+                raws.append(raw)
+        last = self._planned
+        if last is not None and last.stages == tuple(refs) and last.mode == header.mode:
+            return last  # the same stages as the last attempt: the same plan (and its file)
+        self._planned = Plan(
             new_token()[:16],
             header.mode,
             header.spec_version,
             tuple(refs),
-            merge_stages(stages),
+            merge_stages([Stage.from_json(raw) for raw in raws]),
         )
+        return self._planned
 
     def _claims(
         self,

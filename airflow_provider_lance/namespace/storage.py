@@ -179,17 +179,19 @@ class Storage:
 
     def put_json(self, path: str, obj: Any, *, indent: int | None = None) -> None:
         """Write ``obj`` as the JSON document at ``path`` (relative to the root), whole."""
+        # dumps, not dump: only the one-shot encoder is the C one (5-10x faster for a
+        # commit plan of thousands of partitions).
+        text = json.dumps(
+            obj,
+            indent=indent,
+            separators=None if indent else (",", ":"),
+            sort_keys=indent is not None,
+            default=str,
+        )
         fd, local = tempfile.mkstemp(suffix=".json")
         try:
             with os.fdopen(fd, "w") as out:
-                json.dump(
-                    obj,
-                    out,
-                    indent=indent,
-                    separators=None if indent else (",", ":"),
-                    sort_keys=indent is not None,
-                    default=str,
-                )
+                out.write(text)
             with self.failures("write", self.uri(path)):
                 self._session().upload_file(local, path)
         finally:
