@@ -91,7 +91,7 @@ def get_provider_info() -> dict[str, Any]:
                         "login": "AKIA... (S3) or the storage account (Azure)",
                         "password": "the secret (never shown in logs)",
                         "root": "s3://bucket/warehouse or /data/lance",
-                        "storage_options": '{"aws_region": "eu-west-1"}',
+                        "secret_storage_options": '{"aws_secret_access_key": "..."}',
                         "endpoint": "http://minio:9000",
                         "region": "us-east-1",
                     },
@@ -102,10 +102,12 @@ def get_provider_info() -> dict[str, Any]:
                         "Base URI of the namespaces (s3://, gs://, az://, file:// or a path); "
                         "operators name namespaces relative to it.",
                     ),
-                    "storage_options": _string(
+                    # Named "secret...": Airflow redacts it whole in the REST API and UI.
+                    "secret_storage_options": _string(
                         "Storage options (JSON)",
-                        "Lance storage options as a JSON object; secret-looking keys are "
-                        "masked in logs.",
+                        "Lance storage options as a JSON object, credentials included; "
+                        "masked here, redacted by the API, masked in task logs.",
+                        format="password",
                     ),
                     "endpoint": _string(
                         "Endpoint",

@@ -6,16 +6,21 @@ tasks) and the trigger (async, in the triggerer). The connection holds:
 * ``root`` (extra, or the ``host`` field): the base URI, e.g. ``s3://lake/warehouse`` or
   ``/data/lance``. Operators name a namespace relative to it (``events`` ->
   ``s3://lake/warehouse/events``) or give a full URI of their own.
-* ``storage_options`` (extra): a JSON object (or its text) of Lance storage options.
+* ``secret_storage_options`` (extra; "Storage options" in the connection form): a JSON
+  object (or its text) of Lance storage options. Its name marks it sensitive for Airflow:
+  the form masks it and the REST API and UI redact it whole, whatever it holds.
+* ``storage_options`` (extra): the same for options that are not secret (region, timeouts);
+  an object value is redacted by Airflow key by key (``aws_secret_access_key``...), a JSON
+  text value is not, so secrets belong in ``secret_storage_options``.
 * convenience fields ``endpoint``, ``region``, ``allow_http``, ``session_token`` and the
   connection ``login``/``password``, mapped to the store's option names (for ``s3://``:
   ``aws_endpoint``, ``aws_region``, ``aws_access_key_id``, ``aws_secret_access_key``...).
 * any top-level extra named like a storage option (``aws_*``, ``google_*``, ``azure_*``).
 
-Explicit ``storage_options`` entries win over the convenience fields. Every value whose key
-looks secret is returned by :meth:`LanceConnectionConfig.secrets` so the caller can hand it
-to Airflow's secret masker: a secret nested in the ``storage_options`` JSON text is invisible
-to Airflow's own key-name based masking.
+Explicit storage options win over the convenience fields (``secret_storage_options`` over
+``storage_options``). Every value whose key looks secret is returned by
+:meth:`LanceConnectionConfig.secrets` so the caller can hand it to Airflow's secret masker:
+a secret nested in a JSON text is invisible to Airflow's own key-name based masking.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ CONN_TYPE = "lance"
 #: Extras that are ours; everything else is either a storage option or rejected.
 FIELD_ROOT = "root"
 FIELD_STORAGE_OPTIONS = "storage_options"
+#: Sensitive by name for Airflow's secrets masker ("secret"): redacted whole in the REST API.
+FIELD_SECRET_STORAGE_OPTIONS = "secret_storage_options"
 CONVENIENCE_FIELDS = ("endpoint", "region", "allow_http", "session_token")
 _OPTION_PREFIXES = ("aws_", "google_", "azure_", "gcs_", "s3_")
 _GENERIC_OPTIONS = frozenset(
@@ -103,7 +110,7 @@ def _convenience_options(
     return out
 
 
-def _parse_storage_options(raw: Any) -> dict[str, str]:
+def _parse_storage_options(raw: Any, name: str = FIELD_STORAGE_OPTIONS) -> dict[str, str]:
     if raw in (None, ""):
         return {}
     if isinstance(raw, str):
@@ -111,11 +118,11 @@ def _parse_storage_options(raw: Any) -> dict[str, str]:
             raw = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise LanceConnectionError(
-                f"the 'storage_options' extra is not valid JSON ({exc.msg} at char {exc.pos})"
+                f"the {name!r} extra is not valid JSON ({exc.msg} at char {exc.pos})"
             ) from None
     if not isinstance(raw, Mapping):
         raise LanceConnectionError(
-            f"the 'storage_options' extra must be a JSON object, got {type(raw).__name__}"
+            f"the {name!r} extra must be a JSON object, got {type(raw).__name__}"
         )
     return {str(k): _as_text(v) for k, v in raw.items() if v is not None}
 
@@ -156,8 +163,8 @@ class LanceConnectionConfig:
                 lowered.startswith(_OPTION_PREFIXES) or lowered in _GENERIC_OPTIONS
             ):
                 options[key] = _as_text(value)
-        explicit = _parse_storage_options(extras.get(FIELD_STORAGE_OPTIONS))
-        options.update(explicit)
+        for name in (FIELD_STORAGE_OPTIONS, FIELD_SECRET_STORAGE_OPTIONS):
+            options.update(_parse_storage_options(extras.get(name), name))
         return cls(root=root, storage_options=options)
 
     def secrets(self) -> list[tuple[str, str]]:

@@ -184,3 +184,38 @@ def test_undefined_default_connection_falls_back_to_a_local_directory(
 
     with pytest.raises(AirflowNotFoundException):
         _ = LancePartitionedHook("no_such_connection").config
+
+
+def test_the_forms_storage_options_are_redacted_whole_by_the_rest_api() -> None:
+    """What ``GET /api/v2/connections/{id}`` returns (Airflow's own response model):
+    the form's ``secret_storage_options`` is redacted whatever its JSON text holds, even
+    under option names Airflow does not know as secret; the hook still reads it, and it
+    wins over ``storage_options``."""
+    from airflow.api_fastapi.core_api.datamodels.connections import ConnectionResponse
+    from airflow.models.connection import Connection
+
+    secret = "account-key-only-in-text-41c9"
+    extra = {
+        "root": "az://container/wh",
+        "storage_options": json.dumps({"azure_storage_account_name": "lake", "timeout": "9s"}),
+        "secret_storage_options": json.dumps(
+            {"azure_storage_account_key": secret, "timeout": "30s"}
+        ),
+    }
+    conn = Connection(conn_id="lance_form", conn_type="lance", extra=json.dumps(extra))
+    shown = ConnectionResponse.model_validate(conn).model_dump(by_alias=True)
+    assert secret not in json.dumps(shown)
+    assert json.loads(shown["extra"])["secret_storage_options"] == "***"
+    assert json.loads(shown["extra"])["root"] == "az://container/wh"  # the rest stays readable
+    config = LanceConnectionConfig.from_fields(extras=conn.extra_dejson)
+    assert config.storage_options == {
+        "azure_storage_account_name": "lake",
+        "azure_storage_account_key": secret,
+        "timeout": "30s",
+    }
+    assert ("azure_storage_account_key", secret) in config.secrets()
+
+
+def test_bad_secret_storage_options_name_the_field() -> None:
+    with pytest.raises(LanceConnectionError, match="'secret_storage_options' extra is not valid"):
+        LanceConnectionConfig.from_fields(extras={"root": "/x", "secret_storage_options": "{"})

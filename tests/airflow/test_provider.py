@@ -59,8 +59,11 @@ def test_providers_manager_registers_hook_and_asset_handler() -> None:
     assert "airflow-provider-lance" in pm.providers
     assert "host" in pm.field_behaviours["lance"]["hidden_fields"]
     widgets = pm.connection_form_widgets
-    assert {"extra__lance__root", "extra__lance__storage_options"} <= set(widgets)
+    assert {"extra__lance__root", "extra__lance__secret_storage_options"} <= set(widgets)
     assert widgets["extra__lance__session_token"].is_sensitive
+    # the form's storage options hold credentials: a password input
+    assert widgets["extra__lance__secret_storage_options"].is_sensitive
+    assert not widgets["extra__lance__root"].is_sensitive
     runtime = ProvidersManagerTaskRuntime()
     hook = runtime.hooks["lance"]
     assert hook is not None
