@@ -139,7 +139,7 @@ def run_demo(directory: Path) -> int:
     pruned = ns.prune(where)
     print(f"== prune: {where}\n   {len(pruned)} of {len(ns.partitions())} partitions to scan:")
     _print_partitions(ns, pruned)
-    table = ns.to_table(where, columns=["event_date", "amount"])
+    table = ns.to_table(filter=where, columns=["event_date", "amount"])
     grouped = table.group_by("event_date").aggregate([("amount", "sum"), ("amount", "count")])
     print("== revenue from DE per day (read from one manifest version):")
     for row in grouped.sort_by("event_date").to_pylist():

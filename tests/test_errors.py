@@ -74,8 +74,8 @@ def unchanged(
             events(3).set_column(0, "id", pa.array([1.5, 2.0, 3.0])),
             "column 'id'.*cannot be written",
         ),
-        ({"id": [1]}, "needs a pyarrow Table"),
-        ("not data", "needs a pyarrow Table"),
+        ({"id": [1]}, "needs Arrow data"),
+        ("not data", "needs Arrow data"),
         ([1, 2], "expected pyarrow Tables"),
     ],
     ids=[
@@ -130,7 +130,7 @@ def test_bad_data_in_a_later_batch_publishes_nothing(
 def test_bad_filters(
     populated: PartitionedNamespace, root: Path, filter: str, error: type, match: str
 ) -> None:
-    unchanged(populated, root, lambda: populated.to_table(filter), error, match)
+    unchanged(populated, root, lambda: populated.to_table(filter=filter), error, match)
     unchanged(populated, root, lambda: populated.prune(filter), error, match)
 
 

@@ -88,7 +88,8 @@ def test_new_spec_adds_manifest_columns_and_new_data_goes_there(
         if r["event_date"] == dt.date(2025, 12, 10) and r["country"] == "US"
     ]
     assert (
-        sort_rows(daily.to_table("event_date = DATE '2025-12-10' AND country = 'US'")) == expected
+        sort_rows(daily.to_table(filter="event_date = DATE '2025-12-10' AND country = 'US'"))
+        == expected
     )
 
 
@@ -166,7 +167,7 @@ def test_rename_keeps_the_id_and_old_data(daily: PartitionedNamespace) -> None:
     assert ids(daily)["day"] == before["event_date"]
     assert daily.partition_spec()[0].source == "day"
     daily.write(events(2, days=2, first_id=20).rename_columns(["id", "day", "nation", "amount"]))
-    table = daily.to_table("day = DATE '2025-12-10'")
+    table = daily.to_table(filter="day = DATE '2025-12-10'")
     assert sorted(table.column("id").to_pylist()) == [0, 2, 4, 20]
     assert table.column_names == ["id", "day", "nation", "amount"]
     assert len(daily.prune("day = DATE '2025-12-10'")) == 1

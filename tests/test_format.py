@@ -136,7 +136,7 @@ def test_null_partition_values_are_a_partition(daily: PartitionedNamespace) -> N
     by_value = {p.values["event_date"]: p for p in daily.partitions()}
     assert set(by_value) == {None, dt.date(2025, 1, 1)}
     assert len(daily.prune("event_date IS NULL")) == 1
-    assert sort_rows(daily.to_table("event_date IS NULL")) == sort_rows(
+    assert sort_rows(daily.to_table(filter="event_date IS NULL")) == sort_rows(
         data.filter(pa.compute.is_null(data["event_date"]))
     )
 
@@ -161,7 +161,7 @@ def test_values_with_special_characters_are_just_data(make_ns, root: Path) -> No
         escaped = value.replace("'", "''")
         [p] = ns.prune(f"country = '{escaped}'")
         assert p.values["country"] == value
-        assert ns.to_table(f"country = '{escaped}'").column("country").to_pylist() == [value]
+        assert ns.to_table(filter=f"country = '{escaped}'").column("country").to_pylist() == [value]
 
 
 def test_partition_names_are_stable_for_equal_values(tmp_path: Path) -> None:

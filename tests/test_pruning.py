@@ -85,7 +85,7 @@ def check_filter(ns: PartitionedNamespace, data: pa.Table, where: str) -> None:
     for partition in ns.partitions():
         if (partition.spec_version, tuple(partition.values.values())) in reachable:
             assert partition.object_id in pruned, (where, partition.values)
-    assert rows(ns.to_table(where)) == rows(expected), where
+    assert rows(ns.to_table(filter=where)) == rows(expected), where
 
 
 # -- unit cases ----------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_non_integral_constants_against_an_integer_column(
     keeps_null = where == "n NOT IN (0.5, 2)"
     expected = {oid for oid, v in values.items() if (v is not None or keeps_null) and matches(v)}
     assert {p.object_id for p in ns.prune(where)} == expected
-    read = set(ns.to_table(where, columns=["n"]).column("n").to_pylist())
+    read = set(ns.to_table(filter=where, columns=["n"]).column("n").to_pylist())
     assert read == {v for oid, v in values.items() if oid in expected and v is not None}
 
 

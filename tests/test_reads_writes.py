@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -28,7 +29,7 @@ def test_append_round_trip(daily: PartitionedNamespace) -> None:
     assert not any(p.created for p in second.partitions)
     assert sort_rows(daily.to_table()) == sort_rows(pa.concat_tables([data, more]))
     assert daily.count_rows() == 39
-    assert daily.count_rows("amount > 10") == len(
+    assert daily.count_rows(filter="amount > 10") == len(
         [r for r in sort_rows(daily.to_table()) if r["amount"] > 10]
     )
 
@@ -95,19 +96,21 @@ def test_unpublished_leaf_versions_are_invisible(daily: PartitionedNamespace) ->
 def test_projection_and_filter(daily: PartitionedNamespace) -> None:
     data = events(40)
     daily.write(data)
-    got = daily.to_table("country = 'US' AND amount >= 15", columns=["id", "amount"])
+    got = daily.to_table(filter="country = 'US' AND amount >= 15", columns=["id", "amount"])
     assert got.column_names == ["id", "amount"]
     mask = pc.and_(pc.equal(data["country"], "US"), pc.greater_equal(data["amount"], 15))
     assert sorted(got.column("id").to_pylist()) == sorted(
         data.filter(mask).column("id").to_pylist()
     )
     # columns used only by the filter are not returned; an empty projection counts rows
-    assert daily.to_table("event_date = DATE '2025-12-10'", columns=["country"]).num_rows == 14
+    assert (
+        daily.to_table(filter="event_date = DATE '2025-12-10'", columns=["country"]).num_rows == 14
+    )
 
 
 def test_streaming_reader(daily: PartitionedNamespace) -> None:
     daily.write(events(3000, days=2))
-    reader = daily.to_reader("amount < 100", batch_size=256)
+    reader = daily.to_reader(filter="amount < 100", batch_size=256)
     assert isinstance(reader, pa.RecordBatchReader)
     batches = list(reader)
     assert len(batches) > 1
@@ -115,21 +118,54 @@ def test_streaming_reader(daily: PartitionedNamespace) -> None:
     assert sum(b.num_rows for b in batches) == 67
 
 
+class _CapsuleOnly:
+    """An Arrow producer that is not pyarrow: only the PyCapsule protocol (as polars,
+    DuckDB or nanoarrow objects offer it)."""
+
+    def __init__(self, data: pa.Table | pa.RecordBatch, protocol: str) -> None:
+        self._data, self._protocol = data, protocol
+
+    def __getattr__(self, name: str) -> Any:
+        if name == self._protocol:
+            return getattr(self._data, name)
+        raise AttributeError(name)
+
+
 @pytest.mark.parametrize(
     "shape",
-    ["table", "batch", "reader", "list_of_batches", "list_of_tables"],
+    [
+        "table",
+        "batch",
+        "reader",
+        "list_of_batches",
+        "list_of_tables",
+        "c_stream",
+        "c_array",
+    ],
 )
 def test_write_accepts_arrow_shapes(daily: PartitionedNamespace, shape: str) -> None:
     data = events(10)
+    batch = data.combine_chunks().to_batches()[0]
     payload = {
         "table": data,
-        "batch": data.combine_chunks().to_batches()[0],
+        "batch": batch,
         "reader": pa.RecordBatchReader.from_batches(data.schema, data.to_batches(max_chunksize=3)),
         "list_of_batches": data.to_batches(max_chunksize=4),
         "list_of_tables": [data.slice(0, 5), data.slice(5)],
+        "c_stream": _CapsuleOnly(data, "__arrow_c_stream__"),
+        "c_array": _CapsuleOnly(batch, "__arrow_c_array__"),
     }[shape]
     daily.write(payload)
     assert sort_rows(daily.to_table()) == sort_rows(data)
+
+
+def test_read_arguments_are_keyword_only_in_pylance_order(daily: PartitionedNamespace) -> None:
+    daily.write(events(10))
+    with pytest.raises(TypeError):
+        daily.to_table("amount > 10")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        daily.count_rows("amount > 10")  # type: ignore[misc]
+    assert daily.to_table(columns=["id"], filter="amount > 10").column_names == ["id"]
 
 
 def test_input_conformance(daily: PartitionedNamespace) -> None:
@@ -161,4 +197,4 @@ def test_bucket_and_multi_level_round_trip(make_ns, root: Path) -> None:
     assert sort_rows(ns.to_table()) == sort_rows(data)
     assert len(ns.prune("id = 42")) == 4  # one bucket, every country
     assert len(ns.prune("id = 42 AND country = 'DE'")) == 1
-    assert ns.to_table("id = 42").column("id").to_pylist() == [42]
+    assert ns.to_table(filter="id = 42").column("id").to_pylist() == [42]

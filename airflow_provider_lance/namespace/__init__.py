@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         Transaction,
         TransactionInfo,
     )
+    from .types import ArrowData, WriteMode
 
 #: Where each public name lives: imported on first use, so that importing a light
 #: module of the core (errors, naming) or an Airflow DAG file that names an operator
@@ -77,10 +78,13 @@ _EXPORTS = {
     "Stage": "staging",
     "Transaction": "transactions",
     "TransactionInfo": "transactions",
+    "ArrowData": "types",
+    "WriteMode": "types",
 }
 
 
 __all__ = [
+    "ArrowData",
     "CommitConflict",
     "CommitResult",
     "DataValidationError",
@@ -106,6 +110,7 @@ __all__ = [
     "TransactionClosed",
     "TransactionInfo",
     "TxnState",
+    "WriteMode",
     "hash_array",
     "is_retryable",
 ]

@@ -40,6 +40,7 @@ from .staging import Stage, StagedPartition
 from .storage import Storage
 from .transactions import Transaction, TransactionInfo
 from .txnstore import TransactionStore
+from .types import ArrowData, WriteMode
 
 log = logging.getLogger(__name__)
 
@@ -363,9 +364,9 @@ class PartitionedNamespace:
     # -- reads -------------------------------------------------------------------------------
     def to_batches(
         self,
-        filter: str | None = None,
-        columns: Sequence[str] | None = None,
         *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
         version: int | None = None,
         batch_size: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
@@ -386,45 +387,60 @@ class PartitionedNamespace:
         )
 
     def to_reader(
-        self, filter: str | None = None, columns: Sequence[str] | None = None, **kwargs: Any
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        version: int | None = None,
+        batch_size: int | None = None,
     ) -> pa.RecordBatchReader:
         """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected).
 
         The schema, specs, partitions and read_versions all come from one manifest version.
         """
-        state = self.state(kwargs.pop("version", None))
+        state = self.state(version)
         failpoint("read.resolved")
         schema = state.schema.project(columns)
-        batches = self.to_batches(filter, columns, version=state.version, **kwargs)
+        batches = self.to_batches(
+            columns=columns, filter=filter, version=state.version, batch_size=batch_size
+        )
         return pa.RecordBatchReader.from_batches(schema, batches)
 
     def to_table(
         self,
-        filter: str | None = None,
-        columns: Sequence[str] | None = None,
         *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
         version: int | None = None,
     ) -> pa.Table:
-        """All rows matching ``filter``, in the namespace schema (optionally projected)."""
-        reader = self.to_reader(filter, columns, version=version)
+        """All rows matching ``filter``, in the namespace schema (optionally projected).
+
+        Keyword arguments in pylance's order (``columns``, ``filter``); ``version`` reads
+        an older ``__manifest`` version."""
+        reader = self.to_reader(columns=columns, filter=filter, version=version)
         return reader.read_all()
 
     def count_rows_of(self, partition: Partition) -> int:
         """Rows of one partition at its published ``read_version``."""
         return int(open_leaf(self._storage, partition).count_rows())
 
-    def count_rows(self, filter: str | None = None, *, version: int | None = None) -> int:
+    def count_rows(self, *, filter: str | None = None, version: int | None = None) -> int:
         """The number of rows matching ``filter`` (without a filter: from table metadata)."""
         state = self.state(version)
         if filter is None:
             return sum(open_leaf(self._storage, p).count_rows() for p in state.partitions())
         residual = parse_filter(filter, state.schema)[0]
         columns = filter_columns(residual)
-        return sum(b.num_rows for b in self.to_batches(filter, columns, version=state.version))
+        batches = self.to_batches(columns=columns, filter=filter, version=state.version)
+        return sum(b.num_rows for b in batches)
 
     # -- writes and transactions -----------------------------------------------------------
-    def write(self, data: Any, mode: str = "append", *, txn_id: str | None = None) -> CommitResult:
-        """Write rows; ``overwrite`` replaces exactly the partitions the data touches.
+    def write(
+        self, data: ArrowData, mode: WriteMode = "append", *, txn_id: str | None = None
+    ) -> CommitResult:
+        """Write rows; ``overwrite`` is a dynamic partition overwrite: it replaces exactly the
+        partitions the data touches. ``data`` is anything Arrow-exportable (pyarrow, polars,
+        DuckDB, pandas through pyarrow) or an iterable of pyarrow tables or batches.
 
         One transaction: stage, then publish every touched partition (and those it creates)
         in one ``__manifest`` commit, so readers see the whole write or nothing of it. A
@@ -468,7 +484,7 @@ class PartitionedNamespace:
         return TransactionContext(self._manifest, self._store, self.state, self._storage)
 
     def begin(
-        self, mode: str = "append", txn_id: str | None = None, *, anonymous: bool = False
+        self, mode: WriteMode = "append", txn_id: str | None = None, *, anonymous: bool = False
     ) -> Transaction:
         """Start a transaction (or resume the one with this id: retries reuse it).
 
@@ -480,7 +496,7 @@ class PartitionedNamespace:
         """
         return self._begin(mode, txn_id, anonymous=anonymous)
 
-    def _begin(self, mode: str, txn_id: str | None, *, anonymous: bool) -> Transaction:
+    def _begin(self, mode: WriteMode, txn_id: str | None, *, anonymous: bool) -> Transaction:
         self._manifest.ensure_claim_column()
         ctx = self._txn
         return Transaction(transactions.begin(ctx, mode, txn_id, anonymous=anonymous), ctx)

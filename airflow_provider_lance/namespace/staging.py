@@ -26,6 +26,7 @@ from .naming import leaf_directory
 from .scan import open_leaf
 from .splitting import split
 from .storage import Storage
+from .types import ArrowData
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +120,9 @@ class Stage:
         return stage
 
 
-def as_tables(data: Any) -> Iterator[pa.Table]:
-    """Accept a Table, RecordBatch, RecordBatchReader, or an iterable of batches/tables."""
+def as_tables(data: ArrowData) -> Iterator[pa.Table]:
+    """Tables of any Arrow-exportable data (PyCapsule stream or array), or of an iterable
+    of pyarrow tables or batches, one chunk at a time."""
     if isinstance(data, pa.Table):
         yield data
     elif isinstance(data, pa.RecordBatch):
@@ -130,6 +132,14 @@ def as_tables(data: Any) -> Iterator[pa.Table]:
             yield pa.Table.from_batches([batch])
     elif hasattr(data, "__arrow_c_stream__") and not isinstance(data, (str, bytes)):
         yield from as_tables(pa.RecordBatchReader.from_stream(data))
+    elif hasattr(data, "__arrow_c_array__"):
+        try:
+            batch = pa.record_batch(data)
+        except (TypeError, ValueError, pa.ArrowInvalid) as exc:
+            raise DataValidationError(
+                f"write() got an Arrow array that is not a table of columns: {exc}"
+            ) from exc
+        yield pa.Table.from_batches([batch])
     elif isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
         for item in data:
             if not isinstance(item, (pa.Table, pa.RecordBatch)):
@@ -140,8 +150,9 @@ def as_tables(data: Any) -> Iterator[pa.Table]:
             yield item if isinstance(item, pa.Table) else pa.Table.from_batches([item])
     else:
         raise DataValidationError(
-            f"write() needs a pyarrow Table, RecordBatch, RecordBatchReader or an iterable of "
-            f"batches, got {type(data).__name__}"
+            "write() needs Arrow data (anything with __arrow_c_stream__ or __arrow_c_array__: "
+            "pyarrow, polars, DuckDB, pandas through pyarrow) or an iterable of pyarrow "
+            f"tables or batches, got {type(data).__name__}"
         )
 
 

@@ -69,10 +69,10 @@ from .manifest import CLAIM, READ_VERSION
 from .results import CommitResult
 from .staging import FLUSH_BYTES, Stage, Stager
 from .txnstore import TransactionHeader, TransactionStore, check_txn_id
+from .types import MODES, ArrowData, WriteMode
 
 log = logging.getLogger(__name__)
 
-MODES = ("append", "overwrite")
 #: Default lease: a transaction idle for longer is considered abandoned by ``recover``.
 DEFAULT_LEASE_SECONDS = 6 * 3600.0
 #: How long abort and record keep retrying compare-and-swaps lost to unrelated commits.
@@ -144,7 +144,7 @@ class Transaction:
 
     def stage(
         self,
-        data: Any,
+        data: ArrowData,
         stage_id: str | None = None,
         *,
         record: bool = True,
@@ -337,7 +337,7 @@ class Transaction:
 
 
 def begin(
-    ctx: TransactionContext, mode: str, txn_id: str | None, *, anonymous: bool = False
+    ctx: TransactionContext, mode: WriteMode, txn_id: str | None, *, anonymous: bool = False
 ) -> TransactionHeader:
     """Create a transaction record, or return the live incarnation with that id.
 

@@ -176,7 +176,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
 
     # -- checks --------------------------------------------------------------------------
     def _check_arguments(self) -> None:
-        from airflow_provider_lance.namespace.transactions import MODES
+        from airflow_provider_lance.namespace.types import MODES
 
         if self.mode not in MODES:
             raise AirflowFailException(f"mode must be one of {MODES}, got {self.mode!r}")

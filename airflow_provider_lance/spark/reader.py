@@ -40,10 +40,10 @@ PLANNING_THREADS = 16
 def read_partitioned(
     spark: SparkSession,
     uri: str,
-    filter: str | None = None,
-    columns: Sequence[str] | None = None,
-    storage_options: Mapping[str, str] | None = None,
     *,
+    columns: Sequence[str] | None = None,
+    filter: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
     version: int | None = None,
 ) -> DataFrame:
     """The rows of the namespace at ``uri`` matching ``filter`` as a Spark DataFrame.

@@ -15,7 +15,7 @@
    driver records exactly those stages: failed and speculative attempts never add rows
    (files of attempts killed outright are never referenced; ``maintain`` reclaims them).
    Then it publishes everything in one atomic ``__manifest`` commit, or leaves it staged
-   (``commit=False``) for a separate commit.
+   (:func:`stage_partitioned`) for a separate commit.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import re
 import resource
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -49,6 +49,7 @@ from airflow_provider_lance.namespace.lifecycle import TxnState
 from airflow_provider_lance.namespace.splitting import routing_keys
 from airflow_provider_lance.namespace.staging import FLUSH_BYTES
 from airflow_provider_lance.namespace.txnstore import TransactionStore
+from airflow_provider_lance.namespace.types import WriteMode
 
 from .executor import pinned_state
 from .session import check_pyspark
@@ -104,53 +105,58 @@ class StagedWrite:
         }
 
 
-@overload
 def write_partitioned(
     df: DataFrame,
     uri: str,
-    mode: str = ...,
-    storage_options: Mapping[str, str] | None = ...,
-    commit: Literal[True] = ...,
-    *,
-    txn_id: str | None = ...,
-    distribution: str = ...,
-    flush_bytes: int = ...,
-) -> CommitResult: ...
-
-
-@overload
-def write_partitioned(
-    df: DataFrame,
-    uri: str,
-    mode: str = ...,
-    storage_options: Mapping[str, str] | None = ...,
-    *,
-    commit: Literal[False],
-    txn_id: str | None = ...,
-    distribution: str = ...,
-    flush_bytes: int = ...,
-) -> StagedWrite: ...
-
-
-def write_partitioned(
-    df: DataFrame,
-    uri: str,
-    mode: str = "append",
+    mode: WriteMode = "append",
     storage_options: Mapping[str, str] | None = None,
-    commit: bool = True,
     *,
     txn_id: str | None = None,
     distribution: str = "hash",
     flush_bytes: int = FLUSH_BYTES,
-) -> CommitResult | StagedWrite:
-    """Write ``df`` into the partitioned namespace at ``uri`` (see the module docstring).
+) -> CommitResult:
+    """Write ``df`` into the partitioned namespace at ``uri`` and publish it atomically.
 
-    ``mode="overwrite"`` replaces exactly the partitions the data touches. With
-    ``commit=True`` the write is published atomically and the :class:`CommitResult` is
-    returned; with ``commit=False`` a :class:`StagedWrite` (nothing visible yet). Running
-    again with the same ``txn_id`` (a retried job) replaces the earlier attempt, or returns
-    the published result if that attempt was committed.
+    ``mode="append"`` adds rows; ``mode="overwrite"`` is a *dynamic partition overwrite*
+    (pyiceberg's name for it): exactly the partitions the data touches are replaced, the
+    others stay. Running again with the same ``txn_id`` (a retried job) replaces the
+    earlier attempt's staged data, or returns the published result if that attempt got
+    as far as committing. See :func:`stage_partitioned` to publish later.
     """
+    result = _write(df, uri, mode, storage_options, True, txn_id, distribution, flush_bytes)
+    assert isinstance(result, CommitResult)
+    return result
+
+
+def stage_partitioned(
+    df: DataFrame,
+    uri: str,
+    mode: WriteMode = "append",
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    txn_id: str | None = None,
+    distribution: str = "hash",
+    flush_bytes: int = FLUSH_BYTES,
+) -> StagedWrite:
+    """Stage ``df`` as transaction ``txn_id`` without publishing anything; returns what
+    was staged. ``PartitionedNamespace.commit`` (or ``LanceCommitOperator``) publishes it,
+    alone or together with other staged transactions. Idempotent under ``txn_id`` like
+    :func:`write_partitioned`."""
+    staged = _write(df, uri, mode, storage_options, False, txn_id, distribution, flush_bytes)
+    assert isinstance(staged, StagedWrite)
+    return staged
+
+
+def _write(
+    df: DataFrame,
+    uri: str,
+    mode: WriteMode,
+    storage_options: Mapping[str, str] | None,
+    commit: bool,
+    txn_id: str | None,
+    distribution: str,
+    flush_bytes: int,
+) -> CommitResult | StagedWrite:
     if distribution not in DISTRIBUTIONS:
         raise InvalidArgumentError(f"distribution must be one of {DISTRIBUTIONS}")
     if flush_bytes <= 0:

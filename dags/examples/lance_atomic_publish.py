@@ -88,7 +88,7 @@ with DAG(
         seen: dict[int, int] = {}
         for version in range(max(1, final - 6), ns.version + 1):
             try:
-                seen[version] = ns.count_rows(f"batch_id = '{batch}'", version=version)
+                seen[version] = ns.count_rows(filter=f"batch_id = '{batch}'", version=version)
             except NamespaceNotFoundError:  # versions written while the namespace was created
                 continue
             if seen[version] not in (0, expected):

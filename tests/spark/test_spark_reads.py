@@ -41,7 +41,7 @@ def spark_rows(df) -> list[dict]:  # type: ignore[no-untyped-def]
 )
 def test_reads_match_the_core(spark: SparkSession, ns: PartitionedNamespace, sql: str) -> None:
     df = read_partitioned(spark, ns.uri, filter=sql)
-    assert sort_rows(pa.Table.from_pylist(spark_rows(df))) == sort_rows(ns.to_table(sql))
+    assert sort_rows(pa.Table.from_pylist(spark_rows(df))) == sort_rows(ns.to_table(filter=sql))
 
 
 def test_tasks_split_by_fragment_and_projection(
@@ -52,7 +52,7 @@ def test_tasks_split_by_fragment_and_projection(
     assert df.columns == ["amount", "id"]
     # one partition (fewer than the 2 task slots) with two fragments: a task per fragment
     assert df.rdd.getNumPartitions() == 2
-    assert len(df.collect()) == ns.count_rows(one) == 130
+    assert len(df.collect()) == ns.count_rows(filter=one) == 130
     # as many partitions as slots: a task per partition
     two = "event_date <= DATE '2025-12-11'"
     assert read_partitioned(spark, ns.uri, filter=two).rdd.getNumPartitions() == 2
@@ -78,7 +78,7 @@ def test_evolved_schema_reads_old_partitions(spark: SparkSession, ns: Partitione
     assert rows
     assert {r["cc"] for r in rows} == {"FR"}
     assert {r["channel"] for r in rows} == {None}
-    assert len(rows) == ns.count_rows("cc = 'FR'")
+    assert len(rows) == ns.count_rows(filter="cc = 'FR'")
 
 
 def test_bad_reads_fail_on_the_driver(spark: SparkSession, ns: PartitionedNamespace) -> None:

@@ -49,7 +49,9 @@ def test_spark_round_trip_on_s3(spark: SparkSession, storage_options: dict[str, 
     df = read_partitioned(
         spark, uri, filter="event_date = DATE '2025-12-11'", storage_options=storage_options
     )
-    assert sort_rows(df.toArrow()) == sort_rows(ns.to_table("event_date = DATE '2025-12-11'"))
+    assert sort_rows(df.toArrow()) == sort_rows(
+        ns.to_table(filter="event_date = DATE '2025-12-11'")
+    )
 
 
 def test_write_job_for_cluster_mode_resolves_secrets_on_the_driver(

@@ -22,7 +22,7 @@ from airflow_provider_lance.namespace import errors as project_errors
 from airflow_provider_lance.namespace.errors import LanceNamespaceError, StorageError, is_retryable
 from airflow_provider_lance.namespace.failpoints import ENV
 from airflow_provider_lance.namespace.scan import open_leaf
-from airflow_provider_lance.spark import StagedWrite, write_partitioned
+from airflow_provider_lance.spark import StagedWrite, stage_partitioned, write_partitioned
 from airflow_provider_lance.spark.writer import _project_error
 from tests.conftest import EVENTS_SCHEMA, events, sort_rows, tree
 from tests.spark.conftest import DRIVER_MEMORY_MB
@@ -64,7 +64,7 @@ def test_overwrite_replaces_exactly_the_touched_partitions(spark: SparkSession, 
     replacement = events(50, start=dt.date(2025, 12, 11), days=1, first_id=10_000)
     result = write_partitioned(spark.createDataFrame(replacement), str(root), mode="overwrite")
     assert [p.values["d"] for p in result.partitions] == [dt.date(2025, 12, 11)]
-    assert ns.count_rows("event_date = DATE '2025-12-11'") == 50
+    assert ns.count_rows(filter="event_date = DATE '2025-12-11'") == 50
     assert ns.count_rows() == 250
 
 
@@ -112,12 +112,12 @@ def test_staged_write_is_invisible_until_committed_and_idempotent(
     ns = create(root)
     ns.write(events(10, days=1))
     df = spark.createDataFrame(events(90, first_id=1000))
-    staged = write_partitioned(df, str(root), commit=False, txn_id="load.1")
+    staged = stage_partitioned(df, str(root), txn_id="load.1")
     assert isinstance(staged, StagedWrite)
     assert (staged.state, staged.rows, len(staged.partitions)) == ("staged", 90, 3)
     assert staged.record_uri.endswith("/_transactions/load.1/1")  # incarnation 1
     assert ns.count_rows() == 10  # nothing visible
-    again = write_partitioned(df, str(root), commit=False, txn_id="load.1")  # a retried job
+    again = stage_partitioned(df, str(root), txn_id="load.1")  # a retried job
     assert again.rows == 90
     assert ns.transaction("load.1").info().rows == 90  # replaced, not added
     result = ns.commit("load.1")
@@ -210,7 +210,7 @@ def test_a_write_larger_than_executor_memory(spark: SparkSession, root: Path) ->
         "CAST(id AS DOUBLE) AS amount",
         "concat(repeat('x', 480), CAST(id AS STRING)) AS payload",
     )
-    staged = write_partitioned(df, str(root), commit=False, flush_bytes=4 * 2**20)
+    staged = stage_partitioned(df, str(root), flush_bytes=4 * 2**20)
     data_bytes = rows * 500
     assert data_bytes > 1.4 * DRIVER_MEMORY_MB * 2**20
     # every Python worker stayed far below the data size (its baseline is ~300 MiB)

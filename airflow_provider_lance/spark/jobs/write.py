@@ -46,7 +46,7 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace.errors import is_retryable
 from airflow_provider_lance.namespace.json_files import write_json
-from airflow_provider_lance.namespace.transactions import MODES
+from airflow_provider_lance.namespace.types import MODES
 from airflow_provider_lance.spark.jobs import (
     EXIT_BAD_INPUT,
     EXIT_CONFLICT,
@@ -56,7 +56,7 @@ from airflow_provider_lance.spark.jobs import (
     STORAGE_OPTIONS_ENV,
 )
 from airflow_provider_lance.spark.session import get_session
-from airflow_provider_lance.spark.writer import StagedWrite, write_partitioned
+from airflow_provider_lance.spark.writer import StagedWrite, stage_partitioned
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -215,12 +215,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     spark = get_session(f"lance-write {args.txn_id or args.uri}")
     try:
         df = read_source(spark, args)
-        staged = write_partitioned(
+        staged = stage_partitioned(
             df,
             args.uri,
             args.mode,
             storage_options,
-            commit=False,
             txn_id=args.txn_id,
             distribution=args.distribution,
         )
