@@ -75,10 +75,6 @@ class Storage:
         """The URI of a path relative to the root."""
         return child_uri(self.root, relative)
 
-    def at(self, root: str) -> Storage:
-        """The same storage (options) rooted elsewhere, e.g. a job result's directory."""
-        return self if root == self.root else Storage(root, self.options)
-
     # -- Lance tables ------------------------------------------------------------------
     def table(
         self, uri: str, version: int | None = None, *, session: Session | None = None
