@@ -528,12 +528,14 @@ def test_racing_appends_to_one_partition_both_publish(
     done = _publish_interleaved(
         monkeypatch, lambda: other.write(events((2, D(2025, 12, 10), "DE")))
     )
-    ns.write(events((1, D(2025, 12, 10), "US")))  # publishes on a stale base: rebased
+    result = ns.write(events((1, D(2025, 12, 10), "US")))  # its first publish loses: rebased
     assert len(done) == 1
     assert isinstance(done[0], CommitResult)
     assert sorted(ns.to_table().column("id").to_pylist()) == [1, 2]
     [p] = ns.partitions()
-    assert p.read_version == 3  # create, then one leaf commit per writer
+    # The loser committed its leaf again on top of the winner's published version.
+    assert p.read_version == result.partitions[0].read_version
+    assert p.read_version > done[0].partitions[0].read_version
 
 
 def test_racing_creates_of_one_partition_both_publish(
@@ -553,7 +555,8 @@ def test_racing_creates_of_one_partition_both_publish(
     assert [p.created for p in result.partitions] == [False]
     [p] = ns.partitions()
     assert sorted(ns.to_table().column("id").to_pylist()) == [1, 2]
-    assert p.read_version == 2
+    assert p.read_version == result.partitions[0].read_version
+    assert p.read_version > done[0].partitions[0].read_version
     assert leaf_dirs(s3, "race-create") == {p.directory}
 
 

@@ -45,6 +45,8 @@ PARTITION_PROPERTY_PREFIX = "partition."
 SPEC_COLUMN = "__spec_version"
 #: Lookups by scanning before NamespaceState.find builds an id index.
 _SCAN_LOOKUPS = 16
+#: Ids looked up through the object_id index, at most, before the whole table is read.
+_POINT_LOOKUP_IDS = 64
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,8 @@ class NamespaceState:
     specs: dict[int, list[PartitionField]]
     _tables: pa.Table | None = field(default=None, repr=False)
     _lookups: int = field(default=0, repr=False)
+    #: Rows looked up by id (None: absent in this version), full columns.
+    _looked_up: dict[str, dict[str, Any] | None] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, root: str, dataset: lance.LanceDataset) -> NamespaceState:
@@ -158,37 +162,46 @@ class NamespaceState:
         derived ``__spec_version``. Loaded once per manifest version (the prune cache).
         """
         if self._tables is None:
-            wanted = [OBJECT_ID, LOCATION, READ_VERSION, *(f.name for f in self.partition_columns)]
-            missing = set(wanted) - set(self.dataset.schema.names)
-            claims = CLAIM in self.dataset.schema.names
-            if missing:
-                raise ManifestError(
-                    f"{self.root}: the __manifest table lacks columns {sorted(missing)}; it was "
-                    "rewritten by a tool that does not know partitioned namespaces (e.g. "
-                    "pylance's DirectoryNamespace). Run PartitionedNamespace.repair() (or "
-                    "`python -m airflow_provider_lance repair URI`) to restore them."
-                )
-            columns = [*wanted, CLAIM] if claims else wanted
-            rows = self.dataset.to_table(columns=columns, filter=f"{OBJECT_TYPE} = '{TABLE}'")
-            # Only tables under a spec-version namespace belong to the partitioned dataset;
-            # a table some other tool registered elsewhere in the directory is ignored, and
-            # so is a partition a transaction is still creating (claimed, never published).
-            # (Prefix tests, one per spec version: far cheaper than parsing every id.)
-            ids = rows.column(OBJECT_ID)
-            spec = pa.nulls(rows.num_rows, pa.int32())
-            for version in sorted(self.specs):
-                under = pc.starts_with(ids, f"v{version}{SEPARATOR}")
-                spec = pc.if_else(under, pa.scalar(version, pa.int32()), spec)
-            ours = pc.and_(pc.is_valid(spec), pc.ends_with(ids, f"{SEPARATOR}{LEAF_TABLE_NAME}"))
-            if claims:
-                pending = pc.and_(
-                    pc.is_null(rows.column(READ_VERSION)), pc.is_valid(rows.column(CLAIM))
-                )
-                ours = pc.and_(ours, pc.invert(pending))
-                rows = rows.drop_columns([CLAIM])
-            rows, spec = rows.filter(ours), pc.filter(spec, ours)
-            self._tables = rows.append_column(SPEC_COLUMN, spec)
+            self._tables = self._narrow(
+                self.dataset.to_table(columns=self._columns, filter=f"{OBJECT_TYPE} = '{TABLE}'")
+            )
         return self._tables
+
+    @cached_property
+    def _columns(self) -> list[str]:
+        wanted = [OBJECT_ID, LOCATION, READ_VERSION, *(f.name for f in self.partition_columns)]
+        missing = set(wanted) - set(self.dataset.schema.names)
+        if missing:
+            raise ManifestError(
+                f"{self.root}: the __manifest table lacks columns {sorted(missing)}; it was "
+                "rewritten by a tool that does not know partitioned namespaces (e.g. "
+                "pylance's DirectoryNamespace). Run PartitionedNamespace.repair() (or "
+                "`python -m airflow_provider_lance repair URI`) to restore them."
+            )
+        return [*wanted, CLAIM] if CLAIM in self.dataset.schema.names else wanted
+
+    def _narrow(self, rows: pa.Table) -> pa.Table:
+        """Leaf rows of the partitioned dataset only, with their spec version.
+
+        Only tables under a spec-version namespace belong to it; a table some other tool
+        registered elsewhere in the directory is ignored, and so is a partition a
+        transaction is still creating (claimed, never published). (Prefix tests, one per
+        spec version: far cheaper than parsing every id.)
+        """
+        ids = rows.column(OBJECT_ID)
+        spec = pa.nulls(rows.num_rows, pa.int32())
+        for version in sorted(self.specs):
+            under = pc.starts_with(ids, f"v{version}{SEPARATOR}")
+            spec = pc.if_else(under, pa.scalar(version, pa.int32()), spec)
+        ours = pc.and_(pc.is_valid(spec), pc.ends_with(ids, f"{SEPARATOR}{LEAF_TABLE_NAME}"))
+        if CLAIM in rows.column_names:
+            pending = pc.and_(
+                pc.is_null(rows.column(READ_VERSION)), pc.is_valid(rows.column(CLAIM))
+            )
+            ours = pc.and_(ours, pc.invert(pending))
+            rows = rows.drop_columns([CLAIM])
+        rows, spec = rows.filter(ours), pc.filter(spec, ours)
+        return rows.append_column(SPEC_COLUMN, spec)
 
     def partitions_from_rows(self, rows: pa.Table) -> list[Partition]:
         """Partition objects for rows of :attr:`tables` (column-wise: this is a hot path)."""
@@ -227,12 +240,24 @@ class NamespaceState:
         if not object_ids:
             return pa.Table.from_pylist([], schema=self.dataset.schema)
         if len(object_ids) <= 1000:
-            listed = ", ".join("'" + i.replace("'", "''") + "'" for i in object_ids)
-            return self.dataset.to_table(filter=f"{OBJECT_ID} IN ({listed})")
+            found = self._rows(object_ids)
+            return self.rows_table([r for r in (found.get(i) for i in object_ids) if r])
         # Many ids: one scan and a hash lookup beat a 1000-term IN list. Every row type
         # (leaves, namespaces, transactions) may be asked for.
         rows = self.dataset.to_table()
         return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
+
+    def _rows(self, object_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The rows with these ids, through the ``object_id`` index; each id is read once
+        per state (a write looks up its partitions, then their parents, then commits)."""
+        wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
+        if wanted:
+            listed = ", ".join("'" + i.replace("'", "''") + "'" for i in wanted)
+            table = self.dataset.to_table(filter=f"{OBJECT_ID} IN ({listed})")
+            found = {r[OBJECT_ID]: r for r in table.to_pylist()}
+            for i in wanted:
+                self._looked_up[i] = found.get(i)
+        return {i: r for i in object_ids if (r := self._looked_up[i]) is not None}
 
     @cached_property
     def object_ids(self) -> frozenset[str]:
@@ -246,17 +271,31 @@ class NamespaceState:
     def find(self, object_ids: Sequence[str]) -> dict[str, Partition]:
         """The existing partitions among ``object_ids`` (leaf table ids), by id.
 
-        The first few lookups scan the id column (~1 ms at 100k partitions); a state asked
-        many times (a write routing to thousands of partitions) builds an id index once.
+        Before the partition rows are loaded, a few ids are looked up through the
+        ``object_id`` index (a daily append to a namespace of 100k partitions reads a few
+        rows, not all of them); a state asked many times (a write routing to thousands of
+        partitions) loads the rows once and builds an id index.
         """
         self._lookups += 1
-        if "_positions" not in self.__dict__ and self._lookups <= _SCAN_LOOKUPS:
+        if self._tables is None and len(object_ids) <= _POINT_LOOKUP_IDS:
+            # Their parent namespaces too: creating a partition needs to know which exist.
+            with_parents = [p for i in object_ids for p in _prefixes(i)]
+            found = self._rows(with_parents)
+            leaves = [found[i] for i in object_ids if i in found]
+            rows = self._narrow(self.rows_table(leaves).select(self._columns))
+        elif "_positions" not in self.__dict__ and self._lookups <= _SCAN_LOOKUPS:
             ids = pa.array(list(object_ids), pa.utf8())
             rows = self.tables.filter(pc.is_in(self.tables.column(OBJECT_ID), ids))
         else:
             positions = sorted({self._positions[i] for i in object_ids if i in self._positions})
             rows = self.tables.take(pa.array(positions, pa.int64()))
         return {p.object_id: p for p in self.partitions_from_rows(rows)}
+
+    def existing(self, object_ids: Sequence[str]) -> frozenset[str]:
+        """Which of ``object_ids`` (of any row type) exist in this version."""
+        if "object_ids" in self.__dict__ or len(object_ids) > _POINT_LOOKUP_IDS:
+            return self.object_ids & frozenset(object_ids)
+        return frozenset(self._rows(object_ids))
 
     # -- creating partitions -------------------------------------------------------------
     def leaf_id(self, values: Sequence[Any], spec_version: int | None = None) -> str:
@@ -287,22 +326,29 @@ class NamespaceState:
         """
         version = spec_version or self.spec_version
         fields = self.specs[version]
-        existing = self.object_ids
-        rows: dict[str, dict[str, Any]] = {}
-        partitions: list[Partition] = []
+        chains: list[list[str]] = []  # per tuple: its namespace ids, root first, then the leaf
         for values in value_tuples:
             if len(values) != len(fields):
                 raise PartitionSpecError(
                     f"expected {len(fields)} partition value(s), got {len(values)}"
                 )
-            parent = spec_namespace_id(version)
+            chain = [spec_namespace_id(version)]
+            for f, v in zip(fields, values, strict=True):
+                assert f.field_id is not None
+                chain.append(
+                    join_id(chain[-1], partition_name(chain[-1], f.field_id, value_text(v)))
+                )
+            chains.append([*chain, join_id(chain[-1], LEAF_TABLE_NAME)])
+        existing = self.existing(list({i for chain in chains for i in chain}))
+        rows: dict[str, dict[str, Any]] = {}
+        partitions: list[Partition] = []
+        for values, chain in zip(value_tuples, chains, strict=True):
+            parent = chain[0]
             if parent not in existing:
                 rows.setdefault(parent, row(parent, NAMESPACE, metadata="{}"))
             inherited: dict[str, Any] = {}
-            for f, v in zip(fields, values, strict=True):
-                assert f.field_id is not None
+            for f, v, parent in zip(fields, values, chain[1:], strict=False):
                 inherited[f.name] = v
-                parent = join_id(parent, partition_name(parent, f.field_id, value_text(v)))
                 if parent not in existing and parent not in rows:
                     # NULL values have no entry (a property value must be a string).
                     props = {
@@ -313,7 +359,7 @@ class NamespaceState:
                     rows[parent] = row(
                         parent, NAMESPACE, metadata=_json(props), partition_values=dict(inherited)
                     )
-            leaf = join_id(parent, LEAF_TABLE_NAME)
+            leaf = chain[-1]
             if leaf in existing or leaf in rows:
                 continue
             location = leaf_directory(leaf)
@@ -334,6 +380,12 @@ class NamespaceState:
 
     def rows_table(self, rows: list[dict[str, Any]]) -> pa.Table:
         return pa.Table.from_pylist(rows, schema=self.dataset.schema)
+
+
+def _prefixes(object_id: str) -> list[str]:
+    """The id and those of its parent namespaces (``v1``, ``v1$a``, ``v1$a$dataset``)."""
+    parts = object_id.split(SEPARATOR)
+    return [SEPARATOR.join(parts[: k + 1]) for k in range(len(parts))]
 
 
 def _plain(location: str | None) -> bool:

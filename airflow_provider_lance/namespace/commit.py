@@ -26,7 +26,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -66,9 +65,6 @@ from .storage import Storage
 from .txnstore import TransactionHeader, TransactionStore
 
 log = logging.getLogger(__name__)
-
-#: Leaf tables committed in parallel (object-store commits are latency bound).
-LEAF_COMMIT_THREADS = 16
 
 
 @dataclass
@@ -516,7 +512,7 @@ class Committer:
     def _commit_leaves(
         self, record: TxnRecord, plan: Plan, sealed: Sealed | None
     ) -> dict[str, int] | None:
-        """One verified Lance commit per leaf, run in parallel (they touch different tables).
+        """One verified Lance commit per leaf, in parallel (``storage.concurrency`` at once).
 
         ``sealed`` is the state the seal read and the claimed partition rows as it wrote
         them (read again after a takeover). None: the claims are gone because another
@@ -554,10 +550,7 @@ class Committer:
             return version
 
         ids = list(plan.partitions)
-        if len(ids) == 1:
-            return {ids[0]: commit_one(ids[0])}
-        with ThreadPoolExecutor(max_workers=min(LEAF_COMMIT_THREADS, len(ids))) as pool:
-            return dict(zip(ids, pool.map(commit_one, ids), strict=True))
+        return dict(zip(ids, self.ctx.storage.map(commit_one, ids), strict=True))
 
     # -- 3. publish ------------------------------------------------------------------------------
     def _finish(self, record: TxnRecord, plan: Plan, sealed: Sealed | None = None) -> CommitResult:

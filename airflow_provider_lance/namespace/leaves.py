@@ -93,6 +93,36 @@ def base_version(ds: lance.LanceDataset, published: int | None) -> int | None:
     return None
 
 
+def _created(
+    storage: Storage,
+    uri: str,
+    fragments: Sequence[FragmentMetadata],
+    schema: pa.Schema,
+    properties: dict[str, str],
+) -> bool:
+    """Create the leaf table as version 1 holding exactly ``fragments``, if there is no
+    table at ``uri`` yet (a new partition: the common case, without a probe first).
+
+    Version 1 is written only if absent (Lance's conditional put), so of concurrent
+    creators exactly one succeeds; a table that exists already (a concurrent creator, a
+    crashed earlier attempt) makes this return False and the caller looks at it.
+    """
+    failpoint("leaf.before_commit")
+    try:
+        storage.commit(
+            uri,
+            Transaction(
+                0,
+                LanceOperation.Overwrite(schema, list(fragments)),
+                transaction_properties=properties,
+            ),
+            conflict=f"{uri} was created concurrently",
+        )
+    except LanceNamespaceError:
+        return False
+    return True
+
+
 def commit_leaf(
     storage: Storage,
     uri: str,
@@ -118,6 +148,8 @@ def commit_leaf(
     """
     txn_id, _, incarnation = owner.rpartition("#")
     properties = {TXN_PROPERTY: txn_id, INCARNATION_PROPERTY: incarnation}
+    if not exists and _created(storage, uri, fragments, schema, properties):
+        return 1
     mine = sorted(_signature(f) for f in fragments)
     for _attempt in range(LEAF_ATTEMPTS):
         ds = storage.table_or_none(uri)

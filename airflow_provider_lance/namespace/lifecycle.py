@@ -29,6 +29,10 @@ Transitions (each a single compare-and-swap):
     COMMITTING -> PUBLISHED   publish, conditional on the committer's own token
     STAGED | COMMITTING -> ABORTED  fence (claims released in the same commit)
     ABORTED    -> STAGED      implicitly, when ``begin`` writes the next incarnation's header
+
+A write no other process knows (``ns.write()`` without a ``txn_id``) has no row and no
+states: it publishes its partition rows directly, in one swap conditional on each being
+unclaimed and unchanged (:func:`publish_direct`, see :mod:`.direct`).
 """
 
 from __future__ import annotations
@@ -300,6 +304,19 @@ def publish(
     if record.owner != token:
         raise TransitionRefused(record)
     return swap(manifest, state, [record.moved(TxnState.PUBLISHED, owner=None)], rows)
+
+
+def publish_direct(
+    manifest: Manifest, state: NamespaceState, rows: Sequence[Mapping[str, Any]]
+) -> int:
+    """Partition rows with their new read_versions (and the rows of new partitions), with
+    no transaction row: one swap against ``state``, failing if any of them changed since
+    (a concurrent publish, a claim, an insert of the same partition). Only for rows that
+    were unclaimed at ``state``; returns the manifest version: the write's linearisation
+    point."""
+    if any(r.get(CLAIM) for r in rows):
+        raise ValueError("a direct publish never writes claims")
+    return swap(manifest, state, [], rows)
 
 
 def publish_empty(

@@ -79,9 +79,12 @@ def maybe_compact(
     prepare: Callable[[], object] | None = None,
 ) -> None:
     """Best-effort compaction after a publish (a concurrent commit just makes it skip);
-    ``prepare`` runs first when compaction is due (e.g. to drop rows it need not copy)."""
+    ``prepare`` runs first when compaction is due (e.g. to drop rows it need not copy).
+    The fragments are counted as the publish left them (other writers' publishes since
+    then are counted by their own check)."""
     try:
-        if len(manifest.open().get_fragments()) >= threshold:
+        latest = manifest.last_swapped or manifest.open()
+        if len(latest.get_fragments()) >= threshold:
             if prepare is not None:
                 prepare()
             before, after = compact_manifest(manifest)

@@ -84,6 +84,9 @@ class Manifest:
         #: One Lance session for every version opened: fragment and file metadata read once
         #: (a commit opens several versions; most of their fragments are the same files).
         self._session = Session()
+        #: The table as this handle's last compare-and-swap left it (None before one):
+        #: what the compaction check after a publish looks at, without opening it again.
+        self.last_swapped: lance.LanceDataset | None = None
 
     # -- opening ---------------------------------------------------------------------------
     def open(self, version: int | None = None) -> lance.LanceDataset:
@@ -232,7 +235,10 @@ class Manifest:
             conflict="a concurrent writer changed the __manifest rows this commit depends on",
             partitions=[i for i in ids if isinstance(i, str) and not i.startswith(TXN_PREFIX)],
         ):
+            failpoint("manifest.before_swap")
             builder.conflict_retries(0).execute(self.conform(rows, base))
+            failpoint("manifest.after_swap")  # committed: "=error" makes its outcome unknown
+        self.last_swapped = base  # the commit advanced it to the version it made
         return int(base.version)
 
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:

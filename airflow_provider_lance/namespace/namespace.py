@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import pyarrow.compute as pc
 from . import transactions
 from .catalog import SCHEMA_KEY, SPEC_COLUMN, NamespaceState, Partition
 from .commit import CommitOptions, TransactionContext, backoff, resolve
+from .direct import publish_stage
 from .errors import (
     CommitConflict,
     InvalidArgumentError,
@@ -25,9 +27,9 @@ from .errors import (
     aborted_meanwhile,
 )
 from .failpoints import FailpointError, failpoint
-from .lifecycle import TxnState, collect_finished
+from .lifecycle import TxnState, collect_finished, tag
 from .maintenance import MaintenanceReport, maintain
-from .manifest import NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
+from .manifest import CLAIM, NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
 from .naming import leaf_directory, normalize_root, spec_namespace_id
 from .pruning import SpecProjector, parse_filter
 from .repair import RepairReport
@@ -36,7 +38,7 @@ from .results import CommitResult
 from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
-from .staging import Stage, StagedPartition
+from .staging import Stage, StagedPartition, Stager
 from .storage import Storage
 from .transactions import Transaction, TransactionInfo
 from .txnstore import TransactionStore
@@ -72,8 +74,13 @@ class PartitionedNamespace:
         schema: pa.Schema,
         partition_fields: Sequence[PartitionField],
         storage_options: StorageOptions = None,
+        *,
+        concurrency: int | None = None,
     ) -> PartitionedNamespace:
-        """Create a namespace at ``uri``; an error if anything already exists there."""
+        """Create a namespace at ``uri``; an error if anything already exists there.
+
+        ``concurrency`` bounds the leaf tables written, committed or opened at once (default
+        8 on a local disk, 32 on an object store, where requests are latency bound)."""
         root = normalize_root(uri)
         ns_schema = NamespaceSchema.from_user_schema(schema)
         fields = resolve_spec(partition_fields, ns_schema, {}, RESERVED_COLUMNS)
@@ -81,20 +88,26 @@ class PartitionedNamespace:
         first = pa.Table.from_pylist(
             [row(spec_namespace_id(1), NAMESPACE, metadata="{}")], schema=manifest_schema(columns)
         )
-        manifest = Manifest(Storage(root, storage_options))
+        manifest = Manifest(Storage(root, storage_options, concurrency=concurrency))
         manifest.create({SCHEMA_KEY: ns_schema.to_json(), spec_key(1): spec_to_json(fields)}, first)
         log.info(
             "created partitioned namespace %s partitioned by %s", root, [f.name for f in fields]
         )
-        return cls.open(root, storage_options)
+        return cls.open(root, storage_options, concurrency=concurrency)
 
     @classmethod
     def open(
-        cls, uri: str | os.PathLike[str], storage_options: StorageOptions = None
+        cls,
+        uri: str | os.PathLike[str],
+        storage_options: StorageOptions = None,
+        *,
+        concurrency: int | None = None,
     ) -> PartitionedNamespace:
-        """Open an existing namespace; an error if ``uri`` is not a partitioned namespace."""
+        """Open an existing namespace; an error if ``uri`` is not a partitioned namespace.
+
+        ``concurrency``: see :meth:`create`."""
         root = normalize_root(uri)
-        manifest = Manifest(Storage(root, storage_options))
+        manifest = Manifest(Storage(root, storage_options, concurrency=concurrency))
         return cls(root, manifest, NamespaceState.load(root, manifest.open()))
 
     @classmethod
@@ -447,22 +460,14 @@ class PartitionedNamespace:
         failed write is aborted (nothing of it stays); with ``txn_id`` a retried write
         returns the first one's result instead of writing twice.
         """
-        anonymous = txn_id is None
-        txn = self._begin(mode, txn_id, anonymous=anonymous)
-        if not anonymous and txn.state is not TxnState.STAGED:  # a retry got as far as committing
-            log.info("transaction %s is %s: finishing it", txn.txn_id, txn.state.value)
-            return self.commit(txn.txn_id)
-        try:
-            txn.stage(data, stage_id="write")
-            result = self.commit(txn.txn_id)
-        except BaseException as exc:
-            if not isinstance(exc, FailpointError):
-                self._abort_quietly(txn.txn_id, exc, forget=anonymous)
-            if isinstance(exc, TransactionAborted):
-                raise aborted_meanwhile(txn.txn_id, exc) from exc
-            raise
-        if anonymous:  # nobody can retry an id they never saw: keep no record
-            self._store.delete(txn.txn_id)
+        if txn_id is None:
+            result = self._write_direct(data, mode)
+        else:
+            txn = self._begin(mode, txn_id, anonymous=False)
+            if txn.state is not TxnState.STAGED:  # a retry got as far as committing
+                log.info("transaction %s is %s: finishing it", txn.txn_id, txn.state.value)
+                return self.commit(txn.txn_id)
+            result = self._commit_staged(txn, lambda: txn.stage(data, stage_id="write"))
         log.info(
             "%s %d rows into %d partitions (manifest v%d)",
             mode,
@@ -471,6 +476,39 @@ class PartitionedNamespace:
             result.manifest_version,
         )
         return result
+
+    def _write_direct(self, data: ArrowData, mode: WriteMode) -> CommitResult:
+        """A write nobody else knows: published in one swap (see :mod:`.direct`), or, when
+        its partitions are claimed or it keeps losing races, by the claim protocol."""
+        if mode not in transactions.MODES:
+            raise InvalidArgumentError(f"mode must be one of {transactions.MODES}, got {mode!r}")
+        state = self.state()
+        if CLAIM not in state.dataset.schema.names:
+            self._manifest.ensure_claim_column()
+            state = self.state()
+        txn_id = uuid.uuid4().hex
+        stage = Stager(
+            state, Stage(txn_id, "write", mode, state.spec_version), self._storage
+        ).write(data)
+        result = publish_stage(self._txn, state, stage, owner=tag(txn_id, 1))
+        if result is not None:
+            return result
+        txn = self._begin(mode, txn_id, anonymous=True)
+        result = self._commit_staged(txn, lambda: txn.record(stage))
+        self._store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
+        return result
+
+    def _commit_staged(self, txn: Transaction, stage: Callable[[], object]) -> CommitResult:
+        """Stage (``stage()``) and commit ``txn``; a failure aborts it (nothing of it stays)."""
+        try:
+            stage()
+            return self.commit(txn.txn_id)
+        except BaseException as exc:
+            if not isinstance(exc, FailpointError):
+                self._abort_quietly(txn.txn_id, exc, forget=txn.header.anonymous)
+            if isinstance(exc, TransactionAborted):
+                raise aborted_meanwhile(txn.txn_id, exc) from exc
+            raise
 
     def _abort_quietly(self, txn_id: str, cause: BaseException, *, forget: bool) -> None:
         """Abort a failed write; an id nobody else knows leaves no record behind."""

@@ -44,16 +44,30 @@ def scan_batches(
     residual: BoundExpression | None,
     batch_size: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream every partition's rows, conformed to the namespace schema and filtered."""
-    for partition in partitions:
-        yield from read_partition(
-            storage,
-            partition,
-            schema,
-            columns=columns,
-            residual=residual,
-            batch_size=batch_size,
+    """Stream every partition's rows, conformed to the namespace schema and filtered.
+
+    Partitions are started ahead, ``storage.concurrency`` at a time: each is opened and its
+    first batch read in a worker (an open and a small read are latency, on an object
+    store; a small partition is all first batch). The rest of each partition streams in
+    order, so what is held ahead is at most one batch per partition started.
+    """
+
+    def read(partition: Partition) -> Iterator[pa.RecordBatch]:
+        return read_partition(
+            storage, partition, schema, columns=columns, residual=residual, batch_size=batch_size
         )
+
+    def start(partition: Partition) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
+        batches = read(partition)
+        return next(batches, None), batches
+
+    if len(partitions) == 1:  # nothing to start ahead of it
+        yield from read(partitions[0])
+        return
+    for first, rest in storage.ahead(start, partitions):
+        if first is not None:
+            yield first
+            yield from rest
 
 
 def read_partition(

@@ -12,7 +12,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,8 +183,9 @@ class Stager:
         try:
             for table in as_tables(data):
                 conformed = self.state.schema.conform_input(table)
-                for chunk in split(conformed, self.state.current_spec, self.state.schema):
-                    target = self._target(chunk.values)
+                chunks = list(split(conformed, self.state.current_spec, self.state.schema))
+                targets = self._targets([chunk.values for chunk in chunks])
+                for chunk, target in zip(chunks, targets, strict=True):
                     self._buffers.setdefault(target.object_id, []).append(chunk.data)
                     target.rows += chunk.data.num_rows
                     self._buffered += chunk.data.nbytes
@@ -203,41 +204,51 @@ class Stager:
             raise
         return self.stage
 
-    def _target(self, values: tuple[Any, ...]) -> StagedPartition:
-        object_id = self.state.leaf_id(values)
-        target = self.stage.partitions.get(object_id)
-        if target is not None:
-            return target
-        existing = self.state.find([object_id]).get(object_id)
-        names = [f.name for f in self.state.current_spec]
-        target = StagedPartition(
-            object_id=object_id,
-            directory=existing.directory if existing else leaf_directory(object_id),
-            values=dict(zip(names, values, strict=True)),
-            base_read_version=existing.read_version if existing else None,
-            existed=existing is not None,
-        )
-        if existing is not None and not self.overwrite:
-            schema = leaf_schema(self.storage, existing.location, existing.read_version)
-            if self.state.schema.missing_in_leaf(schema):
-                # The partition predates add_column: rewrite it whole, with the new columns,
-                # starting from a copy of its published rows (files of their own, so that
-                # a commit of several such stages takes one copy, see merge_stages).
-                target.rewrite = True
-                copy = self._published_rows(existing)
-                if copy.num_rows:
-                    fragments = stage_fragments(
-                        self.storage,
-                        self.storage.uri(target.directory),
-                        self.state.schema.to_leaf(copy, self.state.schema.leaf_schema()),
-                        overwrite=True,
-                    )
-                    target.base_fragments = [json.dumps(f.to_json()) for f in fragments]
-                    target.fragments += target.base_fragments
-            else:
-                self._leaf_schemas[object_id] = schema
-        self.stage.partitions[object_id] = target
-        return target
+    def _targets(self, values: Sequence[tuple[Any, ...]]) -> list[StagedPartition]:
+        """The staged partition of each values tuple. Partitions new to the stage are looked
+        up together and their leaves opened in parallel (latency, on an object store)."""
+        ids = [self.state.leaf_id(v) for v in values]
+        new = {
+            oid: v for oid, v in zip(ids, values, strict=True) if oid not in self.stage.partitions
+        }
+        if new:
+            existing = self.state.find(list(new))
+            names = [f.name for f in self.state.current_spec]
+            for oid, v in new.items():  # registered first: discard() sees what they stage
+                found = existing.get(oid)
+                self.stage.partitions[oid] = StagedPartition(
+                    object_id=oid,
+                    directory=found.directory if found else leaf_directory(oid),
+                    values=dict(zip(names, v, strict=True)),
+                    base_read_version=found.read_version if found else None,
+                    existed=found is not None,
+                )
+            if not self.overwrite:  # appends to existing partitions need their leaf schema
+                appended = [oid for oid in new if oid in existing]
+                self.storage.map(lambda oid: self._open_leaf(existing[oid]), appended)
+        return [self.stage.partitions[oid] for oid in ids]
+
+    def _open_leaf(self, existing: Partition) -> None:
+        """Learn the schema of a partition appended to (its files are staged in it)."""
+        target = self.stage.partitions[existing.object_id]
+        schema = leaf_schema(self.storage, existing.location, existing.read_version)
+        if not self.state.schema.missing_in_leaf(schema):
+            self._leaf_schemas[existing.object_id] = schema
+            return
+        # The partition predates add_column: rewrite it whole, with the new columns,
+        # starting from a copy of its published rows (files of their own, so that a commit
+        # of several such stages takes one copy, see merge_stages).
+        target.rewrite = True
+        copy = self._published_rows(existing)
+        if copy.num_rows:
+            fragments = stage_fragments(
+                self.storage,
+                self.storage.uri(target.directory),
+                self.state.schema.to_leaf(copy, self.state.schema.leaf_schema()),
+                overwrite=True,
+            )
+            target.base_fragments = [json.dumps(f.to_json()) for f in fragments]
+            target.fragments += target.base_fragments
 
     def _published_rows(self, partition: Partition) -> pa.Table:
         leaf = open_leaf(self.storage, partition)
@@ -245,6 +256,8 @@ class Stager:
         return plan.apply(leaf.to_table(columns=plan.leaf_columns))
 
     def _flush(self) -> None:
+        """Write the buffered rows of every partition as data files, partitions in parallel."""
+        work = []
         for object_id, buffered in self._buffers.items():
             if not buffered:
                 continue
@@ -253,17 +266,41 @@ class Stager:
             buffered.clear()
             replace = self.overwrite or target.rewrite or object_id not in self._leaf_schemas
             schema = self.state.schema.leaf_schema() if replace else self._leaf_schemas[object_id]
-            shaped = self.state.schema.to_leaf(data, schema)
-            fragments = stage_fragments(
-                self.storage, self.storage.uri(target.directory), shaped, overwrite=replace
-            )
-            target.fragments += [json.dumps(f.to_json()) for f in fragments]
+            work.append((target, self.state.schema.to_leaf(data, schema), replace))
+
+        def write(item: tuple[StagedPartition, pa.Table, bool]) -> list[str]:
+            target, shaped, replace = item
+            uri = self.storage.uri(target.directory)
+            fragments = stage_fragments(self.storage, uri, shaped, overwrite=replace)
+            return [json.dumps(f.to_json()) for f in fragments]
+
+        written: list[list[str] | None] = [None] * len(work)
+
+        def tracked(i: int) -> None:  # what was written stays known, for discard()
+            written[i] = write(work[i])
+
+        try:
+            self.storage.map(tracked, range(len(work)))
+        finally:
+            for (target, _, _), fragments in zip(work, written, strict=True):
+                if fragments is not None:
+                    target.fragments += fragments
         self._buffered = 0
 
     def discard(self) -> None:
         """Delete the data files this stage wrote (it will never be committed)."""
+        discard_stage(self.stage, self.storage)
         for target in self.stage.partitions.values():
-            self.storage.delete_data_files(
-                self.storage.uri(target.directory), target.fragment_metadata()
-            )
             target.fragments.clear()
+
+
+def discard_stage(stage: Stage, storage: Storage, keep: Collection[str] = frozenset()) -> None:
+    """Delete the data files of a stage that will never be committed (except the
+    fragments in ``keep``, JSON as in :attr:`StagedPartition.fragments`)."""
+    for part in stage.partitions.values():
+        doomed = [
+            meta
+            for text, meta in zip(part.fragments, part.fragment_metadata(), strict=True)
+            if text not in keep
+        ]
+        storage.delete_data_files(storage.uri(part.directory), doomed)

@@ -15,9 +15,12 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any, TypeVar
 
 import lance
 import pyarrow as pa
@@ -27,7 +30,13 @@ from lance.dataset import Session  # type: ignore[attr-defined]
 from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata, write_fragments
 
-from .errors import CommitConflict, LanceNamespaceError, StorageError, TableNotFoundError
+from .errors import (
+    CommitConflict,
+    InvalidArgumentError,
+    LanceNamespaceError,
+    StorageError,
+    TableNotFoundError,
+)
 from .failpoints import failpoint
 from .naming import child_uri
 
@@ -37,6 +46,32 @@ log = logging.getLogger(__name__)
 READ_ATTEMPTS = 4
 #: Rows per data file written to a table.
 MAX_ROWS_PER_FILE = 1_048_576
+#: Leaf tables written, committed or opened at once. A local disk is saturated by a few
+#: threads; an object store is bound by request latency, so more requests are in flight.
+LOCAL_CONCURRENCY = 8
+REMOTE_CONCURRENCY = 32
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+_worker = threading.local()
+_pools_lock = threading.Lock()
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def _in_worker(fn: Callable[[T], R], item: T) -> R:
+    _worker.active = True
+    try:
+        return fn(item)
+    finally:
+        _worker.active = False
+
+
+def default_concurrency(root: str) -> int:
+    """How many leaf tables to work on at once under ``root`` (see the constants)."""
+    scheme = root.split("://", 1)[0] if "://" in root else "file"
+    return LOCAL_CONCURRENCY if scheme in ("file", "memory") else REMOTE_CONCURRENCY
 
 
 def is_conflict(exc: BaseException) -> bool:
@@ -62,10 +97,20 @@ def first_line(exc: BaseException) -> str:
 class Storage:
     """Reads and writes one namespace's tables and files (see the module docstring)."""
 
-    def __init__(self, root: str, options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        options: Mapping[str, str] | None = None,
+        *,
+        concurrency: int | None = None,
+    ) -> None:
         self.root = root
         #: The storage options as Lance takes them (None: none given).
         self.options: dict[str, str] | None = dict(options) if options else None
+        if concurrency is not None and concurrency < 1:
+            raise InvalidArgumentError(f"concurrency must be at least 1, got {concurrency}")
+        #: Leaf tables worked on at once (see :func:`default_concurrency`).
+        self.concurrency = concurrency or default_concurrency(root)
         self._sessions: dict[str, LanceFileSession] = {}
 
     def __repr__(self) -> str:  # never the options: they may hold credentials
@@ -74,6 +119,51 @@ class Storage:
     def uri(self, relative: str) -> str:
         """The URI of a path relative to the root."""
         return child_uri(self.root, relative)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """``fn`` over ``items``, at most :attr:`concurrency` at once, results in order.
+
+        For work on many leaf tables (Lance releases the GIL while it does I/O). Every call
+        runs, even after one failed: the first error is raised once all have finished, so
+        nothing is still writing when the caller cleans up. The threads are kept for the
+        next call (starting them costs more than a small write); a call from one of them
+        runs inline, so nested work never waits for a thread that waits for it.
+        """
+        if len(items) <= 1 or self.concurrency == 1 or getattr(_worker, "active", False):
+            return [fn(item) for item in items]
+        futures = [self._pool().submit(_in_worker, fn, item) for item in items]
+        wait(futures)
+        return [f.result() for f in futures]
+
+    def ahead(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        """``fn`` over ``items`` in order, up to :attr:`concurrency` calls running ahead of
+        the one consumed (a streaming :meth:`map`: what is held ahead stays bounded)."""
+        if self.concurrency == 1 or getattr(_worker, "active", False):
+            yield from map(fn, items)
+            return
+        window: deque[Future[R]] = deque()
+        try:
+            for item in items:
+                window.append(self._pool().submit(_in_worker, fn, item))
+                if len(window) >= self.concurrency:
+                    yield window.popleft().result()
+            while window:
+                yield window.popleft().result()
+        finally:  # the consumer stopped early: what runs finishes, the rest never starts
+            for future in window:
+                future.cancel()
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The process's threads for this concurrency (shared by every namespace opened:
+        a handle opened per task must not leave threads behind)."""
+        with _pools_lock:
+            key = (os.getpid(), self.concurrency)  # a forked child starts its own
+            pool = _pools.get(key)
+            if pool is None:
+                pool = _pools[key] = ThreadPoolExecutor(
+                    self.concurrency, thread_name_prefix=f"lance-leaves-{self.concurrency}"
+                )
+            return pool
 
     # -- Lance tables ------------------------------------------------------------------
     def table(

@@ -67,7 +67,7 @@ from .lifecycle import (
 )
 from .manifest import CLAIM, READ_VERSION
 from .results import CommitResult
-from .staging import FLUSH_BYTES, Stage, Stager
+from .staging import FLUSH_BYTES, Stage, Stager, discard_stage
 from .txnstore import TransactionHeader, TransactionStore, check_txn_id
 from .types import MODES, ArrowData, WriteMode
 
@@ -211,7 +211,7 @@ class Transaction:
         for stage in stages:
             earlier = previous[stage.stage_id]
             if earlier is not None:  # no plan can include it any more: the seal is ordered
-                _discard(Stage.from_json(earlier), self._ctx, keep=_fragments([stage]))
+                discard_stage(Stage.from_json(earlier), self._ctx.storage, keep=_fragments([stage]))
 
     def _fence_stages(self, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]) -> None:
         """Order recorded stages before any seal (the epoch bump), or learn the seal's plan."""
@@ -252,7 +252,7 @@ class Transaction:
         for stage in excluded:
             if plan is None or plan.included(self.txn_id, self.incarnation, stage.stage_id) is None:
                 self._store.delete_stage(self.txn_id, self.incarnation, stage.stage_id)
-            _discard(stage, self._ctx)
+            discard_stage(stage, self._ctx.storage)
         ids = [s.stage_id for s in excluded]
         if record.state is TxnState.ABORTED:
             raise TransactionAborted(
@@ -304,7 +304,7 @@ class Transaction:
             if plan is not None and plan.included(self.txn_id, self.incarnation, sid):
                 kept.append(sid)  # the seal took it: its files will be published
                 continue
-            _discard(Stage.from_json(raw), self._ctx)
+            discard_stage(Stage.from_json(raw), self._ctx.storage)
         if kept:
             raise TransactionClosed(
                 f"transaction {self.txn_id} was sealed by a commit that includes stages {kept}; "
@@ -314,7 +314,7 @@ class Transaction:
 
     def drop(self, stage: Stage) -> None:
         """Delete the data files of a stage that was never recorded (e.g. a failed task's)."""
-        _discard(stage, self._ctx)
+        discard_stage(stage, self._ctx.storage)
 
     def info(self) -> TransactionInfo:
         """Its state, stages, rows and partitions as recorded now."""
@@ -515,7 +515,7 @@ def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
             log.debug("no plan to clean up for %s: %s", record.tag, exc)
     seen: set[str] = set()
     for stage in fragments.values():
-        _discard(stage, ctx, keep=frozenset(seen))
+        discard_stage(stage, ctx.storage, keep=frozenset(seen))
         seen |= _fragments([stage])
     for txn_id, k in doomed:
         for stage_id in ctx.store.stages(txn_id, k):
@@ -530,21 +530,6 @@ def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
 
 def _fragments(stages: Iterable[Stage]) -> set[str]:
     return {f for s in stages for p in s.partitions.values() for f in p.fragments}
-
-
-def _discard(
-    stage: Stage,
-    ctx: TransactionContext,
-    keep: set[str] | frozenset[str] = frozenset(),
-) -> None:
-    """Delete a stage's data files (except the fragments in ``keep``)."""
-    for part in stage.partitions.values():
-        doomed = [
-            meta
-            for text, meta in zip(part.fragments, part.fragment_metadata(), strict=True)
-            if text not in keep
-        ]
-        ctx.storage.delete_data_files(ctx.storage.uri(part.directory), doomed)
 
 
 def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> list[str]:

@@ -1,0 +1,200 @@
+"""Direct publish: a write no other process knows commits in one ``__manifest`` swap.
+
+``ns.write()`` without a ``txn_id`` is such a write: nobody else stages into it, commits it
+or retries it, so nothing has to be fenced, no plan has to be durable for anyone else and no
+claim has to be held while its leaves commit. It takes the optimistic path of Delta and
+Iceberg instead of the claim protocol of :mod:`.commit`:
+
+1. the rows are staged as data files (partitions in parallel), against manifest version S;
+2. the touched partition rows are read at S;
+3. each leaf is committed on its published ``read_version`` (in parallel, tagged and
+   verified like every leaf commit: :func:`~.leaves.commit_leaf`);
+4. one compare-and-swap against S (:func:`~.lifecycle.publish_direct`) sets the new
+   ``read_version``\\ s and inserts the rows of new partitions. It fails if any of those
+   rows changed since S, and the write goes back to 2 at the newer version.
+
+Why this is safe next to the claim protocol: the swap needs every touched row unclaimed at
+S and unchanged since, so it never publishes a partition a committing transaction holds,
+and a claim placed after S makes it fail. A leaf version this write committed but did not
+publish lies above the published one: whoever commits that leaf next rolls it back (as it
+does a crashed committer's), and the published version, immutable, stays readable whatever
+happens above it. A partition that is claimed, or a write that keeps losing the race, hands
+its staged files to the claim protocol, which waits its turn instead of racing.
+
+A failure before the swap deletes the staged files (nothing can reference them); a swap
+whose outcome is unknown (the store failed mid-commit) is decided by reading the manifest
+again. A process killed mid-write leaves data files no version references, as a killed
+Delta or Iceberg write does: wasted space, never read.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .catalog import NamespaceState
+from .commit import TransactionContext, backoff, merge_stages
+from .errors import CommitConflict, StorageError
+from .failpoints import FailpointError, failpoint
+from .leaves import commit_leaf
+from .lifecycle import collect_finished, publish_direct
+from .maintenance import maybe_compact
+from .manifest import CLAIM, OBJECT_ID, READ_VERSION
+from .results import CommitResult, PartitionCommit
+from .staging import Stage, StagedPartition, discard_stage
+
+log = logging.getLogger(__name__)
+
+#: Swaps lost to concurrent publishes of the same partitions before the write is handed
+#: to the claim protocol (which waits for its turn instead of racing again).
+DIRECT_ATTEMPTS = 4
+
+
+def publish_stage(
+    ctx: TransactionContext, state: NamespaceState, stage: Stage, *, owner: str
+) -> CommitResult | None:
+    """Publish ``stage`` (staged against ``state``) in one swap, or None: a partition is
+    claimed or the races were lost, and the claim protocol must publish it.
+
+    ``owner`` (``txn#incarnation``) tags the leaf versions. The staged files are deleted
+    when this raises, unless the outcome is unknown or a failpoint simulated a crash.
+    """
+    try:
+        return _publish(ctx, state, stage, owner)
+    except FailpointError:
+        raise  # a simulated crash: nothing cleans up after a real one either
+    except _Unknown as unknown:
+        raise unknown.error from unknown.error.__cause__
+    except BaseException:
+        discard_stage(stage, ctx.storage)
+        raise
+
+
+class _Unknown(Exception):
+    """The swap failed in a way that may have committed it, and reading back failed too."""
+
+    def __init__(self, error: StorageError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _publish(
+    ctx: TransactionContext, state: NamespaceState, stage: Stage, owner: str
+) -> CommitResult | None:
+    failpoint("direct.staged")
+    parts = merge_stages([stage])
+    if not parts:
+        return CommitResult(state.version, stage.mode, [], stage.txn_id)
+    overwrite = stage.mode == "overwrite"
+    for attempt in range(DIRECT_ATTEMPTS):
+        if attempt:
+            backoff(attempt - 1)
+            state = ctx.load_state()
+        current = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
+        # (read even for partitions staged as new: one a transaction is creating exists,
+        # claimed, though no reader sees it)
+        if any(row.get(CLAIM) for row in current.values()):
+            log.info("partitions of %s are claimed: committing through the claim protocol", owner)
+            return None
+        _check_bases(parts, current, overwrite)
+
+        versions = _commit_leaves(ctx, state, parts, current, overwrite, owner)
+        rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
+        new = [p for oid, p in parts.items() if oid not in current]
+        if new:
+            created = state.plan_partitions(
+                [tuple(p.values.values()) for p in new],
+                read_version=None,
+                spec_version=stage.spec_version,
+            ).rows
+            rows += [dict(r, **{READ_VERSION: versions.get(r[OBJECT_ID])}) for r in created]
+        failpoint("direct.before_publish")
+        try:
+            version = publish_direct(ctx.manifest, state, rows)
+        except CommitConflict:
+            log.info("publish of %s lost a race (attempt %d); trying again", owner, attempt + 1)
+            continue
+        except StorageError as exc:
+            version = _published_after_all(ctx, parts, versions, exc)
+        failpoint("direct.after_publish")
+        maybe_compact(ctx.manifest, prepare=lambda: collect_finished(ctx.manifest, ctx.load_state))
+        return CommitResult(
+            version,
+            stage.mode,
+            [
+                PartitionCommit(oid, p.values, versions[oid], p.rows, oid not in current)
+                for oid, p in parts.items()
+            ],
+            txn_id=stage.txn_id,
+        )
+    log.info(
+        "publish of %s lost %d races: committing through the claim protocol", owner, DIRECT_ATTEMPTS
+    )
+    return None
+
+
+def _commit_leaves(
+    ctx: TransactionContext,
+    state: NamespaceState,
+    parts: dict[str, StagedPartition],
+    current: dict[str, dict[str, Any]],
+    overwrite: bool,
+    owner: str,
+) -> dict[str, int]:
+    """Each leaf committed on its published version at ``state``, in parallel."""
+
+    def commit_one(oid: str) -> int:
+        part, row = parts[oid], current.get(oid)
+        published = None if row is None else row[READ_VERSION]
+        return commit_leaf(
+            ctx.storage,
+            ctx.storage.uri(part.directory),
+            part.fragment_metadata(),
+            replace=overwrite or part.rewrite,
+            schema=state.schema.leaf_schema(),
+            published=published,
+            exists=part.existed or published is not None,
+            owner=owner,
+        )
+
+    ids = list(parts)
+    return dict(zip(ids, ctx.storage.map(commit_one, ids), strict=True))
+
+
+def _check_bases(
+    parts: dict[str, StagedPartition], current: dict[str, dict[str, Any]], overwrite: bool
+) -> None:
+    """An overwrite (or a rewrite) replaces exactly the version it was staged against."""
+    gone = [oid for oid, p in parts.items() if p.existed and oid not in current]
+    if gone:
+        raise CommitConflict("staged partitions no longer exist", gone)
+    moved = [
+        oid
+        for oid, row in current.items()
+        if (overwrite or parts[oid].rewrite) and row[READ_VERSION] != parts[oid].base_read_version
+    ]
+    if moved:
+        raise CommitConflict(
+            "the write replaces partitions another writer published after it was staged; "
+            "nothing was published",
+            moved,
+        )
+
+
+def _published_after_all(
+    ctx: TransactionContext,
+    parts: dict[str, StagedPartition],
+    versions: dict[str, int],
+    error: StorageError,
+) -> int:
+    """The manifest version of a swap that failed with a storage error if it was committed
+    after all (its leaf versions are this write's own: no other writer publishes them)."""
+    try:
+        state = ctx.load_state()
+        rows = state.full_rows(list(parts)).to_pylist()
+    except StorageError:
+        raise _Unknown(error) from None
+    if any(r[READ_VERSION] == versions[r[OBJECT_ID]] for r in rows):
+        log.warning("the publish reported %s but was committed (v%d)", error, state.version)
+        return state.version
+    raise error

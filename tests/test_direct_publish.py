@@ -1,0 +1,216 @@
+"""Writes without a txn id publish in one swap (``namespace/direct.py``), next to the claim
+protocol: forced interleavings with committing transactions and other writers, crashes on
+each side of the swap, a swap whose outcome is unknown, and failures that must leave no
+staged file behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lance
+import pytest
+
+from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace, StorageError
+from airflow_provider_lance.namespace.failpoints import FailpointError, hold
+
+from .conftest import tree
+from .test_interleavings import (
+    BY_PART,
+    Worker,
+    all_readable,
+    claims,
+    crashing,
+    ids,
+    other,
+    state_of,
+)
+from .workers import TAGGED, tagged_rows
+
+
+@pytest.fixture
+def ns(root: Path) -> PartitionedNamespace:
+    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+    ns.write(tagged_rows("seed", [1, 2], 2, first_id=0))
+    return ns
+
+
+def referenced_files(ns: PartitionedNamespace) -> set[str]:
+    """Data files any version of any leaf references."""
+    out: set[str] = set()
+    for p in ns.partitions():
+        ds = lance.dataset(p.location)
+        for v in ds.versions():
+            for fragment in ds.checkout_version(v["version"]).get_fragments():
+                out.update(f.path for f in fragment.data_files())
+    return out
+
+
+def data_files(ns: PartitionedNamespace) -> set[str]:
+    """Data files of the leaves on disk (not of ``__manifest``)."""
+    files = tree(Path(ns.uri.removeprefix("file://")))
+    return {Path(f).name for f in files if "/data/" in f and not f.startswith("__manifest/")}
+
+
+def test_a_write_is_one_manifest_commit_and_leaves_no_records(ns) -> None:
+    before = ns.version
+    result = ns.write(tagged_rows("a", [1, 2, 3], 2, first_id=100))
+    assert ns.version == before + 1 == result.manifest_version
+    assert [p.created for p in result.partitions] == [False, False, True]
+    assert ids(ns) == [0, 1, 2, 3, *range(100, 106)]
+    assert not [f for f in tree(Path(ns.uri.removeprefix("file://"))) if f.startswith("_trans")]
+    assert ns.transactions() == []
+
+
+def test_a_write_waits_for_a_transaction_committing_its_partition(ns) -> None:
+    """X holds its claims (parked before its publish): the write sees them, hands its
+    files to the claim protocol and publishes after X, both exactly once."""
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    with hold("commit.before_publish") as parked:
+        committer = Worker(other(ns).commit, "X")
+        committer.start()
+        parked.wait_reached()
+        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer.start()
+        writer.join(1.0)
+        assert writer.is_alive()  # waiting for X's claim, not racing it
+    x, w = committer.outcome(), writer.outcome()
+    assert w.partitions[0].read_version > x.partitions[0].read_version
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201]
+    assert claims(ns) == []
+    assert state_of(ns, "X") == "published"
+    all_readable(ns)
+
+
+def test_a_write_waits_for_a_transaction_creating_its_partition(ns) -> None:
+    """Partition 9 exists only as X's claimed, unpublished row: invisible to readers (and
+    to the write's staging) but the write must not publish over it."""
+    ns.begin("append", "X").stage(tagged_rows("x", [9], 2, first_id=100))
+    with hold("commit.before_publish") as parked:
+        committer = Worker(other(ns).commit, "X")
+        committer.start()
+        parked.wait_reached()
+        writer = Worker(other(ns).write, tagged_rows("w", [9], 2, first_id=200))
+        writer.start()
+        writer.join(1.0)
+        assert writer.is_alive()
+    x, w = committer.outcome(), writer.outcome()
+    assert [p.created for p in x.partitions] == [True]
+    assert [p.created for p in w.partitions] == [False]
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201]
+    assert claims(ns) == []
+    all_readable(ns)
+
+
+def test_a_claim_placed_after_the_write_read_its_rows_makes_it_publish_later(ns) -> None:
+    """The write committed its leaf and is parked before its swap; X claims, rolls the
+    write's unpublished leaf version back, commits and publishes. The write's swap then
+    fails (the row changed) and it commits again on X's published version."""
+    with hold("direct.before_publish") as parked:
+        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer.start()
+        parked.wait_reached()
+        ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+        x = ns.commit("X")
+    w = writer.outcome()
+    assert w.partitions[0].read_version > x.partitions[0].read_version
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201]
+    all_readable(ns)
+
+
+def test_a_write_released_while_a_claim_is_live_waits_for_it(ns) -> None:
+    """Parked before its swap while X seals and parks before its publish: the write's
+    swap fails, its retry sees X's live claim and waits for X instead of racing it."""
+    with hold("direct.before_publish") as write_parked:
+        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer.start()
+        write_parked.wait_reached()
+        ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+        with hold("commit.before_publish") as x_parked:
+            committer = Worker(other(ns).commit, "X")
+            committer.start()
+            x_parked.wait_reached()
+            write_parked.release()
+            writer.join(1.0)
+            assert writer.is_alive()
+    x, w = committer.outcome(), writer.outcome()
+    assert w.partitions[0].read_version > x.partitions[0].read_version
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201]
+    assert claims(ns) == []
+    all_readable(ns)
+
+
+def test_two_writes_racing_for_one_new_partition_both_publish_once(ns) -> None:
+    with hold("direct.before_publish") as parked:
+        first = Worker(other(ns).write, tagged_rows("a", [7], 2, first_id=100))
+        first.start()
+        parked.wait_reached()
+        second = ns.write(tagged_rows("b", [7], 2, first_id=200))
+    a = first.outcome()
+    assert [p.created for p in second.partitions] == [True]
+    assert [p.created for p in a.partitions] == [False]
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201]
+    all_readable(ns)
+
+
+def test_an_overwrite_whose_partition_moved_fails_and_deletes_its_files(ns) -> None:
+    before = data_files(ns)
+    with hold("direct.staged") as parked:
+        writer = Worker(other(ns).write, tagged_rows("o", [1], 3, first_id=300), "overwrite")
+        writer.start()
+        parked.wait_reached()
+        ns.write(tagged_rows("a", [1], 1, first_id=100))
+    with pytest.raises(CommitConflict, match="published after it was staged"):
+        writer.outcome()
+    assert ids(ns) == [0, 1, 2, 3, 100]
+    # The append's file is new; the overwrite's are gone (its leaf commit on its stale
+    # base stays an unpublished version above the published one: nothing reads it).
+    assert len(data_files(ns) - before) == 1
+    assert data_files(ns) <= referenced_files(ns)
+    all_readable(ns)
+
+
+def test_a_crash_before_the_swap_publishes_nothing_and_the_partition_stays_writable(
+    ns, monkeypatch
+) -> None:
+    with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
+        ns.write(tagged_rows("lost", [1, 5], 2, first_id=100))
+    assert ids(ns) == [0, 1, 2, 3]
+    assert [p.values["part"] for p in ns.partitions()] == [1, 2]
+    all_readable(ns)
+    # The leaf of partition 1 has an unpublished version above its published one: the next
+    # write rolls it back and commits on the published version.
+    ns.write(tagged_rows("after", [1, 5], 1, first_id=200))
+    assert ids(ns) == [0, 1, 2, 3, 200, 201]
+    all_readable(ns)
+
+
+def test_a_crash_right_after_the_swap_has_published_the_write(ns, monkeypatch) -> None:
+    with crashing(monkeypatch, "direct.after_publish"), pytest.raises(FailpointError):
+        ns.write(tagged_rows("kept", [1, 5], 2, first_id=100))
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 102, 103]
+    assert claims(ns) == []
+    all_readable(ns)
+
+
+def test_a_swap_that_committed_but_reported_a_failure_is_a_success(ns, monkeypatch) -> None:
+    monkeypatch.setenv("LANCE_PNS_FAILPOINTS", "manifest.after_swap=error")
+    result = ns.write(tagged_rows("a", [1, 5], 2, first_id=100))
+    monkeypatch.delenv("LANCE_PNS_FAILPOINTS")
+    assert result.manifest_version == ns.version
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 102, 103]
+    all_readable(ns)
+
+
+def test_a_swap_that_failed_deletes_the_staged_files(ns, monkeypatch) -> None:
+    """Its leaf versions stay unpublished (the next commit of each leaf rolls them back)."""
+    before = data_files(ns)
+    monkeypatch.setenv("LANCE_PNS_FAILPOINTS", "manifest.before_swap=error")
+    with pytest.raises(StorageError, match="injected failure"):
+        ns.write(tagged_rows("a", [1, 5], 2, first_id=100))
+    monkeypatch.delenv("LANCE_PNS_FAILPOINTS")
+    assert ids(ns) == [0, 1, 2, 3]
+    assert data_files(ns) == before
+    all_readable(ns)
+    ns.write(tagged_rows("b", [1, 5], 1, first_id=200))
+    assert ids(ns) == [0, 1, 2, 3, 200, 201]
+    all_readable(ns)
