@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import (
+    CommitConflict,
     DataValidationError,
     PartitionedNamespace,
     PartitionField,
@@ -309,3 +310,63 @@ def _publish_latest(ns: PartitionedNamespace, object_id: str) -> None:
         rows.schema.get_field_index("read_version"), "read_version", pa.nulls(1, pa.uint64())
     )
     manifest.merge_insert("object_id").when_matched_update_all().execute(rows)
+
+
+# -- staged data meeting a schema change before its commit -----------------------------------
+def test_a_staged_append_never_lands_on_a_leaf_rewritten_under_another_schema(
+    daily: PartitionedNamespace,
+) -> None:
+    """X stages an append to a day's partition; then ``amount`` is dropped, ``score`` (the
+    same type) added, and another write rewrites that partition under the new schema,
+    where ``score`` takes the Lance field id ``amount`` had. Appending X's files there would
+    read X's amounts as scores: the commit refuses before it claims anything, and X staged
+    again publishes with NULL scores."""
+    daily.write(events(2, days=1))
+    daily.begin("append", "X").stage(events(2, days=1, first_id=10))
+    daily.drop_column("amount")
+    daily.add_column(pa.field("score", pa.float64()))
+    later = events(1, days=1, first_id=20).drop_columns(["amount"])
+    daily.write(later.append_column("score", pa.array([9.0])))
+    with pytest.raises(CommitConflict, match="another schema") as refused:
+        daily.commit("X")
+    assert refused.value.retryable
+    assert {r["id"]: r["score"] for r in daily.to_table().to_pylist()} == {
+        0: None,
+        1: None,
+        20: 9.0,
+    }
+    assert daily.transaction("X").info().state == "staged"  # nothing claimed
+    daily.abort("X")
+    daily.write(events(2, days=1, first_id=10).drop_columns(["amount"]), txn_id="X")
+    got = {r["id"]: r["score"] for r in daily.to_table().to_pylist()}
+    assert got == {0: None, 1: None, 10: None, 11: None, 20: 9.0}
+
+
+def test_a_staged_overwrite_commits_the_schema_it_was_written_with(
+    daily: PartitionedNamespace,
+) -> None:
+    """An overwrite staged before ``add_column`` and committed after it replaces the leaf
+    with the schema its files were written with (the new column reads NULL), not the
+    namespace's new one, whose field ids its files do not carry."""
+    daily.write(events(4, days=1))
+    daily.begin("overwrite", "X").stage(events(2, days=1, first_id=10))
+    daily.add_column(pa.field("channel", pa.utf8()))
+    daily.commit("X")
+    got = {r["id"]: (r["amount"], r["channel"]) for r in daily.to_table().to_pylist()}
+    assert got == {10: (0.0, None), 11: (1.5, None)}
+
+
+def test_stages_written_under_different_schemas_are_not_committed_together(
+    daily: PartitionedNamespace,
+) -> None:
+    """Two stages of one transaction (two Spark tasks, say) on either side of an
+    ``add_column``: their new leaves would need different schemas. Refused before any
+    claim; nothing published."""
+    txn = daily.begin("append", "X")
+    txn.stage(events(2, days=1), stage_id="a")
+    daily.add_column(pa.field("channel", pa.utf8()))
+    more = events(2, start=dt.date(2026, 1, 1), days=1, first_id=10)
+    txn.stage(more.append_column("channel", pa.array(["web", "app"])), stage_id="b")
+    with pytest.raises(CommitConflict, match="different namespace schemas"):
+        daily.commit("X")
+    assert daily.to_table().num_rows == 0

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState
@@ -40,7 +41,7 @@ from .errors import (
     TransactionAborted,
 )
 from .failpoints import failpoint
-from .leaves import commit_leaf
+from .leaves import check_append_schema, commit_leaf, schema_digest
 from .lifecycle import (
     TransitionRefused,
     TxnRecord,
@@ -96,10 +97,11 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
             if into is None:
                 merged[oid] = part
                 continue
-            if (part.rewrite, part.base_read_version, part.existed) != (
+            if (part.rewrite, part.base_read_version, part.existed, part.schema) != (
                 into.rewrite,
                 into.base_read_version,
                 into.existed,
+                into.schema,
             ):
                 raise CommitConflict(
                     "stages of one transaction saw different versions of a partition "
@@ -122,6 +124,18 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
     return merged
 
 
+def common_leaf_schema(stages: Sequence[Stage]) -> pa.Schema | None:
+    """The leaf schema every stage was written with (None: none recorded one);
+    :class:`CommitConflict` if they differ: a schema change happened while staging."""
+    schemas = {schema_digest(s.leaf_schema): s.leaf_schema for s in stages if s.leaf_schema}
+    if len(schemas) > 1:
+        raise CommitConflict(
+            "stages of one transaction were written under different namespace schemas (a "
+            "schema change happened while staging); nothing was published: stage again"
+        )
+    return next(iter(schemas.values()), None)
+
+
 def stage_digest(raw: Mapping[str, Any]) -> str:
     """Identifies one recorded content of a stage (a re-recorded stage has another)."""
     text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
@@ -138,6 +152,8 @@ class Plan:
     spec_version: int
     stages: tuple[tuple[str, int, str, str], ...]
     partitions: dict[str, StagedPartition]
+    #: The leaf schema the stages were written with (see :attr:`Stage.leaf_schema`).
+    leaf_schema: pa.Schema | None = None
 
     def included(self, txn_id: str, incarnation: int, stage_id: str) -> str | None:
         """The digest of the stage content this plan includes, or None."""
@@ -147,7 +163,9 @@ class Plan:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        merged = Stage("plan", self.plan_id, self.mode, self.spec_version, self.partitions)
+        merged = Stage(
+            "plan", self.plan_id, self.mode, self.spec_version, self.partitions, self.leaf_schema
+        )
         return {
             "plan_id": self.plan_id,
             "stages": [list(s) for s in self.stages],
@@ -163,6 +181,7 @@ class Plan:
             merged.spec_version,
             tuple((str(t), int(k), str(s), str(d)) for t, k, s, d in raw["stages"]),
             merged.partitions,
+            merged.leaf_schema,
         )
 
 
@@ -440,12 +459,14 @@ class Committer:
         last = self._planned
         if last is not None and last.stages == tuple(refs) and last.mode == header.mode:
             return last  # the same stages as the last attempt: the same plan (and its file)
+        stages = [Stage.from_json(raw) for raw in raws]
         self._planned = Plan(
             new_token()[:16],
             header.mode,
             header.spec_version,
             tuple(refs),
-            merge_stages([Stage.from_json(raw) for raw in raws]),
+            merge_stages(stages),
+            common_leaf_schema(stages),
         )
         return self._planned
 
@@ -499,6 +520,8 @@ class Committer:
         gone = [p.object_id for p in new if p.existed]
         if gone:
             raise CommitConflict("staged partitions no longer exist", gone)
+        if not overwrite:
+            self._check_append_schemas(plan, current)
         if new:
             rows += state.plan_partitions(
                 [tuple(p.values.values()) for p in new],
@@ -507,6 +530,33 @@ class Committer:
                 spec_version=plan.spec_version,
             ).rows
         return rows
+
+    def _check_append_schemas(self, plan: Plan, current: Mapping[str, Mapping[str, Any]]) -> None:
+        """Before claiming: appended files only go onto a leaf version whose schema gives
+        their field ids the meaning they were staged with (the leaf may have been rewritten
+        under a new schema since: see :func:`~.leaves.schema_digest`). Opens only leaves
+        published anew since they were staged."""
+        moved = [
+            (oid, row[READ_VERSION])
+            for oid, row in current.items()
+            if oid in plan.partitions
+            and not plan.partitions[oid].rewrite
+            and row[READ_VERSION] is not None
+            and row[READ_VERSION] != plan.partitions[oid].base_read_version
+        ]
+
+        def check(item: tuple[str, int]) -> None:
+            oid, published = item
+            part = plan.partitions[oid]
+            check_append_schema(
+                self.ctx.storage,
+                self.ctx.storage.uri(current[oid]["location"]),
+                published,
+                part.base_read_version if part.existed else None,
+                part.schema,
+            )
+
+        self.ctx.storage.map(check, moved)
 
     # -- 2. leaves -----------------------------------------------------------------------------
     def _commit_leaves(
@@ -532,7 +582,7 @@ class Committer:
                 f"transaction {record.tag} is committing but does not hold its claims (was "
                 "__manifest rewritten by another tool?)",
             )
-        schema = state.schema.leaf_schema()
+        schema = plan.leaf_schema or state.schema.leaf_schema()
 
         def commit_one(oid: str) -> int:
             part, row = plan.partitions[oid], rows[oid]
@@ -545,6 +595,8 @@ class Committer:
                 published=row[READ_VERSION],
                 exists=part.existed or row[READ_VERSION] is not None,
                 owner=record.tag,
+                staged_schema=part.schema,
+                staged_on=part.base_read_version if part.existed else None,
             )
             failpoint("commit.leaf_committed")
             return version

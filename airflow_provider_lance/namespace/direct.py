@@ -32,6 +32,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import pyarrow as pa
+
 from .catalog import NamespaceState
 from .commit import TransactionContext, backoff, merge_stages
 from .errors import CommitConflict, StorageError
@@ -57,10 +59,12 @@ def publish_stage(
     claimed or the races were lost, and the claim protocol must publish it.
 
     ``owner`` (``txn#incarnation``) tags the leaf versions. The staged files are deleted
-    when this raises, unless the outcome is unknown or a failpoint simulated a crash.
+    when this raises before the swap, unless the outcome is unknown or a failpoint
+    simulated a crash; once the swap succeeded nothing raises (the compaction after it is
+    best effort), so a caller never retries, and duplicates, a published write.
     """
     try:
-        return _publish(ctx, state, stage, owner)
+        result = _publish(ctx, state, stage, owner)
     except FailpointError:
         raise  # a simulated crash: nothing cleans up after a real one either
     except _Unknown as unknown:
@@ -68,6 +72,10 @@ def publish_stage(
     except BaseException:
         discard_stage(stage, ctx.storage)
         raise
+    if result is not None:  # published: from here on nothing may delete its files
+        failpoint("direct.after_publish")
+        maybe_compact(ctx.manifest, prepare=lambda: collect_finished(ctx.manifest, ctx.load_state))
+    return result
 
 
 class _Unknown(Exception):
@@ -86,6 +94,7 @@ def _publish(
     if not parts:
         return CommitResult(state.version, stage.mode, [], stage.txn_id)
     overwrite = stage.mode == "overwrite"
+    leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
     for attempt in range(DIRECT_ATTEMPTS):
         if attempt:
             backoff(attempt - 1)
@@ -98,7 +107,9 @@ def _publish(
             return None
         _check_bases(parts, current, overwrite)
 
-        versions = _commit_leaves(ctx, state, parts, current, overwrite, owner)
+        versions = _commit_leaves(ctx, leaf_schema, parts, current, overwrite, owner)
+        if attempt:
+            _check_files(ctx, parts)
         rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
         new = [p for oid, p in parts.items() if oid not in current]
         if new:
@@ -116,8 +127,6 @@ def _publish(
             continue
         except StorageError as exc:
             version = _published_after_all(ctx, parts, versions, exc)
-        failpoint("direct.after_publish")
-        maybe_compact(ctx.manifest, prepare=lambda: collect_finished(ctx.manifest, ctx.load_state))
         return CommitResult(
             version,
             stage.mode,
@@ -135,13 +144,15 @@ def _publish(
 
 def _commit_leaves(
     ctx: TransactionContext,
-    state: NamespaceState,
+    leaf_schema: pa.Schema,
     parts: dict[str, StagedPartition],
     current: dict[str, dict[str, Any]],
     overwrite: bool,
     owner: str,
 ) -> dict[str, int]:
-    """Each leaf committed on its published version at ``state``, in parallel."""
+    """Each leaf committed on its published version, in parallel. New and replaced leaves
+    get ``leaf_schema``: the one their files were staged with, whatever the namespace's
+    schema is now (a reader conforms them like any leaf older than a schema change)."""
 
     def commit_one(oid: str) -> int:
         part, row = parts[oid], current.get(oid)
@@ -151,14 +162,42 @@ def _commit_leaves(
             ctx.storage.uri(part.directory),
             part.fragment_metadata(),
             replace=overwrite or part.rewrite,
-            schema=state.schema.leaf_schema(),
+            schema=leaf_schema,
             published=published,
             exists=part.existed or published is not None,
             owner=owner,
+            staged_schema=part.schema,
+            staged_on=part.base_read_version if part.existed else None,
         )
 
     ids = list(parts)
     return dict(zip(ids, ctx.storage.map(commit_one, ids), strict=True))
+
+
+def _check_files(ctx: TransactionContext, parts: dict[str, StagedPartition]) -> None:
+    """After a lost race, the staged files must still be there before they are published.
+
+    The leaf versions of the first attempt were rolled back by the winner and lie below
+    its published version, where ``maintain`` may remove them, and their files with them.
+    Checked once the leaves are committed again: versions above the published one are
+    never removed, and once a publish passes them the swap fails and this runs again.
+    """
+
+    def missing(oid: str) -> list[str]:
+        part = parts[oid]
+        return ctx.storage.missing_data_files(
+            ctx.storage.uri(part.directory), part.fragment_metadata()
+        )
+
+    found = ctx.storage.map(missing, list(parts))
+    gone = [oid for oid, files in zip(parts, found, strict=True) if files]
+    if gone:
+        raise CommitConflict(
+            "the write's staged files were removed while it waited for another publish "
+            "(maintain with an older_than shorter than the write?); nothing was published: "
+            "write again",
+            gone,
+        )
 
 
 def _check_bases(

@@ -8,6 +8,7 @@ partitions and many processes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ import lance
 import pyarrow as pa
 from lance import LanceOperation, Transaction
 from lance.fragment import FragmentMetadata
+from lance.schema import LanceSchema
 
 from .errors import CommitConflict, LanceNamespaceError, StorageError
 from .failpoints import failpoint
@@ -55,6 +57,43 @@ def stage_fragments(
 def leaf_schema(storage: Storage, uri: str, version: int | None = None) -> pa.Schema:
     """The schema of the leaf table at ``uri`` (at ``version``, default latest)."""
     return storage.table(uri, version).schema
+
+
+def schema_digest(schema: LanceSchema | pa.Schema) -> str:
+    """Identifies what the columns of data files written against ``schema`` mean.
+
+    A Lance data file names its columns by Lance field id, and a table maps those ids to
+    its own schema's fields. Files are only meaningful in a table whose schema gives their
+    ids the same names, types and field metadata (our namespace field id among it) as the
+    schema they were written against: a leaf rewritten under another schema may reuse the
+    ids for other columns. A ``pa.Schema`` stands for a table created from it (ids in
+    order, as ``write_fragments`` gives a new table's files).
+    """
+    lance_schema = schema if isinstance(schema, LanceSchema) else LanceSchema.from_pyarrow(schema)
+
+    def canonical(f: Any) -> list[Any]:
+        arrow = f.to_arrow()
+        metadata = sorted((str(k), str(v)) for k, v in (f.metadata or {}).items())
+        children = [canonical(c) for c in f.children()]
+        return [f.id(), f.name(), str(arrow.type), arrow.nullable, metadata, children]
+
+    text = json.dumps([canonical(f) for f in lance_schema.fields()], separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def check_append_schema(
+    storage: Storage, uri: str, base: int, staged_on: int | None, staged_schema: str | None
+) -> None:
+    """Appending files is only sound onto a version whose schema gives their field ids the
+    meaning they were written with (see :func:`schema_digest`)."""
+    if staged_schema is None or base == staged_on:  # unknown (older record), or the same
+        return
+    if schema_digest(storage.table(uri, base).lance_schema) != staged_schema:
+        raise CommitConflict(
+            f"partition table {uri} was rewritten under another schema after these rows were "
+            "staged (a concurrent write after a schema change); nothing was published: "
+            "stage them again"
+        )
 
 
 def committed_by(ds: lance.LanceDataset, version: int) -> str | None:
@@ -133,6 +172,8 @@ def commit_leaf(
     published: int | None,
     exists: bool,
     owner: str,
+    staged_schema: str | None = None,
+    staged_on: int | None = None,
 ) -> int:
     """Commit staged fragments as a leaf version holding exactly base + ``fragments``.
 
@@ -145,11 +186,26 @@ def commit_leaf(
     fragments plus ours), else it is rolled back and made again; a latest version that
     ``owner`` itself committed (an earlier attempt) is reused only if its fragments are
     exactly the base's plus ours. The commit records ``owner`` in its properties.
+
+    ``staged_schema`` is the :func:`schema_digest` of the schema the fragments were written
+    against: the leaf version ``staged_on`` for an append (None: a new table), ``schema``
+    for a replacement. A mismatch raises :class:`CommitConflict` and commits nothing: the
+    files' columns would be read as other columns.
     """
+
+    def check_replacement() -> None:  # an Overwrite gives the files ``schema``'s field ids
+        if staged_schema is not None and schema_digest(schema) != staged_schema:
+            raise CommitConflict(
+                f"the namespace schema changed after the rows for {uri} were staged; "
+                "nothing was published: stage them again"
+            )
+
     txn_id, _, incarnation = owner.rpartition("#")
     properties = {TXN_PROPERTY: txn_id, INCARNATION_PROPERTY: incarnation}
-    if not exists and _created(storage, uri, fragments, schema, properties):
-        return 1
+    if not exists:
+        check_replacement()
+        if _created(storage, uri, fragments, schema, properties):
+            return 1
     mine = sorted(_signature(f) for f in fragments)
     for _attempt in range(LEAF_ATTEMPTS):
         ds = storage.table_or_none(uri)
@@ -167,6 +223,8 @@ def commit_leaf(
                 expected = mine if overwrite else sorted(_content(ds, base_v or 0) + mine)
                 if _content(ds, latest) == expected:
                     return latest
+            if base_v is not None and not overwrite:
+                check_append_schema(storage, uri, base_v, staged_on, staged_schema)
             if base_v is not None and not overwrite and latest != base_v:
                 log.warning(
                     "rolling back %d unpublished version(s) of %s to version %d",
@@ -176,8 +234,16 @@ def commit_leaf(
                 )
                 with storage.failures("roll back", uri):
                     storage.table(uri, base_v).restore()  # type: ignore[no-untyped-call]
-                latest = int(storage.table(uri).version)
+                failpoint("leaf.rolled_back")
+                restored = storage.table(uri)
+                latest = int(restored.version)
+                if _content(restored, latest) != _content(ds, base_v):
+                    # Another commit (a writer without a claim) landed on the restore before
+                    # it was read: appending to it would take that writer's rows along.
+                    continue
             base = latest
+        if overwrite:
+            check_replacement()
         operation: LanceOperation.BaseOperation = (
             LanceOperation.Overwrite(schema, list(fragments))
             if overwrite

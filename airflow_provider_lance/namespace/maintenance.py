@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import lance
 
 from .catalog import NamespaceState
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, LanceNamespaceError
 from .manifest import CLAIM, LOCATION, OBJECT_ID, OBJECT_TYPE, READ_VERSION, TABLE, Manifest
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,10 @@ def maybe_compact(
                 prepare()
             before, after = compact_manifest(manifest)
             log.info("compacted __manifest: %d -> %d fragments", before, after)
-    except (OSError, ValueError) as exc:
-        log.info("skipped __manifest compaction (concurrent commit): %s", exc)
+    except (OSError, ValueError, LanceNamespaceError) as exc:
+        # Never an error of the publish that called it: that is committed already, and a
+        # caller told it failed would retry it (and duplicate an anonymous write).
+        log.info("skipped __manifest compaction (concurrent commit or storage error): %s", exc)
 
 
 def maintain(

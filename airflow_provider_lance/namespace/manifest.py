@@ -221,7 +221,14 @@ class Manifest:
         if rows.num_rows == 0:
             return base_version
         # A fresh handle: a commit advances the dataset object it runs on in place.
-        base = self.open(base_version)
+        try:
+            base = self.open(base_version)
+        except ManifestError as exc:  # cleaned up meanwhile: the rows may have changed since
+            raise CommitConflict(
+                f"__manifest version {base_version}, which this commit read, was cleaned up "
+                "meanwhile (maintain); read the namespace again",
+                [i for i in rows.column(OBJECT_ID).to_pylist() if not i.startswith(TXN_PREFIX)],
+            ) from exc
         builder = base.merge_insert(OBJECT_ID)
         builder = (
             builder.when_matched_delete()

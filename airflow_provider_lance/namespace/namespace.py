@@ -581,9 +581,12 @@ class PartitionedNamespace:
     ) -> None:
         """Undo an unpublished transaction: its leaf versions, claims and staged files.
 
-        The record stays as a tombstone, unless ``forget`` (for ids nobody else knows).
+        The record stays as a tombstone, unless ``forget``: only for the caller's own
+        anonymous transaction, whose commit it ran and saw fail (nobody else knows the id,
+        so one without a ``__manifest`` row needs no fence either). Anyone else's
+        transaction, anonymous or not, is fenced first: its writer may seal it any moment.
         """
-        transactions.abort(self._txn, txn_id, reason)
+        transactions.abort(self._txn, txn_id, reason, own_write=forget)
         if forget:
             self._store.delete(txn_id)
 

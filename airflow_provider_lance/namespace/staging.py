@@ -16,12 +16,13 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState, Partition
 from .errors import DataValidationError
-from .leaves import leaf_schema, stage_fragments
+from .leaves import schema_digest, stage_fragments
 from .naming import leaf_directory
 from .scan import open_leaf
 from .splitting import split
@@ -53,6 +54,10 @@ class StagedPartition:
     #: lists the others in ``superseded`` (deleted once published, never committed).
     base_fragments: list[str] = field(default_factory=list)
     superseded: list[str] = field(default_factory=list)
+    #: :func:`~.leaves.schema_digest` of the schema the files' field ids refer to: the leaf
+    #: version appended to, or the namespace's leaf schema for a new or replaced leaf
+    #: (None in records written before it was kept: not checked).
+    schema: str | None = None
 
     def fragment_metadata(self) -> list[FragmentMetadata]:
         return [FragmentMetadata.from_json(f) for f in self.fragments]
@@ -67,6 +72,9 @@ class Stage:
     mode: str
     spec_version: int
     partitions: dict[str, StagedPartition] = field(default_factory=dict)
+    #: The namespace's leaf schema when staged: what new and replaced leaves are committed
+    #: with (their files carry its field ids). None in records written before it was kept.
+    leaf_schema: pa.Schema | None = None
 
     @property
     def rows(self) -> int:
@@ -83,6 +91,9 @@ class Stage:
             "mode": self.mode,
             "spec_version": self.spec_version,
             "values_ipc": base64.b64encode(sink.getvalue().to_pybytes()).decode(),
+            "leaf_schema_ipc": None
+            if self.leaf_schema is None
+            else base64.b64encode(self.leaf_schema.serialize().to_pybytes()).decode(),
             "partitions": [
                 {
                     "object_id": p.object_id,
@@ -94,6 +105,7 @@ class Stage:
                     "existed": p.existed,
                     "base_fragments": p.base_fragments,
                     "superseded": p.superseded,
+                    "schema": p.schema,
                 }
                 for p in self.partitions.values()
             ],
@@ -103,7 +115,16 @@ class Stage:
     def from_json(cls, obj: Mapping[str, Any]) -> Stage:
         raw = base64.b64decode(obj["values_ipc"])
         values = pa.ipc.open_stream(raw).read_all().to_pylist() if obj["partitions"] else []
-        stage = cls(obj["txn_id"], obj["stage_id"], obj["mode"], int(obj["spec_version"]))
+        schema = obj.get("leaf_schema_ipc")
+        stage = cls(
+            obj["txn_id"],
+            obj["stage_id"],
+            obj["mode"],
+            int(obj["spec_version"]),
+            leaf_schema=None
+            if schema is None
+            else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema))),
+        )
         for p, v in zip(obj["partitions"], values, strict=True):
             stage.partitions[p["object_id"]] = StagedPartition(
                 object_id=p["object_id"],
@@ -116,6 +137,7 @@ class Stage:
                 existed=bool(p.get("existed", False)),
                 base_fragments=list(p.get("base_fragments", ())),
                 superseded=list(p.get("superseded", ())),
+                schema=p.get("schema"),
             )
         return stage
 
@@ -172,7 +194,13 @@ class Stager:
         self.flush_bytes = flush_bytes
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered = 0
+        #: Partitions appended to: their leaf at the published version (the files take
+        #: its field ids) and its schema.
+        self._leaves: dict[str, lance.LanceDataset] = {}
         self._leaf_schemas: dict[str, pa.Schema] = {}
+        #: The schema of new and replaced leaves, and its digest.
+        self._new_schema = stage.leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
+        self._new_digest = schema_digest(self._new_schema)
 
     @property
     def overwrite(self) -> bool:
@@ -222,6 +250,7 @@ class Stager:
                     values=dict(zip(names, v, strict=True)),
                     base_read_version=found.read_version if found else None,
                     existed=found is not None,
+                    schema=self._new_digest,  # until _open_leaf finds it appended to
                 )
             if not self.overwrite:  # appends to existing partitions need their leaf schema
                 appended = [oid for oid in new if oid in existing]
@@ -231,9 +260,12 @@ class Stager:
     def _open_leaf(self, existing: Partition) -> None:
         """Learn the schema of a partition appended to (its files are staged in it)."""
         target = self.stage.partitions[existing.object_id]
-        schema = leaf_schema(self.storage, existing.location, existing.read_version)
+        leaf = self.storage.table(existing.location, existing.read_version)
+        schema = leaf.schema
         if not self.state.schema.missing_in_leaf(schema):
+            self._leaves[existing.object_id] = leaf
             self._leaf_schemas[existing.object_id] = schema
+            target.schema = schema_digest(leaf.lance_schema)
             return
         # The partition predates add_column: rewrite it whole, with the new columns,
         # starting from a copy of its published rows (files of their own, so that a commit
@@ -244,7 +276,7 @@ class Stager:
             fragments = stage_fragments(
                 self.storage,
                 self.storage.uri(target.directory),
-                self.state.schema.to_leaf(copy, self.state.schema.leaf_schema()),
+                self.state.schema.to_leaf(copy, self._new_schema),
                 overwrite=True,
             )
             target.base_fragments = [json.dumps(f.to_json()) for f in fragments]
@@ -264,14 +296,16 @@ class Stager:
             target = self.stage.partitions[object_id]
             data = pa.concat_tables(buffered)
             buffered.clear()
-            replace = self.overwrite or target.rewrite or object_id not in self._leaf_schemas
-            schema = self.state.schema.leaf_schema() if replace else self._leaf_schemas[object_id]
+            replace = self.overwrite or target.rewrite or object_id not in self._leaves
+            schema = self._new_schema if replace else self._leaf_schemas[object_id]
             work.append((target, self.state.schema.to_leaf(data, schema), replace))
 
         def write(item: tuple[StagedPartition, pa.Table, bool]) -> list[str]:
             target, shaped, replace = item
-            uri = self.storage.uri(target.directory)
-            fragments = stage_fragments(self.storage, uri, shaped, overwrite=replace)
+            # Appended files take the field ids of the version appended to (the published
+            # one, not whatever unpublished version is latest).
+            into = self.storage.uri(target.directory) if replace else self._leaves[target.object_id]
+            fragments = self.storage.write_fragments(shaped, into, overwrite=replace)
             return [json.dumps(f.to_json()) for f in fragments]
 
         written: list[list[str] | None] = [None] * len(work)

@@ -327,6 +327,15 @@ class Storage:
             if self.contains(path):
                 raise StorageError(f"cannot delete {self.uri(path)}: {first_line(exc)}") from exc
 
+    def missing_data_files(
+        self, table_uri: str, fragments: Sequence[FragmentMetadata]
+    ) -> list[str]:
+        """The data files of ``fragments`` that are not in the table's directory."""
+        session = self._session(table_uri)
+        paths = [f"data/{d['path']}" for f in fragments for d in f.to_json().get("files", [])]
+        with self.failures("read", table_uri):
+            return [p for p in paths if not session.contains(p)]
+
     def delete_data_files(self, table_uri: str, fragments: Sequence[FragmentMetadata]) -> int:
         """Delete the data files of fragments no table version references (staged, never
         committed); returns how many went. A file that cannot be deleted is logged and left

@@ -441,12 +441,19 @@ def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> Tra
     return header
 
 
-def abort(ctx: TransactionContext, txn_id: str, reason: str = "aborted") -> None:
+def abort(
+    ctx: TransactionContext, txn_id: str, reason: str = "aborted", *, own_write: bool = False
+) -> None:
     """Undo an unpublished transaction; an error for a published one.
 
     First the fence: one compare-and-swap moves its row to ABORTED and releases its claims;
     if a commit published first, the swap fails and abort says so, deleting nothing. Only
     after the fence are its staged files deleted: no published version can reference them.
+
+    ``own_write``: the caller is the anonymous transaction's own writer, whose commit
+    failed and returned; nobody else can seal it, so a transaction without a row needs
+    no fence. Anyone else (an operator, :func:`recover`) fences it like any other: its
+    writer may be waiting for a claim and seal it any moment.
     """
     deadline = time.monotonic() + SWAP_TIMEOUT
     for attempt in range(1_000_000):
@@ -463,8 +470,8 @@ def abort(ctx: TransactionContext, txn_id: str, reason: str = "aborted") -> None
         if record.state is TxnState.ABORTED:
             break
         header = ctx.store.load(txn_id, record.incarnation)
-        if not record.stored and header is not None and header.anonymous:
-            break  # nobody but its own (failed) writer could seal it: nothing to fence
+        if own_write and not record.stored and header is not None and header.anonymous:
+            break  # its own writer's commit failed: nobody else could seal it
         source_ids = list(record.sources) or (header.sources if header else [])
         sources = list(load_records(state, source_ids).values())
         try:
