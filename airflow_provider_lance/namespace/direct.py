@@ -30,6 +30,7 @@ Delta or Iceberg write does: wasted space, never read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -183,7 +184,7 @@ def _check_files(ctx: TransactionContext, parts: dict[str, StagedPartition]) -> 
     never removed, and once a publish passes them the swap fails and this runs again.
     """
 
-    def missing(oid: str) -> list[str]:
+    def missing(oid: str) -> Sequence[str]:
         part = parts[oid]
         return ctx.storage.missing_data_files(
             ctx.storage.uri(part.directory), part.fragment_metadata()

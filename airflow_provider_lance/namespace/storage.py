@@ -329,7 +329,7 @@ class Storage:
 
     def missing_data_files(
         self, table_uri: str, fragments: Sequence[FragmentMetadata]
-    ) -> list[str]:
+    ) -> Sequence[str]:
         """The data files of ``fragments`` that are not in the table's directory."""
         session = self._session(table_uri)
         paths = [f"data/{d['path']}" for f in fragments for d in f.to_json().get("files", [])]
