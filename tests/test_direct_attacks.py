@@ -877,3 +877,25 @@ def test_a_roll_back_never_adopts_an_unclaimed_writers_version(ns, monkeypatch) 
     assert claims(ns) == []
     published_files_exist(ns)
     all_readable(ns)
+
+
+def test_a_swap_reported_failed_and_published_over_is_still_found(ns, monkeypatch) -> None:
+    """W's swap commits, but the store reports an error (``manifest.after_swap=error``),
+    and before W reads the manifest back another writer has published partition 1 on top
+    of W's version. W must find its own swap in the versions since it read (not only in
+    the latest), report success and keep its files: the other writer's version holds
+    them too. Relies on ``direct._published_after_all`` walking every version."""
+    writer: Worker | None = None
+    with hold("manifest.after_swap", when=lambda: threading.current_thread() is writer) as w:
+        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer.start()
+        w.wait_reached()  # committed
+        ns.write(tagged_rows("a", [1], 2, first_id=300))
+        monkeypatch.setenv(ENV, "manifest.after_swap=error")
+        w.release()
+        result = writer.outcome()
+    monkeypatch.delenv(ENV)
+    assert result.rows == 2
+    assert tag_counts(ns) == Counter({"seed": 4, "w": 2, "a": 2})
+    published_files_exist(ns)
+    all_readable(ns)

@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from .catalog import NamespaceState
 from .commit import TransactionContext, backoff, merge_stages
-from .errors import CommitConflict, StorageError
+from .errors import CommitConflict, LanceNamespaceError, StorageError
 from .failpoints import FailpointError, failpoint
 from .leaves import commit_leaf
 from .lifecycle import collect_finished, publish_direct
@@ -127,7 +127,7 @@ def _publish(
             log.info("publish of %s lost a race (attempt %d); trying again", owner, attempt + 1)
             continue
         except StorageError as exc:
-            version = _published_after_all(ctx, parts, versions, exc)
+            version = _published_after_all(ctx, state, parts, versions, exc)
         return CommitResult(
             version,
             stage.mode,
@@ -223,18 +223,30 @@ def _check_bases(
 
 def _published_after_all(
     ctx: TransactionContext,
+    state: NamespaceState,
     parts: dict[str, StagedPartition],
     versions: dict[str, int],
     error: StorageError,
 ) -> int:
-    """The manifest version of a swap that failed with a storage error if it was committed
-    after all (its leaf versions are this write's own: no other writer publishes them)."""
+    """The manifest version a swap against ``state`` made although it reported a storage
+    error, or the error again if it made none.
+
+    Its leaf versions are this write's own (no other writer publishes them), so a manifest
+    version after ``state`` whose rows name one of them is the swap's. Every version since
+    is looked at, not only the latest: a writer may already have published over it. When
+    that cannot be read the outcome is unknown, and the staged files are kept.
+    """
+    ids = list(parts)
+    listed = ", ".join("'" + i.replace("'", "''") + "'" for i in ids)
     try:
-        state = ctx.load_state()
-        rows = state.full_rows(list(parts)).to_pylist()
-    except StorageError:
+        latest = int(ctx.manifest.open().version)
+        for version in range(state.version + 1, latest + 1):
+            rows = ctx.manifest.open(version).to_table(
+                columns=[OBJECT_ID, READ_VERSION], filter=f"{OBJECT_ID} IN ({listed})"
+            )
+            if any(r[READ_VERSION] == versions[r[OBJECT_ID]] for r in rows.to_pylist()):
+                log.warning("the publish reported %s but was committed (v%d)", error, version)
+                return version
+    except LanceNamespaceError:
         raise _Unknown(error) from None
-    if any(r[READ_VERSION] == versions[r[OBJECT_ID]] for r in rows):
-        log.warning("the publish reported %s but was committed (v%d)", error, state.version)
-        return state.version
     raise error
