@@ -359,3 +359,21 @@ def test_full_rows_finds_every_kind_of_row_however_many_ids_are_asked(
     for ids_asked in (wanted[:3], wanted):
         found = ns.state().full_rows(ids_asked).column("object_id").to_pylist()
         assert sorted(found) == sorted([row_id("many"), leaf, "v1"])
+
+
+def test_a_collected_anonymous_transaction_never_looks_staged_again(
+    ns: PartitionedNamespace,
+) -> None:
+    """An anonymous transaction (a Spark driver's, or a handed-over write whose process was
+    killed after its publish) keeps its records; compaction collects its finished row. A
+    header without a row reads as staged, so ``recover`` would abort it and delete the
+    files its published version reads. Found by the chaos test: the records go first."""
+    txn = ns.begin("append", anonymous=True)
+    txn.stage(tagged_rows("a", [1, 2], 2, first_id=100))
+    ns.commit(txn.txn_id)
+    ns.maintain()  # collects finished anonymous rows (as compaction after a publish does)
+    assert txn.txn_id not in {t.txn_id for t in ns.transactions()}
+    assert ns.recover(lease_seconds=0) == []
+    with pytest.raises(InvalidArgumentError, match="no transaction"):
+        ns.abort(txn.txn_id)
+    assert ids(ns) == [100, 101, 102, 103]  # reads every published file

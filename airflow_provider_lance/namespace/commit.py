@@ -667,7 +667,10 @@ class Committer:
             self._save_result(record, result)
             self._drop_superseded(plan)
             maybe_compact(
-                self.manifest, prepare=lambda: collect_finished(self.manifest, self.ctx.load_state)
+                self.manifest,
+                prepare=lambda: collect_finished(
+                    self.manifest, self.ctx.load_state, self.store.delete
+                ),
             )
             log.info(
                 "transaction %s published %d partitions (manifest v%d)",

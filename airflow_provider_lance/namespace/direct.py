@@ -75,7 +75,10 @@ def publish_stage(
         raise
     if result is not None:  # published: from here on nothing may delete its files
         failpoint("direct.after_publish")
-        maybe_compact(ctx.manifest, prepare=lambda: collect_finished(ctx.manifest, ctx.load_state))
+        maybe_compact(
+            ctx.manifest,
+            prepare=lambda: collect_finished(ctx.manifest, ctx.load_state, ctx.store.delete),
+        )
     return result
 
 

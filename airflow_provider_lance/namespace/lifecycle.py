@@ -351,17 +351,29 @@ def fence(
     return moved
 
 
-def collect_finished(manifest: Manifest, load_state: Callable[[], NamespaceState]) -> int:
+def collect_finished(
+    manifest: Manifest,
+    load_state: Callable[[], NamespaceState],
+    forget: Callable[[str], None],
+) -> int:
     """Delete the rows of finished anonymous transactions (``write()`` without an id):
     nobody can retry or reuse an id they never saw, so their rows decide nothing any more.
     Named transactions keep theirs (a retry must find it published; a reused id must get
-    a new incarnation). Returns how many rows went; a concurrent commit makes it skip."""
+    a new incarnation). Returns how many rows went; a concurrent commit makes it skip.
+
+    Their records go first (``forget(txn_id)``): a header without a row reads as a staged
+    transaction, which ``recover`` or an operator would abort, deleting the files of a
+    published one. (A writer killed after its publish never deleted them; a Spark
+    driver's anonymous transaction keeps them.) Killed in between, the row stays.
+    """
     state = load_state()
-    done = [r.to_row() for r in all_records(state) if r.anonymous and r.state.is_terminal]
+    done = [r for r in all_records(state) if r.anonymous and r.state.is_terminal]
     if not done:
         return 0
+    for record in done:
+        forget(record.txn_id)
     try:
-        drop_pending(manifest, state, [dict(d, **{CLAIM: None}) for d in done])
+        drop_pending(manifest, state, [dict(r.to_row(), **{CLAIM: None}) for r in done])
     except CommitConflict:
         return 0
     return len(done)

@@ -599,7 +599,7 @@ class PartitionedNamespace:
         self, *, compact: bool = True, older_than: dt.timedelta | None = None
     ) -> MaintenanceReport:
         """Compact ``__manifest``; with ``older_than``, also remove old versions safely."""
-        collect_finished(self._manifest, self.state)
+        collect_finished(self._manifest, self.state, self._store.delete)
         report = maintain(
             self._manifest,
             NamespaceState.load(self._root, self._manifest.open()),
