@@ -4,13 +4,20 @@
   and are reused after aborts); each saves its intent before ``write`` and, on success,
   appends the result to an fsynced acknowledgement file; a restarted writer first retries
   its last intent with the same id and rows;
+* direct writers (:data:`DIRECT_WRITERS`) write without a txn_id (one optimistic
+  ``__manifest`` swap, or the claim protocol when a partition is claimed), appends to the
+  writers' partitions and some overwrites of partitions only they write; killed the same
+  way, never retried (a killed direct write may or may not be published, never partly);
 * an operator runs ``recover(lease_seconds=0)`` and aborts everything staged or committing
   every ~:data:`OPERATOR_PAUSE` s (it is killed now and then too);
 * evolvers add columns while all this goes on;
 * a reader reads fixed versions and reports every broken invariant.
 
 At the end every acknowledged write is visible exactly once, every visible write is
-complete and was acknowledged or published, and nothing was ever seen half-done.
+complete and was acknowledged or published, and nothing was ever seen half-done. Every
+``__manifest`` version is then read again for the direct writes: each is whole or absent
+at every version, first visible at the version its acknowledgement names, and a direct
+write that raised is visible at none.
 ``CHAOS_SEED`` seeds the randomness (default :data:`DEFAULT_SEED`).
 """
 
@@ -25,12 +32,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 
 from . import workers
-from .workers import TAGGED, chaos_lines, chaos_load, chaos_save
+from .workers import (
+    CHAOS_OVERWRITE_PARTS,
+    TAGGED,
+    chaos_dealt,
+    chaos_kind,
+    chaos_lines,
+    chaos_load,
+    chaos_save,
+)
 
 #: Seconds of chaos (writers killed and restarted); starting the processes (~6-25 s on
 #: two cores), stopping them and the checks come on top.
@@ -41,6 +57,11 @@ WRITERS = 3
 POOL = 4
 #: A published id is final, so the pool moves on to fresh ids this often.
 GENERATION_SECONDS = 4.0
+#: Writers without a txn_id (``write(data)``), killed like the writers; they append to the
+#: writers' partitions and overwrite :data:`~.workers.CHAOS_OVERWRITE_PARTS` (only theirs).
+DIRECT_WRITERS = 2
+#: Share of the direct writes that are overwrites.
+OVERWRITE_SHARE = 0.25
 EVOLVERS = 2
 COLUMNS_PER_EVOLVER = 3
 OPERATOR_PAUSE = 0.3
@@ -145,9 +166,9 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
     began = time.time()
     root, run = str(tmp_path / "ns"), tmp_path / "run"
     run.mkdir()
-    PartitionedNamespace.create(
+    first_version = PartitionedNamespace.create(
         root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
-    )
+    ).version
     rng = random.Random(seed)
     ctx = mp.get_context("spawn")
     common = {"root": root, "run_dir": str(run), "seed": seed}
@@ -165,6 +186,15 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
             kill_delay=WRITER_KILL_DELAY,
         )
         for i in range(WRITERS)
+    ]
+    directs = [
+        Slot(
+            f"d{i}",
+            workers.chaos_direct_writer,
+            {**common, "index": WRITERS + i, "overwrite_share": OVERWRITE_SHARE},
+            kill_delay=WRITER_KILL_DELAY,
+        )
+        for i in range(DIRECT_WRITERS)
     ]
     operator = Slot(
         "operator",
@@ -187,7 +217,7 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
         for i in range(EVOLVERS)
     ]
     reader = Slot("reader", workers.chaos_reader, dict(common), restart=False)
-    slots = [*writers, operator, *evolvers, reader]
+    slots = [*writers, *directs, operator, *evolvers, reader]
     try:
         for slot in slots:
             slot.spawn(ctx)
@@ -197,8 +227,9 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
         print(f"  processes up after {start - began:.1f}s")
         _supervise(slots, ctx, run, rng, start + CHAOS_SECONDS)
         # writers first (the operator keeps releasing what killed ones held), then the rest
-        stuck = _stop(writers, run, "stop-writers")
-        stuck += [f"{n} (must stop by itself)" for n in _stop(slots[WRITERS:], run, "stop")]
+        stuck = _stop([*writers, *directs], run, "stop-writers")
+        others = slots[WRITERS + DIRECT_WRITERS :]
+        stuck += [f"{n} (must stop by itself)" for n in _stop(others, run, "stop")]
     finally:
         for slot in slots:
             if slot.proc is not None and slot.proc.is_alive():
@@ -232,11 +263,12 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
     exits = [f"{s.name}: {x}" for s in slots for x in s.exits]
 
     # -- the final state -----------------------------------------------------------------------
-    table = ns.to_table(columns=["id", "tag"])
+    table, unreadable = _read_version(ns, ["id", "tag"])
     ids = table.column("id").to_pylist()
-    by_tag: dict[str, list[int]] = {}
+    by_tag: dict[str, list[int]] = {}  # the named writes' tags (direct ones: see below)
     for row_id, tag in zip(ids, table.column("tag").to_pylist(), strict=True):
-        by_tag.setdefault(tag, []).append(row_id)
+        if chaos_kind(tag) == "named":
+            by_tag.setdefault(tag, []).append(row_id)
     states = {info.txn_id: info.state for info in ns.transactions()}
     txn_of = {tag: tag.split(".", 1)[0] for tag in by_tag}
     figures = {
@@ -265,6 +297,38 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
         "chaos_seconds": round(chaos_seconds, 1),
         "test_seconds": round(time.time() - began, 1),
     }
+
+    # -- the direct writes: every manifest version read again -----------------------------------
+    intent_lines = [i for d in directs for i in chaos_lines(run / f"intents-{d.name}.jsonl")]
+    intents = {i["tag"]: i for i in intent_lines}
+    direct_ack_lines = [a for d in directs for a in chaos_lines(run / f"acks-{d.name}.jsonl")]
+    direct_acks = {a["tag"]: a for a in direct_ack_lines}
+    direct_events = [e for d in directs for e in chaos_lines(run / f"events-{d.name}.jsonl")]
+    raised = {e["tag"] for e in direct_events if e["outcome"] in ("conflict", "aborted", "closed")}
+    scan_began = time.time()
+    history, blind, direct_problems = _read_every_version(ns, first_version, ns.version)
+    direct_problems += _direct_problems(history, blind, intents, direct_acks, raised)
+    final_direct = history.get(ns.version, {})
+    ever_visible = {t for rows in history.values() for t in rows}
+    figures.update(
+        {
+            "direct_intents": len(intent_lines),
+            "direct_acknowledged": sum(a["mode"] == "append" for a in direct_acks.values()),
+            "direct_acknowledged_overwrites": sum(
+                a["mode"] == "overwrite" for a in direct_acks.values()
+            ),
+            "direct_kills": sum(d.kills for d in directs),
+            "direct_outcomes": dict(Counter(e["outcome"] for e in direct_events)),
+            "direct_messages": dict(
+                Counter(e["message"][:90] for e in direct_events if e["message"]).most_common(6)
+            ),
+            "direct_visible_at_end": len(final_direct),
+            "direct_unacknowledged_visible": sorted(ever_visible - set(direct_acks)),
+            "versions_read_again": len(history),
+            "reading_again_seconds": round(time.time() - scan_began, 1),
+            "test_seconds": round(time.time() - began, 1),
+        }
+    )
     chaos_save(run / "figures.json", figures)
     for key, value in figures.items():
         print(f"  {key}: {value}")
@@ -277,6 +341,7 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
             problems.append(what)
 
     check(not violations, f"the reader saw {len(violations)} violations: {violations[:20]}")
+    check(not unreadable, f"partitions unreadable at the end: {unreadable}")
     for e in errors[:10]:
         problems.append(f"unexpected error in {e['who']} ({e['what']}):\n{e['traceback']}")
     check(not stuck, f"processes that did not stop: {stuck}")
@@ -320,10 +385,186 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
     check(len(field_ids) == len(set(field_ids)), f"field ids reused: {field_ids}")
     check(len(acks) > 0, "nothing was acknowledged")
     check(kills > 0, "no writer was killed")
+    problems += direct_problems
+    check(len(intents) == len(intent_lines), "a direct writer reused a tag")
+    check(len(direct_acks) == len(direct_ack_lines), "a direct write was acknowledged twice")
+    check(len(direct_acks) > 0, "no direct write was acknowledged")
+    check(figures["direct_kills"] > 0, "no direct writer was killed")
     check(status.get("reads", 0) > 0, "the reader read nothing")
     assert not problems, f"{len(problems)} problems (namespace kept at {root}):\n" + "\n".join(
         problems
     )
+
+
+def _read_version(
+    ns: PartitionedNamespace, columns: list[str], version: int | None = None
+) -> tuple[pa.Table, dict[int, str]]:
+    """The rows of a version; if the read fails (a missing file), each partition is read on
+    its own and the unreadable ones are returned (``part`` -> error), so that the checks
+    still run on whatever is readable."""
+    try:
+        return ns.to_table(version=version, columns=columns), {}
+    except Exception:
+        pass
+    tables, unreadable = [], {}
+    for partition in ns.prune(version=version):
+        value = int(partition.values["part"])
+        try:
+            tables.append(ns.to_table(version=version, columns=columns, filter=f"part = {value}"))
+        except Exception as exc:
+            unreadable[value] = f"{partition.object_id}: {type(exc).__name__}: {str(exc)[:300]}"
+    empty = TAGGED.empty_table().select(columns)
+    return (pa.concat_tables(tables) if tables else empty), unreadable
+
+
+def _read_every_version(
+    ns: PartitionedNamespace, first: int, last: int
+) -> tuple[dict[int, dict[str, dict[int, list[int]]]], dict[int, set[int]], list[str]]:
+    """Every ``__manifest`` version from ``first`` to ``last`` read whole, as ``to_table``
+    reads it: each partition the version lists, at its ``read_version`` (a published leaf
+    version is immutable, so each is read once). Per version the rows of direct writes
+    (tag -> partition -> sorted ids) and the partitions that could not be read; those and
+    ids seen twice are problems."""
+    import lance
+
+    leaves: dict[tuple[str, int], pa.Table | str] = {}  # (location, version) -> rows or error
+
+    def leaf(location: str, version: int | None) -> pa.Table | str:
+        key = (location, version)
+        if version is None or key not in leaves:  # None: "read the latest", not immutable
+            try:
+                rows = lance.dataset(location, version=version).to_table(columns=["id", "tag"])
+            except Exception as exc:
+                rows = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if version is None:
+                return rows
+            leaves[key] = rows
+        return leaves[key]
+
+    history: dict[int, dict[str, dict[int, list[int]]]] = {}
+    blind: dict[int, set[int]] = {}
+    problems: list[str] = []
+    doubled: list[int] = []  # versions with ids seen twice
+    for version in range(first, last + 1):
+        rows: dict[str, dict[int, list[int]]] = {}
+        ids: list[int] = []
+        unreadable: dict[int, str] = {}
+        for partition in ns.prune(version=version):
+            part = int(partition.values["part"])
+            table = leaf(partition.location, partition.read_version)
+            if isinstance(table, str):
+                unreadable[part] = f"{partition.object_id}@{partition.read_version}: {table}"
+                continue
+            part_ids = table.column("id").to_pylist()
+            ids += part_ids
+            for row_id, tag in zip(part_ids, table.column("tag").to_pylist(), strict=True):
+                if chaos_kind(tag) != "named":
+                    rows.setdefault(tag, {}).setdefault(part, []).append(row_id)
+        if unreadable:
+            if not blind:
+                problems.append(f"v{version}: partitions unreadable: {unreadable}")
+            blind[version] = set(unreadable)
+        twice = sorted(i for i, n in Counter(ids).items() if n > 1)
+        if twice and not doubled:
+            problems.append(f"v{version}: ids seen twice: {twice[:10]}")
+        doubled += [version] if twice else []
+        history[version] = {t: {p: sorted(i) for p, i in ps.items()} for t, ps in rows.items()}
+    if doubled:
+        problems.append(
+            f"ids seen twice at {len(doubled)} versions (v{doubled[0]}..v{doubled[-1]})"
+        )
+    if blind:
+        failed = sorted(blind)
+        problems.append(
+            f"partitions unreadable at {len(failed)} versions (v{failed[0]}..v{failed[-1]}): "
+            f"{sorted(set().union(*blind.values()))}"
+        )
+    return history, blind, problems
+
+
+def _direct_problems(
+    history: dict[int, dict[str, dict[int, list[int]]]],
+    blind: dict[int, set[int]],
+    intents: dict[str, dict],
+    acks: dict[str, dict],
+    raised: set[str],
+) -> list[str]:
+    """What the direct writes promise, version by version (the first problem of each kind
+    per tag or partition is reported; partitions unreadable at a version, reported already,
+    are left out of the checks at that version):
+
+    * a visible direct write was intended, and its rows are exactly the intended ones:
+      an append all of them, an overwrite all of those of each partition it still holds;
+    * an overwrite appears in all its partitions at once (its first version);
+    * an append, once visible, stays; a write that raised is visible at no version;
+    * an overwritten partition holds exactly one overwrite, never empties again and never
+      goes back to an overwrite it held before (each replaces the partition whole);
+    * an acknowledged write first appears at the version its result names; an
+      acknowledged append is visible at the end, an acknowledged overwrite is replaced
+      only by overwrites that appeared after it.
+    """
+    problems: dict[tuple[str, object], str] = {}
+
+    def flag(key: tuple[str, object], text: str) -> None:
+        problems.setdefault(key, text)
+
+    first_seen: dict[str, int] = {}
+    occupants: dict[int, list[str]] = {part: [] for part in CHAOS_OVERWRITE_PARTS}
+    appended: set[str] = set()
+    for version, rows in sorted(history.items()):
+        unseen = blind.get(version, set())
+        for tag, parts in sorted(rows.items()):
+            first_seen.setdefault(tag, version)
+            intent = intents.get(tag)
+            if intent is None:
+                flag(("unintended", tag), f"v{version}: {tag} is visible but was never intended")
+                continue
+            dealt = chaos_dealt(intent["parts"], intent["count"], intent["first_id"])
+            got = {p: len(i) for p, i in parts.items()}
+            whole = {p: i for p, i in dealt.items() if i and p not in unseen}
+            if intent["mode"] == "append" and parts != whole:
+                flag(("partial", tag), f"v{version}: direct append {tag} visible as {got}")
+            if intent["mode"] == "overwrite":
+                if any(ids != dealt.get(p) for p, ids in parts.items()):
+                    flag(("partial", tag), f"v{version}: overwrite {tag} visible as {got}")
+                if version == first_seen[tag] and sorted(parts) != sorted(whole):
+                    flag(("torn", tag), f"v{version}: overwrite {tag} appeared only in {got}")
+            if tag in raised:
+                flag(("raised", tag), f"v{version}: {tag} is visible but its write raised")
+        gone = [t for t in sorted(appended - set(rows)) if not unseen & {*intents[t]["parts"]}]
+        for tag in gone:
+            flag(("gone", tag), f"v{version}: direct append {tag} visible before is gone")
+        appended = {t for t in rows if chaos_kind(t) == "direct" and t in intents}
+        for part, held in occupants.items():
+            if part in unseen:
+                continue
+            holders = sorted(t for t, parts in rows.items() if part in parts)
+            if len(holders) > 1:
+                flag(("mixed", part), f"v{version}: partition {part} holds {holders}")
+            elif holders and (not held or held[-1] != holders[0]):
+                if holders[0] in held:
+                    flag(("back", part), f"v{version}: partition {part} back to {holders[0]}")
+                held.append(holders[0])
+            elif not holders and held:
+                flag(("emptied", part), f"v{version}: partition {part} held {held[-1]}, now none")
+    last = max(history, default=0)
+    final = history.get(last, {})
+    for tag, ack in sorted(acks.items()):
+        at, parts = ack["manifest_version"], set(ack["parts"])
+        if first_seen.get(tag) != at and not blind.get(at, set()) & parts:
+            flag(("ack", tag), f"acknowledged {tag} (v{at}) first visible at {first_seen.get(tag)}")
+        hidden = blind.get(last, set()) & parts
+        if ack["mode"] == "append" and tag not in final and not hidden:
+            flag(("ack-end", tag), f"acknowledged direct append {tag} (v{at}) is not visible")
+        for part in sorted(parts - hidden) if ack["mode"] == "overwrite" else ():
+            holder = occupants[part][-1] if occupants[part] else None
+            if holder != tag and first_seen.get(holder or "", 0) <= at:
+                flag(
+                    ("ack-end", tag),
+                    f"acknowledged overwrite {tag} (v{at}): partition {part} holds {holder} "
+                    f"(first visible at v{first_seen.get(holder or '')})",
+                )
+    return list(problems.values())
 
 
 # -- deterministic reproductions of what the chaos test found ---------------------------------

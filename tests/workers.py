@@ -120,6 +120,33 @@ CHAOS_PARTS = 6
 #: ``w * CHAOS_WRITER_IDS + s * CHAOS_ATTEMPT_IDS``, so every intended row id is unique.
 CHAOS_ATTEMPT_IDS = 100_000
 CHAOS_WRITER_IDS = 10**10
+#: Partitions only direct overwrites write (named writers and direct appends never touch
+#: them): an overwrite replaces a partition whole, so rows of anything else living there
+#: could vanish, and "acknowledged means visible" would no longer hold for them.
+CHAOS_OVERWRITE_PARTS = (6, 7)
+
+
+def chaos_kind(tag: str) -> str:
+    """What wrote rows tagged ``tag``: ``named`` (``pool-<g>-<k>.<writer>s<seq>-n<count>``,
+    a write with a txn_id), ``direct`` (``direct.<writer>s<seq>-n<count>``, an append
+    without one) or ``overwrite`` (``over.<writer>s<seq>.<part>+<part>-n<count>``, a
+    direct overwrite of those partitions)."""
+    return {"direct": "direct", "over": "overwrite"}.get(tag.split(".", 1)[0], "named")
+
+
+def chaos_dealt(parts: list[int], count: int, first_id: int) -> dict[int, list[int]]:
+    """The ids :func:`chaos_rows` puts in each partition (dealt round-robin)."""
+    out: dict[int, list[int]] = {part: [] for part in parts}
+    for i in range(count):
+        out[parts[i % len(parts)]].append(first_id + i)
+    return out
+
+
+def chaos_part_counts(tag: str) -> dict[int, int]:
+    """Rows per partition of a direct overwrite, from its tag (see :func:`chaos_kind`)."""
+    count = int(tag.rsplit("-n", 1)[1])
+    parts = [int(p) for p in tag.split(".")[2].rsplit("-n", 1)[0].split("+")]
+    return {part: len(ids) for part, ids in chaos_dealt(parts, count, 0).items()}
 
 
 def chaos_rows(tag: str, parts: list[int], count: int, first_id: int) -> pa.Table:
@@ -343,6 +370,113 @@ def chaos_writer(
         seq += 1
 
 
+def _chaos_direct_attempt(ns: PartitionedNamespace, run_dir: str, name: str, intent: dict) -> str:
+    """Write one intent without a txn_id (``mode`` append or overwrite): acknowledged only
+    if the result reports exactly this intent's rows per partition. Nothing retries it."""
+    from airflow_provider_lance.namespace import TransactionAborted, TransactionClosed
+
+    rows = chaos_rows(intent["tag"], intent["parts"], intent["count"], intent["first_id"])
+    event = {k: intent[k] for k in ("seq", "tag", "mode", "count")}
+    event.update(started=time.time())
+    outcome, message = "", ""
+    try:
+        result = ns.write(rows, intent["mode"])
+    except CommitConflict as exc:  # "aborted meanwhile" (claim protocol) comes as a conflict
+        aborted = isinstance(exc.__cause__, TransactionAborted)
+        outcome, message = "aborted" if aborted else "conflict", str(exc)
+    except TransactionAborted as exc:
+        outcome, message = "aborted", str(exc)
+    except TransactionClosed as exc:  # handed over, then aborted by the operator
+        outcome, message = "closed", str(exc)
+    except Exception as exc:
+        outcome, message = "error", f"{type(exc).__name__}: {exc}"
+        _chaos_error(run_dir, name, f"write {intent['tag']}", exc)
+    else:
+        expected: dict[int, int] = {}
+        for part in rows.column("part").to_pylist():
+            expected[part] = expected.get(part, 0) + 1
+        got = {int(p.values["part"]): p.rows for p in result.partitions}
+        if got != expected or result.mode != intent["mode"]:
+            outcome = "error"
+            message = (
+                f"write() returned {result.mode} {got}, not {intent['mode']} {expected}: "
+                f"{json.dumps(result.to_dict())}"
+            )
+            try:  # raised, so that the recorded traceback carries the message
+                raise AssertionError(message)
+            except AssertionError as exc:
+                _chaos_error(run_dir, name, f"write {intent['tag']}", exc)
+        else:
+            outcome = "acknowledged"
+            chaos_append(
+                f"{run_dir}/acks-{name}.jsonl",
+                {
+                    "tag": intent["tag"],
+                    "mode": intent["mode"],
+                    "parts": intent["parts"],
+                    "count": intent["count"],
+                    "first_id": intent["first_id"],
+                    "manifest_version": result.manifest_version,
+                    "rows": result.rows,
+                    "txn_id": result.txn_id,
+                },
+                sync=True,
+            )
+    event.update(outcome=outcome, message=message[:300], ended=time.time())
+    chaos_append(f"{run_dir}/events-{name}.jsonl", event)
+    return outcome
+
+
+@_chaos_process
+def chaos_direct_writer(
+    root: str,
+    run_dir: str,
+    name: str,
+    index: int,
+    overwrite_share: float,
+    seed: int,
+    life: int,
+) -> None:
+    """Write without a txn_id until ``<run_dir>/stop-writers``: appends to the writers'
+    partitions, and (a share ``overwrite_share``) overwrites of :data:`CHAOS_OVERWRITE_PARTS`.
+
+    Each intent (tag, mode, partitions, ids) is appended, fsynced, to
+    ``intents-<name>.jsonl`` before ``write``; a write killed midway has no identity to
+    retry with, so a restarted writer goes on with the next ``seq`` (the killed one may
+    or may not have been published). Ids of attempt ``s``:
+    ``index * CHAOS_WRITER_IDS + s * CHAOS_ATTEMPT_IDS``.. (``index`` after the writers').
+    """
+    rng = random.Random(f"{seed}-{name}-{life}")
+    ns = PartitionedNamespace.open(root)
+    intents_path = f"{run_dir}/intents-{name}.jsonl"
+    before = chaos_lines(intents_path)
+    seq = before[-1]["seq"] + 1 if before else 0
+    _chaos_ready(run_dir, name, life)
+    while not _chaos_stopping(run_dir, "stop-writers"):
+        if rng.random() < overwrite_share:
+            mode = "overwrite"
+            parts = sorted(rng.sample(CHAOS_OVERWRITE_PARTS, rng.randint(1, 2)))
+            count = rng.randint(len(parts), 8)
+            tag = f"over.{name}s{seq}.{'+'.join(map(str, parts))}-n{count}"
+        else:
+            mode = "append"
+            parts = sorted(rng.sample(range(CHAOS_PARTS), rng.randint(1, 3)))
+            count = rng.randint(len(parts), 12)
+            tag = f"direct.{name}s{seq}-n{count}"
+        intent = {
+            "seq": seq,
+            "tag": tag,
+            "mode": mode,
+            "parts": parts,
+            "count": count,
+            "first_id": index * CHAOS_WRITER_IDS + seq * CHAOS_ATTEMPT_IDS,
+            "life": life,
+        }
+        chaos_append(intents_path, intent, sync=True)
+        _chaos_direct_attempt(ns, run_dir, name, intent)
+        seq += 1
+
+
 @_chaos_process
 def chaos_operator(root: str, run_dir: str, name: str, pause: float, seed: int, life: int) -> None:
     """Every ~``pause`` s: ``recover(lease_seconds=0)``, then abort every transaction
@@ -435,7 +569,10 @@ def chaos_reader(root: str, run_dir: str, name: str, seed: int, life: int) -> No
     """Read fixed versions until ``<run_dir>/stop``; every broken invariant is appended to
     ``violations.jsonl``: a read at a fixed version failing (a missing file), an id twice,
     a tag with another row count than its ``-n<count>``, a tag that disappears, a
-    partition's ``read_version`` going back, an old version reading differently later."""
+    partition's ``read_version`` going back, an old version reading differently later.
+    Direct overwrites (tags ``over.``, in :data:`CHAOS_OVERWRITE_PARTS` only) replace
+    what was there, so instead: each such partition holds all its rows of exactly one
+    overwrite, never empties again, and never goes back to an overwrite it held before."""
     import hashlib
 
     rng = random.Random(f"{seed}-{name}-{life}")
@@ -456,6 +593,7 @@ def chaos_reader(root: str, run_dir: str, name: str, seed: int, life: int) -> No
     read_versions: dict[str, tuple[int, int]] = {}  # object id -> (read_version, at version)
     visible: dict[str, int] = {}  # tag -> first manifest version that showed it
     snapshots: dict[int, str] = {}
+    occupants: dict[int, list[str]] = {}  # overwritten partition -> its overwrites, in order
     last, reads, rereads = 0, 0, 0
     while not _chaos_stopping(run_dir):
         try:
@@ -468,7 +606,7 @@ def chaos_reader(root: str, run_dir: str, name: str, seed: int, life: int) -> No
             violation(f"ns.version went back from v{last} to v{version}")
         last = max(last, version)
         try:
-            table = ns.to_table(version=version, columns=["id", "tag"])
+            table = ns.to_table(version=version, columns=["id", "tag", "part"])
             partitions = ns.prune(version=version)
         except Exception as exc:
             violation(f"v{version}: read at a fixed version failed: {type(exc).__name__}: {exc}")
@@ -482,6 +620,8 @@ def chaos_reader(root: str, run_dir: str, name: str, seed: int, life: int) -> No
         for tag in table.column("tag").to_pylist():
             counts[tag] = counts.get(tag, 0) + 1
         for tag, count in sorted(counts.items()):
+            if chaos_kind(tag) == "overwrite":
+                continue  # a later overwrite may replace part of it: checked per partition
             expected = int(tag.rsplit("-n", 1)[1])
             if count != expected:
                 violation(f"v{version}: {tag} has {count} of its {expected} rows")
@@ -489,6 +629,31 @@ def chaos_reader(root: str, run_dir: str, name: str, seed: int, life: int) -> No
         gone = sorted(t for t in visible if t not in counts)
         if gone:  # appends only: nothing published ever goes away
             violation(f"v{version}: tags visible before are gone: {gone[:10]}")
+        held: dict[int, dict[str, int]] = {}  # overwritten partition -> tag -> rows
+        for tag, part in zip(
+            table.column("tag").to_pylist(), table.column("part").to_pylist(), strict=True
+        ):
+            if part in CHAOS_OVERWRITE_PARTS or chaos_kind(tag) == "overwrite":
+                held.setdefault(part, {})
+                held[part][tag] = held[part].get(tag, 0) + 1
+        for part, tags in sorted(held.items()):
+            for tag, count in sorted(tags.items()):
+                if chaos_kind(tag) != "overwrite":
+                    violation(f"v{version}: partition {part} holds rows of {tag}")
+                elif count != chaos_part_counts(tag).get(part):
+                    expected = chaos_part_counts(tag).get(part)
+                    violation(f"v{version}: {tag} has {count} of its {expected} rows in {part}")
+            history = occupants.setdefault(part, [])
+            if len(tags) != 1:
+                violation(f"v{version}: overwritten partition {part} holds {sorted(tags)}")
+            elif not history or history[-1] not in tags:
+                (tag,) = tags
+                if tag in history:
+                    violation(f"v{version}: partition {part} went back to {tag}: {history}")
+                history.append(tag)
+        for part, history in sorted(occupants.items()):
+            if history and part not in held:
+                violation(f"v{version}: partition {part} held {history[-1]}, now nothing")
         for p in partitions:
             rv = p.read_version or 0
             before, at = read_versions.get(p.object_id, (0, 0))
