@@ -151,6 +151,14 @@ X_ROWS = tagged_rows("x", [1, 3], 2, first_id=100)  # an existing partition and 
 W_ROWS = tagged_rows("w", [1, 3], 2, first_id=200)
 
 
+def abort_x(ns: PartitionedNamespace, operator: str) -> None:
+    """Abort X from another handle: explicitly, or as an operator's ``recover(0)`` does."""
+    if operator == "abort":
+        other(ns).abort("X")
+    else:
+        assert other(ns).recover(lease_seconds=0) == ["X"]
+
+
 @pytest.mark.parametrize("operator", ["abort", "recover"])
 @pytest.mark.parametrize(
     "x_point", ["commit.before_seal", "commit.after_claim", "commit.before_publish"]
@@ -180,10 +188,7 @@ def test_a_direct_write_racing_the_abort_of_a_named_transaction(
             committer = Worker(other(ns).commit, "X")
             committer.start()
             x_parked.wait_reached()
-            if operator == "abort":
-                other(ns).abort("X")
-            else:
-                assert other(ns).recover(lease_seconds=0) == ["X"]
+            abort_x(ns, operator)
         with pytest.raises(TransactionAborted):
             committer.outcome()
     result = writer.outcome()
@@ -217,10 +222,7 @@ def test_a_leaf_commit_rebased_onto_an_aborted_transactions_version(ns, operator
             committer = Worker(other(ns).commit, "X")
             committer.start()
             x_parked.wait_reached()
-            if operator == "abort":
-                other(ns).abort("X")
-            else:
-                assert other(ns).recover(lease_seconds=0) == ["X"]
+            abort_x(ns, operator)
         with pytest.raises(TransactionAborted):
             committer.outcome()
     writer.outcome()
