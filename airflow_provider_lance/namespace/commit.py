@@ -197,11 +197,15 @@ def current_of(
     """
     if stored is None:
         header = header_of(1)
-        return None if header is None else TxnRecord.implicit(txn_id, 1, header.mode)
+        if header is None:
+            return None
+        return TxnRecord.implicit(txn_id, 1, header.mode, anonymous=header.anonymous)
     if stored.state is TxnState.ABORTED:
         header = header_of(stored.incarnation + 1)
         if header is not None:
-            return TxnRecord.implicit(txn_id, stored.incarnation + 1, header.mode)
+            return TxnRecord.implicit(
+                txn_id, stored.incarnation + 1, header.mode, anonymous=header.anonymous
+            )
     return stored
 
 

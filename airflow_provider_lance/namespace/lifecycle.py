@@ -152,8 +152,14 @@ class TxnRecord:
         return cls(txn_id=str(raw[OBJECT_ID])[len(TXN_PREFIX) :], **known)
 
     @classmethod
-    def implicit(cls, txn_id: str, incarnation: int, mode: str | None = None) -> TxnRecord:
-        return cls(txn_id, incarnation, TxnState.STAGED, mode=mode, stored=False)
+    def implicit(
+        cls, txn_id: str, incarnation: int, mode: str | None = None, *, anonymous: bool = False
+    ) -> TxnRecord:
+        """A staged incarnation with no row yet (its header says ``mode`` and ``anonymous``:
+        a fence writes its row with them, and only anonymous rows are collected)."""
+        return cls(
+            txn_id, incarnation, TxnState.STAGED, mode=mode, stored=False, anonymous=anonymous
+        )
 
 
 def load_records(state: NamespaceState, txn_ids: Iterable[str]) -> dict[str, TxnRecord]:

@@ -108,7 +108,9 @@ def current(ctx: TransactionContext, header: TransactionHeader) -> TxnRecord:
 def of_incarnation(header: TransactionHeader, record: TxnRecord | None) -> TxnRecord:
     """``record`` (the current incarnation) as seen by ``header``'s incarnation."""
     if record is None or record.incarnation < header.incarnation:
-        return TxnRecord.implicit(header.txn_id, header.incarnation, header.mode)
+        return TxnRecord.implicit(
+            header.txn_id, header.incarnation, header.mode, anonymous=header.anonymous
+        )
     if record.incarnation > header.incarnation:
         return TxnRecord(header.txn_id, header.incarnation, TxnState.ABORTED, error="superseded")
     return record
