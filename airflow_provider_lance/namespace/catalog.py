@@ -26,6 +26,7 @@ from .manifest import (
     OBJECT_TYPE,
     READ_VERSION,
     TABLE,
+    ids_filter,
     row,
 )
 from .naming import (
@@ -252,8 +253,7 @@ class NamespaceState:
         per state (a write looks up its partitions, then their parents, then commits)."""
         wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
         if wanted:
-            listed = ", ".join("'" + i.replace("'", "''") + "'" for i in wanted)
-            table = self.dataset.to_table(filter=f"{OBJECT_ID} IN ({listed})")
+            table = self.dataset.to_table(filter=ids_filter(wanted))
             found = {r[OBJECT_ID]: r for r in table.to_pylist()}
             for i in wanted:
                 self._looked_up[i] = found.get(i)

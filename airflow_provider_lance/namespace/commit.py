@@ -197,15 +197,11 @@ def current_of(
     """
     if stored is None:
         header = header_of(1)
-        if header is None:
-            return None
-        return TxnRecord.implicit(txn_id, 1, header.mode, anonymous=header.anonymous)
+        return None if header is None else TxnRecord.staged(header)
     if stored.state is TxnState.ABORTED:
         header = header_of(stored.incarnation + 1)
         if header is not None:
-            return TxnRecord.implicit(
-                txn_id, stored.incarnation + 1, header.mode, anonymous=header.anonymous
-            )
+            return TxnRecord.staged(header)
     return stored
 
 
@@ -353,7 +349,7 @@ class Committer:
             header = self.store.load(record.txn_id, record.incarnation)
             if header is None:
                 raise InvalidArgumentError(f"transaction {record.tag} has no record")
-        txn = record or TxnRecord.implicit(header.txn_id, header.incarnation)
+        txn = TxnRecord.staged(header) if record is None else record
         txn = replace(
             txn, mode=header.mode, sources=tuple(header.sources), anonymous=header.anonymous
         )
@@ -556,7 +552,7 @@ class Committer:
                 self.ctx.storage,
                 self.ctx.storage.uri(current[oid]["location"]),
                 published,
-                part.base_read_version if part.existed else None,
+                part.staged_on,
                 part.schema,
             )
 
@@ -600,7 +596,7 @@ class Committer:
                 exists=part.existed or row[READ_VERSION] is not None,
                 owner=record.tag,
                 staged_schema=part.schema,
-                staged_on=part.base_read_version if part.existed else None,
+                staged_on=part.staged_on,
             )
             failpoint("commit.leaf_committed")
             return version

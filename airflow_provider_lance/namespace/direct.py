@@ -42,7 +42,7 @@ from .failpoints import FailpointError, failpoint
 from .leaves import commit_leaf
 from .lifecycle import collect_finished, publish_direct
 from .maintenance import maybe_compact
-from .manifest import CLAIM, OBJECT_ID, READ_VERSION
+from .manifest import CLAIM, OBJECT_ID, READ_VERSION, ids_filter
 from .results import CommitResult, PartitionCommit
 from .staging import Stage, StagedPartition, discard_stage
 
@@ -171,7 +171,7 @@ def _commit_leaves(
             exists=part.existed or published is not None,
             owner=owner,
             staged_schema=part.schema,
-            staged_on=part.base_read_version if part.existed else None,
+            staged_on=part.staged_on,
         )
 
     ids = list(parts)
@@ -239,13 +239,12 @@ def _published_after_all(
     is looked at, not only the latest: a writer may already have published over it. When
     that cannot be read the outcome is unknown, and the staged files are kept.
     """
-    ids = list(parts)
-    listed = ", ".join("'" + i.replace("'", "''") + "'" for i in ids)
+    wanted = ids_filter(parts)
     try:
         latest = int(ctx.manifest.open().version)
         for version in range(state.version + 1, latest + 1):
             rows = ctx.manifest.open(version).to_table(
-                columns=[OBJECT_ID, READ_VERSION], filter=f"{OBJECT_ID} IN ({listed})"
+                columns=[OBJECT_ID, READ_VERSION], filter=wanted
             )
             if any(r[READ_VERSION] == versions[r[OBJECT_ID]] for r in rows.to_pylist()):
                 log.warning("the publish reported %s but was committed (v%d)", error, version)

@@ -35,22 +35,18 @@ LEAF_ATTEMPTS = 16
 
 def stage_fragments(
     storage: Storage,
-    uri: str,
+    target: str | lance.LanceDataset,
     data: pa.Table,
     *,
     overwrite: bool = False,
-    version: int | None = None,
 ) -> list[FragmentMetadata]:
-    """Write ``data`` as new data files of the leaf at ``uri``; nothing becomes visible.
+    """Write ``data`` as new data files of the leaf ``target``; nothing becomes visible.
 
     Files staged for an overwrite carry field ids of ``data``'s own schema (the leaf is
-    replaced whole), files for an append those of the leaf's schema at ``version`` (its
-    published version: a newer, unpublished version left by a crashed writer may have
-    another schema and must not decide the field ids).
+    replaced whole); files for an append, those of ``target``: pass the leaf opened at its
+    published version (a newer, unpublished version left by a crashed writer may have
+    another schema and must not decide the field ids; see :func:`schema_digest`).
     """
-    target: str | lance.LanceDataset = uri
-    if not overwrite and version is not None:
-        target = storage.table(uri, version)
     return storage.write_fragments(data, target, overwrite=overwrite)
 
 

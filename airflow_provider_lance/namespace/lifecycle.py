@@ -50,6 +50,7 @@ import pyarrow as pa
 from .catalog import NamespaceState
 from .errors import CommitConflict
 from .manifest import CLAIM, NAMESPACE, OBJECT_ID, READ_VERSION, TXN_PREFIX, Manifest, row
+from .txnstore import TransactionHeader
 
 
 class TxnState(str, enum.Enum):
@@ -152,13 +153,17 @@ class TxnRecord:
         return cls(txn_id=str(raw[OBJECT_ID])[len(TXN_PREFIX) :], **known)
 
     @classmethod
-    def implicit(
-        cls, txn_id: str, incarnation: int, mode: str | None = None, *, anonymous: bool = False
-    ) -> TxnRecord:
-        """A staged incarnation with no row yet (its header says ``mode`` and ``anonymous``:
-        a fence writes its row with them, and only anonymous rows are collected)."""
+    def staged(cls, header: TransactionHeader) -> TxnRecord:
+        """The staged incarnation ``header`` describes, before it has a row (a fence
+        writes its row with the header's mode and ``anonymous``: only anonymous rows are
+        collected)."""
         return cls(
-            txn_id, incarnation, TxnState.STAGED, mode=mode, stored=False, anonymous=anonymous
+            header.txn_id,
+            header.incarnation,
+            TxnState.STAGED,
+            mode=header.mode,
+            stored=False,
+            anonymous=header.anonymous,
         )
 
 

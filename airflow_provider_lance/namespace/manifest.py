@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import lance
@@ -265,8 +265,7 @@ class Manifest:
     def delete_rows(self, object_ids: list[str]) -> None:
         """Delete rows by id (rows of partitions that were never published)."""
         if object_ids:
-            listed = ", ".join(_quote(i) for i in object_ids)
-            self.open().delete(f"{OBJECT_ID} IN ({listed})")
+            self.open().delete(ids_filter(object_ids))
 
     def ensure_claim_column(self) -> None:
         """Namespaces created before transactions lack the claim column: add it."""
@@ -274,8 +273,14 @@ class Manifest:
             self.add_columns([CLAIM_FIELD])
 
 
-def _quote(text: str) -> str:
+def sql_literal(text: str) -> str:
+    """``text`` as a SQL string literal for a Lance filter."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def ids_filter(object_ids: Iterable[str]) -> str:
+    """A Lance filter selecting the rows with these ids (through the ``object_id`` index)."""
+    return f"{OBJECT_ID} IN ({', '.join(map(sql_literal, object_ids))})"
 
 
 def row(

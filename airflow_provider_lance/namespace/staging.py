@@ -62,6 +62,11 @@ class StagedPartition:
     def fragment_metadata(self) -> list[FragmentMetadata]:
         return [FragmentMetadata.from_json(f) for f in self.fragments]
 
+    @property
+    def staged_on(self) -> int | None:
+        """The leaf version the files were staged against (None: as a new leaf)."""
+        return self.base_read_version if self.existed else None
+
 
 @dataclass
 class Stage:
@@ -195,9 +200,8 @@ class Stager:
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered = 0
         #: Partitions appended to: their leaf at the published version (the files take
-        #: its field ids) and its schema.
+        #: its field ids and are shaped to its schema).
         self._leaves: dict[str, lance.LanceDataset] = {}
-        self._leaf_schemas: dict[str, pa.Schema] = {}
         #: The schema of new and replaced leaves, and its digest.
         self._new_schema = stage.leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
         self._new_digest = schema_digest(self._new_schema)
@@ -261,10 +265,8 @@ class Stager:
         """Learn the schema of a partition appended to (its files are staged in it)."""
         target = self.stage.partitions[existing.object_id]
         leaf = self.storage.table(existing.location, existing.read_version)
-        schema = leaf.schema
-        if not self.state.schema.missing_in_leaf(schema):
+        if not self.state.schema.missing_in_leaf(leaf.schema):
             self._leaves[existing.object_id] = leaf
-            self._leaf_schemas[existing.object_id] = schema
             target.schema = schema_digest(leaf.lance_schema)
             return
         # The partition predates add_column: rewrite it whole, with the new columns,
@@ -297,15 +299,13 @@ class Stager:
             data = pa.concat_tables(buffered)
             buffered.clear()
             replace = self.overwrite or target.rewrite or object_id not in self._leaves
-            schema = self._new_schema if replace else self._leaf_schemas[object_id]
+            schema = self._new_schema if replace else self._leaves[object_id].schema
             work.append((target, self.state.schema.to_leaf(data, schema), replace))
 
         def write(item: tuple[StagedPartition, pa.Table, bool]) -> list[str]:
             target, shaped, replace = item
-            # Appended files take the field ids of the version appended to (the published
-            # one, not whatever unpublished version is latest).
             into = self.storage.uri(target.directory) if replace else self._leaves[target.object_id]
-            fragments = self.storage.write_fragments(shaped, into, overwrite=replace)
+            fragments = stage_fragments(self.storage, into, shaped, overwrite=replace)
             return [json.dumps(f.to_json()) for f in fragments]
 
         written: list[list[str] | None] = [None] * len(work)

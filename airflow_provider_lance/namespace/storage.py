@@ -332,9 +332,8 @@ class Storage:
     ) -> Sequence[str]:
         """The data files of ``fragments`` that are not in the table's directory."""
         session = self._session(table_uri)
-        paths = [f"data/{d['path']}" for f in fragments for d in f.to_json().get("files", [])]
         with self.failures("read", table_uri):
-            return [p for p in paths if not session.contains(p)]
+            return [p for p in _data_paths(fragments) if not session.contains(p)]
 
     def delete_data_files(self, table_uri: str, fragments: Sequence[FragmentMetadata]) -> int:
         """Delete the data files of fragments no table version references (staged, never
@@ -344,16 +343,17 @@ class Storage:
             return 0
         session = self._session(table_uri)
         deleted = 0
-        for fragment in fragments:
-            for data_file in fragment.to_json().get("files", []):
-                try:
-                    session.delete_file(f"data/{data_file['path']}")
-                    deleted += 1
-                except (OSError, ValueError) as exc:
-                    log.warning(
-                        "could not delete staged file %s of %s: %s",
-                        data_file["path"],
-                        table_uri,
-                        first_line(exc),
-                    )
+        for path in _data_paths(fragments):
+            try:
+                session.delete_file(path)
+                deleted += 1
+            except (OSError, ValueError) as exc:
+                log.warning(
+                    "could not delete staged file %s of %s: %s", path, table_uri, first_line(exc)
+                )
         return deleted
+
+
+def _data_paths(fragments: Sequence[FragmentMetadata]) -> list[str]:
+    """The data files of ``fragments``, relative to their table's root."""
+    return [f"data/{d['path']}" for f in fragments for d in f.to_json().get("files", [])]

@@ -65,7 +65,7 @@ from .lifecycle import (
     released,
     swap,
 )
-from .manifest import CLAIM, READ_VERSION
+from .manifest import CLAIM, READ_VERSION, sql_literal
 from .results import CommitResult
 from .staging import FLUSH_BYTES, Stage, Stager, discard_stage
 from .txnstore import TransactionHeader, TransactionStore, check_txn_id
@@ -108,9 +108,7 @@ def current(ctx: TransactionContext, header: TransactionHeader) -> TxnRecord:
 def of_incarnation(header: TransactionHeader, record: TxnRecord | None) -> TxnRecord:
     """``record`` (the current incarnation) as seen by ``header``'s incarnation."""
     if record is None or record.incarnation < header.incarnation:
-        return TxnRecord.implicit(
-            header.txn_id, header.incarnation, header.mode, anonymous=header.anonymous
-        )
+        return TxnRecord.staged(header)
     if record.incarnation > header.incarnation:
         return TxnRecord(header.txn_id, header.incarnation, TxnState.ABORTED, error="superseded")
     return record
@@ -499,8 +497,9 @@ def abort(
 def _claimed_rows(state: NamespaceState, tag: str) -> list[dict[str, Any]]:
     if CLAIM not in state.dataset.schema.names:
         return []
-    quoted = tag.replace("'", "''")
-    rows: list[dict[str, Any]] = state.dataset.to_table(filter=f"{CLAIM} = '{quoted}'").to_pylist()
+    rows: list[dict[str, Any]] = state.dataset.to_table(
+        filter=f"{CLAIM} = {sql_literal(tag)}"
+    ).to_pylist()
     return rows
 
 
