@@ -61,43 +61,28 @@ def test_a_write_is_one_manifest_commit_and_leaves_no_records(ns) -> None:
     assert ns.transactions() == []
 
 
-def test_a_write_waits_for_a_transaction_committing_its_partition(ns) -> None:
+@pytest.mark.parametrize(("part", "created"), [(1, False), (9, True)], ids=["existing", "new"])
+def test_a_write_waits_for_a_transaction_committing_its_partition(ns, part, created) -> None:
     """X holds its claims (parked before its publish): the write sees them, hands its
-    files to the claim protocol and publishes after X, both exactly once."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    files to the claim protocol and publishes after X, both exactly once. A partition X
+    creates (9) exists only as X's claimed, unpublished row: invisible to readers (and to
+    the write's staging), but the write must not publish over it."""
+    ns.begin("append", "X").stage(tagged_rows("x", [part], 2, first_id=100))
     with hold("commit.before_publish") as parked:
         committer = Worker(other(ns).commit, "X")
         committer.start()
         parked.wait_reached()
-        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer = Worker(other(ns).write, tagged_rows("w", [part], 2, first_id=200))
         writer.start()
         writer.join(1.0)
         assert writer.is_alive()  # waiting for X's claim, not racing it
     x, w = committer.outcome(), writer.outcome()
+    assert [p.created for p in x.partitions] == [created]
+    assert [p.created for p in w.partitions] == [False]
     assert w.partitions[0].read_version > x.partitions[0].read_version
     assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201]
     assert claims(ns) == []
     assert state_of(ns, "X") == "published"
-    all_readable(ns)
-
-
-def test_a_write_waits_for_a_transaction_creating_its_partition(ns) -> None:
-    """Partition 9 exists only as X's claimed, unpublished row: invisible to readers (and
-    to the write's staging) but the write must not publish over it."""
-    ns.begin("append", "X").stage(tagged_rows("x", [9], 2, first_id=100))
-    with hold("commit.before_publish") as parked:
-        committer = Worker(other(ns).commit, "X")
-        committer.start()
-        parked.wait_reached()
-        writer = Worker(other(ns).write, tagged_rows("w", [9], 2, first_id=200))
-        writer.start()
-        writer.join(1.0)
-        assert writer.is_alive()
-    x, w = committer.outcome(), writer.outcome()
-    assert [p.created for p in x.partitions] == [True]
-    assert [p.created for p in w.partitions] == [False]
-    assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201]
-    assert claims(ns) == []
     all_readable(ns)
 
 
