@@ -360,6 +360,54 @@ def test_8_claim_timeout_waits_the_full_time_and_names_the_holder(ns, monkeypatc
     assert claims(ns) == ["X#1"]
 
 
+@pytest.mark.parametrize("txn_id", [None, "W"])
+def test_8_write_honours_its_claim_timeout(ns, monkeypatch, txn_id) -> None:
+    """``write(claim_timeout=)``, direct (handed to the claim protocol at the claim) or
+    named, waits that long for a partition X holds, then fails naming X, with nothing of
+    it published and X's claim untouched."""
+    ns.write(SEED)
+    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
+    before = ids(ns)
+    started = time.monotonic()
+    with pytest.raises(CommitConflict, match=r"\['X#1 \(committing for \d+s\)'\]"):
+        other(ns).write(tagged_rows("w", [1, 3], 1, first_id=200), txn_id=txn_id, claim_timeout=1.0)
+    assert 1.0 <= time.monotonic() - started < 60  # its own timeout, not the default 120 s
+    assert (ids(ns), claims(ns)) == (before, ["X#1"])
+    assert {t.txn_id for t in ns.transactions()} == ({"X"} if txn_id is None else {"X", "W"})
+
+
+def test_8_an_abandoned_anonymous_commit_says_how_it_is_released(ns, monkeypatch) -> None:
+    """A direct write handed to the claim protocol whose process died after its seal
+    leaves an anonymous transaction committing, with no plan for others: committing it
+    says so (not "committing without a plan"), and recovery releases its claims."""
+    ns.write(SEED)
+    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
+    other(ns).abort("X")
+    ns.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=300))
+    with hold("commit.before_publish") as y_parked:  # Y holds partition 1 while W looks
+        committer = Worker(other(ns).commit, "Y")
+        committer.start()
+        y_parked.wait_reached()
+        monkeypatch.setenv(ENV, "commit.after_claim=raise")  # Y is past it: only W dies
+        with hold("commit.claim_blocked") as w_blocked:
+            writer = Worker(other(ns).write, tagged_rows("w", [1], 1, first_id=200))
+            writer.start()
+            w_blocked.wait_reached()  # handed to the claim protocol, waiting for Y
+    committer.outcome()
+    with pytest.raises(FailpointError):
+        writer.outcome()
+    monkeypatch.delenv(ENV)
+    [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing"]
+    with pytest.raises(InvalidArgumentError, match="anonymous write whose own process stopped"):
+        other(ns).commit(w_txn)
+    assert claims(ns) == [f"{w_txn}#1"]
+    assert other(ns).recover(lease_seconds=0) == [w_txn]
+    assert claims(ns) == []
+    other(ns).write(tagged_rows("z", [1], 1, first_id=400))
+    assert 200 not in ids(ns)
+    assert {300, 400} <= set(ids(ns))
+
+
 # -- 10: a read sees one manifest version ---------------------------------------------------
 def test_10_a_read_during_add_column_uses_one_manifest_version(ns) -> None:
     ns.write(SEED)

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from unittest import mock
 
 import lance
 import pyarrow as pa
@@ -54,8 +53,6 @@ from airflow_provider_lance.namespace import (
     TransactionAborted,
     TransactionClosed,
 )
-from airflow_provider_lance.namespace import namespace as namespace_module
-from airflow_provider_lance.namespace.commit import CommitOptions
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, Hold, hold
 from airflow_provider_lance.namespace.leaves import schema_digest
 
@@ -134,8 +131,8 @@ HANDED_OVER_REACHES = {
     "blocked": ("commit.before_seal",),
     "handover": HANDOVER_POINTS,
 }
-#: write() takes no claim_timeout: a direct write handed to the claim protocol waits this
-#: long for a live committer beside it (one that crashed fails it after CLAIM_TIMEOUT).
+#: A direct write handed to the claim protocol waits this long for a live committer beside
+#: it (one that crashed fails it after CLAIM_TIMEOUT).
 LIVE_CLAIM_TIMEOUT = 60.0
 
 
@@ -182,18 +179,6 @@ def direct_outcome(point: str | None, kind: str) -> tuple[bool, bool]:
     if point == "manifest.after_swap":
         return True, kind == "raise"
     return point == "direct.after_publish", True
-
-
-@contextmanager
-def claims_wait(seconds: float) -> Iterator[None]:
-    """Commits without a claim_timeout (a direct write handed to the claim protocol) wait
-    ``seconds`` for claimed partitions instead of the default 120 s."""
-
-    def options(claim_timeout: float = seconds) -> CommitOptions:
-        return CommitOptions(claim_timeout)
-
-    with mock.patch.object(namespace_module, "CommitOptions", options):
-        yield
 
 
 def wait_reached(point: Hold, thread: threading.Thread) -> None:
@@ -653,8 +638,8 @@ class TransactionModel(RuleBasedStateMachine):
         result: CommitResult | None = None
         error: BaseException | None = None
         try:
-            with failing(point, kind), claims_wait(CLAIM_TIMEOUT):
-                result = self.ns.write(data, mode)
+            with failing(point, kind):
+                result = self.ns.write(data, mode, claim_timeout=CLAIM_TIMEOUT)
         except Exception as exc:
             error = exc
         left = sorted(self.listed() - listed)
@@ -994,7 +979,9 @@ class TransactionModel(RuleBasedStateMachine):
 
         def direct() -> None:
             try:
-                outcomes["direct"] = direct_ns.write(rows_table, mode)
+                outcomes["direct"] = direct_ns.write(
+                    rows_table, mode, claim_timeout=LIVE_CLAIM_TIMEOUT
+                )
             except BaseException as exc:
                 outcomes["direct"] = exc
 
@@ -1007,29 +994,28 @@ class TransactionModel(RuleBasedStateMachine):
             return lambda: threading.current_thread() is threads[name]
 
         try:
-            with claims_wait(LIVE_CLAIM_TIMEOUT):
-                if schedule == "claims_held":
-                    with hold("commit.claim_blocked", when=running("direct")) as waiting:
-                        with hold("commit.before_publish", when=running("named")) as claimed:
-                            threads["named"].start()
-                            wait_reached(claimed, threads["named"])
-                            threads["direct"].start()
-                            wait_reached(waiting, threads["direct"])
-                        if point is not None:  # the commit ends, then the write dies at point
-                            threads["named"].join(timeout=300)
-                            os.environ[ENV] = f"{point}={kind}"
-                elif schedule == "named_parked":  # its state read, its claims not taken yet
-                    with hold("commit.before_seal", when=running("named")) as parked:
+            if schedule == "claims_held":
+                with hold("commit.claim_blocked", when=running("direct")) as waiting:
+                    with hold("commit.before_publish", when=running("named")) as claimed:
                         threads["named"].start()
-                        wait_reached(parked, threads["named"])
+                        wait_reached(claimed, threads["named"])
                         threads["direct"].start()
-                        threads["direct"].join(timeout=300)
-                else:  # direct_parked: its leaves committed, its swap not made yet
-                    with hold("direct.before_publish", when=running("direct")) as parked:
-                        threads["direct"].start()
-                        wait_reached(parked, threads["direct"])
-                        threads["named"].start()
+                        wait_reached(waiting, threads["direct"])
+                    if point is not None:  # the commit ends, then the write dies at point
                         threads["named"].join(timeout=300)
+                        os.environ[ENV] = f"{point}={kind}"
+            elif schedule == "named_parked":  # its state read, its claims not taken yet
+                with hold("commit.before_seal", when=running("named")) as parked:
+                    threads["named"].start()
+                    wait_reached(parked, threads["named"])
+                    threads["direct"].start()
+                    threads["direct"].join(timeout=300)
+            else:  # direct_parked: its leaves committed, its swap not made yet
+                with hold("direct.before_publish", when=running("direct")) as parked:
+                    threads["direct"].start()
+                    wait_reached(parked, threads["direct"])
+                    threads["named"].start()
+                    threads["named"].join(timeout=300)
         finally:
             for thread in threads.values():
                 if thread.ident is not None:  # started

@@ -312,6 +312,13 @@ class Committer:
                 except CommitConflict:
                     backoff(attempt)
                     continue
+                if record.plan is None and record.anonymous:
+                    raise InvalidArgumentError(
+                        f"transaction {record.tag} is an anonymous write whose own process "
+                        "stopped while committing it (such a write keeps no plan for anyone "
+                        "else to finish): nothing of it was published; abort it or let "
+                        "recover() release it, then write again"
+                    )
                 if record.plan is None:
                     raise ManifestError(f"transaction {record.tag} is committing without a plan")
                 log.info("transaction %s: taking over an unfinished commit", record.tag)

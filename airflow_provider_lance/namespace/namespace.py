@@ -449,11 +449,19 @@ class PartitionedNamespace:
 
     # -- writes and transactions -----------------------------------------------------------
     def write(
-        self, data: ArrowData, mode: WriteMode = "append", *, txn_id: str | None = None
+        self,
+        data: ArrowData,
+        mode: WriteMode = "append",
+        *,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
     ) -> CommitResult:
         """Write rows; ``overwrite`` is a dynamic partition overwrite: it replaces exactly the
         partitions the data touches. ``data`` is anything Arrow-exportable (pyarrow, polars,
         DuckDB, pandas through pyarrow) or an iterable of pyarrow tables or batches.
+        ``claim_timeout`` bounds the wait for partitions another transaction is committing
+        (default 120 s, :class:`~.commit.CommitOptions`); the error names the holder
+        and its age.
 
         One transaction: stage, then publish every touched partition (and those it creates)
         in one ``__manifest`` commit, so readers see the whole write or nothing of it. A
@@ -461,13 +469,15 @@ class PartitionedNamespace:
         returns the first one's result instead of writing twice.
         """
         if txn_id is None:
-            result = self._write_direct(data, mode)
+            result = self._write_direct(data, mode, claim_timeout)
         else:
             txn = self._begin(mode, txn_id, anonymous=False)
             if txn.state is not TxnState.STAGED:  # a retry got as far as committing
                 log.info("transaction %s is %s: finishing it", txn.txn_id, txn.state.value)
-                return self.commit(txn.txn_id)
-            result = self._commit_staged(txn, lambda: txn.stage(data, stage_id="write"))
+                return self.commit(txn.txn_id, claim_timeout=claim_timeout)
+            result = self._commit_staged(
+                txn, lambda: txn.stage(data, stage_id="write"), claim_timeout
+            )
         log.info(
             "%s %d rows into %d partitions (manifest v%d)",
             mode,
@@ -477,7 +487,9 @@ class PartitionedNamespace:
         )
         return result
 
-    def _write_direct(self, data: ArrowData, mode: WriteMode) -> CommitResult:
+    def _write_direct(
+        self, data: ArrowData, mode: WriteMode, claim_timeout: float | None
+    ) -> CommitResult:
         """A write nobody else knows: published in one swap (see :mod:`.direct`), or, when
         its partitions are claimed or it keeps losing races, by the claim protocol."""
         if mode not in transactions.MODES:
@@ -494,15 +506,17 @@ class PartitionedNamespace:
         if result is not None:
             return result
         txn = self._begin(mode, txn_id, anonymous=True)
-        result = self._commit_staged(txn, lambda: txn.record(stage))
+        result = self._commit_staged(txn, lambda: txn.record(stage), claim_timeout)
         self._store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
         return result
 
-    def _commit_staged(self, txn: Transaction, stage: Callable[[], object]) -> CommitResult:
+    def _commit_staged(
+        self, txn: Transaction, stage: Callable[[], object], claim_timeout: float | None
+    ) -> CommitResult:
         """Stage (``stage()``) and commit ``txn``; a failure aborts it (nothing of it stays)."""
         try:
             stage()
-            return self.commit(txn.txn_id)
+            return self.commit(txn.txn_id, claim_timeout=claim_timeout)
         except BaseException as exc:
             if not isinstance(exc, FailpointError):
                 self._abort_quietly(txn.txn_id, exc, forget=txn.header.anonymous)
