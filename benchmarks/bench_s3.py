@@ -1,7 +1,7 @@
 """Object-store round trips: requests and sequential round trips per operation, on S3.
 
-    python benchmarks/bench_s3.py             # 20 ms per request, 100 and 1,000 partitions
-    python benchmarks/bench_s3.py --latency-ms 50 --sizes 100 1000 5000
+    python benchmarks/bench_s3.py             # 20 ms per request, 100 / 1,000 / 3,000 partitions
+    python benchmarks/bench_s3.py --latency-ms 50 --sizes 100 1000 5000 --publish 1000
 
 An in-process S3 server (moto) sits behind a small TCP proxy on loopback that delays every
 HTTP request by ``--latency-ms`` before forwarding it, as a remote object store would, and
@@ -14,9 +14,10 @@ once with it, so
   overlap and count once; this is the figure that makes an operation slow on S3.
 
 The namespace grows between the sizes, so a figure that does not change with the size is
-independent of it. Operations: a daily append (one new partition), an append to every
-partition (the many-partition publish), planning one date and reading one date, each on a
-fresh handle (``PartitionedNamespace.open``), as a scheduled task would.
+independent of it. Operations: a daily append (one new partition), an append to
+``--publish`` existing partitions (the many-partition publish: the same partitions at every
+size), planning one date and reading one date, each on a fresh handle
+(``PartitionedNamespace.open``), as a scheduled task would.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import logging
 import os
 import socket
+import statistics
 import sys
 import threading
 import time
@@ -126,33 +128,42 @@ def options(proxy: LatencyProxy) -> dict[str, str]:
     }
 
 
-def measure(proxy: LatencyProxy, latency: float, call: Callable[[int], Any]) -> dict[str, float]:
-    """Requests and sequential round trips of ``call(i)`` (run without, then with delay;
-    ``i`` lets each run write other rows)."""
+def measure(
+    proxy: LatencyProxy, latency: float, call: Callable[[int], Any], rounds: int
+) -> dict[str, float]:
+    """Requests and sequential round trips of ``call(i)`` (``i`` lets each run write
+    other rows): ``rounds`` runs without and with the delay, interleaved, medians.
+    A run's CPU time varies with the machine's load; interleaving and medians keep that
+    noise out of the difference."""
     proxy.delay = 0.0
     call(0)  # warm: connections, caches
-    before = proxy.requests
-    t0 = time.perf_counter()
-    call(1)
-    plain = time.perf_counter() - t0
-    requests = proxy.requests - before
-    proxy.delay = latency
-    t0 = time.perf_counter()
-    call(2)
-    slow = time.perf_counter() - t0
+    plain, slow, requests = [], [], []
+    for r in range(rounds):
+        proxy.delay = 0.0
+        before = proxy.requests
+        t0 = time.perf_counter()
+        call(1 + 2 * r)
+        plain.append(time.perf_counter() - t0)
+        requests.append(proxy.requests - before)
+        proxy.delay = latency
+        t0 = time.perf_counter()
+        call(2 + 2 * r)
+        slow.append(time.perf_counter() - t0)
     proxy.delay = 0.0
+    plain_s, slow_s = statistics.median(plain), statistics.median(slow)
     return {
-        "requests": requests,
-        "sequential_round_trips": max(0.0, (slow - plain) / latency),
-        "ms_without_delay": plain * 1000,
-        "ms_with_delay": slow * 1000,
+        "requests": statistics.median(requests),
+        "sequential_round_trips": max(0.0, (slow_s - plain_s) / latency),
+        "ms_without_delay": plain_s * 1000,
+        "ms_with_delay": slow_s * 1000,
     }
 
 
 def operations(
-    uri: str, opts: dict[str, str], size: int, per: int, *, first_new: int
+    uri: str, opts: dict[str, str], size: int, per: int, publish: int, *, first_new: int
 ) -> dict[str, Callable[[int], Any]]:
-    """The measured operations on a namespace of ``size`` partitions (``per`` rows each)."""
+    """The measured operations on a namespace of ``size`` partitions (``per`` rows each);
+    the publish touches the same ``publish`` partitions whatever the namespace's size."""
     day = dates(size // 2, 1)[0]
 
     def fresh() -> PartitionedNamespace:
@@ -160,8 +171,8 @@ def operations(
 
     return {
         "daily append, 1 new partition": lambda i: fresh().write(rows(first_new + i, 1, per)),
-        f"append to all {size:,} partitions": lambda i: fresh().write(
-            rows(0, size, 1, first_id=10**9 + i * size)
+        f"append to {publish:,} partitions": lambda i: fresh().write(
+            rows(0, publish, 1, first_id=10**9 + i * publish + first_new * 10**3)
         ),
         "plan one date": lambda i: fresh().prune(f"event_date = DATE '{day}'"),
         "read one date": lambda i: fresh().to_table(filter=f"event_date = DATE '{day}'"),
@@ -171,7 +182,11 @@ def operations(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-ms", type=float, default=20.0)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 3000])
+    parser.add_argument(
+        "--publish", type=int, default=100, help="partitions a many-partition publish touches"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="runs per figure (medians)")
     parser.add_argument("--rows", type=int, default=100, help="rows per partition")
     args = parser.parse_args()
     os.environ.setdefault("LANCE_LOG", "error")
@@ -193,10 +208,17 @@ def main() -> None:
         for target in sorted(args.sizes):
             ns.write(rows(size, target - size, args.rows))
             size = target
-            ops = operations(uri, opts, size, args.rows, first_new=10**6 * (1 + len(results)))
+            ops = operations(
+                uri,
+                opts,
+                size,
+                args.rows,
+                min(args.publish, size),
+                first_new=10**6 * (1 + len(results)),
+            )
             results[str(size)] = {}
             for name, call in ops.items():
-                figures = measure(proxy, latency, call)
+                figures = measure(proxy, latency, call, args.rounds)
                 results[str(size)][name] = figures
                 table.append(
                     [

@@ -317,7 +317,7 @@ class SpecProjector:
         self, f: PartitionField, source_type: pa.DataType, leaf: Leaf
     ) -> pc.Expression | bool:
         column = pc.field(f.name)
-        identity = f.expression.strip() == "col" and f.result_type == source_type
+        identity = _is_identity(f, source_type)
         op = leaf.op
         if op in ("=", "in", "is null"):
             values = leaf.values if op != "is null" else (pa.scalar(None, source_type),)
@@ -350,10 +350,17 @@ class SpecProjector:
     ) -> list[pa.Scalar] | None:
         try:
             array = pa.array([v.as_py() for v in values], source_type)
+            if _is_identity(f, source_type):
+                return [array[i] for i in range(len(array))]  # no query to plan
             result = evaluator(f, source_type).evaluate(array)
         except (ExpressionError, pa.ArrowException):
             return None
         return [result[i] for i in range(len(result))]
+
+
+def _is_identity(f: PartitionField, source_type: pa.DataType) -> bool:
+    """The partition value is the source value itself."""
+    return f.expression.strip() == "col" and f.result_type == source_type
 
 
 def _is_in(column: pc.Expression, values: list[pa.Scalar], dtype: Any) -> pc.Expression:
