@@ -31,7 +31,7 @@ from .lifecycle import TxnState, collect_finished, tag
 from .maintenance import MaintenanceReport, maintain
 from .manifest import CLAIM, NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
 from .naming import leaf_directory, normalize_root, spec_namespace_id
-from .pruning import SpecProjector, parse_filter
+from .pruning import SpecProjector, holds_for_kept_partitions, parse_filter
 from .repair import RepairReport
 from .repair import repair as repair_manifest
 from .results import CommitResult
@@ -389,7 +389,14 @@ class PartitionedNamespace:
         """
         state = self.state(version)
         state.schema.project(columns)  # validates the names before anything is read
-        residual = parse_filter(filter, state.schema)[0] if filter is not None else None
+        residual, exact = None, []
+        if filter is not None:
+            residual, pred = parse_filter(filter, state.schema)
+            exact = [
+                v
+                for v, fields in state.specs.items()
+                if holds_for_kept_partitions(residual, pred, fields, state.schema)
+            ]
         return scan_batches(
             self._storage,
             self.prune(filter, version=state.version),
@@ -397,6 +404,7 @@ class PartitionedNamespace:
             columns=columns,
             residual=residual,
             batch_size=batch_size,
+            unfiltered_specs=exact,
         )
 
     def to_reader(

@@ -27,7 +27,7 @@ from typing import Any, Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import ExpressionError, FilterError
+from .errors import ExpressionError, FilterError, SchemaError
 from .expressions import BoundExpression, bind, children, column_name, evaluate_scalar, raw
 from .schema import NamespaceSchema, field_id
 from .spec import PartitionField, bound_expression, evaluator
@@ -235,6 +235,80 @@ def _combine(parts: Sequence[Pred], kind: type[And] | type[Or]) -> Pred:
     if not flat:
         return not absorbing
     return kind(tuple(flat)) if len(flat) > 1 else flat[0]
+
+
+# -- partitions the filter holds for entirely ------------------------------------------------
+def holds_for_kept_partitions(
+    bound: BoundExpression, pred: Pred, fields: Sequence[PartitionField], schema: NamespaceSchema
+) -> bool:
+    """Whether every row of every partition of this spec version that :func:`prune` keeps
+    matches the filter, so reading them needs no residual filter.
+
+    True when the filter is made only of comparisons, ``IN``, ``BETWEEN`` and ``IS [NOT]
+    NULL`` of columns this version partitions by identity (non-floating: NaN orders
+    differently in Arrow and DataFusion) against constants, joined by ``AND``/``OR``/``NOT``,
+    with no ``<>``/``NOT IN`` once negations are pushed down (a NULL partition passes those
+    in the pruner, its rows do not in SQL). Then the pruner's projection is the filter
+    itself, evaluated on a value every row of the partition has (Iceberg's residual
+    evaluator reaches the same conclusion for identity partitions).
+    """
+    identity = set()
+    for f in fields:
+        try:
+            source = schema.field_by_id(f.source_id)  # type: ignore[arg-type]
+        except SchemaError:  # partitioned by a column dropped since
+            continue
+        if _is_identity(f, source.type) and not pa.types.is_floating(source.type):
+            identity.add(source.name)
+    return bool(identity) and _no_negated_leaves(pred) and _exact(raw(bound.expr), identity)
+
+
+def _no_negated_leaves(pred: Pred) -> bool:
+    if isinstance(pred, bool):
+        return True
+    if isinstance(pred, Leaf):
+        return pred.op not in ("!=", "not in")
+    return all(_no_negated_leaves(p) for p in pred.parts)
+
+
+def _exact(node: Any, identity: set[str]) -> bool:
+    kind = node.variant_name()
+    if kind in ("Alias", "Not"):
+        return _exact(children(node)[0], identity)
+    if kind == "Literal":
+        value = node.python_value()
+        return isinstance(value, pa.Scalar) and pa.types.is_boolean(value.type)
+    if kind == "BinaryExpr":
+        op = str(node.to_variant().op()).upper()
+        left, right = children(node)
+        if op in ("AND", "OR"):
+            return _exact(left, identity) and _exact(right, identity)
+        if op not in (*_COMPARISONS, "<>"):
+            return False
+        return (_column_in(left, identity) and _constant(right)) or (
+            _column_in(right, identity) and _constant(left)
+        )
+    if kind in ("IsNull", "IsNotNull"):
+        return _column_in(children(node)[0], identity)
+    if kind == "InList":
+        variant = node.to_variant()
+        return _column_in(variant.expr(), identity) and all(map(_constant, variant.list()))
+    if kind == "Between":
+        variant = node.to_variant()
+        return (
+            _column_in(variant.expr(), identity)
+            and _constant(variant.low())
+            and _constant(variant.high())
+        )
+    return False
+
+
+def _column_in(node: Any, names: set[str]) -> bool:
+    return column_name(node) in names
+
+
+def _constant(node: Any) -> bool:
+    return not any(n.variant_name() == "Column" for n in _walk(node))
 
 
 # -- projection onto one spec version ------------------------------------------------------

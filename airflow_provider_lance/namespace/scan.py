@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import lance
@@ -43,8 +43,13 @@ def scan_batches(
     columns: Sequence[str] | None,
     residual: BoundExpression | None,
     batch_size: int | None = None,
+    unfiltered_specs: Collection[int] = (),
 ) -> Iterator[pa.RecordBatch]:
     """Stream every partition's rows, conformed to the namespace schema and filtered.
+
+    Partitions of the spec versions in ``unfiltered_specs`` are read without the residual:
+    the pruner proved every row of them matches (see
+    :func:`~.pruning.holds_for_kept_partitions`).
 
     Partitions are started ahead, ``storage.concurrency`` at a time: each is opened and its
     first batch read in a worker (an open and a small read are latency, on an object
@@ -53,8 +58,14 @@ def scan_batches(
     """
 
     def read(partition: Partition) -> Iterator[pa.RecordBatch]:
+        exact = partition.spec_version in unfiltered_specs
         return read_partition(
-            storage, partition, schema, columns=columns, residual=residual, batch_size=batch_size
+            storage,
+            partition,
+            schema,
+            columns=columns,
+            residual=None if exact else residual,
+            batch_size=batch_size,
         )
 
     def start(partition: Partition) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
