@@ -213,8 +213,10 @@ class History:
         self, ds: lance.LanceDataset, op: Any, before: lance.LanceDataset | None
     ) -> _Described:
         """An ``Update``: classified by the rows it wrote (its new fragments, nothing else)."""
-        paths = {f.path for frag in op.new_fragments for f in frag.data_files()}
-        fragments = [f for f in ds.get_fragments() if any(d.path in paths for d in f.data_files())]
+        paths = {f.path for frag in op.new_fragments for f in frag.files}
+        fragments = [
+            f for f in ds.get_fragments() if any(d.path in paths for d in f.metadata.files)
+        ]
         if not fragments:
             return _Described("drop_rows")
         rows = ds.scanner(fragments=fragments).to_table().to_pylist()
