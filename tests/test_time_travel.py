@@ -25,6 +25,7 @@ from airflow_provider_lance.namespace import (
     TagInfo,
     VersionNotFoundError,
 )
+from airflow_provider_lance.namespace.maintenance import AUTO_COMPACT_FRAGMENTS
 
 from .conftest import tree
 from .workers import TAGGED, tagged_rows
@@ -173,6 +174,21 @@ def test_history_after_maintain_lists_the_retained_versions(ns: PartitionedNames
         ("kept",),
     )
     assert {(p.values["part"], p.created) for p in entry.partitions} == {(1, False), (2, True)}
+
+
+def test_history_lists_compactions_as_bookkeeping(ns: PartitionedNamespace) -> None:
+    """Publishes compact __manifest now and then (pylance cannot describe a compaction that
+    rewrote the index: it is still named one)."""
+    for i in range(AUTO_COMPACT_FRAGMENTS + 2):
+        ns.write(tagged_rows(f"t{i}", [i], 1, first_id=i))  # new rows: new fragments
+    everything = ns.history(include_internal=True)
+    assert [e.version for e in everything] == list(range(ns.version, 0, -1))
+    bookkeeping = {e.operation for e in everything if e.internal}
+    assert "compact" in bookkeeping
+    assert "other" not in bookkeeping
+    writes = [e for e in ns.history() if e.operation == "write"]
+    assert len(writes) == AUTO_COMPACT_FRAGMENTS + 2
+    assert all(e.rows == 1 and e.mode == "append" for e in writes)
 
 
 # -- reading the past ------------------------------------------------------------------------

@@ -125,10 +125,10 @@ class HistoryEntry:
     @property
     def rows(self) -> int | None:
         """Rows written by this version (None: not a write, or a leaf version is gone)."""
-        if not self.partitions:
-            return 0 if self.operation == "write" else None
+        if self.operation not in ("write", "create_partitions"):
+            return None
         counts = [p.rows for p in self.partitions]
-        return None if any(c is None for c in counts) else sum(c for c in counts if c)
+        return None if None in counts else sum(c or 0 for c in counts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
