@@ -176,6 +176,36 @@ def test_history_after_maintain_lists_the_retained_versions(ns: PartitionedNames
     assert {(p.values["part"], p.created) for p in entry.partitions} == {(1, False), (2, True)}
 
 
+def test_history_of_transactions_committed_together_and_aborted(
+    ns: PartitionedNamespace,
+) -> None:
+    ns.write(tagged_rows("a", [1], 1, first_id=0))
+    for txn_id, part in (("load.0", 1), ("load.1", 2)):
+        ns.begin("append", txn_id).stage(tagged_rows(txn_id, [part], 2, first_id=10 * part))
+    both = ns.commit(["load.0", "load.1"], txn_id="publish")
+    doomed = ns.begin("overwrite", "doomed")
+    doomed.stage(tagged_rows("doomed", [1], 5, first_id=100))
+    ns.abort("doomed")
+
+    (latest, *_) = ns.history()
+    assert (latest.version, latest.operation, latest.txn_id) == (
+        both.manifest_version,
+        "write",
+        "publish",
+    )
+    assert (latest.mode, latest.rows) == ("append", 4)
+    assert {(p.values["part"], p.rows, p.created) for p in latest.partitions} == {
+        (1, 2, False),
+        (2, 2, True),
+    }
+    everything = ns.history(include_internal=True)
+    assert [(e.operation, e.txn_id) for e in everything if e.version > both.manifest_version] == [
+        ("abort", "doomed"),
+        ("stage", "doomed"),
+    ]
+    assert ns.count_rows() == 5
+
+
 def test_history_lists_compactions_as_bookkeeping(ns: PartitionedNamespace) -> None:
     """Publishes compact __manifest now and then (pylance cannot describe a compaction that
     rewrote the index: it is still named one)."""

@@ -383,11 +383,11 @@ def _inferred_mode(
 ) -> str | None:
     """The mode of a write without a transaction row (see the module docstring)."""
     existing = [commits[oid] for oid, new in created.items() if not new]
-    if any(c is None for c in existing):
-        return None
     known = [c for c in existing if c is not None]
-    if not known or any(not c.replaced for c in known):
+    if any(not c.replaced for c in known) or not existing:
         return "append"
+    if len(known) < len(existing):  # a replaced partition whose leaf cannot be read
+        return None
     schema = described.schema_before
 
     def rewritten(c: _LeafCommit) -> bool:  # only a leaf predating a column is rewritten
