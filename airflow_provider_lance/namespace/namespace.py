@@ -653,7 +653,8 @@ class PartitionedNamespace:
     def maintain(
         self, *, compact: bool = True, older_than: dt.timedelta | None = None
     ) -> MaintenanceReport:
-        """Compact ``__manifest``; with ``older_than``, also remove old versions safely."""
+        """Compact ``__manifest``; with ``older_than``, also remove old versions safely
+        (tagged versions, and every leaf version they read, are kept: see :meth:`tag`)."""
         collect_finished(self._manifest, self.state, self._store.delete)
         report = maintain(
             self._manifest,
