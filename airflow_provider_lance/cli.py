@@ -2,6 +2,10 @@
 
 python -m airflow_provider_lance describe URI
 python -m airflow_provider_lance prune URI "event_date >= DATE '2025-12-01'"
+python -m airflow_provider_lance history URI [--limit N] [--all]
+python -m airflow_provider_lance tag create URI NAME [--version N | --at 2025-12-01T00:00]
+python -m airflow_provider_lance tag list URI
+python -m airflow_provider_lance tag delete URI NAME
 python -m airflow_provider_lance demo DIR
 
 Exit codes (as the Spark write job's): 0 done, 1 a failure a retry may fix (storage
@@ -194,6 +198,38 @@ def recover(uri: str, lease_seconds: float) -> int:
     return 0
 
 
+def history(uri: str, limit: int | None, include_internal: bool) -> int:
+    """One JSON line per ``__manifest`` version, newest first."""
+    ns = PartitionedNamespace.open(uri)
+    for entry in ns.history(limit, include_internal=include_internal):
+        print(json.dumps(entry.to_dict(), ensure_ascii=False))
+    return 0
+
+
+def tag(args: argparse.Namespace) -> int:
+    ns = PartitionedNamespace.open(args.uri)
+    if args.tag_command == "create":
+        as_of = args.version if args.version is not None else args.at
+        print(json.dumps(ns.tag(args.name, as_of).to_dict()))
+    elif args.tag_command == "list":
+        for info in ns.tags():
+            print(json.dumps(info.to_dict()))
+    else:
+        ns.untag(args.name)
+        print(f"deleted tag {args.name}")
+    return 0
+
+
+def _moment(text: str) -> dt.datetime:
+    """An ISO 8601 moment for ``--at`` (without an offset: UTC)."""
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 date and time (e.g. 2025-12-01T06:00:00+00:00)"
+        ) from None
+
+
 def repair(uri: str) -> int:
     report = PartitionedNamespace.open(uri).repair()
     print(json.dumps(report.__dict__))
@@ -223,6 +259,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("repair", help="restore __manifest columns a foreign tool dropped").add_argument(
         "uri"
     )
+    history_p = sub.add_parser("history", help="what each __manifest version did, as JSON lines")
+    history_p.add_argument("uri")
+    history_p.add_argument("--limit", type=int, default=None, help="the newest N entries only")
+    history_p.add_argument(
+        "--all", action="store_true", help="also the bookkeeping versions (claims, compaction)"
+    )
+    tag_p = sub.add_parser("tag", help="pin __manifest versions (kept by maintain) by name")
+    tag_sub = tag_p.add_subparsers(dest="tag_command", required=True)
+    create_p = tag_sub.add_parser("create", help="tag the latest version, or an earlier one")
+    create_p.add_argument("uri")
+    create_p.add_argument("name")
+    at = create_p.add_mutually_exclusive_group()
+    at.add_argument("--version", type=int, default=None, help="a __manifest version")
+    at.add_argument("--at", type=_moment, default=None, help="the version current at a moment")
+    tag_sub.add_parser("list", help="every tag, as JSON lines").add_argument("uri")
+    delete_p = tag_sub.add_parser("delete", help="remove a tag (maintain may then clean up)")
+    delete_p.add_argument("uri")
+    delete_p.add_argument("name")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -236,6 +290,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return recover(args.uri, args.lease_seconds)
         if args.command == "repair":
             return repair(args.uri)
+        if args.command == "history":
+            return history(args.uri, args.limit, args.all)
+        if args.command == "tag":
+            return tag(args)
         return prune(args.uri, args.filter)
     except LanceNamespaceError as exc:
         print(f"error: {exc}", file=sys.stderr)

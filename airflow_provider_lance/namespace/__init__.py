@@ -28,8 +28,10 @@ if TYPE_CHECKING:
         SchemaError,
         StorageError,
         TableNotFoundError,
+        TagExistsError,
         TransactionAborted,
         TransactionClosed,
+        VersionNotFoundError,
         is_retryable,
     )
     from .hashing import hash_array
@@ -37,10 +39,14 @@ if TYPE_CHECKING:
     from .namespace import PartitionedNamespace
     from .results import (
         CommitResult,
+        HistoryEntry,
+        PartitionChange,
         PartitionCommit,
+        TagInfo,
     )
     from .spec import PartitionField
     from .staging import Stage
+    from .timetravel import AsOf
     from .transactions import (
         Transaction,
         TransactionInfo,
@@ -68,12 +74,18 @@ _EXPORTS = {
     "StorageError": "errors",
     "TransactionAborted": "errors",
     "TransactionClosed": "errors",
+    "TagExistsError": "errors",
+    "VersionNotFoundError": "errors",
     "is_retryable": "errors",
     "hash_array": "hashing",
     "TxnState": "lifecycle",
     "PartitionedNamespace": "namespace",
     "CommitResult": "results",
     "PartitionCommit": "results",
+    "HistoryEntry": "results",
+    "PartitionChange": "results",
+    "TagInfo": "results",
+    "AsOf": "timetravel",
     "PartitionField": "spec",
     "Stage": "staging",
     "Transaction": "transactions",
@@ -85,17 +97,20 @@ _EXPORTS = {
 
 __all__ = [
     "ArrowData",
+    "AsOf",
     "CommitConflict",
     "CommitResult",
     "DataValidationError",
     "ExpressionError",
     "FilterError",
+    "HistoryEntry",
     "InvalidArgumentError",
     "LanceNamespaceError",
     "ManifestError",
     "NamespaceExistsError",
     "NamespaceNotFoundError",
     "Partition",
+    "PartitionChange",
     "PartitionCommit",
     "PartitionField",
     "PartitionNotFoundError",
@@ -105,11 +120,14 @@ __all__ = [
     "Stage",
     "StorageError",
     "TableNotFoundError",
+    "TagExistsError",
+    "TagInfo",
     "Transaction",
     "TransactionAborted",
     "TransactionClosed",
     "TransactionInfo",
     "TxnState",
+    "VersionNotFoundError",
     "WriteMode",
     "hash_array",
     "is_retryable",

@@ -64,6 +64,12 @@ class PartitionNotFoundError(LanceNamespaceError):
     """A partition that was named does not exist in the namespace."""
 
 
+class VersionNotFoundError(LanceNamespaceError):
+    """A past state that was asked for does not exist: a ``__manifest`` version that never
+    existed or was cleaned up (``maintain``), a moment before the namespace was created or
+    whose version was cleaned up, or an unknown tag."""
+
+
 class ManifestError(LanceNamespaceError):
     """The ``__manifest`` table is not in the shape this library writes (e.g. clobbered)."""
 
@@ -98,6 +104,10 @@ class InvalidArgumentError(LanceNamespaceError, ValueError):
 class InstallationError(LanceNamespaceError):
     """The installed packages cannot work together (e.g. PySpark's Python files and jars
     from different releases); the message says what to reinstall."""
+
+
+class TagExistsError(InvalidArgumentError):
+    """A tag with that name already exists (delete it first to move it)."""
 
 
 class TransactionClosed(InvalidArgumentError):

@@ -5,7 +5,8 @@ each cold prune reads more and more small fragments (pylance 14: ~100 ms -> ~700
 publish after 600 commits). Publishes therefore compact the manifest once it holds
 :data:`AUTO_COMPACT_FRAGMENTS` fragments, and :func:`maintain` does it on demand, together
 with version cleanup that never removes what a reader or a transaction still needs:
-whatever a retained ``__manifest`` version reads, and leaf versions not yet published.
+whatever a retained ``__manifest`` version reads (those in the retention window, and tagged
+ones however old), and leaf versions not yet published.
 """
 
 from __future__ import annotations
@@ -41,10 +42,15 @@ class MaintenanceReport:
     leaf_versions_removed: int = 0
     #: Every leaf table left uncleaned (``leaves_skipped_by_reason`` says why).
     leaves_skipped: list[str] = field(default_factory=list)
-    #: (oldest, latest) ``__manifest`` version left after cleanup; each stays readable.
+    #: (oldest, latest) ``__manifest`` version of the retention window left after cleanup;
+    #: each version in between stays readable (and so does every tagged one).
     retained_manifest_versions: tuple[int, int] | None = None
-    #: Cleaned leaf -> its oldest kept version (what the oldest retained version reads).
+    #: Every tag -> the ``__manifest`` version it pins: kept, with all it reads, however old.
+    tagged_manifest_versions: dict[str, int] = field(default_factory=dict)
+    #: Cleaned leaf -> its oldest kept version (what the window's oldest version reads).
     leaves_kept_for_readers: dict[str, int] = field(default_factory=dict)
+    #: Cleaned leaf -> the versions below that which tagged manifest versions read (kept).
+    leaves_kept_for_tags: dict[str, list[int]] = field(default_factory=dict)
     #: Leaf -> versions kept after its published ``read_version`` (an in-flight commit may
     #: publish one; recovery rolls orphans back from the published one).
     leaves_kept_unpublished: dict[str, int] = field(default_factory=dict)
@@ -104,12 +110,13 @@ def maintain(
 ) -> MaintenanceReport:
     """Compact ``__manifest`` and, with ``older_than``, remove versions older than that.
 
-    Manifest versions older than ``older_than`` go (keep it longer than your longest
-    transaction and than the history :func:`~.repair.repair` may need; Lance always keeps
-    the latest). Every manifest version that remains stays readable: a published
-    ``read_version`` never moves backwards, so the oldest leaf version any of them reads is
-    the one the oldest remaining manifest version reads, and only leaf versions below it
-    (and older than ``older_than``) are removed. Versions after the published one are never
+    Manifest versions older than ``older_than`` go, except tagged ones (keep it longer than
+    your longest transaction and than the history :func:`~.repair.repair` may need; Lance
+    always keeps the latest). Every manifest version that remains stays readable: a
+    published ``read_version`` never moves backwards, so the oldest leaf version the
+    retention window reads is the one its oldest version reads, and only leaf versions
+    below it (and older than ``older_than``) are removed, except those a retained older
+    version (a tagged one) reads. Versions after the published one are never
     touched, so an in-flight commit can still publish them. Left alone entirely: claimed
     leaves, leaves read at their latest version (NULL ``read_version``), and, conservatively,
     leaves absent at the oldest remaining manifest version (created inside the window).
@@ -128,12 +135,21 @@ def maintain(
         return report
     # Read ``state`` before the cleanup: its own version may be among those removed.
     claimed, partitions, at_state = _claimed(state), state.partitions(), _published(state.dataset)
-    stats = manifest.open().cleanup_old_versions(older_than=older_than)
+    with manifest.storage.failures("clean up", manifest.uri):
+        stats = manifest.open().cleanup_old_versions(
+            older_than=older_than, error_if_tagged_old_versions=False
+        )
     report.manifest_versions_removed = int(stats.old_versions)
     latest = manifest.open()
-    oldest = min(int(v["version"]) for v in latest.versions())
+    # Read after the cleanup: whatever it kept (a tag created meanwhile too) is honoured.
+    retained = sorted(int(v["version"]) for v in latest.versions())
+    oldest = _window_start(retained)
     report.retained_manifest_versions = (oldest, int(latest.version))
+    report.tagged_manifest_versions = {
+        name: int(t["version"]) for name, t in sorted(latest.tags.list().items())
+    }
     at_oldest = _published(latest if oldest == latest.version else manifest.open(oldest))
+    below = [_published(manifest.open(v)) for v in retained if v < oldest]
     for partition in partitions:
         object_id, published = partition.object_id, partition.read_version
         location, first = at_oldest.get(object_id, (None, None))
@@ -146,17 +162,43 @@ def maintain(
         else:
             # min(): a caller's state older than the window must not raise the floor.
             keep = min(first, published)
+            pinned = sorted(
+                {
+                    read
+                    for at_tag in below
+                    if (kept := at_tag.get(object_id)) is not None
+                    and kept[0] == location
+                    and (read := kept[1]) is not None
+                    and read < keep
+                }
+            )
             leaf = manifest.storage.table(partition.location)
             if leaf.version > published:
                 report.leaves_kept_unpublished[object_id] = int(leaf.version) - published
             report.leaves_kept_for_readers[object_id] = keep
+            if pinned:
+                report.leaves_kept_for_tags[object_id] = pinned
             if keep > 1:
-                report.leaf_versions_removed += _remove_below(leaf, keep, older_than)
+                report.leaf_versions_removed += _remove_below(leaf, keep, older_than, pinned)
     return report
 
 
-def _remove_below(leaf: lance.LanceDataset, keep: int, older_than: dt.timedelta) -> int:
-    """Remove the leaf versions below ``keep`` that are older than ``older_than``.
+def _window_start(retained: list[int]) -> int:
+    """The oldest version of the unbroken run of retained versions ending at the latest
+    (older retained versions are the tagged ones the cleanup kept)."""
+    oldest = retained[-1]
+    for version in reversed(retained[:-1]):
+        if version != oldest - 1:
+            break
+        oldest = version
+    return oldest
+
+
+def _remove_below(
+    leaf: lance.LanceDataset, keep: int, older_than: dt.timedelta, pinned: list[int]
+) -> int:
+    """Remove the leaf versions below ``keep`` that are older than ``older_than``, except
+    the ``pinned`` ones (read by tagged manifest versions).
 
     Measured with pylance 14.0.2: ``versions=`` removes exactly the listed versions that are
     also older than ``older_than`` (never the latest; missing ones are ignored), and data
@@ -164,9 +206,13 @@ def _remove_below(leaf: lance.LanceDataset, keep: int, older_than: dt.timedelta)
     versions that exist when cleanup runs, so a concurrent commit shifts its window onto
     a version a reader needs. A tagged version is kept rather than failing the cleanup.
     """
+    kept = set(pinned)
+    doomed = [v for v in range(1, keep) if v not in kept]
+    if not doomed:  # pylance refuses an empty list (measured: "must not be empty")
+        return 0
     stats = leaf.cleanup_old_versions(
         older_than=older_than,
-        versions=list(range(1, keep)),
+        versions=doomed,
         error_if_tagged_old_versions=False,
     )
     return int(stats.old_versions)

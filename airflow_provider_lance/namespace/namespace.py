@@ -24,9 +24,11 @@ from .errors import (
     PartitionNotFoundError,
     PartitionSpecError,
     TransactionAborted,
+    VersionNotFoundError,
     aborted_meanwhile,
 )
 from .failpoints import FailpointError, failpoint
+from .history import History
 from .lifecycle import TxnState, collect_finished, tag
 from .maintenance import MaintenanceReport, maintain
 from .manifest import CLAIM, NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
@@ -34,12 +36,21 @@ from .naming import leaf_directory, normalize_root, spec_namespace_id
 from .pruning import SpecProjector, holds_for_kept_partitions, parse_filter
 from .repair import RepairReport
 from .repair import repair as repair_manifest
-from .results import CommitResult
+from .results import CommitResult, HistoryEntry, TagInfo
 from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
 from .staging import Stage, StagedPartition, Stager
 from .storage import Storage
+from .timetravel import (
+    AsOf,
+    create_tag,
+    delete_tag,
+    list_tags,
+    open_version,
+    pick,
+    resolve_as_of,
+)
 from .transactions import Transaction, TransactionInfo
 from .txnstore import TransactionStore
 from .types import ArrowData, WriteMode
@@ -65,6 +76,7 @@ class PartitionedNamespace:
         self._state = state
         self._storage = manifest.storage
         self._store = TransactionStore(manifest.storage)
+        self._history = History(manifest)
 
     # -- lifecycle ---------------------------------------------------------------------
     @classmethod
@@ -137,12 +149,27 @@ class PartitionedNamespace:
         """Its storage I/O (tables, record files), e.g. for readers in other processes."""
         return self._storage
 
-    def state(self, version: int | None = None) -> NamespaceState:
-        """The namespace as of ``version`` of ``__manifest`` (default: the latest)."""
-        if version is not None:
-            if version == self._state.version:
+    def state(self, as_of: AsOf | None = None, *, version: int | None = None) -> NamespaceState:
+        """The namespace as of ``as_of`` (default: the latest).
+
+        ``as_of`` is a ``__manifest`` version (int), a moment (a datetime, naive = UTC: the
+        latest version committed at or before it) or a tag name; ``version`` is the older
+        name of an int ``as_of``. :class:`VersionNotFoundError` when that state does not
+        exist (not yet, never, or cleaned up by :meth:`maintain`).
+        """
+        target = pick(as_of, version)
+        if target is not None:
+            number = resolve_as_of(self._manifest, target)
+            if number == self._state.version:
                 return self._state
-            return NamespaceState.load(self._root, self._manifest.open(version))
+            dataset = open_version(self._manifest, number)
+            try:
+                return NamespaceState.load(self._root, dataset)
+            except NamespaceNotFoundError as exc:
+                raise VersionNotFoundError(
+                    f"__manifest version {number} of {self._root} predates the namespace: "
+                    "its creation was finished at a later version"
+                ) from exc
         if self._state.dataset.latest_version != self._state.version:
             self._state = NamespaceState.load(self._root, self._manifest.open())
         return self._state
@@ -340,9 +367,10 @@ class PartitionedNamespace:
         found = self.state().find(ids)
         return [found[i] for i in ids]
 
-    def partitions(self) -> list[Partition]:
-        """Every leaf table of the namespace (all spec versions)."""
-        return self.state().partitions()
+    def partitions(self, *, as_of: AsOf | None = None) -> list[Partition]:
+        """Every leaf table of the namespace (all spec versions), as of ``as_of`` (see
+        :meth:`state`; default: the latest)."""
+        return self.state(as_of).partitions()
 
     def partition(self, values: Mapping[str, Any]) -> Partition:
         """The partition holding ``values`` under the current spec (an error if absent)."""
@@ -353,9 +381,19 @@ class PartitionedNamespace:
             raise PartitionNotFoundError(f"no partition for {dict(values)} in {self._root}")
         return found[leaf_id]
 
-    def prune(self, filter: str | None = None, *, version: int | None = None) -> list[Partition]:
-        """The partitions that can hold rows matching ``filter`` (a SQL boolean expression)."""
-        state = self.state(version)
+    def prune(
+        self,
+        filter: str | None = None,
+        *,
+        as_of: AsOf | None = None,
+        version: int | None = None,
+    ) -> list[Partition]:
+        """The partitions that can hold rows matching ``filter`` (a SQL boolean expression),
+        as of ``as_of`` (see :meth:`state`)."""
+        return self._prune(self.state(as_of, version=version), filter)
+
+    @staticmethod
+    def _prune(state: NamespaceState, filter: str | None) -> list[Partition]:
         if filter is None:
             return state.partitions()
         _, pred = parse_filter(filter, state.schema)
@@ -380,14 +418,24 @@ class PartitionedNamespace:
         *,
         columns: Sequence[str] | None = None,
         filter: str | None = None,
+        as_of: AsOf | None = None,
         version: int | None = None,
         batch_size: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Stream the rows matching ``filter`` from one consistent manifest version.
+        """Stream the rows matching ``filter`` from one consistent manifest version (the
+        latest, or the one ``as_of`` names: see :meth:`state`).
 
         Bad filters and unknown columns raise here, before the first batch is read.
         """
-        state = self.state(version)
+        return self._batches(self.state(as_of, version=version), columns, filter, batch_size)
+
+    def _batches(
+        self,
+        state: NamespaceState,
+        columns: Sequence[str] | None,
+        filter: str | None,
+        batch_size: int | None,
+    ) -> Iterator[pa.RecordBatch]:
         state.schema.project(columns)  # validates the names before anything is read
         residual, exact = None, []
         if filter is not None:
@@ -399,7 +447,7 @@ class PartitionedNamespace:
             ]
         return scan_batches(
             self._storage,
-            self.prune(filter, version=state.version),
+            self._prune(state, filter),
             state.schema,
             columns=columns,
             residual=residual,
@@ -412,6 +460,7 @@ class PartitionedNamespace:
         *,
         columns: Sequence[str] | None = None,
         filter: str | None = None,
+        as_of: AsOf | None = None,
         version: int | None = None,
         batch_size: int | None = None,
     ) -> pa.RecordBatchReader:
@@ -419,12 +468,10 @@ class PartitionedNamespace:
 
         The schema, specs, partitions and read_versions all come from one manifest version.
         """
-        state = self.state(version)
+        state = self.state(as_of, version=version)
         failpoint("read.resolved")
         schema = state.schema.project(columns)
-        batches = self.to_batches(
-            columns=columns, filter=filter, version=state.version, batch_size=batch_size
-        )
+        batches = self._batches(state, columns, filter, batch_size)
         return pa.RecordBatchReader.from_batches(schema, batches)
 
     def to_table(
@@ -432,28 +479,36 @@ class PartitionedNamespace:
         *,
         columns: Sequence[str] | None = None,
         filter: str | None = None,
+        as_of: AsOf | None = None,
         version: int | None = None,
     ) -> pa.Table:
         """All rows matching ``filter``, in the namespace schema (optionally projected).
 
-        Keyword arguments in pylance's order (``columns``, ``filter``); ``version`` reads
-        an older ``__manifest`` version."""
-        reader = self.to_reader(columns=columns, filter=filter, version=version)
+        Keyword arguments in pylance's order (``columns``, ``filter``); ``as_of`` reads a
+        past state: a ``__manifest`` version, a moment or a tag (see :meth:`state`), in
+        the schema it had then (``version`` is the older name of an int ``as_of``)."""
+        reader = self.to_reader(columns=columns, filter=filter, as_of=as_of, version=version)
         return reader.read_all()
 
     def count_rows_of(self, partition: Partition) -> int:
         """Rows of one partition at its published ``read_version``."""
         return int(open_leaf(self._storage, partition).count_rows())
 
-    def count_rows(self, *, filter: str | None = None, version: int | None = None) -> int:
-        """The number of rows matching ``filter`` (without a filter: from table metadata)."""
-        state = self.state(version)
+    def count_rows(
+        self,
+        *,
+        filter: str | None = None,
+        as_of: AsOf | None = None,
+        version: int | None = None,
+    ) -> int:
+        """The number of rows matching ``filter`` (without a filter: from table metadata),
+        as of ``as_of`` (see :meth:`state`)."""
+        state = self.state(as_of, version=version)
         if filter is None:
             return sum(open_leaf(self._storage, p).count_rows() for p in state.partitions())
         residual = parse_filter(filter, state.schema)[0]
         columns = filter_columns(residual)
-        batches = self.to_batches(columns=columns, filter=filter, version=state.version)
-        return sum(b.num_rows for b in batches)
+        return sum(b.num_rows for b in self._batches(state, columns, filter, None))
 
     # -- writes and transactions -----------------------------------------------------------
     def write(
@@ -620,7 +675,8 @@ class PartitionedNamespace:
     def maintain(
         self, *, compact: bool = True, older_than: dt.timedelta | None = None
     ) -> MaintenanceReport:
-        """Compact ``__manifest``; with ``older_than``, also remove old versions safely."""
+        """Compact ``__manifest``; with ``older_than``, also remove old versions safely
+        (tagged versions, and every leaf version they read, are kept: see :meth:`tag`)."""
         collect_finished(self._manifest, self.state, self._store.delete)
         report = maintain(
             self._manifest,
@@ -630,6 +686,37 @@ class PartitionedNamespace:
         )
         self._state = NamespaceState.load(self._root, self._manifest.open())
         return report
+
+    # -- history and tags ----------------------------------------------------------------
+    def history(
+        self, limit: int | None = None, *, include_internal: bool = False
+    ) -> list[HistoryEntry]:
+        """What each ``__manifest`` version did, newest first: one entry per write (mode,
+        transaction, partitions and rows), partition creation, schema or spec change.
+
+        ``include_internal`` adds the bookkeeping versions readers see no change in
+        (transaction states, claims, compaction). Only versions ``maintain`` kept are
+        listed; each entry's ``version`` is readable with ``as_of``.
+        """
+        if limit is not None and (isinstance(limit, bool) or limit < 1):
+            raise InvalidArgumentError(f"limit must be a positive number, got {limit!r}")
+        return self._history.entries(limit, include_internal)
+
+    def tag(self, name: str, as_of: AsOf | None = None, *, version: int | None = None) -> TagInfo:
+        """Pin the state ``as_of`` names (default: the latest version) under ``name``:
+        :meth:`maintain` keeps that ``__manifest`` version and every leaf version it reads
+        until :meth:`untag`; read it with ``as_of=name``."""
+        target = pick(as_of, version)
+        number = self.version if target is None else resolve_as_of(self._manifest, target)
+        return create_tag(self._manifest, name, number)
+
+    def tags(self) -> list[TagInfo]:
+        """Every tag, oldest version first."""
+        return list_tags(self._manifest)
+
+    def untag(self, name: str) -> None:
+        """Remove a tag; the next :meth:`maintain` may then remove what only it kept."""
+        delete_tag(self._manifest, name)
 
     def repair(self) -> RepairReport:
         """Restore the ``__manifest`` columns a foreign writer dropped (see ``repair``)."""

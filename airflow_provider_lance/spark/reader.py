@@ -23,6 +23,7 @@ from airflow_provider_lance.namespace import DataValidationError, Partition, Par
 from airflow_provider_lance.namespace.pruning import parse_filter
 from airflow_provider_lance.namespace.scan import open_leaf, read_partition
 from airflow_provider_lance.namespace.storage import Storage
+from airflow_provider_lance.namespace.timetravel import AsOf
 
 from .executor import pinned_state
 from .session import check_pyspark, is_connect
@@ -45,16 +46,19 @@ def read_partitioned(
     filter: str | None = None,
     storage_options: Mapping[str, str] | None = None,
     version: int | None = None,
+    as_of: AsOf | None = None,
 ) -> DataFrame:
     """The rows of the namespace at ``uri`` matching ``filter`` as a Spark DataFrame.
 
     ``filter`` is a SQL boolean expression over namespace columns; ``columns`` projects;
-    ``version`` reads an older ``__manifest`` version. Bad filters and unknown columns
-    raise here, before any task runs.
+    ``as_of`` reads a past state: a ``__manifest`` version, a moment (naive = UTC) or a
+    tag (``version`` is the older name of an int ``as_of``). The driver resolves it to one
+    manifest version, which every task reads. Bad filters, unknown columns and states that
+    do not exist raise here, before any task runs.
     """
     check_pyspark(spark)
     ns = PartitionedNamespace.open(uri, storage_options)
-    state = ns.state(version)
+    state = ns.state(as_of, version=version)
     output = state.schema.project(columns)
     if filter is not None:
         parse_filter(filter, state.schema)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_provider_lance.namespace import FilterError, PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace import (
+    FilterError,
+    InvalidArgumentError,
+    PartitionedNamespace,
+    PartitionField,
+    VersionNotFoundError,
+)
 from airflow_provider_lance.namespace.errors import SchemaError
 from airflow_provider_lance.spark import read_partitioned
 from tests.conftest import EVENTS_SCHEMA, events, sort_rows
@@ -67,6 +74,29 @@ def test_one_manifest_version_and_older_versions(
     assert df.count() == 660
     assert read_partitioned(spark, ns.uri).count() == 690
     assert read_partitioned(spark, ns.uri, version=before).count() == 660
+
+
+def test_as_of_a_tag_a_moment_and_a_version(spark: SparkSession, ns: PartitionedNamespace) -> None:
+    """The driver resolves ``as_of`` to one manifest version; every task reads that one,
+    in the schema it had (a column added later is not there)."""
+    before, expected = ns.version, sort_rows(ns.to_table())
+    ns.tag("before-the-change")
+    time.sleep(0.02)
+    moment = dt.datetime.now(dt.timezone.utc)
+    ns.add_column(pa.field("channel", pa.utf8()))
+    ns.write(events(30, days=1, first_id=5000), mode="overwrite")
+    for as_of in ("before-the-change", moment, before):
+        df = read_partitioned(spark, ns.uri, as_of=as_of)
+        assert df.columns == ["id", "event_date", "country", "amount"]
+        assert sort_rows(pa.Table.from_pylist(spark_rows(df))) == expected
+    one = "event_date = DATE '2025-12-10'"
+    old = read_partitioned(spark, ns.uri, filter=one, as_of="before-the-change").count()
+    assert old == ns.count_rows(filter=one, as_of=before) == 130
+    assert read_partitioned(spark, ns.uri, filter=one).count() == 30
+    with pytest.raises(VersionNotFoundError, match="no tag 'nope'"):
+        read_partitioned(spark, ns.uri, as_of="nope")
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        read_partitioned(spark, ns.uri, as_of=before, version=before)
 
 
 def test_evolved_schema_reads_old_partitions(spark: SparkSession, ns: PartitionedNamespace) -> None:
