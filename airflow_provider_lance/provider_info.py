@@ -119,6 +119,12 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Allow plain-HTTP endpoints (local object stores).",
                         "schema": {"type": ["boolean", "null"], "default": False},
                     },
+                    "concurrency": {
+                        "label": "Concurrency",
+                        "description": "Leaf tables worked on at once (default: 8 on a local "
+                        "disk, 32 on an object store).",
+                        "schema": {"type": ["integer", "null"], "minimum": 1},
+                    },
                     "session_token": _string(
                         "Session token",
                         "Temporary credentials' session token (aws_session_token).",

@@ -16,6 +16,10 @@ tasks) and the trigger (async, in the triggerer). The connection holds:
   connection ``login``/``password``, mapped to the store's option names (for ``s3://``:
   ``aws_endpoint``, ``aws_region``, ``aws_access_key_id``, ``aws_secret_access_key``...).
 * any top-level extra named like a storage option (``aws_*``, ``google_*``, ``azure_*``).
+* ``concurrency`` (extra, optional): how many leaf tables the hook's namespaces write,
+  commit or read at once (default 8 on a local disk, 32 on an object store); raise it for a
+  store with high latency and many partitions per write, lower it to spare a small worker.
+  (A Spark write's leaves are written by its executors, one partition per task.)
 
 Explicit storage options win over the convenience fields (``secret_storage_options`` over
 ``storage_options``). Every value whose key looks secret is returned by
@@ -42,6 +46,7 @@ FIELD_ROOT = "root"
 FIELD_STORAGE_OPTIONS = "storage_options"
 #: Sensitive by name for Airflow's secrets masker ("secret"): redacted whole in the REST API.
 FIELD_SECRET_STORAGE_OPTIONS = "secret_storage_options"
+FIELD_CONCURRENCY = "concurrency"
 CONVENIENCE_FIELDS = ("endpoint", "region", "allow_http", "session_token")
 _OPTION_PREFIXES = ("aws_", "google_", "azure_", "gcs_", "s3_")
 _GENERIC_OPTIONS = frozenset(
@@ -127,12 +132,28 @@ def _parse_storage_options(raw: Any, name: str = FIELD_STORAGE_OPTIONS) -> dict[
     return {str(k): _as_text(v) for k, v in raw.items() if v is not None}
 
 
+def _parse_concurrency(raw: Any) -> int | None:
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1 or isinstance(raw, bool):
+        raise LanceConnectionError(
+            f"the {FIELD_CONCURRENCY!r} extra must be a whole number of at least 1, got {raw!r}"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class LanceConnectionConfig:
     """A resolved ``lance`` connection: the base URI and the storage options."""
 
     root: str
     storage_options: dict[str, str] = field(default_factory=dict)
+    #: Leaf tables worked on at once (None: the core's default for the root's store).
+    concurrency: int | None = None
 
     @classmethod
     def from_fields(
@@ -165,7 +186,11 @@ class LanceConnectionConfig:
                 options[key] = _as_text(value)
         for name in (FIELD_STORAGE_OPTIONS, FIELD_SECRET_STORAGE_OPTIONS):
             options.update(_parse_storage_options(extras.get(name), name))
-        return cls(root=root, storage_options=options)
+        return cls(
+            root=root,
+            storage_options=options,
+            concurrency=_parse_concurrency(extras.get(FIELD_CONCURRENCY)),
+        )
 
     def secrets(self) -> list[tuple[str, str]]:
         """``(key, value)`` of every storage option that must never be shown."""
@@ -188,6 +213,7 @@ class LanceConnectionConfig:
         """A loggable view: secret option values replaced by ``***``."""
         return {
             "root": self.root,
+            "concurrency": self.concurrency,
             "storage_options": {
                 k: ("***" if is_secret_key(k) else v) for k, v in self.storage_options.items()
             },

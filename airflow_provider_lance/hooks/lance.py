@@ -136,7 +136,9 @@ class LancePartitionedHook(BaseHook):
     # -- namespaces ----------------------------------------------------------------------
     def open(self, namespace: str | None = None) -> PartitionedNamespace:
         return core.PartitionedNamespace.open(
-            self.namespace_uri(namespace), storage_options=self.config.storage_options or None
+            self.namespace_uri(namespace),
+            storage_options=self.config.storage_options or None,
+            concurrency=self.config.concurrency,
         )
 
     def exists(self, namespace: str | None = None) -> bool:
@@ -161,8 +163,9 @@ class LancePartitionedHook(BaseHook):
 
         uri = self.namespace_uri(namespace)
         options = self.config.storage_options or None
+        concurrency = self.config.concurrency
         if schema is None and partition_fields is None:
-            return core.PartitionedNamespace.open(uri, storage_options=options), False
+            return self.open(uri), False
         if schema is None or partition_fields is None:
             raise core.InvalidArgumentError(
                 "creating a namespace needs both a schema and partition fields"
@@ -170,14 +173,18 @@ class LancePartitionedHook(BaseHook):
         arrow_schema = parse_schema(schema)
         fields = parse_partition_fields(partition_fields)
         try:
-            ns = core.PartitionedNamespace.open(uri, storage_options=options)
+            ns = self.open(uri)
         except core.NamespaceNotFoundError:
             try:
                 ns = core.PartitionedNamespace.create(
-                    uri, schema=arrow_schema, partition_fields=fields, storage_options=options
+                    uri,
+                    schema=arrow_schema,
+                    partition_fields=fields,
+                    storage_options=options,
+                    concurrency=concurrency,
                 )
             except core.NamespaceExistsError:  # a concurrent task created it first
-                ns = core.PartitionedNamespace.open(uri, storage_options=options)
+                ns = self.open(uri)
             else:
                 self.log.info(
                     "created namespace %s partitioned by %s", uri, [f.name for f in fields]

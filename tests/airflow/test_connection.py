@@ -80,11 +80,30 @@ def test_namespace_names_resolve_against_the_root() -> None:
         ({}, "needs a root URI"),
         ({"root": "/x", "storage_options": "{not json"}, "not valid JSON"),
         ({"root": "/x", "storage_options": "[1, 2]"}, "must be a JSON object"),
+        ({"root": "/x", "concurrency": "0"}, "whole number of at least 1"),
+        ({"root": "/x", "concurrency": "many"}, "whole number of at least 1"),
     ],
 )
 def test_malformed_connections_say_what_is_wrong(extras: dict[str, str], message: str) -> None:
     with pytest.raises(LanceConnectionError, match=message):
         LanceConnectionConfig.from_fields(extras=extras)
+
+
+def test_concurrency_reaches_the_namespaces_the_hook_opens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The ``concurrency`` extra bounds the leaf work of every namespace the hook opens or
+    creates (unset: the core's default for the store)."""
+    extra = {"root": str(tmp_path), "concurrency": "3"}
+    monkeypatch.setenv("AIRFLOW_CONN_LANCE_C", json.dumps({"conn_type": "lance", "extra": extra}))
+    hook = LancePartitionedHook("lance_c")
+    assert hook.config.concurrency == 3
+    schema = [{"name": "id", "type": "int64"}, {"name": "day", "type": "date32"}]
+    by_day = [{"name": "day", "source": "day"}]
+    created, _ = hook.create_or_open("events", schema=schema, partition_fields=by_day)
+    assert created.storage.concurrency == 3
+    assert hook.open("events").storage.concurrency == 3
+    assert LanceConnectionConfig.from_fields(extras={"root": "/x"}).concurrency is None
 
 
 @pytest.mark.parametrize(
