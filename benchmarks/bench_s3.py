@@ -2,6 +2,7 @@
 
     python benchmarks/bench_s3.py             # 20 ms per request, 100 / 1,000 / 3,000 partitions
     python benchmarks/bench_s3.py --latency-ms 50 --sizes 100 1000 5000 --publish 1000
+    python benchmarks/bench_s3.py --sizes 300 --rounds 1 --trace   # every request listed
 
 An in-process S3 server (moto) sits behind a small TCP proxy on loopback that delays every
 HTTP request by ``--latency-ms`` before forwarding it, as a remote object store would, and
@@ -54,6 +55,8 @@ class LatencyProxy:
         self.upstream = upstream
         self.delay = 0.0
         self.requests = 0
+        #: When a list: each request's first line (method and path), in arrival order.
+        self.trace: list[str] | None = None
         self._lock = threading.Lock()
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
@@ -91,6 +94,9 @@ class LatencyProxy:
                     answered.clear()
                     with self._lock:
                         self.requests += 1
+                        if self.trace is not None:
+                            line = data.split(b"\r\n", 1)[0].decode("latin-1")
+                            self.trace.append(line.rsplit(" ", 1)[0])
                     if self.delay:
                         time.sleep(self.delay)
                 server.sendall(data)
@@ -187,6 +193,9 @@ def main() -> None:
         "--publish", type=int, default=100, help="partitions a many-partition publish touches"
     )
     parser.add_argument("--rounds", type=int, default=3, help="runs per figure (medians)")
+    parser.add_argument(
+        "--trace", action="store_true", help="print each operation's requests (method, path)"
+    )
     parser.add_argument("--rows", type=int, default=100, help="rows per partition")
     args = parser.parse_args()
     os.environ.setdefault("LANCE_LOG", "error")
@@ -218,6 +227,12 @@ def main() -> None:
             )
             results[str(size)] = {}
             for name, call in ops.items():
+                if args.trace:
+                    proxy.trace = []
+                    call(10**4)
+                    print(f"  {size:,} {name}: {len(proxy.trace)} requests", flush=True)
+                    print("".join(f"    {line}\n" for line in proxy.trace), end="", flush=True)
+                    proxy.trace = None
                 figures = measure(proxy, latency, call, args.rounds)
                 results[str(size)][name] = figures
                 table.append(
