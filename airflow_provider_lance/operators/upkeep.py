@@ -35,8 +35,8 @@ SUMMARY_ITEMS = 20
 
 def seconds(value: Any, name: str, *, allow_none: bool = False) -> float | None:
     """A duration given as a :class:`~datetime.timedelta` or a number of seconds (also as
-    text, as templates render it)."""
-    if value is None or value == "":
+    text, as templates render it: an empty or ``None`` text is no duration)."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
         if allow_none:
             return None
         raise AirflowFailException(f"{name} is required")

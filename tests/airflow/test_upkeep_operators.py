@@ -305,3 +305,23 @@ def test_evolution_bad_input_fails_at_once(
     assert run.states["evolve"] == "upstream_failed"
     assert ns.active_schema.field(unchanged) == EVOLVING.field(unchanged)
     assert ns.spec_version == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(dt.timedelta(minutes=2), 120.0), (90, 90.0), ("1.5", 1.5), (None, None), ("None", None)],
+)
+def test_durations_are_timedeltas_or_seconds(value: Any, expected: float | None) -> None:
+    from airflow_provider_lance.operators.upkeep import seconds
+
+    assert seconds(value, "older_than", allow_none=True) == expected
+
+
+@pytest.mark.parametrize("value", [-1, "soon", True, None])
+def test_bad_durations_fail_at_once(value: Any) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_lance.operators.upkeep import seconds
+
+    with pytest.raises(AirflowFailException):
+        seconds(value, "lease_seconds")
