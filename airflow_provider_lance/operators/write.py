@@ -51,7 +51,7 @@ def arrow_data(value: Any) -> Any:
             "iterator of tables or record batches"
         )
     if _is_pandas(value):
-        return pa.Table.from_pandas(value, preserve_index=False)
+        return _from_pandas(value)
     if isinstance(value, (pa.Table, pa.RecordBatch, pa.RecordBatchReader)):
         return value
     if hasattr(value, "__arrow_c_stream__") or hasattr(value, "__arrow_c_array__"):
@@ -66,13 +66,26 @@ def _converted(items: Iterable[Any]) -> Iterator[Any]:
 
     for item in items:
         if _is_pandas(item):
-            yield pa.Table.from_pandas(item, preserve_index=False)
+            yield _from_pandas(item)
         elif isinstance(item, (pa.Table, pa.RecordBatch)):
             yield item
         elif hasattr(item, "__arrow_c_stream__"):  # a reader, polars, DuckDB: batch by batch
             yield from pa.RecordBatchReader.from_stream(item)
         else:
             yield item  # the core says what it takes
+
+
+def _from_pandas(frame: Any) -> Any:
+    """An Arrow table of a pandas DataFrame (its index left out); a column Arrow cannot
+    type is bad input, which no retry fixes."""
+    import pyarrow as pa
+
+    try:
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise AirflowFailException(
+            f"the callable's pandas DataFrame cannot become Arrow data: {exc}"
+        ) from None
 
 
 def _is_pandas(value: Any) -> bool:

@@ -73,6 +73,8 @@ def produce(params: dict[str, Any]) -> Any:
         return (batch for batch in table.to_batches(max_chunksize=7))
     if kind == "none":
         return None
+    if kind == "bad_pandas":  # a column of numbers and text: Arrow cannot type it
+        return table.to_pandas().assign(amount=[1.5, "x"] * (params["rows"] // 2))
     if kind == "failing_generator":
 
         def failing() -> Iterator[Any]:
