@@ -28,7 +28,8 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Lance",
         "description": (
             "Partitioned Lance datasets (the Lance Partitioned Namespace format): hook, "
-            "operators, sensor and trigger, with PySpark writes through spark-submit."
+            "operators, sensor and trigger, with PySpark writes through spark-submit and "
+            "Python writes (@task.lance_write) in the task itself."
         ),
         "versions": [__version__],
         "integrations": [
@@ -51,7 +52,17 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_lance.operators.partitions",
                     "airflow_provider_lance.operators.commit",
                     "airflow_provider_lance.operators.spark",
+                    "airflow_provider_lance.operators.write",
+                    "airflow_provider_lance.operators.audit",
+                    "airflow_provider_lance.operators.upkeep",
+                    "airflow_provider_lance.operators.evolution",
                 ],
+            }
+        ],
+        "task-decorators": [
+            {
+                "name": "lance_write",
+                "class-name": "airflow_provider_lance.decorators.lance_write.lance_write_task",
             }
         ],
         "sensors": [

@@ -40,7 +40,7 @@ from .results import CommitResult, HistoryEntry, TagInfo
 from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
-from .staging import Stage, StagedPartition, Stager
+from .staging import FLUSH_BYTES, Stage, StagedPartition, Stager
 from .storage import Storage
 from .timetravel import (
     AsOf,
@@ -518,6 +518,7 @@ class PartitionedNamespace:
         *,
         txn_id: str | None = None,
         claim_timeout: float | None = None,
+        flush_bytes: int = FLUSH_BYTES,
     ) -> CommitResult:
         """Write rows; ``overwrite`` is a dynamic partition overwrite: it replaces exactly the
         partitions the data touches. ``data`` is anything Arrow-exportable (pyarrow, polars,
@@ -529,17 +530,20 @@ class PartitionedNamespace:
         One transaction: stage, then publish every touched partition (and those it creates)
         in one ``__manifest`` commit, so readers see the whole write or nothing of it. A
         failed write is aborted (nothing of it stays); with ``txn_id`` a retried write
-        returns the first one's result instead of writing twice.
+        returns the first one's result instead of writing twice. An iterable is consumed
+        as it is staged: at most ``flush_bytes`` of routed rows are buffered.
         """
         if txn_id is None:
-            result = self._write_direct(data, mode, claim_timeout)
+            result = self._write_direct(data, mode, claim_timeout, flush_bytes)
         else:
             txn = self._begin(mode, txn_id, anonymous=False)
             if txn.state is not TxnState.STAGED:  # a retry got as far as committing
                 log.info("transaction %s is %s: finishing it", txn.txn_id, txn.state.value)
                 return self.commit(txn.txn_id, claim_timeout=claim_timeout)
             result = self._commit_staged(
-                txn, lambda: txn.stage(data, stage_id="write"), claim_timeout
+                txn,
+                lambda: txn.stage(data, stage_id="write", flush_bytes=flush_bytes),
+                claim_timeout,
             )
         log.info(
             "%s %d rows into %d partitions (manifest v%d)",
@@ -551,7 +555,7 @@ class PartitionedNamespace:
         return result
 
     def _write_direct(
-        self, data: ArrowData, mode: WriteMode, claim_timeout: float | None
+        self, data: ArrowData, mode: WriteMode, claim_timeout: float | None, flush_bytes: int
     ) -> CommitResult:
         """A write nobody else knows: published in one swap (see :mod:`.direct`), or, when
         its partitions are claimed or it keeps losing races, by the claim protocol."""
@@ -563,7 +567,7 @@ class PartitionedNamespace:
             state = self.state()
         txn_id = uuid.uuid4().hex
         stage = Stager(
-            state, Stage(txn_id, "write", mode, state.spec_version), self._storage
+            state, Stage(txn_id, "write", mode, state.spec_version), self._storage, flush_bytes
         ).write(data)
         result = publish_stage(self._txn, state, stage, owner=tag(txn_id, 1))
         if result is not None:

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .catalog import NamespaceState
 from .commit import (
@@ -70,6 +70,9 @@ from .results import CommitResult
 from .staging import FLUSH_BYTES, Stage, Stager, discard_stage
 from .txnstore import TransactionHeader, TransactionStore, check_txn_id
 from .types import MODES, ArrowData, WriteMode
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -278,6 +281,34 @@ class Transaction:
             k: Stage.from_json(v)
             for k, v in self._store.stages(self.txn_id, self.incarnation).items()
         }
+
+    def to_reader(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        batch_size: int | None = None,
+    ) -> pa.RecordBatchReader:
+        """Stream the rows it staged, before anything of it is published (e.g. to audit
+        them); reads only its staged data files, writes nothing (see :mod:`.staged_read`)."""
+        from .staged_read import staged_reader
+
+        if self.state is TxnState.ABORTED:
+            raise TransactionAborted(f"transaction {self.txn_id} was aborted: nothing is staged")
+        return staged_reader(
+            self._ctx.storage,
+            self._ctx.load_state(),
+            self.stages().values(),
+            columns=columns,
+            filter=filter,
+            batch_size=batch_size,
+        )
+
+    def to_table(
+        self, *, columns: Sequence[str] | None = None, filter: str | None = None
+    ) -> pa.Table:
+        """All rows it staged that match ``filter`` (see :meth:`to_reader`)."""
+        return self.to_reader(columns=columns, filter=filter).read_all()
 
     def discard(self, stage_ids: Iterable[str] | None = None) -> list[str]:
         """Remove stages (all by default) and delete their data files; returns their ids.

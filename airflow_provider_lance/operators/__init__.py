@@ -1,7 +1,7 @@
-"""Airflow operators over partitioned namespaces (thin wrappers over the hook and Spark job).
+"""Airflow operators over partitioned namespaces (thin wrappers over the hook and the core).
 
-``LanceSparkWriteOperator`` needs the ``apache-spark`` extra; it is imported on first use so
-the other operators work without it.
+``LanceSparkWriteOperator`` needs the ``apache-spark`` extra; it and the other operators
+outside ``commit`` and ``partitions`` are imported on first use, so DAG files stay light.
 """
 
 from __future__ import annotations
@@ -16,14 +16,55 @@ from airflow_provider_lance.operators.partitions import (
 )
 
 if TYPE_CHECKING:
+    from airflow_provider_lance.operators.audit import LanceAuditOperator
+    from airflow_provider_lance.operators.evolution import (
+        LanceAddColumnOperator,
+        LanceDropColumnOperator,
+        LanceEvolvePartitionSpecOperator,
+        LancePromoteColumnOperator,
+        LanceRenameColumnOperator,
+    )
     from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
+    from airflow_provider_lance.operators.upkeep import (
+        LanceAbortOperator,
+        LanceMaintainOperator,
+        LanceRecoverOperator,
+        LanceRepairOperator,
+    )
+    from airflow_provider_lance.operators.write import LanceWriteOperator
+
+_EXPORTS = {
+    "LanceSparkWriteOperator": "spark",
+    "LanceWriteOperator": "write",
+    "LanceAuditOperator": "audit",
+    "LanceAbortOperator": "upkeep",
+    "LanceMaintainOperator": "upkeep",
+    "LanceRecoverOperator": "upkeep",
+    "LanceRepairOperator": "upkeep",
+    "LanceAddColumnOperator": "evolution",
+    "LanceDropColumnOperator": "evolution",
+    "LanceRenameColumnOperator": "evolution",
+    "LancePromoteColumnOperator": "evolution",
+    "LanceEvolvePartitionSpecOperator": "evolution",
+}
 
 __all__ = [
+    "LanceAbortOperator",
+    "LanceAddColumnOperator",
+    "LanceAuditOperator",
     "LanceCommitOperator",
     "LanceCreatePartitionOperator",
+    "LanceDropColumnOperator",
+    "LanceEvolvePartitionSpecOperator",
+    "LanceMaintainOperator",
+    "LancePromoteColumnOperator",
     "LancePruneOperator",
+    "LanceRecoverOperator",
+    "LanceRenameColumnOperator",
+    "LanceRepairOperator",
     "LanceSparkWriteOperator",
+    "LanceWriteOperator",
 ]
 
 
-__getattr__, __dir__ = lazy_exports(__name__, globals(), {"LanceSparkWriteOperator": "spark"})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

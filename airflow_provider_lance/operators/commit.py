@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowRuntimeError
 from airflow_provider_lance.assets import asset_uri, create_asset, is_lance_asset
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+from airflow_provider_lance.operators.lineage import NamespaceWrite, operator_lineage
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -68,6 +69,27 @@ def parse_transactions(value: Any) -> tuple[list[str], set[str], list[str]]:
     return ids, uris, published
 
 
+def transactions_namespace(
+    hook: LancePartitionedHook, namespace: str | None, uris: set[str]
+) -> str:
+    """The namespace of transactions: ``namespace`` (which must be the one their write
+    results name, if they name one), else the one they name, else the connection root."""
+    if namespace:
+        uri = hook.namespace_uri(namespace)
+        named = {hook.namespace_uri(u) for u in uris}
+        if named - {uri}:
+            raise AirflowFailException(
+                f"the transactions were staged into {sorted(named)}, not into {uri}"
+            )
+        return uri
+    if len(uris) > 1:
+        raise AirflowFailException(
+            f"the transactions were staged into several namespaces {sorted(uris)}; one "
+            "task works on one namespace"
+        )
+    return hook.namespace_uri(next(iter(uris)) if uris else None)
+
+
 class LanceCommitOperator(BaseOperator):
     """Publish one or many staged transactions in ONE atomic ``__manifest`` commit.
 
@@ -109,23 +131,7 @@ class LanceCommitOperator(BaseOperator):
         self.txn_id = txn_id
         self.lance_conn_id = lance_conn_id
         self.summary_partitions = summary_partitions
-        self._lineage: dict[str, Any] | None = None
-
-    def _resolve_uri(self, hook: LancePartitionedHook, uris: set[str]) -> str:
-        if self.namespace:
-            uri = hook.namespace_uri(self.namespace)
-            named = {hook.namespace_uri(u) for u in uris}
-            if named - {uri}:
-                raise AirflowFailException(
-                    f"the transactions were staged into {sorted(named)}, not into {uri}"
-                )
-            return uri
-        if len(uris) > 1:
-            raise AirflowFailException(
-                f"the transactions were staged into several namespaces {sorted(uris)}; one "
-                "commit publishes into one namespace"
-            )
-        return hook.namespace_uri(next(iter(uris)) if uris else None)
+        self._lineage: NamespaceWrite | None = None
 
     def _check_outlets(self, uri: str) -> None:
         """A ``lance://`` outlet for another namespace is a wiring mistake: fail before commit."""
@@ -140,7 +146,7 @@ class LanceCommitOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         ids, uris, published = parse_transactions(self.transactions)
         hook = LancePartitionedHook(self.lance_conn_id)
-        uri = self._resolve_uri(hook, uris)
+        uri = transactions_namespace(hook, self.namespace, uris)
         self._check_outlets(uri)
         if not ids and not published:
             raise AirflowSkipException(f"nothing staged to commit into {uri}")
@@ -177,11 +183,13 @@ class LanceCommitOperator(BaseOperator):
             summary["manifest_version"],
         )
         self._emit_asset_events(context, uri, summary)
-        self._lineage = {
-            "uri": uri,
-            "rows": summary["rows"],
-            "columns": [(f.name, str(f.type)) for f in schema],
-        }
+        self._lineage = NamespaceWrite(
+            uri=uri,
+            columns=[(f.name, str(f.type)) for f in schema],
+            rows=summary["rows"],
+            manifest_version=summary["manifest_version"],
+            mode=summary["mode"],
+        )
         return summary
 
     def _emit_asset_events(self, context: Context, uri: str, summary: dict[str, Any]) -> None:
@@ -212,38 +220,8 @@ class LanceCommitOperator(BaseOperator):
     def get_openlineage_facets_on_complete(
         self, task_instance: Any
     ) -> OperatorLineage[Any, Any] | None:
-        """The published namespace as an OpenLineage output (schema and row count)."""
+        """The published namespace as an OpenLineage output: schema, row count, the manifest
+        version published and, for an overwrite, an ``OVERWRITE`` lifecycle change."""
         if self._lineage is None:
             return None
-        try:
-            from airflow.providers.openlineage.extractors import OperatorLineage
-        except ImportError:
-            return None
-        from airflow.providers.common.compat.openlineage.facet import (
-            OutputDataset,
-            OutputStatisticsOutputDatasetFacet,
-            SchemaDatasetFacet,
-            SchemaDatasetFacetFields,
-        )
-
-        from airflow_provider_lance.assets import openlineage_name
-
-        namespace, name = openlineage_name(self._lineage["uri"])
-        dataset = OutputDataset(
-            namespace=namespace,
-            name=name,
-            facets={
-                "schema": SchemaDatasetFacet(
-                    fields=[
-                        SchemaDatasetFacetFields(name=col, type=dtype)
-                        for col, dtype in self._lineage["columns"]
-                    ]
-                )
-            },
-            outputFacets={
-                "outputStatistics": OutputStatisticsOutputDatasetFacet(
-                    rowCount=self._lineage["rows"]
-                )
-            },
-        )
-        return OperatorLineage(outputs=[dataset])
+        return operator_lineage(output=self._lineage)

@@ -32,6 +32,11 @@ from airflow_provider_lance.hooks.connection import is_secret_key
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.namespace.errors import StorageError
 from airflow_provider_lance.namespace.naming import has_scheme
+from airflow_provider_lance.operators.lineage import (
+    NamespaceWrite,
+    file_dataset_name,
+    operator_lineage,
+)
 from airflow_provider_lance.spark.jobs import (
     EXIT_BAD_INPUT,
     EXIT_CONFLICT,
@@ -43,6 +48,7 @@ from airflow_provider_lance.spark.jobs import (
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
+    from airflow.providers.openlineage.extractors import OperatorLineage
 
 _EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
 _ERROR_LINE = re.compile(r"^error: (.+)$", re.M)
@@ -173,6 +179,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         self.summary_partitions = summary_partitions
         self.storage_options_from = storage_options_from
         self.deploy_mode = kwargs.get("deploy_mode")
+        self._lineage: NamespaceWrite | None = None
 
     # -- checks --------------------------------------------------------------------------
     def _check_arguments(self) -> None:
@@ -270,7 +277,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
                 "(e.g. s3://bucket/warehouse)"
             )
         with lance_errors(f"Spark write into {uri}"):
-            lance.open(uri)  # a missing namespace fails here, not after Spark started
+            schema = lance.open(uri).active_schema  # a missing namespace fails here, not later
         result_path = self.result_path or default_result_path(txn_id)
         args = self._application_args(uri=uri, txn_id=txn_id, result_path=result_path)
         if cluster_mode:
@@ -301,7 +308,28 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
                 raise self._job_failure(exc, txn_id, uri) from None
         result = self._read_result(result_path, lance)
         self._discard_result(result_path, lance)
-        return self._summary(result, txn_id, uri)
+        summary = self._summary(result, txn_id, uri)
+        self._lineage = NamespaceWrite(
+            uri=uri,
+            columns=[(f.name, str(f.type)) for f in schema],
+            rows=summary["rows"],
+            manifest_version=summary["manifest_version"]
+            if summary["state"] == "published"
+            else None,
+            mode=summary["mode"],
+        )
+        return summary
+
+    def get_openlineage_facets_on_complete(
+        self, task_instance: Any
+    ) -> OperatorLineage[Any, Any] | None:
+        """The source files as the input (a catalog table has no path to name), the
+        namespace as the output: schema, rows and, once published, its manifest version
+        (and ``OVERWRITE`` for an overwrite)."""
+        if self._lineage is None:
+            return None
+        inputs = [] if self.source_format == "table" else [file_dataset_name(self.source)]
+        return operator_lineage(inputs=inputs, output=self._lineage)
 
     @staticmethod
     def _job_failure(exc: AirflowException, txn_id: str, uri: str) -> AirflowException:

@@ -225,6 +225,25 @@ def test_commit_operator_publishes_atomically_retries_and_emits_asset_event(
         ("amount", "double"),
     ]
     assert output["outputFacets"]["outputStatistics"]["rowCount"] == 40
+    assert output["facets"]["version"]["datasetVersion"] == str(summary["manifest_version"])
+    assert "lifecycleStateChange" not in output["facets"]  # appends
+
+
+def test_commit_of_an_overwrite_reports_the_overwrite_to_openlineage(
+    run_dag: RunDag, lance_test_root: Path
+) -> None:
+    ns = make_namespace(lance_test_root)
+    ns.write(events(20, start=dt.date(2025, 12, 1), days=2))
+    txn = ns.begin("overwrite", txn_id="fix-day-1")
+    txn.stage(events(3, start=dt.date(2025, 12, 1), days=1, first_id=900), stage_id="w")
+    run = run_dag("lance_test_commit", conf={"transactions": ["fix-day-1"]})
+    assert run.state == SUCCESS, run.output[-3000:]
+    summary = run.xcom("commit")
+    assert (summary["mode"], summary["rows"]) == ("overwrite", 3)
+    (output,) = run.xcom("commit", key="openlineage_outputs")
+    assert output["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "OVERWRITE"
+    assert output["facets"]["version"]["datasetVersion"] == str(ns.version)
+    assert ns.count_rows() == 13
 
 
 def test_commit_operator_with_explicit_txn_id_is_idempotent_across_runs(

@@ -68,6 +68,14 @@ def test_spark_write_retried_after_the_job_stages_once_then_commits(
     assert "LANCE_STORAGE_OPTIONS" not in "".join(
         line for line in run.output.splitlines() if "Spark-Submit cmd" in line
     )
+    # OpenLineage: the Parquet file in, the namespace out (staged: no version yet)
+    (source_dataset,) = run.xcom("write", key="openlineage_inputs")
+    assert (source_dataset["namespace"], source_dataset["name"]) == ("file", str(source))
+    (output,) = run.xcom("write", key="openlineage_outputs")
+    assert (output["namespace"], output["name"]) == ("file", f"{lance_test_root}/events")
+    assert output["outputFacets"]["outputStatistics"]["rowCount"] == 60
+    assert [f["name"] for f in output["facets"]["schema"]["fields"]] == EVENTS_SCHEMA.names
+    assert "version" not in output["facets"]
 
 
 @pytest.mark.slow
@@ -98,6 +106,45 @@ def test_spark_write_into_a_missing_namespace_fails_before_spark_starts(
     assert run.tries["write"] == 1
     assert "NamespaceNotFoundError" in run.output
     assert "Spark-Submit cmd" not in run.output
+
+
+@pytest.mark.parametrize(
+    ("source", "dataset"),
+    [
+        ("s3a://raw/events/2025-12-10", ("s3://raw", "events/2025-12-10")),
+        ("gs://bucket/landing/x.parquet", ("gs://bucket", "landing/x.parquet")),
+        (
+            "abfss://lake@acct.dfs.core.windows.net/raw/x",
+            ("abfss://lake@acct.dfs.core.windows.net", "raw/x"),
+        ),
+        ("hdfs://namenode:8020/raw/x", ("hdfs://namenode:8020", "raw/x")),
+        ("file:///landing/x.parquet", ("file", "/landing/x.parquet")),
+        ("/landing/x.parquet", ("file", "/landing/x.parquet")),
+    ],
+)
+def test_spark_sources_are_named_as_openlineage_names_them(
+    source: str, dataset: tuple[str, str]
+) -> None:
+    from airflow_provider_lance.operators.lineage import file_dataset_name
+
+    assert file_dataset_name(source) == dataset
+
+
+def test_a_table_source_has_no_input_dataset_and_staged_outputs_no_version() -> None:
+    from airflow_provider_lance.operators.lineage import NamespaceWrite
+
+    op = LanceSparkWriteOperator(task_id="w", source="db.events", source_format="table")
+    assert op.get_openlineage_facets_on_complete(None) is None  # before it ran
+    op._lineage = NamespaceWrite(
+        uri="s3://lake/events", rows=5, manifest_version=7, mode="overwrite"
+    )
+    lineage = op.get_openlineage_facets_on_complete(None)
+    assert lineage is not None
+    assert lineage.inputs == []
+    (output,) = lineage.outputs
+    assert (output.namespace, output.name) == ("s3://lake", "events")
+    assert output.facets["version"].datasetVersion == "7"
+    assert output.facets["lifecycleStateChange"].lifecycleStateChange.value == "OVERWRITE"
 
 
 # -- the job's exit code decides: fail at once or retry ----------------------------------------

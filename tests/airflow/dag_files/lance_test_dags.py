@@ -35,32 +35,38 @@ BY_DAY = [{"name": "event_date", "source": "event_date"}]
 RETRY_AT_ONCE = {"retries": 1, "retry_delay": dt.timedelta(seconds=0)}
 
 
-class CommitThenCrashOnce(LanceCommitOperator):
-    """A commit whose first try dies right after publishing (params.crash_after).
+def push_lineage(operator: Any, context: Any) -> None:
+    """Push what the operator's OpenLineage method reports (the listener would call it on
+    this same instance after ``execute``), so tests can check the datasets and facets."""
+    lineage = operator.get_openlineage_facets_on_complete(context["ti"])
+    if lineage is not None:
+        from openlineage.client.serde import Serde
 
-    It also pushes what its OpenLineage method reports (the listener would call it on this
-    same instance after ``execute``), so tests can check the facets.
-    """
+        for key, datasets in (("inputs", lineage.inputs), ("outputs", lineage.outputs)):
+            context["ti"].xcom_push(
+                key=f"openlineage_{key}", value=[Serde.to_dict(d) for d in datasets]
+            )
+
+
+class CommitThenCrashOnce(LanceCommitOperator):
+    """A commit whose first try dies right after publishing (params.crash_after); it
+    pushes its OpenLineage datasets (:func:`push_lineage`)."""
 
     def execute(self, context: Any) -> dict[str, Any]:
         result = super().execute(context)
-        lineage = self.get_openlineage_facets_on_complete(context["ti"])
-        if lineage is not None:
-            from openlineage.client.serde import Serde
-
-            context["ti"].xcom_push(
-                key="openlineage_outputs", value=[Serde.to_dict(d) for d in lineage.outputs]
-            )
+        push_lineage(self, context)
         if context["params"].get("crash_after") and context["ti"].try_number == 1:
             raise RuntimeError("simulated worker crash after the commit")
         return result
 
 
 class SparkWriteThenCrashOnce(LanceSparkWriteOperator):
-    """A Spark write whose first try dies after the job staged its data."""
+    """A Spark write whose first try dies after the job staged its data; it pushes its
+    OpenLineage datasets (:func:`push_lineage`)."""
 
     def execute(self, context: Any) -> dict[str, Any]:
         result = super().execute(context)
+        push_lineage(self, context)
         if context["params"].get("crash_after") and context["ti"].try_number == 1:
             raise RuntimeError("simulated worker crash after the Spark job")
         return result

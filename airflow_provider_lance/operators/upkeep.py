@@ -1,0 +1,257 @@
+"""Upkeep of a namespace: maintenance, recovery, repair, and aborting transactions.
+
+Thin wrappers over :class:`~airflow_provider_lance.namespace.PartitionedNamespace`, for
+DAGs that keep namespaces healthy (a nightly maintenance DAG) and for the "abort" branch
+of write-audit-publish. Every one is safe to retry: maintenance and recovery act on what
+they find, repair does nothing once nothing is missing, an aborted transaction stays
+aborted. Their XCom is a small summary, whatever the namespace's size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import (
+    AirflowFailException,
+    AirflowSkipException,
+    BaseOperator,
+)
+
+from airflow_provider_lance.common import lance_errors
+from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+from airflow_provider_lance.operators.commit import parse_transactions, transactions_namespace
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+
+#: Idle time after which ``recover`` aborts a transaction (the core's default: 6 hours).
+DEFAULT_LEASE_SECONDS = 6 * 3600.0
+#: Items a list in the XCom summary names (the rest are counted).
+SUMMARY_ITEMS = 20
+
+
+def seconds(value: Any, name: str, *, allow_none: bool = False) -> float | None:
+    """A duration given as a :class:`~datetime.timedelta` or a number of seconds (also as
+    text, as templates render it: an empty or ``None`` text is no duration)."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+        if allow_none:
+            return None
+        raise AirflowFailException(f"{name} is required")
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool):
+        raise AirflowFailException(f"{name} must be a duration, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise AirflowFailException(
+            f"{name} must be a timedelta or a number of seconds, got {value!r}"
+        ) from None
+    if number < 0:
+        raise AirflowFailException(f"{name} must not be negative, got {value!r}")
+    return number
+
+
+class LanceMaintainOperator(BaseOperator):
+    """Compact ``__manifest`` and, with ``older_than``, remove old versions safely.
+
+    Every ``__manifest`` version that remains stays readable (see
+    :meth:`PartitionedNamespace.maintain`); keep ``older_than`` longer than the longest
+    transaction and than readers pinned to old versions.
+
+    :param namespace: relative name or full URI (templated).
+    :param compact: merge the manifest's fragments and bring its index up to date.
+    :param older_than: remove versions older than this: a timedelta or seconds
+        (templated; none: remove nothing).
+    :return: (XCom) ``{"uri", "manifest_version", "manifest_fragments_before",
+        "manifest_fragments_after", "manifest_versions_removed", "leaf_versions_removed",
+        "retained_manifest_versions", "leaves_skipped", "leaves_skipped_by_reason"}``
+        (skipped leaves counted per reason).
+    """
+
+    template_fields: Sequence[str] = ("namespace", "older_than")
+    ui_color = "#e3d7f2"
+
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        compact: bool = True,
+        older_than: dt.timedelta | float | str | None = None,
+        lance_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.namespace = namespace
+        self.compact = compact
+        self.older_than = older_than
+        self.lance_conn_id = lance_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        older = seconds(self.older_than, "older_than", allow_none=True)
+        hook = LancePartitionedHook(self.lance_conn_id)
+        uri = hook.namespace_uri(self.namespace)
+        with lance_errors(f"maintenance of {uri}"):
+            ns = hook.open(uri)
+            report = ns.maintain(
+                compact=self.compact,
+                older_than=None if older is None else dt.timedelta(seconds=older),
+            )
+            version = ns.version
+        retained = report.retained_manifest_versions
+        summary = {
+            "uri": uri,
+            "manifest_version": version,
+            "manifest_fragments_before": report.manifest_fragments_before,
+            "manifest_fragments_after": report.manifest_fragments_after,
+            "manifest_versions_removed": report.manifest_versions_removed,
+            "leaf_versions_removed": report.leaf_versions_removed,
+            "retained_manifest_versions": None if retained is None else list(retained),
+            "leaves_skipped": len(report.leaves_skipped),
+            "leaves_skipped_by_reason": {
+                reason: len(ids) for reason, ids in report.leaves_skipped_by_reason.items()
+            },
+        }
+        self.log.info(
+            "maintained %s: __manifest fragments %d -> %d, %d manifest and %d leaf versions "
+            "removed",
+            uri,
+            report.manifest_fragments_before,
+            report.manifest_fragments_after,
+            report.manifest_versions_removed,
+            report.leaf_versions_removed,
+        )
+        return summary
+
+
+class LanceRecoverOperator(BaseOperator):
+    """Abort transactions idle for longer than a lease and release stale claims.
+
+    For writers that died for good (a deleted DAG run, a worker lost mid-commit): their
+    staged files are deleted and the partitions they claimed are free again. A live
+    writer's transaction is younger than the lease and left alone.
+
+    :param namespace: relative name or full URI (templated).
+    :param lease_seconds: idle time after which a transaction counts as abandoned: a
+        timedelta or seconds (templated; default 6 hours). Keep it longer than any
+        write's run time plus its retries.
+    :return: (XCom) ``{"uri", "aborted_count", "aborted": [...first N ids...]}``.
+    """
+
+    template_fields: Sequence[str] = ("namespace", "lease_seconds")
+    ui_color = "#e3d7f2"
+
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        lease_seconds: dt.timedelta | float | str = DEFAULT_LEASE_SECONDS,
+        lance_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.namespace = namespace
+        self.lease_seconds = lease_seconds
+        self.lance_conn_id = lance_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        lease = seconds(self.lease_seconds, "lease_seconds")
+        assert lease is not None
+        hook = LancePartitionedHook(self.lance_conn_id)
+        uri = hook.namespace_uri(self.namespace)
+        with lance_errors(f"recovery of {uri}"):
+            aborted = hook.open(uri).recover(lease)
+        self.log.info("recovery of %s aborted %d transaction(s): %s", uri, len(aborted), aborted)
+        return {"uri": uri, "aborted_count": len(aborted), "aborted": aborted[:SUMMARY_ITEMS]}
+
+
+class LanceRepairOperator(BaseOperator):
+    """Restore the ``__manifest`` columns a foreign writer dropped (e.g. pylance's
+    ``DirectoryNamespace``); a no-op when nothing is missing. Refuses, changing nothing,
+    where a repair would have to guess (see :meth:`PartitionedNamespace.repair`).
+
+    :param namespace: relative name or full URI (templated).
+    :return: (XCom) ``{"uri", "repaired", "from_version", "restored_rows",
+        "rows_from_properties", "manifest_version"}``.
+    """
+
+    template_fields: Sequence[str] = ("namespace",)
+    ui_color = "#e3d7f2"
+
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        lance_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.namespace = namespace
+        self.lance_conn_id = lance_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        hook = LancePartitionedHook(self.lance_conn_id)
+        uri = hook.namespace_uri(self.namespace)
+        with lance_errors(f"repair of {uri}"):
+            report = hook.open(uri).repair()
+        self.log.info("repair of %s: %s", uri, report)
+        return {"uri": uri, **dataclasses.asdict(report)}
+
+
+class LanceAbortOperator(BaseOperator):
+    """Abort staged transactions: their files are deleted, nothing of them is published.
+
+    The "abort" branch of write-audit-publish: run it when the checks of staged data fail
+    (``trigger_rule="one_failed"`` downstream of the checks). Aborting an aborted
+    transaction is a no-op, so a retry is harmless; a published transaction cannot be
+    aborted and fails the task at once.
+
+    :param transactions: transaction ids or write results (e.g. the XCom of a staging
+        :class:`LanceWriteOperator` or :class:`LanceSparkWriteOperator`) (templated).
+    :param namespace: relative name or full URI (templated; default: the ``uri`` the
+        write results name, else the connection root).
+    :param reason: recorded with the abort (templated).
+    :return: (XCom) ``{"uri", "aborted": [ids], "reason"}``.
+    """
+
+    template_fields: Sequence[str] = ("transactions", "namespace", "reason")
+    ui_color = "#f2c4c4"
+
+    def __init__(
+        self,
+        *,
+        transactions: Any,
+        namespace: str | None = None,
+        reason: str = "aborted by an Airflow task",
+        lance_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.transactions = transactions
+        self.namespace = namespace
+        self.reason = reason
+        self.lance_conn_id = lance_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        ids, uris, published = parse_transactions(self.transactions)
+        hook = LancePartitionedHook(self.lance_conn_id)
+        uri = transactions_namespace(hook, self.namespace, uris)
+        if published:
+            raise AirflowFailException(
+                f"transactions {published} were published by their writers; a published "
+                "transaction cannot be aborted"
+            )
+        if not ids:
+            raise AirflowSkipException(f"no transaction to abort in {uri}")
+        reason = self.reason or "aborted by an Airflow task"
+        ti = context["ti"]
+        reason = f"{reason} ({ti.dag_id}.{ti.task_id}, run {ti.run_id})"
+        with lance_errors(f"abort of {ids} in {uri}"):
+            ns = hook.open(uri)
+            for txn_id in ids:
+                ns.abort(txn_id, reason=reason)
+                self.log.info("aborted transaction %s in %s: %s", txn_id, uri, reason)
+        return {"uri": uri, "aborted": ids, "reason": reason}
