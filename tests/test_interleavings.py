@@ -348,6 +348,75 @@ def test_7_create_is_crash_safe_and_idempotent(root: Path, monkeypatch, point) -
     assert ids(ns) == [0, 1, 2, 3]
 
 
+BY_TAG = [PartitionField("tag", "tag")]
+
+
+def test_7_a_create_that_lost_the_race_never_replaces_the_winner(root: Path) -> None:
+    """Creator A (by part) has written its first manifest rows and is about to commit
+    version 1; creator B (by tag) creates the namespace and publishes a write. A's commit
+    must lose: it says the root holds another namespace, and B's write stays. (Lance's
+    ``write_dataset(mode="create")``, used before, rebased the loser into an overwrite of
+    the winner's table: B's namespace was unreadable, its write lost.)"""
+    with hold("storage.before_create") as a_parked:
+        a = Worker(PartitionedNamespace.create, root, schema=TAGGED, partition_fields=BY_PART)
+        a.start()
+        a_parked.wait_reached()  # (the hold parks one thread: B passes freely)
+        b = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_TAG)
+        b.write(SEED)
+    with pytest.raises(NamespaceExistsError, match="different schema or partition spec"):
+        a.outcome()
+    reopened = PartitionedNamespace.open(root)
+    assert [f.name for f in reopened.partition_spec()] == ["tag"]
+    assert ids(reopened) == [0, 1, 2, 3]
+
+
+def test_7_a_create_never_adopts_another_specs_unfinished_table(root: Path) -> None:
+    """Creator A (by part) created its manifest table and is about to set its metadata;
+    creator B (by tag) finds that table. B must not finish it as its own (its partition
+    column is not there: the namespace would be unreadable): it says a create of another
+    spec is under way, and A's create then completes and works."""
+    with hold("create.after_table") as a_parked:
+        a = Worker(PartitionedNamespace.create, root, schema=TAGGED, partition_fields=BY_PART)
+        a.start()
+        a_parked.wait_reached()
+        with pytest.raises(NamespaceExistsError, match="another partition spec"):
+            PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_TAG)
+    ns = a.outcome()
+    ns.write(SEED)
+    assert [f.name for f in ns.partition_spec()] == ["part"]
+    assert ids(PartitionedNamespace.open(root)) == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_7_concurrent_creators_of_different_specs_agree_on_one(tmp_path: Path) -> None:
+    """Six threads create one root at once, half by part, half by tag, and each writes its
+    own row once created. Every creator that returned has the winner's spec, every
+    acknowledged write is readable, and the losers only ever see NamespaceExistsError.
+    (Before the exclusive create this failed in most rounds.)"""
+    for round_ in range(6):
+        root = tmp_path / f"ns{round_}"
+        start = threading.Barrier(6)
+
+        def create(i: int, root: Path = root, start: threading.Barrier = start) -> str:
+            spec = BY_PART if i % 2 else BY_TAG
+            start.wait()
+            ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=spec)
+            ns.write(tagged_rows(f"c{i}", [i % 2], 1, first_id=100 + i))
+            return spec[0].name
+
+        workers = [Worker(create, i) for i in range(6)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(120)
+        created = {i: w.result for i, w in enumerate(workers) if w.error is None}
+        errors = [w.error for w in workers if w.error is not None]
+        assert all(isinstance(e, NamespaceExistsError) for e in errors), errors
+        final = PartitionedNamespace.open(root)
+        assert set(created.values()) == {final.partition_spec()[0].name}, (created, errors)
+        assert ids(final) == sorted(100 + i for i in created)
+
+
 # -- 8: the claim timeout is honoured and names the holder --------------------------------------
 def test_8_claim_timeout_waits_the_full_time_and_names_the_holder(ns, monkeypatch) -> None:
     ns.write(SEED)

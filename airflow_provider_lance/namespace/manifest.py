@@ -138,6 +138,14 @@ class Manifest:
                     f"{self.root} already holds a namespace with a different schema or "
                     "partition spec; open it instead of creating, or pick another location"
                 )
+            if not ds.schema.equals(first_rows.schema):
+                # A create of another partition spec began here (its manifest columns
+                # differ) and has not set its metadata yet: still running, or killed.
+                raise NamespaceExistsError(
+                    f"{self.root} holds the start of a namespace with another partition "
+                    "spec (a concurrent or interrupted create); open it once created, or "
+                    "remove the directory if that create was killed"
+                )
             try:
                 self.commit_metadata(metadata, int(ds.version))
             except CommitConflict:
@@ -146,9 +154,12 @@ class Manifest:
         raise NamespaceExistsError(f"{self.root}: concurrent creators kept changing __manifest")
 
     def _check_empty_root(self) -> None:
+        """A local root must be empty or missing; a ``__manifest`` without a table (the
+        data files of a concurrent or killed create, before its commit) does not count."""
         path = local_path(self.root)
         if path is not None and (
-            os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path))
+            os.path.isfile(path)
+            or (os.path.isdir(path) and set(os.listdir(path)) - {MANIFEST_NAME})
         ):
             raise NamespaceExistsError(
                 f"{path} already exists and is not empty; a new partitioned namespace "
