@@ -326,3 +326,19 @@ def summary_key(state: NamespaceState, partition: Mapping[str, Any]) -> str:
     results carry it), under the spec version its ``object_id`` names."""
     fields = fields_of(state, spec_version_of(str(partition["object_id"])))
     return partition_key(partition["values"], fields)
+
+
+def key_list(keys: object) -> list[str]:
+    """One key or a list of keys (e.g. rendered from ``{{ partition_key }}`` or XCom)."""
+    if isinstance(keys, str):
+        return [keys]
+    if isinstance(keys, Sequence) and keys and all(isinstance(k, str) for k in keys):
+        return list(keys)
+    raise InvalidArgumentError(f"partition_key must be a key or a list of keys, got {keys!r}")
+
+
+def values_for_keys(state: NamespaceState, keys: object) -> list[dict[str, Any]]:
+    """The values each key names under the namespace's current spec (as ``values=`` takes
+    them: partition keys name partitions of the current spec, like values do)."""
+    fields = fields_of(state)
+    return [partition_values(key, fields) for key in key_list(keys)]
