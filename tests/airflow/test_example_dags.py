@@ -17,7 +17,13 @@ from airflow_provider_lance.example_data import REGIONS, daily_events
 from airflow_provider_lance.namespace import PartitionedNamespace
 from tests.airflow.conftest import DAGS, LANCE_ROOT, RunResult
 
-EXAMPLES = ("lance_daily_backfill", "lance_atomic_publish", "lance_partition_evolution")
+EXAMPLES = (
+    "lance_daily_backfill",
+    "lance_atomic_publish",
+    "lance_partition_evolution",
+    "lance_partitioned_daily",
+    "lance_partitioned_report",
+)
 RunDag = Callable[..., RunResult]
 
 
