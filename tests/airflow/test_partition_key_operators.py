@@ -99,6 +99,21 @@ def test_commit_keys_its_asset_events_by_the_published_partitions(
         assert partition.read_version == by_key[key]["read_version"]
 
 
+@requires_3_3
+def test_created_partitions_key_the_create_operators_asset_events(
+    run_dag: RunDag, lance_test_root: Path
+) -> None:
+    make_namespace(lance_test_root)
+    values = [
+        {"event_date": "2025-12-09", "country": "DE"},
+        {"event_date": "2025-12-09", "country": None},
+    ]
+    run = run_dag("lance_test_keyed_create", conf={"partition_values": values})
+    assert run.state == "success", run.output[-3000:]
+    keys = [k for k, _ in keyed_events("lance_test_keyed_created")]
+    assert sorted(keys) == ["2025-12-09|%null", "2025-12-09|DE"]
+
+
 def test_commit_outside_partitioned_runs_keys_nothing_by_default(
     run_dag: RunDag, lance_test_root: Path
 ) -> None:

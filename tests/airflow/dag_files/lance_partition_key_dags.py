@@ -10,7 +10,11 @@ import datetime as dt
 
 from airflow.sdk import DAG, Asset
 
-from airflow_provider_lance.operators import LanceCommitOperator, LancePruneOperator
+from airflow_provider_lance.operators import (
+    LanceCommitOperator,
+    LanceCreatePartitionOperator,
+    LancePruneOperator,
+)
 from airflow_provider_lance.sensors import LancePartitionSensor
 
 CONN = "lance_test"
@@ -32,6 +36,22 @@ with DAG(
         outlets=[KEYED_ASSET],
         emit_partition_keys=True,
         max_partition_keys=3,
+    )
+
+with DAG(
+    "lance_test_keyed_create",
+    schedule=None,
+    start_date=START,
+    render_template_as_native_obj=True,
+    params={"partition_values": []},
+):
+    LanceCreatePartitionOperator(
+        task_id="create",
+        lance_conn_id=CONN,
+        namespace="events",
+        values="{{ params.partition_values }}",
+        outlets=[Asset("lance_test_keyed_created")],
+        emit_partition_keys=True,
     )
 
 with DAG(
