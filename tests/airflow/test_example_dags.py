@@ -23,6 +23,7 @@ EXAMPLES = (
     "lance_partition_evolution",
     "lance_partitioned_daily",
     "lance_partitioned_report",
+    "lance_on_publish",
 )
 RunDag = Callable[..., RunResult]
 
