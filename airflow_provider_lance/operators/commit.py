@@ -148,10 +148,9 @@ class LanceCommitOperator(BaseOperator):
         warning names how many were left out, and the extra says ``"keys_truncated"``).
     :return: (XCom) ``{"txn_id", "uri", "manifest_version", "mode", "rows",
         "partition_count", "partitions": [...first N, each with its "key"...], "sources":
-        [...]}``. Writes their
-        writer already published (``commit=True``) are reported with the rest (their
-        partitions, the newest manifest version), so downstream tasks and asset events
-        happen; the task skips only when it is given nothing at all.
+        [...]}``. Writes their writer already published (``commit=True``) are reported
+        with the rest (their partitions, the newest manifest version), so downstream tasks
+        and asset events happen; the task skips only when it is given nothing at all.
     """
 
     template_fields: Sequence[str] = ("transactions", "namespace", "txn_id")

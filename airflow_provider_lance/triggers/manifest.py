@@ -87,15 +87,13 @@ class Publish:
     history_lost: bool = False
 
 
-def _read_versions(state: NamespaceState) -> dict[str, int | None]:
+def _read_versions(state: NamespaceState) -> list[tuple[str, int | None]]:
+    """``(object_id, read_version)`` of every partition row of a state, in row order."""
+    from airflow_provider_lance.namespace.manifest import OBJECT_ID, READ_VERSION
+
     tables = state.tables
-    return dict(
-        zip(
-            tables.column("object_id").to_pylist(),
-            tables.column("read_version").to_pylist(),
-            strict=True,
-        )
-    )
+    ids = tables.column(OBJECT_ID).to_pylist()
+    return list(zip(ids, tables.column(READ_VERSION).to_pylist(), strict=True))
 
 
 def published_between(before: NamespaceState | None, after: NamespaceState) -> list[Partition]:
@@ -103,20 +101,13 @@ def published_between(before: NamespaceState | None, after: NamespaceState) -> l
     ``read_version`` than in ``before`` (None: every published partition)."""
     import pyarrow as pa
 
-    old = _read_versions(before) if before is not None else {}
-    tables = after.tables
+    old = dict(_read_versions(before)) if before is not None else {}
     changed = [
-        i
-        for i, (oid, rv) in enumerate(
-            zip(
-                tables.column("object_id").to_pylist(),
-                tables.column("read_version").to_pylist(),
-                strict=True,
-            )
-        )
+        row
+        for row, (oid, rv) in enumerate(_read_versions(after))
         if rv is not None and (before is None or old.get(oid) != rv)
     ]
-    return after.partitions_from_rows(tables.take(pa.array(changed, pa.int64())))
+    return after.partitions_from_rows(after.tables.take(pa.array(changed, pa.int64())))
 
 
 def scan_publishes(
