@@ -71,7 +71,7 @@ _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _TIMESTAMP = re.compile(
     r"^(?P<date>-?\d{4,}-\d{2}-\d{2})"
     r"(?:[T ](?P<time>\d{2}:\d{2}(?::\d{2})?)(?:\.(?P<frac>\d{1,9}))?)?"
-    r"(?P<zone>Z|[+-]\d{2}:?\d{2})?$"
+    r"(?P<zone>Z|(?P<sign>[+-])(?P<hh>\d{2}):?(?P<mm>\d{2})(?::?(?P<ss>\d{2})(?:\.(?P<us>\d{1,6}))?)?)?$"
 )
 _SPEC_OF_ID = re.compile(rf"^v(\d+){re.escape(ID_SEPARATOR)}")
 
@@ -135,17 +135,22 @@ def _text_to_ticks(text: str, unit: str) -> int:
     except ValueError as exc:
         raise InvalidArgumentError(f"{text!r} is not a valid timestamp: {exc}") from exc
     wall = dt.datetime.combine(day, clock)
-    if match["zone"] and match["zone"] != "Z":
-        sign = -1 if match["zone"][0] == "-" else 1
-        digits = match["zone"][1:].replace(":", "")
-        wall -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+    if match["sign"]:  # an offset (Python writes seconds, even microseconds, for old zones)
+        offset = dt.timedelta(
+            hours=int(match["hh"]),
+            minutes=int(match["mm"]),
+            seconds=int(match["ss"] or 0),
+            microseconds=int((match["us"] or "").ljust(6, "0")),
+        )
+        wall = wall - offset if match["sign"] == "+" else wall + offset
     per_second = _TICKS_PER_SECOND[unit]
     frac = match["frac"] or ""
-    if len(frac.rstrip("0")) > _DIGITS[unit]:
+    delta = wall - _EPOCH
+    micros, finer = divmod(delta.microseconds * per_second, 1_000_000)
+    if len(frac.rstrip("0")) > _DIGITS[unit] or finer:
         raise InvalidArgumentError(f"{text!r} is finer than the column's unit ({unit})")
     fraction = int((frac + "0" * 9)[: _DIGITS[unit]] or "0")
-    delta = wall - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * per_second + fraction
+    return (delta.days * 86_400 + delta.seconds) * per_second + micros + fraction
 
 
 def _typed(value: Any, dtype: pa.DataType) -> Any:
