@@ -74,7 +74,10 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_lance.triggers.partition"],
+                "python-modules": [
+                    "airflow_provider_lance.triggers.partition",
+                    "airflow_provider_lance.triggers.manifest",
+                ],
             }
         ],
         "asset-uris": [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.providers.common.compat.sdk import (
     AirflowFailException,
@@ -23,8 +23,12 @@ if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
     from airflow.providers.openlineage.extractors import OperatorLineage
 
+    from airflow_provider_lance.namespace.catalog import NamespaceState
+
 #: Partitions named in XCom and asset event extras; the rest are counted only.
 DEFAULT_SUMMARY_PARTITIONS = 20
+#: Partition keys added to each asset outlet's event (Airflow records one event per key).
+DEFAULT_MAX_PARTITION_KEYS = 1000
 
 
 def _flatten(value: Any) -> list[Any]:
@@ -90,6 +94,49 @@ def transactions_namespace(
     return hook.namespace_uri(next(iter(uris)) if uris else None)
 
 
+class _Log(Protocol):
+    """An operator's ``self.log`` (stdlib or Airflow's structlog logger)."""
+
+    def info(self, msg: str, /, *args: Any) -> Any: ...
+    def warning(self, msg: str, /, *args: Any) -> Any: ...
+
+
+def partition_keys_of(
+    state: NamespaceState, partitions: Sequence[Mapping[str, Any]], log: _Log
+) -> list[str | None]:
+    """The partition key of each partition summary (None, with a warning, for a partition
+    whose key Airflow could not hold, e.g. one longer than 250 characters)."""
+    from airflow_provider_lance.namespace.errors import LanceNamespaceError
+    from airflow_provider_lance.partition_keys import summary_key
+
+    keys: list[str | None] = []
+    for partition in partitions:
+        try:
+            keys.append(summary_key(state, partition))
+        except LanceNamespaceError as exc:
+            log.warning("partition %s gets no partition key: %s", partition.get("values"), exc)
+            keys.append(None)
+    return keys
+
+
+def wants_partition_keys(setting: bool | None, context: Context) -> bool:
+    """``emit_partition_keys`` of a publishing operator: None keys the events of partitioned
+    runs only (a keyed event does not schedule DAGs that are not partition-aware)."""
+    if setting is not None:
+        return setting
+    return context.get("partition_key") is not None
+
+
+def add_partition_keys(accessor: Any, keys: Sequence[str], log: _Log) -> None:
+    """Add partition keys to an outlet's asset event, where this Airflow can (3.3+)."""
+    if not keys:
+        return
+    if not hasattr(accessor, "add_partitions"):
+        log.info("this Airflow (before 3.3) cannot key asset events by partition; skipped")
+        return
+    accessor.add_partitions(list(keys))
+
+
 class LanceCommitOperator(BaseOperator):
     """Publish one or many staged transactions in ONE atomic ``__manifest`` commit.
 
@@ -99,17 +146,33 @@ class LanceCommitOperator(BaseOperator):
     get an event whose extra names the published partitions and their ``read_version``s,
     and ``AssetAlias`` outlets get the namespace's ``lance://`` asset.
 
+    **Partition keys** (Airflow 3.3+): the events of ``Asset`` outlets can carry the
+    published partitions as partition keys (:mod:`airflow_provider_lance.partition_keys`:
+    ``2025-12-10``, ``2025-12-10|DE``), one asset event per key, so a DAG scheduled by
+    ``PartitionedAssetTimetable`` runs once per published partition and reads exactly it.
+    By default they are added when the run itself is partitioned (a
+    ``CronPartitionTimetable`` run or a partitioned backfill): its events are keyed by
+    Airflow anyway, and the published partitions name them more exactly than the run key.
+    Outside partitioned runs they are added only with ``emit_partition_keys=True``, because
+    Airflow does not schedule DAGs that are not partition-aware on a keyed event.
+    ``AssetAlias`` outlets cannot carry keys (their events take the run's key).
+
     :param transactions: transaction ids or write results (e.g. the XCom of a mapped
         :class:`LanceSparkWriteOperator`) (templated).
     :param namespace: relative name or full URI (templated; default: the ``uri`` the write
         results name, else the connection root).
     :param txn_id: id of the combined transaction (templated; default derived).
     :param summary_partitions: how many partitions XCom and asset extras list.
+    :param emit_partition_keys: add the published partitions' keys to the events of
+        ``Asset`` outlets: ``None`` (default) in partitioned runs only, ``True`` always,
+        ``False`` never.
+    :param max_partition_keys: at most this many keys per outlet (the first ones; a
+        warning names how many were left out, and the extra says ``"keys_truncated"``).
     :return: (XCom) ``{"txn_id", "uri", "manifest_version", "mode", "rows",
-        "partition_count", "partitions": [...first N...], "sources": [...]}``. Writes their
-        writer already published (``commit=True``) are reported with the rest (their
-        partitions, the newest manifest version), so downstream tasks and asset events
-        happen; the task skips only when it is given nothing at all.
+        "partition_count", "partitions": [...first N, each with its "key"...], "sources":
+        [...]}``. Writes their writer already published (``commit=True``) are reported
+        with the rest (their partitions, the newest manifest version), so downstream tasks
+        and asset events happen; the task skips only when it is given nothing at all.
     """
 
     template_fields: Sequence[str] = ("transactions", "namespace", "txn_id")
@@ -123,6 +186,8 @@ class LanceCommitOperator(BaseOperator):
         txn_id: str | None = None,
         lance_conn_id: str = DEFAULT_CONN_ID,
         summary_partitions: int = DEFAULT_SUMMARY_PARTITIONS,
+        emit_partition_keys: bool | None = None,
+        max_partition_keys: int = DEFAULT_MAX_PARTITION_KEYS,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -131,6 +196,8 @@ class LanceCommitOperator(BaseOperator):
         self.txn_id = txn_id
         self.lance_conn_id = lance_conn_id
         self.summary_partitions = summary_partitions
+        self.emit_partition_keys = emit_partition_keys
+        self.max_partition_keys = max_partition_keys
         self._lineage: NamespaceWrite | None = None
 
     def _check_outlets(self, uri: str) -> None:
@@ -159,9 +226,15 @@ class LanceCommitOperator(BaseOperator):
             if published:  # their results, so downstream tasks and asset events still happen
                 self.log.info("already published by their writers: %s", published)
                 results += [hook.commit(t, namespace=uri) for t in published]
-            schema = hook.open(uri).active_schema
+            ns = hook.open(uri)
+            schema = ns.active_schema
         partitions = [p for result in results for p in result.get("partitions", [])]
         n = self.summary_partitions
+        keyed = self._wants_partition_keys(context)
+        # keys for what the summary lists and the events carry, not for every partition
+        keys = partition_keys_of(
+            ns.state(), partitions[: max(n, self.max_partition_keys if keyed else 0)], self.log
+        )
         first = results[0]
         summary = {
             "txn_id": first.get("txn_id") or (ids[0] if len(ids) == 1 else combined),
@@ -171,8 +244,11 @@ class LanceCommitOperator(BaseOperator):
             "rows": sum(int(p.get("rows", 0)) for p in partitions),
             "partition_count": len(partitions),
             "partitions": [
-                {k: p[k] for k in ("values", "read_version", "rows", "created") if k in p}
-                for p in partitions[:n]
+                {
+                    **{k: p[k] for k in ("values", "read_version", "rows", "created") if k in p},
+                    "key": key,
+                }
+                for p, key in zip(partitions[:n], keys, strict=False)
             ],
             "sources": ids + published,
         }
@@ -182,7 +258,8 @@ class LanceCommitOperator(BaseOperator):
             summary["rows"],
             summary["manifest_version"],
         )
-        self._emit_asset_events(context, uri, summary)
+        event_keys = keys[: self.max_partition_keys] if keyed else []
+        self._emit_asset_events(context, uri, summary, event_keys)
         self._lineage = NamespaceWrite(
             uri=uri,
             columns=[(f.name, str(f.type)) for f in schema],
@@ -192,7 +269,13 @@ class LanceCommitOperator(BaseOperator):
         )
         return summary
 
-    def _emit_asset_events(self, context: Context, uri: str, summary: dict[str, Any]) -> None:
+    def _wants_partition_keys(self, context: Context) -> bool:
+        return wants_partition_keys(self.emit_partition_keys, context)
+
+    def _emit_asset_events(
+        self, context: Context, uri: str, summary: dict[str, Any], keys: Sequence[str | None]
+    ) -> None:
+        """One event per ``Asset`` outlet (per partition key, when ``keys`` are given)."""
         extra: dict[str, Any] = {
             "namespace": uri,
             "txn_id": summary["txn_id"],
@@ -200,15 +283,26 @@ class LanceCommitOperator(BaseOperator):
             "rows": summary["rows"],
             "partition_count": summary["partition_count"],
             "partitions": [
-                {"values": p.get("values"), "read_version": p.get("read_version")}
+                {"values": p.get("values"), "read_version": p.get("read_version"), "key": p["key"]}
                 for p in summary["partitions"]
             ],
             "truncated": summary["partition_count"] > len(summary["partitions"]),
         }
+        kept = [k for k in keys if k is not None]
+        if keys:
+            extra["keys_truncated"] = summary["partition_count"] > len(keys)
+            if extra["keys_truncated"]:
+                self.log.warning(
+                    "%d partitions published: their asset events carry the first %d keys "
+                    "(max_partition_keys); partition-aware DAGs do not run for the rest",
+                    summary["partition_count"],
+                    len(keys),
+                )
         events = context["outlet_events"]
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 events[outlet].extra.update(extra)
+                add_partition_keys(events[outlet], kept, self.log)
             elif isinstance(outlet, AssetAlias):
                 try:  # the asset a DAG declared for this URI, under whatever name it gave
                     # (the accessor takes an AssetRef; its protocol's type says Asset only)

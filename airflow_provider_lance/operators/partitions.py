@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
+from airflow.providers.common.compat.sdk import AirflowFailException, Asset, BaseOperator
 
 from airflow_provider_lance.common import lance_errors, values_list
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+from airflow_provider_lance.operators.commit import (
+    add_partition_keys,
+    partition_keys_of,
+    wants_partition_keys,
+)
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -20,7 +25,9 @@ class LanceCreatePartitionOperator(BaseOperator):
     """Create partitions (empty, published) so readers and sensors can rely on them.
 
     Creates the namespace first when ``schema`` and ``partition_fields`` are given and it does
-    not exist yet. Idempotent: existing partitions are returned unchanged.
+    not exist yet. Idempotent: existing partitions are returned unchanged. The events of
+    ``Asset`` outlets carry the partitions' keys as :class:`LanceCommitOperator`'s do
+    (``emit_partition_keys``).
 
     :param values: partition field -> value, e.g. ``{"event_date": "{{ ds }}"}``, or a list
         of such mappings (templated).
@@ -30,6 +37,8 @@ class LanceCreatePartitionOperator(BaseOperator):
     :param partition_fields: list of ``{"name", "source", "expression", "result_type"}``
         (templated, optional).
     :param lance_conn_id: the ``lance`` connection.
+    :param emit_partition_keys: key the ``Asset`` outlets' events by the partitions: ``None``
+        (default) in partitioned runs only, ``True`` always, ``False`` never.
     :return: (XCom) the partitions: ``[{"object_id", "values", "read_version", "location",
         "spec_version"}, ...]``.
     """
@@ -46,6 +55,7 @@ class LanceCreatePartitionOperator(BaseOperator):
         schema: SchemaSpec | None = None,
         partition_fields: FieldsSpec | None = None,
         lance_conn_id: str = DEFAULT_CONN_ID,
+        emit_partition_keys: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -54,6 +64,7 @@ class LanceCreatePartitionOperator(BaseOperator):
         self.schema = schema
         self.partition_fields = partition_fields
         self.lance_conn_id = lance_conn_id
+        self.emit_partition_keys = emit_partition_keys
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         hook = LancePartitionedHook(self.lance_conn_id)
@@ -64,6 +75,11 @@ class LanceCreatePartitionOperator(BaseOperator):
                 uri, schema=self.schema, partition_fields=self.partition_fields
             )
             partitions = [p.to_dict() for p in ns.create_partitions(wanted)] if wanted else []
+        if partitions and wants_partition_keys(self.emit_partition_keys, context):
+            keys = [k for k in partition_keys_of(ns.state(), partitions, self.log) if k]
+            for outlet in self.outlets:
+                if isinstance(outlet, Asset):
+                    add_partition_keys(context["outlet_events"][outlet], keys, self.log)
         self.log.info(
             "%s %s; %d partition(s) present: %s",
             "created namespace" if created else "namespace",
@@ -77,8 +93,14 @@ class LanceCreatePartitionOperator(BaseOperator):
 class LancePruneOperator(BaseOperator):
     """List the partitions a filter needs (a SQL boolean expression), ready for ``.expand()``.
 
+    Instead of a filter, ``partition_key`` names partitions by their Airflow partition keys
+    (:mod:`airflow_provider_lance.partition_keys`), e.g. ``"{{ partition_key }}"`` in a run
+    of a partitioned DAG: the partitions of the current spec those keys name, if they exist.
+
     :param filter: e.g. ``"event_date >= DATE '{{ ds }}' AND country = 'DE'"`` (templated;
         none: every partition).
+    :param partition_key: a partition key or a list of them, instead of ``filter``
+        (templated).
     :param namespace: relative name or full URI (templated).
     :param published_only: leave out partitions without a published ``read_version``.
     :param max_partitions: fail instead of pushing more partitions than this to XCom.
@@ -86,13 +108,14 @@ class LancePruneOperator(BaseOperator):
         "spec_version"}, ...]``.
     """
 
-    template_fields: Sequence[str] = ("filter", "namespace")
+    template_fields: Sequence[str] = ("filter", "partition_key", "namespace")
     ui_color = "#d5e8f7"
 
     def __init__(
         self,
         *,
         filter: str | None = None,
+        partition_key: str | Sequence[str] | None = None,
         namespace: str | None = None,
         published_only: bool = True,
         max_partitions: int | None = 1024,
@@ -100,7 +123,10 @@ class LancePruneOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if filter is not None and partition_key is not None:
+            raise ValueError("give a filter or a partition_key, not both")
         self.filter = filter
+        self.partition_key = partition_key
         self.namespace = namespace
         self.published_only = published_only
         self.max_partitions = max_partitions
@@ -111,7 +137,11 @@ class LancePruneOperator(BaseOperator):
         uri = hook.namespace_uri(self.namespace)
         where = self.filter.strip() if isinstance(self.filter, str) else self.filter
         with lance_errors(f"pruning {uri}"):
-            partitions = hook.prune(where or None, uri)
+            if self.partition_key is not None:
+                where = f"partition_key {self.partition_key!r}"
+                partitions = self._keyed(hook, uri)
+            else:
+                partitions = hook.prune(where or None, uri)
         if self.published_only:
             partitions = [p for p in partitions if p["read_version"] is not None]
         if self.max_partitions is not None and len(partitions) > self.max_partitions:
@@ -121,3 +151,17 @@ class LancePruneOperator(BaseOperator):
             )
         self.log.info("filter %r keeps %d partition(s) of %s", where, len(partitions), uri)
         return partitions
+
+    def _keyed(self, hook: LancePartitionedHook, uri: str) -> list[dict[str, Any]]:
+        """The existing partitions the keys name (a key of no partition names nothing)."""
+        from airflow_provider_lance.namespace.errors import PartitionNotFoundError
+        from airflow_provider_lance.partition_keys import values_for_keys
+
+        ns = hook.open(uri)
+        found = []
+        for values in values_for_keys(ns.state(), self.partition_key):
+            try:
+                found.append(ns.partition(values).to_dict())
+            except PartitionNotFoundError:
+                self.log.info("no partition %s in %s", values, uri)
+        return found

@@ -16,7 +16,7 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_provider_lance.common import lance_errors, values_list
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
-from airflow_provider_lance.triggers.partition import LancePartitionTrigger
+from airflow_provider_lance.triggers.partition import LancePartitionTrigger, check_partitions
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -25,8 +25,11 @@ if TYPE_CHECKING:
 class LancePartitionSensor(BaseSensorOperator):
     """Wait until partitions are published (have a non-null ``read_version``).
 
-    Give either ``values`` (each partition must exist under the current spec and be
-    published) or ``filter`` (at least ``min_partitions`` published partitions match). A
+    Give ``values`` (each partition must exist under the current spec and be published),
+    ``partition_key`` (the same, the partitions named by Airflow partition keys, e.g.
+    ``"{{ partition_key }}"`` in a partitioned run; see
+    :mod:`airflow_provider_lance.partition_keys`) or ``filter`` (at least
+    ``min_partitions`` published partitions match). A
     namespace that does not exist yet is waited for; a malformed filter or unknown
     partition field fails the task at once. With ``deferrable=True`` the wait happens in
     the triggerer (:class:`LancePartitionTrigger`), freeing the worker slot.
@@ -34,6 +37,7 @@ class LancePartitionSensor(BaseSensorOperator):
     :param values: partition field -> value mapping(s), e.g. ``{"event_date": "{{ ds }}"}``
         (templated).
     :param filter: SQL boolean expression (templated).
+    :param partition_key: a partition key or a list of them (templated).
     :param namespace: relative name or full URI (templated).
     :param min_partitions: with ``filter``: how many published partitions are enough.
     :param require_rows: also require at least one row in each partition (freshly created
@@ -42,7 +46,7 @@ class LancePartitionSensor(BaseSensorOperator):
     :return: (XCom) the matching published partitions.
     """
 
-    template_fields: Sequence[str] = ("values", "filter", "namespace")
+    template_fields: Sequence[str] = ("values", "filter", "partition_key", "namespace")
     ui_color = "#e6f1f2"
 
     def __init__(
@@ -50,6 +54,7 @@ class LancePartitionSensor(BaseSensorOperator):
         *,
         values: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         filter: str | None = None,
+        partition_key: str | Sequence[str] | None = None,
         namespace: str | None = None,
         min_partitions: int = 1,
         require_rows: bool = False,
@@ -58,10 +63,11 @@ class LancePartitionSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if (values is None) == (filter is None):
-            raise ValueError("give exactly one of values or filter")
+        if sum(x is not None for x in (values, filter, partition_key)) != 1:
+            raise ValueError("give exactly one of values, filter or partition_key")
         self.values = values
         self.filter = filter
+        self.partition_key = partition_key
         self.namespace = namespace
         self.min_partitions = min_partitions
         self.require_rows = require_rows
@@ -75,10 +81,12 @@ class LancePartitionSensor(BaseSensorOperator):
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
         with lance_errors(f"checking partitions of {uri}"):
-            check = hook.check_partitions(
+            check = check_partitions(
+                hook,
                 uri,
                 values=self._wanted(),
                 filter=self.filter,
+                partition_key=self.partition_key,
                 min_partitions=self.min_partitions,
                 require_rows=self.require_rows,
             )
@@ -97,6 +105,7 @@ class LancePartitionSensor(BaseSensorOperator):
                 namespace=self.namespace,
                 values=self._wanted(),
                 filter=self.filter,
+                partition_key=self.partition_key,
                 min_partitions=self.min_partitions,
                 require_rows=self.require_rows,
                 poll_interval=self.poke_interval,

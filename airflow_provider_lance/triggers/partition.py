@@ -9,12 +9,48 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_lance.common import describe_error
-from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
-from airflow_provider_lance.namespace.errors import LanceNamespaceError, is_retryable
+from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook, PartitionCheck
+from airflow_provider_lance.namespace.errors import (
+    LanceNamespaceError,
+    NamespaceNotFoundError,
+    is_retryable,
+)
+
+
+def check_partitions(
+    hook: LancePartitionedHook,
+    uri: str,
+    *,
+    values: Sequence[Mapping[str, Any]] | None = None,
+    filter: str | None = None,
+    partition_key: str | Sequence[str] | None = None,
+    min_partitions: int = 1,
+    require_rows: bool = False,
+) -> PartitionCheck:
+    """The sensor's and the trigger's poke: :meth:`LancePartitionedHook.check_partitions`,
+    with partitions named by ``partition_key`` (decoded under the current spec) as well."""
+    if partition_key is not None:
+        from airflow_provider_lance.partition_keys import values_for_keys
+
+        try:
+            ns = hook.open(uri)
+        except NamespaceNotFoundError as exc:  # not yet: keys are typed by its spec
+            return PartitionCheck(False, reason=str(exc))
+        values = values_for_keys(ns.state(), partition_key)
+    return hook.check_partitions(
+        uri,
+        values=values,
+        filter=filter,
+        min_partitions=min_partitions,
+        require_rows=require_rows,
+    )
 
 
 class LancePartitionTrigger(BaseTrigger):
     """Poll a namespace until the wanted partitions have a published ``read_version``.
+
+    The partitions are named by ``values``, a ``filter`` or ``partition_key`` (Airflow
+    partition keys, :mod:`airflow_provider_lance.partition_keys`).
 
     The connection is read with the async API; each check (blocking Lance I/O) runs in a
     worker thread so the triggerer's event loop never stalls. Yields one event:
@@ -29,6 +65,7 @@ class LancePartitionTrigger(BaseTrigger):
         namespace: str | None = None,
         values: Sequence[Mapping[str, Any]] | None = None,
         filter: str | None = None,
+        partition_key: str | Sequence[str] | None = None,
         min_partitions: int = 1,
         require_rows: bool = False,
         poll_interval: float = 30.0,
@@ -38,6 +75,11 @@ class LancePartitionTrigger(BaseTrigger):
         self.namespace = namespace
         self.values = [dict(v) for v in values] if values else None
         self.filter = filter
+        self.partition_key = (
+            partition_key
+            if partition_key is None or isinstance(partition_key, str)
+            else list(partition_key)
+        )
         self.min_partitions = min_partitions
         self.require_rows = require_rows
         self.poll_interval = poll_interval
@@ -50,6 +92,7 @@ class LancePartitionTrigger(BaseTrigger):
                 "namespace": self.namespace,
                 "values": self.values,
                 "filter": self.filter,
+                "partition_key": self.partition_key,
                 "min_partitions": self.min_partitions,
                 "require_rows": self.require_rows,
                 "poll_interval": self.poll_interval,
@@ -70,10 +113,12 @@ class LancePartitionTrigger(BaseTrigger):
         while True:
             try:
                 check = await asyncio.to_thread(
-                    hook.check_partitions,
+                    check_partitions,
+                    hook,
                     uri,
                     values=self.values,
                     filter=self.filter,
+                    partition_key=self.partition_key,
                     min_partitions=self.min_partitions,
                     require_rows=self.require_rows,
                 )

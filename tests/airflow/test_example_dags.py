@@ -22,6 +22,9 @@ EXAMPLES = (
     "lance_atomic_publish",
     "lance_partition_evolution",
     "lance_write_audit_publish",
+    "lance_partitioned_daily",
+    "lance_partitioned_report",
+    "lance_on_publish",
 )
 RunDag = Callable[..., RunResult]
 

@@ -181,8 +181,10 @@ def test_deferrable_sensor_fails_fast_on_a_malformed_filter(
     assert "running trigger in line" not in run.output
 
 
-def test_sensor_needs_values_or_filter() -> None:
-    with pytest.raises(ValueError, match="exactly one of values or filter"):
+def test_sensor_needs_values_or_filter_or_partition_key() -> None:
+    with pytest.raises(ValueError, match="exactly one of values, filter or partition_key"):
         LancePartitionSensor(task_id="s")
-    with pytest.raises(ValueError, match="exactly one of values or filter"):
+    with pytest.raises(ValueError, match="exactly one of values, filter or partition_key"):
         LancePartitionSensor(task_id="s", values={"a": 1}, filter="a = 1")
+    with pytest.raises(ValueError, match="exactly one of values, filter or partition_key"):
+        LancePartitionSensor(task_id="s", filter="a = 1", partition_key="2025-12-01")
