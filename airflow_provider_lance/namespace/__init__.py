@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         TagExistsError,
         TransactionAborted,
         TransactionClosed,
+        VersionBeforeCreationError,
         VersionNotFoundError,
         is_retryable,
     )
@@ -75,6 +76,7 @@ _EXPORTS = {
     "TransactionAborted": "errors",
     "TransactionClosed": "errors",
     "TagExistsError": "errors",
+    "VersionBeforeCreationError": "errors",
     "VersionNotFoundError": "errors",
     "is_retryable": "errors",
     "hash_array": "hashing",
@@ -127,6 +129,7 @@ __all__ = [
     "TransactionClosed",
     "TransactionInfo",
     "TxnState",
+    "VersionBeforeCreationError",
     "VersionNotFoundError",
     "WriteMode",
     "hash_array",

@@ -70,6 +70,11 @@ class VersionNotFoundError(LanceNamespaceError):
     whose version was cleaned up, or an unknown tag."""
 
 
+class VersionBeforeCreationError(VersionNotFoundError):
+    """A ``__manifest`` version from while the namespace was being created: it exists, but
+    holds no namespace yet (its schema and spec were set at a later version)."""
+
+
 class ManifestError(LanceNamespaceError):
     """The ``__manifest`` table is not in the shape this library writes (e.g. clobbered)."""
 

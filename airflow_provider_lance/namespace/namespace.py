@@ -24,7 +24,7 @@ from .errors import (
     PartitionNotFoundError,
     PartitionSpecError,
     TransactionAborted,
-    VersionNotFoundError,
+    VersionBeforeCreationError,
     aborted_meanwhile,
 )
 from .failpoints import FailpointError, failpoint
@@ -166,7 +166,7 @@ class PartitionedNamespace:
             try:
                 return NamespaceState.load(self._root, dataset)
             except NamespaceNotFoundError as exc:
-                raise VersionNotFoundError(
+                raise VersionBeforeCreationError(
                     f"__manifest version {number} of {self._root} predates the namespace: "
                     "its creation was finished at a later version"
                 ) from exc

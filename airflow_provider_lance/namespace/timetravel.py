@@ -26,6 +26,7 @@ from .errors import (
     ManifestError,
     StorageError,
     TagExistsError,
+    VersionBeforeCreationError,
     VersionNotFoundError,
 )
 from .manifest import Manifest
@@ -173,7 +174,7 @@ def create_tag(manifest: Manifest, name: str, version: int) -> TagInfo:
     check_tag_name(name)
     at = open_version(manifest, version)
     if not spec_versions(at.metadata):
-        raise VersionNotFoundError(
+        raise VersionBeforeCreationError(
             f"__manifest version {version} of {manifest.root} predates the namespace (its "
             "creation was not finished at that version); tag a later one"
         )

@@ -53,6 +53,8 @@ from airflow_provider_lance.namespace.errors import (
     LanceNamespaceError,
     ManifestError,
     NamespaceNotFoundError,
+    VersionBeforeCreationError,
+    VersionNotFoundError,
 )
 
 if TYPE_CHECKING:
@@ -142,9 +144,9 @@ def _state_or_none(ns: PartitionedNamespace, version: int) -> tuple[NamespaceSta
         return None, False
     try:
         return ns.state(version), False
-    except NamespaceNotFoundError:
+    except (NamespaceNotFoundError, VersionBeforeCreationError):
         return None, False
-    except ManifestError:
+    except (ManifestError, VersionNotFoundError):
         return None, True
 
 
