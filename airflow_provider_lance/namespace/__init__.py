@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from .namespace import PartitionedNamespace
     from .results import (
         CommitResult,
+        OperationResult,
+        PartitionChange,
         PartitionCommit,
     )
     from .spec import PartitionField
@@ -74,6 +76,8 @@ _EXPORTS = {
     "PartitionedNamespace": "namespace",
     "CommitResult": "results",
     "PartitionCommit": "results",
+    "OperationResult": "results",
+    "PartitionChange": "results",
     "PartitionField": "spec",
     "Stage": "staging",
     "Transaction": "transactions",
@@ -95,7 +99,9 @@ __all__ = [
     "ManifestError",
     "NamespaceExistsError",
     "NamespaceNotFoundError",
+    "OperationResult",
     "Partition",
+    "PartitionChange",
     "PartitionCommit",
     "PartitionField",
     "PartitionNotFoundError",

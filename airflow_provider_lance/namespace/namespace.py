@@ -13,8 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import transactions
-from .catalog import SCHEMA_KEY, SPEC_COLUMN, NamespaceState, Partition
+from .catalog import SCHEMA_KEY, NamespaceState, Partition
 from .commit import CommitOptions, TransactionContext, backoff, resolve
+from .coverage import pruned_rows
+from .deletion import DeleteRows, DropPartitions
 from .direct import publish_stage
 from .errors import (
     CommitConflict,
@@ -31,10 +33,11 @@ from .lifecycle import TxnState, collect_finished, tag
 from .maintenance import MaintenanceReport, maintain
 from .manifest import CLAIM, NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
 from .naming import leaf_directory, normalize_root, spec_namespace_id
-from .pruning import SpecProjector, parse_filter
+from .operations import TableOperation, run_operation
+from .pruning import parse_filter
 from .repair import RepairReport
 from .repair import repair as repair_manifest
-from .results import CommitResult
+from .results import CommitResult, OperationResult
 from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
@@ -358,21 +361,7 @@ class PartitionedNamespace:
         state = self.state(version)
         if filter is None:
             return state.partitions()
-        _, pred = parse_filter(filter, state.schema)
-        tables = state.tables
-        if isinstance(pred, bool):
-            return state.partitions() if pred else []
-        mask: pc.Expression | bool = False
-        for version_, fields in state.specs.items():
-            projected = SpecProjector(fields, state.schema).project(pred)
-            if projected is False:
-                continue
-            in_version = pc.field(SPEC_COLUMN) == version_
-            term = in_version if projected is True else in_version & projected
-            mask = term if mask is False else mask | term
-        if mask is False:
-            return []
-        return state.partitions_from_rows(tables.filter(mask))
+        return state.partitions_from_rows(pruned_rows(state, filter))
 
     # -- reads -------------------------------------------------------------------------------
     def to_batches(
@@ -446,6 +435,44 @@ class PartitionedNamespace:
         columns = filter_columns(residual)
         batches = self.to_batches(columns=columns, filter=filter, version=state.version)
         return sum(b.num_rows for b in batches)
+
+    # -- table operations: each one __manifest swap (see operations) ------------------------
+    def drop_partitions(
+        self, filter: str, *, txn_id: str | None = None, claim_timeout: float | None = None
+    ) -> OperationResult:
+        """Remove whole partitions, as metadata: those whose partition values make
+        ``filter`` true. The filter names partition fields (``__manifest`` columns, e.g.
+        ``"event_date < '2025-01-01'"``); a partition of a spec version without a field
+        sees NULL for it. Their rows leave every read in one ``__manifest`` commit; the
+        leaf files stay until maintenance. ``txn_id`` makes a retry return the first
+        result; ``claim_timeout`` bounds the wait for partitions a transaction is
+        committing (default 120 s)."""
+        return self._operate(DropPartitions(self._storage, filter), txn_id, claim_timeout)
+
+    def delete(
+        self, filter: str, *, txn_id: str | None = None, claim_timeout: float | None = None
+    ) -> OperationResult:
+        """Delete the rows matching ``filter`` (on namespace columns), in one ``__manifest``
+        commit: partitions the filter covers entirely are dropped as metadata, the others
+        get Lance deletion files on their published version (nothing rewritten).
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        return self._operate(DeleteRows(self._storage, filter), txn_id, claim_timeout)
+
+    def _operate(
+        self, operation: TableOperation, txn_id: str | None, claim_timeout: float | None
+    ) -> OperationResult:
+        self._manifest.ensure_claim_column()
+        result = run_operation(self._txn, operation, txn_id=txn_id, claim_timeout=claim_timeout)
+        log.info(
+            "%s: %d rows removed, %d updated, %d inserted, %d partitions dropped (manifest v%s)",
+            operation.kind,
+            result.rows_removed,
+            result.rows_updated,
+            result.rows_inserted,
+            len(result.dropped),
+            result.manifest_version,
+        )
+        return result
 
     # -- writes and transactions -----------------------------------------------------------
     def write(
