@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import lance
+import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace
@@ -215,4 +216,109 @@ def test_a_delete_and_a_drop_of_the_same_partition(ns) -> None:
     result = deleter.outcome()
     assert no_duplicates(ns) == [1, 3, 9, 11]
     assert sorted(p.values["part"] for p in result.partitions) == [1, 3]
+    healthy(ns)
+
+
+# -- merge against writers -------------------------------------------------------------------
+def upserts(pairs: list[tuple[int, int]], tag: str) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array([i for i, _ in pairs], pa.int64()),
+            "part": pa.array([p for _, p in pairs], pa.int32()),
+            "tag": [tag] * len(pairs),
+        },
+        schema=TAGGED,
+    )
+
+
+def tags(ns: PartitionedNamespace) -> dict[int, str]:
+    return {r["id"]: r["tag"] for r in ns.to_table(columns=["id", "tag"]).to_pylist()}
+
+
+MERGE = upserts([(0, 1), (5, 2), (100, 2), (101, 8)], "m")  # 2 updates, 2 inserts (8 new)
+
+
+@pytest.mark.parametrize("point", ["merge.selected", "merge.before_publish"])
+def test_a_merge_parked_while_an_append_publishes_applies_after_it(ns, point) -> None:
+    since = ns.version
+    with hold(point) as parked:
+        merger = Worker(other(ns).merge, MERGE, ["id", "part"])
+        merger.start()
+        parked.wait_reached()
+        other(ns).write(tagged_rows("a", [1, 2], 1, first_id=200))
+    result = merger.outcome()
+    assert result.rows_updated == 2
+    assert result.rows_inserted == 2
+    assert no_duplicates(ns) == [*range(12), 100, 101, 200, 201]
+    assert {i: t for i, t in tags(ns).items() if t != "seed"} == {
+        0: "m",
+        5: "m",
+        100: "m",
+        101: "m",
+        200: "a",
+        201: "a",
+    }
+    seed = set(range(12))
+    serial_states_only(ns, since, seed, seed | {200, 201}, seed | {100, 101, 200, 201})
+    healthy(ns)
+
+
+def test_a_merge_creating_a_partition_a_write_creates_first(ns) -> None:
+    """Both create partition 8: the write publishes first, the merge's swap fails on the
+    inserted row and it merges into the partition the write created."""
+    with hold("merge.before_publish") as parked:
+        merger = Worker(other(ns).merge, MERGE, ["id", "part"])
+        merger.start()
+        parked.wait_reached()
+        other(ns).write(tagged_rows("w", [8], 2, first_id=300))
+    merger.outcome()
+    assert no_duplicates(ns) == [*range(12), 100, 101, 300, 301]
+    p8 = ns.partition({"part": 8})
+    leaf = lance.dataset(p8.location, version=p8.read_version)
+    assert sorted(leaf.to_table().column("id").to_pylist()) == [101, 300, 301]
+    healthy(ns)
+
+
+def test_a_merge_parked_while_an_overwrite_replaces_its_partition(ns) -> None:
+    """The overwrite removes row 0, which the merge updated: computed again on the
+    overwrite's version, row 0 is an insert."""
+    with hold("merge.before_publish") as parked:
+        merger = Worker(other(ns).merge, MERGE, ["id", "part"])
+        merger.start()
+        parked.wait_reached()
+        other(ns).write(tagged_rows("o", [1], 1, first_id=400), "overwrite")
+    result = merger.outcome()
+    assert result.rows_updated == 1
+    assert result.rows_inserted == 3
+    assert no_duplicates(ns) == [0, *range(4, 12), 100, 101, 400]
+    healthy(ns)
+
+
+def test_two_merges_of_the_same_keys_serialise(ns) -> None:
+    with hold("merge.before_publish") as parked:
+        first = Worker(other(ns).merge, MERGE, ["id", "part"])
+        first.start()
+        parked.wait_reached()
+        other(ns).merge(upserts([(0, 1), (100, 2)], "second"), ["id", "part"])
+    result = first.outcome()
+    assert result.rows_updated == 3  # 0, 5 and the second's 100
+    assert no_duplicates(ns) == [*range(12), 100, 101]
+    assert tags(ns)[0] == "m"
+    assert tags(ns)[100] == "m"
+    healthy(ns)
+
+
+def test_a_merge_waits_for_a_transaction_committing_its_partition(ns) -> None:
+    ns.begin("append", "X").stage(tagged_rows("x", [2], 1, first_id=500))
+    with hold("commit.before_publish") as parked:
+        committer = Worker(other(ns).commit, "X")
+        committer.start()
+        parked.wait_reached()
+        merger = Worker(other(ns).merge, MERGE, ["id", "part"])
+        merger.start()
+        merger.join(1.0)
+        assert merger.is_alive()
+    committer.outcome()
+    merger.outcome()
+    assert no_duplicates(ns) == [*range(12), 100, 101, 500]
     healthy(ns)

@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 
 import lance
+import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import (
     CommitConflict,
+    DataValidationError,
     FilterError,
     InvalidArgumentError,
     LanceNamespaceError,
@@ -337,3 +339,159 @@ def test_results_are_small_and_json_friendly(ns) -> None:
     assert raw["rows_removed"] == 5
     assert raw["partitions_dropped"] == 1
     assert raw["partitions"][0]["values"] == {"part": "3"}
+
+
+# -- merge -------------------------------------------------------------------------------------
+def rows_by_id(ns: PartitionedNamespace) -> dict[int, dict]:
+    return {r["id"]: r for r in ns.to_table().to_pylist()}
+
+
+def upserts(pairs: list[tuple[int, int]], tag: str) -> pa.Table:
+    """Rows ``(id, part)`` tagged ``tag``."""
+    return pa.table(
+        {
+            "id": pa.array([i for i, _ in pairs], pa.int64()),
+            "part": pa.array([p for _, p in pairs], pa.int32()),
+            "tag": [tag] * len(pairs),
+        },
+        schema=TAGGED,
+    )
+
+
+def test_merge_updates_matches_and_inserts_the_rest_in_one_commit(ns, root) -> None:
+    before = ns.version
+    result = ns.merge(upserts([(0, 1), (5, 2), (100, 2), (101, 7)], "m"), on=["id", "part"])
+    assert result.manifest_version == ns.version == before + 1
+    assert result.rows_updated == 2
+    assert result.rows_inserted == 2
+    assert [p.values["part"] for p in result.partitions if p.created] == [7]
+    rows = rows_by_id(ns)
+    assert sorted(rows) == [*range(12), 100, 101]
+    assert {i for i, r in rows.items() if r["tag"] == "m"} == {0, 5, 100, 101}
+    assert leaf_rows(ns, 2) == [4, 5, 6, 7, 100]
+    assert leaf_rows(ns, 7) == [101]
+    published_files_exist(ns)
+    # a second merge of the same rows updates them again: nothing is duplicated
+    again = ns.merge(upserts([(0, 1), (5, 2), (100, 2), (101, 7)], "m2"), on=["id", "part"])
+    assert again.rows_updated == 4
+    assert again.rows_inserted == 0
+    assert sorted(rows_by_id(ns)) == [*range(12), 100, 101]
+
+
+def test_merge_with_delete_of_unmatched_rows_makes_the_namespace_the_source(ns) -> None:
+    result = ns.merge(
+        upserts([(0, 1), (1, 1), (50, 2)], "m"),
+        on=["id", "part"],
+        when_not_matched_by_source_delete=True,
+    )
+    assert sorted(rows_by_id(ns)) == [0, 1, 50]
+    assert [p.values["part"] for p in result.dropped] == [3]
+    assert result.rows_removed == 2 + 4 + 4  # 2 unmatched in 1, all of 2 but 50, all of 3
+
+
+def test_merge_into_a_leaf_older_than_a_column_rewrites_it(ns) -> None:
+    ns.add_column(pa.field("score", pa.float64()))
+    data = pa.table(
+        {
+            "id": pa.array([1, 200], pa.int64()),
+            "part": pa.array([1, 1], pa.int32()),
+            "tag": ["m", "m"],
+            "score": [1.5, 2.5],
+        }
+    )
+    result = ns.merge(data, on=["id", "part"])
+    assert result.rows_updated == 1
+    assert result.rows_inserted == 1
+    rows = rows_by_id(ns)
+    assert rows[1]["score"] == 1.5
+    assert rows[200]["score"] == 2.5
+    assert rows[0]["score"] is None
+    assert rows[0]["tag"] == "seed"
+    assert sorted(rows) == [*range(12), 200]
+    published_files_exist(ns)
+
+
+def test_merge_on_a_renamed_key_column(ns) -> None:
+    ns.rename_column("id", "key")
+    data = pa.table(
+        {
+            "key": pa.array([2, 300], pa.int64()),
+            "part": pa.array([1, 1], pa.int32()),
+            "tag": ["r", "r"],
+        }
+    )
+    result = ns.merge(data, on=["key", "part"])
+    assert result.rows_updated == 1
+    assert result.rows_inserted == 1
+    tags = {r["key"]: r["tag"] for r in ns.to_table().to_pylist()}
+    assert tags[2] == "r"
+    assert tags[300] == "r"
+    assert len(tags) == 13
+
+
+def test_merge_updates_keys_where_an_older_spec_version_holds_them(root) -> None:
+    ns = PartitionedNamespace.create(
+        root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("event_date", "event_date")]
+    )
+    ns.write(events(6))  # v1, by day: ids 0-5
+    ns.evolve_partition_spec([PartitionField("country", "country")])
+    changed = events(6).set_column(3, "amount", pa.array([100.0 + i for i in range(6)]))
+    fresh = events(2, first_id=50)
+    result = ns.merge(
+        pa.concat_tables([changed.slice(0, 2), fresh]), on=["id", "event_date", "country"]
+    )
+    # ids 0 and 1 live in v1 partitions: updated there, not inserted again under v2
+    assert result.rows_updated == 2
+    assert result.rows_inserted == 2
+    amounts = {r["id"]: r["amount"] for r in ns.to_table().to_pylist()}
+    assert sorted(amounts) == [0, 1, 2, 3, 4, 5, 50, 51]
+    assert amounts[0] == 100.0
+    assert amounts[1] == 101.0
+    assert all(p.object_id.startswith("v2$") for p in result.partitions if p.created)
+
+
+@pytest.mark.parametrize(
+    ("data", "on", "error", "match"),
+    [
+        (upserts([(0, 1)], "m"), ["id"], InvalidArgumentError, r"missing: \['part'\]"),
+        (upserts([(0, 1)], "m"), ["nope", "part"], LanceNamespaceError, "unknown column"),
+        (upserts([(0, 1), (0, 1)], "m"), ["id", "part"], DataValidationError, "more than one"),
+        (pa.table({"id": [1], "part": [1], "x": [1]}), ["id", "part"], DataValidationError, "'x'"),
+        (upserts([(0, 1)], "m"), [], InvalidArgumentError, "key columns"),
+    ],
+)
+def test_merge_rejects_bad_input_changing_nothing(ns, root, data, on, error, match) -> None:
+    before = disk(root)
+    with pytest.raises(error, match=match):
+        ns.merge(data, on=on, txn_id="merge-bad")
+    assert disk(root) == before
+
+
+MERGE_POINTS = [
+    "merge.selected",
+    "merge.leaf_committed",
+    "merge.before_publish",
+    "manifest.after_swap",
+    "merge.after_publish",
+]
+MERGED = upserts([(0, 1), (100, 2), (101, 8)], "m")
+
+
+@pytest.mark.parametrize("point", MERGE_POINTS)
+def test_a_crashed_merge_is_all_or_nothing_and_its_retry_completes_it(
+    ns, monkeypatch, point
+) -> None:
+    with crashing(monkeypatch, point), pytest.raises(FailpointError):
+        ns.merge(MERGED, on=["id", "part"], txn_id="m")
+    published = point in ("manifest.after_swap", "merge.after_publish")
+    expected = [*range(12), 100, 101]
+    assert ids(ns) == (expected if published else list(range(12)))
+    result = ns.merge(MERGED, on=["id", "part"], txn_id="m")
+    assert ids(ns) == expected
+    assert rows_by_id(ns)[0]["tag"] == "m"
+    assert result.rows_updated == 1
+    assert result.rows_inserted == 2
+    assert ns.merge(MERGED, on=["id", "part"], txn_id="m").to_dict() == result.to_dict()
+    published_files_exist(ns)
+    ns.write(tagged_rows("later", [2, 8], 1, first_id=200))
+    assert ids(ns) == [*expected, 200, 201]

@@ -32,6 +32,7 @@ from .failpoints import FailpointError, failpoint
 from .lifecycle import TxnState, collect_finished, tag
 from .maintenance import MaintenanceReport, maintain
 from .manifest import CLAIM, NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
+from .merging import MergeRows
 from .naming import leaf_directory, normalize_root, spec_namespace_id
 from .operations import TableOperation, run_operation
 from .pruning import parse_filter
@@ -457,6 +458,26 @@ class PartitionedNamespace:
         get Lance deletion files on their published version (nothing rewritten).
         ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
         return self._operate(DeleteRows(self._storage, filter), txn_id, claim_timeout)
+
+    def merge(
+        self,
+        data: ArrowData,
+        on: Sequence[str],
+        *,
+        when_not_matched_by_source_delete: bool = False,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+    ) -> OperationResult:
+        """Upsert ``data`` by the key columns ``on``: rows whose key is stored are
+        updated, the others inserted (new partition values become new partitions), all
+        in one ``__manifest`` commit. The key must include every source column of the
+        current partition spec. ``when_not_matched_by_source_delete`` also deletes every
+        stored row whose key ``data`` lacks (partitions it does not touch are dropped).
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        operation = MergeRows(
+            self._storage, data, on, delete_unmatched=when_not_matched_by_source_delete
+        )
+        return self._operate(operation, txn_id, claim_timeout)
 
     def _operate(
         self, operation: TableOperation, txn_id: str | None, claim_timeout: float | None

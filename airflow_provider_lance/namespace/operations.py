@@ -100,6 +100,9 @@ class LeafWork:
     change: PartitionChange
     #: The leaf version its commit made (set once committed).
     committed: int | None = None
+    #: Identifies the operation's input for this partition (see
+    #: :meth:`TableOperation.inputs`): a change is reused only for the same input.
+    inputs: str = ""
 
 
 @dataclass
@@ -114,6 +117,8 @@ class NewLeaf:
     rows: int
     leaf_schema: pa.Schema
     spec_version: int
+    #: Identifies the rows staged (see :meth:`TableOperation.inputs`).
+    inputs: str = ""
     #: The leaf version its commit made (set once committed).
     committed: int | None = None
 
@@ -163,6 +168,12 @@ class TableOperation(ABC):
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> LeafWork:
         """The change to ``partition``'s leaf computed on version ``base`` (its published
         one). Runs in parallel with the other partitions' (a storage worker thread)."""
+
+    def inputs(self, object_id: str) -> str:
+        """What the change to ``object_id`` is computed from, beyond its published
+        version (as of the last :meth:`select`): a change an earlier attempt computed is
+        reused only if both are the same."""
+        return ""
 
     def create(self, state: NamespaceState, object_id: str, values: tuple[Any, ...]) -> NewLeaf:
         """Stage the data files of a partition the operation creates."""
@@ -479,13 +490,21 @@ class OperationRunner:
             partition = selection.targets[oid]
             base = self._base(partition)
             earlier = previous.works.get(oid)
-            if earlier is not None and earlier.base == base:
+            if (
+                earlier is not None
+                and earlier.base == base
+                and earlier.inputs == self.op.inputs(oid)
+            ):
                 return replace(earlier, partition=partition, committed=None)
             return self.op.compute(state, partition, base)
 
         def create(oid: str) -> NewLeaf:
             earlier = previous.created.get(oid)
-            if earlier is not None and earlier.spec_version == selection.spec_version:
+            if (
+                earlier is not None
+                and earlier.spec_version == selection.spec_version
+                and earlier.inputs == self.op.inputs(oid)
+            ):
                 return replace(earlier, committed=None)
             return self.op.create(state, oid, selection.creates[oid])
 
