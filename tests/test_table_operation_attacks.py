@@ -322,3 +322,91 @@ def test_a_merge_waits_for_a_transaction_committing_its_partition(ns) -> None:
     merger.outcome()
     assert no_duplicates(ns) == [*range(12), 100, 101, 500]
     healthy(ns)
+
+
+# -- optimize against writers ----------------------------------------------------------------
+@pytest.fixture
+def fragmented(ns) -> PartitionedNamespace:
+    """Four fragments per leaf."""
+    for k in range(1, 4):
+        ns.write(tagged_rows(f"day{k}", [1, 2, 3], 1, first_id=100 * k))
+    return ns
+
+
+def fragment_counts(ns: PartitionedNamespace) -> dict[int, int]:
+    return {
+        p.values["part"]: len(lance.dataset(p.location, version=p.read_version).get_fragments())
+        for p in ns.partitions()
+    }
+
+
+def test_an_optimize_parked_while_an_append_publishes_compacts_again(fragmented) -> None:
+    """The optimize parks with its compactions committed; an append to partition 1
+    publishes. The swap fails; partition 1 is compacted again on the append's version
+    (partitions 2 and 3 reuse their committed compactions): nothing appended is lost."""
+    ns, since = fragmented, fragmented.version
+    before = set(ids(ns))
+    with hold("optimize.before_publish") as parked:
+        optimizer = Worker(other(ns).optimize)
+        optimizer.start()
+        parked.wait_reached()
+        other(ns).write(tagged_rows("a", [1], 1, first_id=900))
+    result = optimizer.outcome()
+    assert len(result.rewritten) == 3
+    assert fragment_counts(ns) == {1: 1, 2: 1, 3: 1}
+    assert no_duplicates(ns) == sorted(before | {900})
+    serial_states_only(ns, since, before, before | {900})
+    healthy(ns)
+
+
+def test_an_append_parked_before_its_swap_lands_after_an_optimize(fragmented) -> None:
+    ns = fragmented
+    before = set(ids(ns))
+    with hold("direct.before_publish") as parked:
+        writer = Worker(other(ns).write, tagged_rows("a", [1], 1, first_id=900))
+        writer.start()
+        parked.wait_reached()
+        other(ns).optimize()
+    writer.outcome()
+    assert no_duplicates(ns) == sorted(before | {900})
+    assert fragment_counts(ns) == {1: 2, 2: 1, 3: 1}
+    healthy(ns)
+
+
+def test_optimize_skips_a_partition_a_transaction_is_committing(fragmented) -> None:
+    ns = fragmented
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 1, first_id=800))
+    with hold("commit.before_publish") as parked:
+        committer = Worker(other(ns).commit, "X")
+        committer.start()
+        parked.wait_reached()
+        result = other(ns).optimize()  # does not wait for X
+    committer.outcome()
+    p1 = ns.partition({"part": 1})
+    assert result.skipped == {p1.object_id: "claimed"}
+    assert sorted(p.values["part"] for p in result.rewritten) == [2, 3]
+    assert 800 in ids(ns)
+    healthy(ns)
+
+
+def test_optimize_skips_a_partition_that_keeps_moving(fragmented) -> None:
+    """Every time the optimize reaches its swap, a writer has just published partition 1
+    again: after two moves the optimize leaves it alone and publishes the others."""
+    ns = fragmented
+    writer = other(ns)
+    appended: list[int] = []
+
+    def append_first() -> bool:
+        first_id = 900 + len(appended)
+        writer.write(tagged_rows("busy", [1], 1, first_id=first_id))
+        appended.append(first_id)
+        return False  # never parks: the point only runs this
+
+    with hold("optimize.before_publish", times=None, when=append_first):
+        result = other(ns).optimize()
+    p1 = ns.partition({"part": 1})
+    assert result.skipped == {p1.object_id: "kept_moving"}
+    assert sorted(p.values["part"] for p in result.rewritten) == [2, 3]
+    assert set(appended) <= set(ids(ns))
+    no_duplicates(ns)
+    healthy(ns)

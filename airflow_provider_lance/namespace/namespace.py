@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from . import transactions
 from .catalog import SCHEMA_KEY, NamespaceState, Partition
 from .commit import CommitOptions, TransactionContext, backoff, resolve
+from .compaction import DEFAULT_TARGET_ROWS, Optimize
 from .coverage import pruned_rows
 from .deletion import DeleteRows, DropPartitions
 from .direct import publish_stage
@@ -478,6 +479,28 @@ class PartitionedNamespace:
             self._storage, data, on, delete_unmatched=when_not_matched_by_source_delete
         )
         return self._operate(operation, txn_id, claim_timeout)
+
+    def optimize(
+        self,
+        filter: str | None = None,
+        *,
+        target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+        materialize_deletions: bool = True,
+        txn_id: str | None = None,
+    ) -> OperationResult:
+        """Compact the leaves of the partitions ``filter`` may touch (all of them for
+        None): small fragments merged into fragments of ``target_rows_per_fragment`` rows,
+        deleted rows dropped from the files. Every compacted leaf's new version is
+        published in one ``__manifest`` commit; writers keep writing meanwhile (a leaf
+        that keeps changing, or that a transaction is committing, is left alone and
+        reported in ``skipped``). The rows never change, only their files."""
+        operation = Optimize(
+            self._storage,
+            filter,
+            target_rows_per_fragment=target_rows_per_fragment,
+            materialize_deletions=materialize_deletions,
+        )
+        return self._operate(operation, txn_id, None)
 
     def _operate(
         self, operation: TableOperation, txn_id: str | None, claim_timeout: float | None

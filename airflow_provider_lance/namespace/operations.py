@@ -103,6 +103,8 @@ class LeafWork:
     #: Identifies the operation's input for this partition (see
     #: :meth:`TableOperation.inputs`): a change is reused only for the same input.
     inputs: str = ""
+    #: Why the operation leaves this partition alone (reported in the result).
+    skip: str | None = None
 
 
 @dataclass
@@ -371,6 +373,7 @@ class OperationRunner:
         if self._claimed(state, selection, current, deadline):
             return "claimed"
         attempt = self._compute(state, selection)
+        selection.skipped.update((o, w.skip) for o, w in attempt.works.items() if w.skip)
         changed = {oid: w for oid, w in attempt.works.items() if w.operation is not None}
         if not changed and not selection.drops and not attempt.created and not txn_row:
             return OperationResult(self.op.kind, None, [], None, selection.skipped)
