@@ -45,6 +45,8 @@ from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
 from .staging import Stage, StagedPartition, Stager
 from .storage import Storage
+from .sweep import DEFAULT_MIN_AGE
+from .sweep import sweep_orphans as sweep
 from .transactions import Transaction, TransactionInfo
 from .txnstore import TransactionStore
 from .types import ArrowData, WriteMode
@@ -681,16 +683,32 @@ class PartitionedNamespace:
         return transactions.recover(self._txn, lease_seconds)
 
     def maintain(
-        self, *, compact: bool = True, older_than: dt.timedelta | None = None
+        self,
+        *,
+        compact: bool = True,
+        older_than: dt.timedelta | None = None,
+        sweep_orphans: bool = False,
+        orphan_min_age: dt.timedelta = DEFAULT_MIN_AGE,
+        dry_run: bool = False,
     ) -> MaintenanceReport:
-        """Compact ``__manifest``; with ``older_than``, also remove old versions safely."""
-        collect_finished(self._manifest, self.state, self._store.delete)
-        report = maintain(
-            self._manifest,
-            NamespaceState.load(self._root, self._manifest.open()),
-            compact=compact,
-            older_than=older_than,
-        )
+        """Compact ``__manifest``; with ``older_than``, also remove old versions safely;
+        with ``sweep_orphans``, remove files no leaf version references and leaf tables
+        of dropped partitions no retained version reads, once older than
+        ``orphan_min_age`` (see ``sweep``). ``dry_run`` changes nothing: it only reports
+        what the sweep would remove (compaction and version cleanup do not run)."""
+        if dry_run:
+            report = MaintenanceReport()
+        else:
+            collect_finished(self._manifest, self.state, self._store.delete)
+            report = maintain(
+                self._manifest,
+                NamespaceState.load(self._root, self._manifest.open()),
+                compact=compact,
+                older_than=older_than,
+            )
+        if sweep_orphans:
+            swept = sweep(self._txn, min_age=orphan_min_age, dry_run=dry_run)
+            report.orphans = swept.to_dict()
         self._state = NamespaceState.load(self._root, self._manifest.open())
         return report
 
