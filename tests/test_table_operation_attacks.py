@@ -410,3 +410,39 @@ def test_optimize_skips_a_partition_that_keeps_moving(fragmented) -> None:
     assert set(appended) <= set(ids(ns))
     no_duplicates(ns)
     healthy(ns)
+
+
+def restores(ns: PartitionedNamespace, part: int) -> list[int]:
+    """The versions of a partition's leaf that are roll-backs (Restore commits)."""
+    leaf = lance.dataset(ns.partition({"part": part}).location)
+    out = []
+    for v in leaf.versions():
+        txn = leaf.read_transaction(int(v["version"]))
+        if txn is not None and type(txn.operation).__name__ == "Restore":
+            out.append(int(v["version"]))
+    return out
+
+
+def test_a_delete_never_rolls_back_a_version_a_transaction_is_publishing(ns) -> None:
+    """The delete has computed its change on read_version R (no claim then) and parks;
+    X seals partition 1 and commits its leaf version above R, parked before its publish.
+    The delete finds the leaf moved and the row claimed: it does not roll X's version
+    back (X is about to publish it), loses the attempt, waits for X, then applies on X's
+    version."""
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    with hold("delete.computed") as deleting:
+        deleter = Worker(other(ns).delete, FILTER)
+        deleter.start()
+        deleting.wait_reached()
+        with hold("commit.before_publish") as publishing:
+            committer = Worker(other(ns).commit, "X")
+            committer.start()
+            publishing.wait_reached()
+            deleting.release()
+            deleter.join(1.0)
+            assert deleter.is_alive()  # waiting for X's claim
+        committer.outcome()
+    deleter.outcome()
+    assert restores(ns, 1) == []
+    assert no_duplicates(ns) == [1, 3, 5, 7, 9, 11, 101]
+    healthy(ns)

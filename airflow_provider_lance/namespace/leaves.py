@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lance
@@ -253,6 +253,7 @@ def commit_change(
     *,
     base: int,
     owner: str,
+    still_base: Callable[[], bool] | None = None,
 ) -> int:
     """Commit ``operation``, computed against leaf version ``base`` (the published one),
     as version ``base + 1`` of exactly the content it was computed for.
@@ -265,6 +266,11 @@ def commit_change(
     latest version ``owner`` made earlier is reused only if it holds exactly what this
     operation makes of ``base``. A restore keeps fragment ids, so the operation computed
     on ``base`` applies to the restored version unchanged.
+
+    ``still_base`` (if given) is asked before anything is rolled back: False means
+    ``base`` is no longer the published version (a writer published or claimed the
+    partition meanwhile), and :class:`CommitConflict` is raised instead of rolling that
+    writer's version back for a commit whose publish would fail anyway.
     """
     properties = owner_properties(owner)
     expected: list[str] | None = None
@@ -276,6 +282,11 @@ def commit_change(
         if latest != base:
             if committed_by(ds, latest) == owner and _content(ds, latest) == expected:
                 return latest
+            if still_base is not None and not still_base():
+                raise CommitConflict(
+                    f"partition table {uri} was published or claimed anew while this change "
+                    "was computed; nothing was published"
+                )
             restored = _roll_back(storage, uri, ds, base)
             if restored is None:
                 continue

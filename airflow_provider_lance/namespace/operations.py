@@ -72,7 +72,7 @@ from .lifecycle import (
     tag,
 )
 from .maintenance import maybe_compact
-from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION
+from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION, ids_filter
 from .results import OperationResult, PartitionChange
 from .storage import Storage
 from .txnstore import TransactionHeader, check_txn_id
@@ -377,7 +377,14 @@ class OperationRunner:
         changed = {oid: w for oid, w in attempt.works.items() if w.operation is not None}
         if not changed and not selection.drops and not attempt.created and not txn_row:
             return OperationResult(self.op.kind, None, [], None, selection.skipped)
-        self._commit_leaves(changed, attempt.created)
+        failpoint(f"{self.op.kind}.computed")
+        try:
+            self._commit_leaves(changed, attempt.created)
+        except CommitConflict as exc:  # a partition moved under the leaf commits
+            log.info("%s: %s; computing again", self.op.kind, exc)
+            self._previous = attempt
+            self._note_moves(attempt)
+            return "lost"
         rows = self._rows(state, current, changed, attempt.created)
         result = OperationResult(
             self.op.kind,
@@ -534,8 +541,25 @@ class OperationRunner:
 
         def commit_one(work: LeafWork) -> None:
             assert work.operation is not None
+
+            def still_base() -> bool:  # read again only when the leaf moved
+                row = self.ctx.manifest.open().to_table(
+                    columns=[READ_VERSION, CLAIM], filter=ids_filter([work.partition.object_id])
+                )
+                now = row.to_pylist()
+                return (
+                    bool(now)
+                    and now[0][CLAIM] is None
+                    and (now[0][READ_VERSION] in (work.base, work.partition.read_version))
+                )
+
             work.committed = commit_change(
-                storage, work.partition.location, work.operation, base=work.base, owner=self.owner
+                storage,
+                work.partition.location,
+                work.operation,
+                base=work.base,
+                owner=self.owner,
+                still_base=still_base,
             )
             failpoint(f"{self.op.kind}.leaf_committed")
 
