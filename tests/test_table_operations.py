@@ -264,8 +264,11 @@ def test_a_crashed_delete_is_all_or_nothing_and_its_retry_completes_it(
     assert ids(ns) == AFTER_DELETE
     assert result.rows_removed == 6
     assert len(result.partitions) == 3
-    assert result.manifest_version is not None
-    assert ns.state(result.manifest_version).version == result.manifest_version
+    assert result.manifest_version is not None  # the version of the one swap, found again
+    at = sorted(ns.to_table(version=result.manifest_version).column("id").to_pylist())
+    before = sorted(ns.to_table(version=result.manifest_version - 1).column("id").to_pylist())
+    assert at == AFTER_DELETE
+    assert before == list(range(12))
     assert ns.delete("part = 3 OR id IN (0, 5)", txn_id="del").to_dict() == result.to_dict()
     published_files_exist(ns)
     ns.write(tagged_rows("later", [1, 2, 3], 1, first_id=100))  # every partition writable
@@ -587,3 +590,22 @@ def test_optimize_rejects_bad_input(appended, root) -> None:
     with pytest.raises(InvalidArgumentError):
         appended.optimize(target_rows_per_fragment=0)
     assert disk(root) == before
+
+
+def test_operations_on_a_partition_published_as_read_the_latest(ns) -> None:
+    """A foreign writer may publish a partition with a NULL read_version ("read the
+    latest"): a delete builds on its latest version no writer of ours made, and
+    publishes a read_version."""
+    state = ns.state()
+    p = ns.partition({"part": 2})
+    row = state.full_rows([p.object_id]).to_pylist()[0]
+    row["read_version"] = None
+    ns._manifest.compare_and_swap(state.rows_table([row]), state.version)
+    assert ns.partition({"part": 2}).read_version is None
+    result = ns.delete("id IN (4, 8)")
+    assert result.rows_removed == 2
+    assert ns.partition({"part": 2}).read_version is not None
+    assert leaf_rows(ns, 2) == [5, 6, 7]
+    merged = ns.merge(upserts([(5, 2)], "m"), on=["id", "part"])
+    assert merged.rows_updated == 1
+    assert ids(ns) == [0, 1, 2, 3, 5, 6, 7, 9, 10, 11]
