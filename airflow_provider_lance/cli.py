@@ -7,6 +7,13 @@ python -m airflow_provider_lance tag create URI NAME [--version N | --at 2025-12
 python -m airflow_provider_lance tag list URI
 python -m airflow_provider_lance tag delete URI NAME
 python -m airflow_provider_lance demo DIR
+python -m airflow_provider_lance delete URI "user_id = 42" [--txn-id ID]
+python -m airflow_provider_lance drop-partitions URI "event_date < '2025-01-01'"
+python -m airflow_provider_lance merge URI updates.parquet --on id --on event_date
+python -m airflow_provider_lance optimize URI [FILTER] [--target-rows-per-fragment N]
+python -m airflow_provider_lance maintain URI [--older-than-hours H] [--sweep-orphans] [--dry-run]
+
+Table operations print their result as JSON on stdout and their progress on stderr.
 
 Exit codes (as the Spark write job's): 0 done, 1 a failure a retry may fix (storage
 unreachable, an unexpected error), 2 an error no retry can fix (not a namespace, bad filter,
@@ -24,12 +31,19 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .namespace import CommitConflict, LanceNamespaceError, PartitionedNamespace, PartitionField
+from .namespace import (
+    CommitConflict,
+    InvalidArgumentError,
+    LanceNamespaceError,
+    PartitionedNamespace,
+    PartitionField,
+)
 from .namespace.catalog import Partition, value_text
 from .namespace.errors import is_retryable
 
@@ -236,6 +250,119 @@ def repair(uri: str) -> int:
     return 0
 
 
+# -- table operations -----------------------------------------------------------------------
+def _print_json(obj: object) -> None:
+    print(json.dumps(obj, ensure_ascii=False, default=str))
+
+
+def delete(uri: str, where: str, txn_id: str | None) -> int:
+    _print_json(PartitionedNamespace.open(uri).delete(where, txn_id=txn_id).to_dict())
+    return 0
+
+
+def drop_partitions(uri: str, where: str, txn_id: str | None) -> int:
+    _print_json(PartitionedNamespace.open(uri).drop_partitions(where, txn_id=txn_id).to_dict())
+    return 0
+
+
+def merge(uri: str, path: str, on: list[str], delete_unmatched: bool, txn_id: str | None) -> int:
+    import pyarrow.parquet as pq
+
+    try:
+        data = pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InvalidArgumentError(f"cannot read the Parquet file {path}: {exc}") from exc
+    result = PartitionedNamespace.open(uri).merge(
+        data, on, when_not_matched_by_source_delete=delete_unmatched, txn_id=txn_id
+    )
+    _print_json(result.to_dict())
+    return 0
+
+
+def optimize(uri: str, where: str | None, target_rows: int, txn_id: str | None) -> int:
+    ns = PartitionedNamespace.open(uri)
+    result = ns.optimize(where, target_rows_per_fragment=target_rows, txn_id=txn_id)
+    _print_json(result.to_dict())
+    return 0
+
+
+def maintain(
+    uri: str,
+    older_than_hours: float | None,
+    sweep_orphans: bool,
+    orphan_min_age_hours: float,
+    dry_run: bool,
+) -> int:
+    report = PartitionedNamespace.open(uri).maintain(
+        older_than=None if older_than_hours is None else dt.timedelta(hours=older_than_hours),
+        sweep_orphans=sweep_orphans,
+        orphan_min_age=dt.timedelta(hours=orphan_min_age_hours),
+        dry_run=dry_run,
+    )
+    _print_json(report.to_dict())
+    return 0
+
+
+def _add_table_operations(sub: Any) -> None:
+    delete_p = sub.add_parser("delete", help="delete the rows matching a filter (one commit)")
+    delete_p.add_argument("uri")
+    delete_p.add_argument("filter")
+    delete_p.add_argument("--txn-id", help="makes a retry return the first result")
+    drop_p = sub.add_parser(
+        "drop-partitions", help="drop the partitions whose partition values match a filter"
+    )
+    drop_p.add_argument("uri")
+    drop_p.add_argument("filter", help="on partition fields, e.g. \"event_date < '2025-01-01'\"")
+    drop_p.add_argument("--txn-id")
+    merge_p = sub.add_parser("merge", help="upsert the rows of a Parquet file by key columns")
+    merge_p.add_argument("uri")
+    merge_p.add_argument("parquet")
+    merge_p.add_argument("--on", action="append", required=True, help="a key column (repeat)")
+    merge_p.add_argument(
+        "--delete-unmatched",
+        action="store_true",
+        help="also delete stored rows whose key the file lacks",
+    )
+    merge_p.add_argument("--txn-id")
+    optimize_p = sub.add_parser("optimize", help="compact leaves with many small fragments")
+    optimize_p.add_argument("uri")
+    optimize_p.add_argument("filter", nargs="?")
+    optimize_p.add_argument("--target-rows-per-fragment", type=int, default=1024 * 1024)
+    optimize_p.add_argument("--txn-id")
+    maintain_p = sub.add_parser(
+        "maintain", help="compact __manifest, clean up old versions, sweep orphaned files"
+    )
+    maintain_p.add_argument("uri")
+    maintain_p.add_argument("--older-than-hours", type=float)
+    maintain_p.add_argument("--sweep-orphans", action="store_true")
+    maintain_p.add_argument("--orphan-min-age-hours", type=float, default=24.0)
+    maintain_p.add_argument(
+        "--dry-run", action="store_true", help="report what the sweep would remove; change nothing"
+    )
+
+
+def _run_table_operation(args: argparse.Namespace) -> int | None:
+    """Run a table operation command (None: not one), its progress logged to stderr."""
+    if args.command not in ("delete", "drop-partitions", "merge", "optimize", "maintain"):
+        return None
+    logging.getLogger("airflow_provider_lance").setLevel(logging.INFO)
+    if args.command == "delete":
+        return delete(args.uri, args.filter, args.txn_id)
+    if args.command == "drop-partitions":
+        return drop_partitions(args.uri, args.filter, args.txn_id)
+    if args.command == "merge":
+        return merge(args.uri, args.parquet, args.on, args.delete_unmatched, args.txn_id)
+    if args.command == "optimize":
+        return optimize(args.uri, args.filter, args.target_rows_per_fragment, args.txn_id)
+    return maintain(
+        args.uri,
+        args.older_than_hours,
+        args.sweep_orphans,
+        args.orphan_min_age_hours,
+        args.dry_run,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m airflow_provider_lance",
@@ -277,9 +404,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     delete_p = tag_sub.add_parser("delete", help="remove a tag (maintain may then clean up)")
     delete_p.add_argument("uri")
     delete_p.add_argument("name")
+    _add_table_operations(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        done = _run_table_operation(args)
+        if done is not None:
+            return done
         if args.command == "demo":
             return run_demo(args.directory)
         if args.command == "describe":

@@ -566,3 +566,42 @@ def test_moto_honours_conditional_put(s3: Any) -> None:
     with pytest.raises(botocore.exceptions.ClientError, match="PreconditionFailed"):
         s3.put_object(Bucket=BUCKET, Key="cond/x", Body=b"2", IfNoneMatch="*")
     assert s3.get_object(Bucket=BUCKET, Key="cond/x")["Body"].read() == b"1"
+
+
+def test_table_operations_and_the_orphan_sweep_on_s3(
+    storage_options: dict[str, str], s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delete, merge, drop_partitions, optimize and the sweep (which lists objects with
+    their ages through pyarrow's S3 filesystem, the options translated) on S3."""
+    import datetime as dt_
+
+    from airflow_provider_lance.namespace.failpoints import ENV, FailpointError
+
+    ns = PartitionedNamespace.create(
+        uri("table-ops"), schema=SCHEMA, partition_fields=BY_DAY, storage_options=storage_options
+    )
+    ns.write(FIRST)
+    ns.write(SECOND)
+    assert ns.delete("country = 'US' AND id > 1").rows_removed == 4  # 3, 5, 31, 40
+    merged = ns.merge(
+        events((2, D(2025, 12, 10), "XX"), (40, D(2025, 12, 13), "NL")), ["id", "event_date"]
+    )
+    assert (merged.rows_updated, merged.rows_inserted) == (1, 1)
+    assert ns.drop_partitions("event_date = '2025-12-12'").rows_removed == 1
+    assert ns.optimize().manifest_version is not None
+    assert [r["id"] for r in rows(ns.to_table())] == [1, 2, 4, 30, 40]
+    monkeypatch.setenv(ENV, "direct.staged=raise")
+    with pytest.raises(FailpointError):
+        ns.write(events((50, D(2025, 12, 10), "US")))
+    monkeypatch.delenv(ENV)
+    zero = dt_.timedelta(0)
+    dry = ns.maintain(sweep_orphans=True, orphan_min_age=zero, dry_run=True).orphans
+    assert dry is not None
+    assert dry["files_removed"] == 1
+    before = keys(s3, "table-ops")
+    report = ns.maintain(older_than=zero, sweep_orphans=True, orphan_min_age=zero).orphans
+    assert report is not None
+    assert report["files_removed"] >= 2  # the orphan, and the dropped date's leaf table
+    assert report["leaf_tables_removed"] == 1
+    assert len(keys(s3, "table-ops")) < len(before)
+    assert [r["id"] for r in rows(ns.to_table())] == [1, 2, 4, 30, 40]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lance
@@ -183,6 +183,10 @@ def commit_leaf(
     ``owner`` itself committed (an earlier attempt) is reused only if its fragments are
     exactly the base's plus ours. The commit records ``owner`` in its properties.
 
+    A partition that does not exist (``exists`` False: no published row) is always
+    replaced whole: a table already at its location belongs to a dropped partition or
+    a failed creation, and none of its rows may come back.
+
     ``staged_schema`` is the :func:`schema_digest` of the schema the fragments were written
     against: the leaf version ``staged_on`` for an append (None: a new table), ``schema``
     for a replacement. A mismatch raises :class:`CommitConflict` and commits nothing: the
@@ -196,8 +200,7 @@ def commit_leaf(
                 "nothing was published: stage them again"
             )
 
-    txn_id, _, incarnation = owner.rpartition("#")
-    properties = {TXN_PROPERTY: txn_id, INCARNATION_PROPERTY: incarnation}
+    properties = owner_properties(owner)
     if not exists:
         check_replacement()
         if _created(storage, uri, fragments, schema, properties):
@@ -211,7 +214,7 @@ def commit_leaf(
             base, overwrite, expected = 0, True, mine
         else:
             base_v = base_version(ds, published)
-            overwrite = replace or base_v is None
+            overwrite = replace or base_v is None or not exists
             latest = int(ds.version)
             if latest != base_v and committed_by(ds, latest) == owner:
                 # An earlier attempt (or a concurrent one of ours) made it: reuse it only if
@@ -222,21 +225,10 @@ def commit_leaf(
             if base_v is not None and not overwrite:
                 check_append_schema(storage, uri, base_v, staged_on, staged_schema)
             if base_v is not None and not overwrite and latest != base_v:
-                log.warning(
-                    "rolling back %d unpublished version(s) of %s to version %d",
-                    latest - base_v,
-                    uri,
-                    base_v,
-                )
-                with storage.failures("roll back", uri):
-                    storage.table(uri, base_v).restore()  # type: ignore[no-untyped-call]
-                failpoint("leaf.rolled_back")
-                restored = storage.table(uri)
-                latest = int(restored.version)
-                if _content(restored, latest) != _content(ds, base_v):
-                    # Another commit (a writer without a claim) landed on the restore before
-                    # it was read: appending to it would take that writer's rows along.
+                restored = _roll_back(storage, uri, ds, base_v)
+                if restored is None:
                     continue
+                latest = restored
             base = latest
         if overwrite:
             check_replacement()
@@ -245,28 +237,158 @@ def commit_leaf(
             if overwrite
             else LanceOperation.Append(list(fragments))
         )
-        failpoint("leaf.before_commit")
-        try:
-            committed = storage.commit(
-                uri,
-                Transaction(base, operation, transaction_properties=properties),
-                conflict=f"a concurrent commit to {uri} won",
-            )
-        except CommitConflict:
-            continue  # a concurrent commit won: look again
-        except StorageError:
-            if base == 0 and storage.table_or_none(uri) is not None:
-                continue  # a concurrent creation of the table won: look again
-            raise
-        version = int(committed.version)
-        if version == base + 1:  # nothing landed in between: exactly base + our files
+        version = _commit_on(storage, uri, base, operation, properties)
+        if version is not None:
             return version
-        log.warning(
-            "leaf %s version %d was rebased onto a concurrent commit; committing again",
-            uri,
-            version,
-        )
     raise CommitConflict(
         f"partition table {uri} kept changing under the commit (concurrent committers of "
         "an aborted or taken-over transaction?); retry the commit"
     )
+
+
+def commit_change(
+    storage: Storage,
+    uri: str,
+    operation: LanceOperation.BaseOperation,
+    *,
+    base: int,
+    owner: str,
+    still_base: Callable[[], bool] | None = None,
+) -> int:
+    """Commit ``operation``, computed against leaf version ``base`` (the published one),
+    as version ``base + 1`` of exactly the content it was computed for.
+
+    The discipline of :func:`commit_leaf` for changes that rewrite what is there (a
+    ``Delete`` with its deletion files, a merge's ``Update``, a compaction's ``Rewrite``):
+    versions above ``base`` (a crashed or racing writer's, never published) are rolled
+    back first, the restored content is checked, the commit is used only if it became
+    ``base + 1`` (Lance rebases a stale commit silently onto what landed meanwhile), and a
+    latest version ``owner`` made earlier is reused only if it holds exactly what this
+    operation makes of ``base``. A restore keeps fragment ids, so the operation computed
+    on ``base`` applies to the restored version unchanged.
+
+    ``still_base`` (if given) is asked before anything is rolled back: False means
+    ``base`` is no longer the published version (a writer published or claimed the
+    partition meanwhile), and :class:`CommitConflict` is raised instead of rolling that
+    writer's version back for a commit whose publish would fail anyway.
+    """
+    properties = owner_properties(owner)
+    expected: list[str] | None = None
+    for _attempt in range(LEAF_ATTEMPTS):
+        ds = storage.table(uri)
+        if expected is None:
+            expected = content_after(ds, base, operation)
+        latest = int(ds.version)
+        if latest != base:
+            if committed_by(ds, latest) == owner and _content(ds, latest) == expected:
+                return latest
+            if still_base is not None and not still_base():
+                raise CommitConflict(
+                    f"partition table {uri} was published or claimed anew while this change "
+                    "was computed; nothing was published"
+                )
+            restored = _roll_back(storage, uri, ds, base)
+            if restored is None:
+                continue
+            latest = restored
+        version = _commit_on(storage, uri, latest, operation, properties)
+        if version is not None:
+            return version
+    raise CommitConflict(
+        f"partition table {uri} kept changing under the commit (concurrent writers of the "
+        "same partition?); nothing was published, try again"
+    )
+
+
+def owner_properties(owner: str) -> dict[str, str]:
+    """The transaction properties tagging a leaf version with ``owner`` (``txn#k``)."""
+    txn_id, _, incarnation = owner.rpartition("#")
+    return {TXN_PROPERTY: txn_id, INCARNATION_PROPERTY: incarnation}
+
+
+def content_after(
+    ds: lance.LanceDataset, base: int, operation: LanceOperation.BaseOperation
+) -> list[str]:
+    """The content (fragment signatures) ``operation`` makes of version ``base``."""
+    at = ds if int(ds.version) == base else ds.checkout_version(base)
+    fragments = {f.fragment_id: _signature(f.metadata) for f in at.get_fragments()}
+
+    def replaced(updated: Any) -> None:
+        for f in updated:
+            fragments[int(f.id)] = _signature(f)
+
+    added: list[Any] = []
+    if isinstance(operation, LanceOperation.Overwrite):
+        fragments, added = {}, list(operation.fragments)
+    elif isinstance(operation, LanceOperation.Append):
+        added = list(operation.fragments)
+    elif isinstance(operation, LanceOperation.Delete):
+        for i in operation.deleted_fragment_ids:
+            fragments.pop(int(i), None)
+        replaced(operation.updated_fragments)
+    elif isinstance(operation, LanceOperation.Update):
+        for i in operation.removed_fragment_ids:
+            fragments.pop(int(i), None)
+        replaced(operation.updated_fragments)
+        added = list(operation.new_fragments)
+    elif isinstance(operation, LanceOperation.Rewrite):
+        for group in operation.groups:
+            for old in group.old_fragments:
+                fragments.pop(int(old.id), None)
+            added += list(group.new_fragments)
+    else:
+        raise TypeError(f"no content rule for {type(operation).__name__}")
+    return sorted([*fragments.values(), *(_signature(f) for f in added)])
+
+
+def _roll_back(storage: Storage, uri: str, ds: lance.LanceDataset, base: int) -> int | None:
+    """Restore version ``base`` above the versions after it (unpublished: a crashed or
+    racing writer's); the restored version, or None if another commit landed on the
+    restore before it was read (building on it would take that writer's rows along)."""
+    log.warning(
+        "rolling back %d unpublished version(s) of %s to version %d",
+        int(ds.version) - base,
+        uri,
+        base,
+    )
+    with storage.failures("roll back", uri):
+        storage.table(uri, base).restore()  # type: ignore[no-untyped-call]
+    failpoint("leaf.rolled_back")
+    restored = storage.table(uri)
+    if _content(restored, int(restored.version)) != _content(ds, base):
+        return None
+    return int(restored.version)
+
+
+def _commit_on(
+    storage: Storage,
+    uri: str,
+    base: int,
+    operation: LanceOperation.BaseOperation,
+    properties: dict[str, str],
+) -> int | None:
+    """Commit ``operation`` on version ``base``: the new version if it is ``base + 1``
+    (nothing landed in between), None if a concurrent commit won or Lance rebased it
+    (look again)."""
+    failpoint("leaf.before_commit")
+    try:
+        committed = storage.commit(
+            uri,
+            Transaction(base, operation, transaction_properties=properties),
+            conflict=f"a concurrent commit to {uri} won",
+        )
+    except CommitConflict:
+        return None  # a concurrent commit won: look again
+    except StorageError:
+        if base == 0 and storage.table_or_none(uri) is not None:
+            return None  # a concurrent creation of the table won: look again
+        raise
+    version = int(committed.version)
+    if version == base + 1:  # nothing landed in between: exactly base + the operation
+        return version
+    log.warning(
+        "leaf %s version %d was rebased onto a concurrent commit; committing again",
+        uri,
+        version,
+    )
+    return None

@@ -55,6 +55,8 @@ class MaintenanceReport:
     #: publish one; recovery rolls orphans back from the published one).
     leaves_kept_unpublished: dict[str, int] = field(default_factory=dict)
     leaves_skipped_by_reason: dict[str, list[str]] = field(default_factory=dict)
+    #: What the orphan sweep removed (files, bytes freed; see ``sweep``), when it ran.
+    orphans: dict[str, object] | None = None
 
     def to_dict(self) -> dict[str, object]:
         out = dict(self.__dict__)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import lance
@@ -257,6 +257,48 @@ class Manifest:
             builder.conflict_retries(0).execute(self.conform(rows, base))
             failpoint("manifest.after_swap")  # committed: "=error" makes its outcome unknown
         self.last_swapped = base  # the commit advanced it to the version it made
+        return int(base.version)
+
+    def compare_and_swap_dropping(
+        self, rows: pa.Table, drop: Sequence[str], base_version: int
+    ) -> int:
+        """Upsert ``rows`` and delete the rows with ids ``drop``, in ONE commit, failing
+        with :class:`CommitConflict` if any of them changed (or was inserted) after
+        ``base_version``. Returns the new version.
+
+        One ``merge_insert``: matched rows updated, unmatched inserted, and target rows not
+        in ``rows`` whose id is in ``drop`` deleted (``when_not_matched_by_source_delete``).
+        Measured with pylance 14.0.2, ``conflict_retries(0)``: a concurrent update or
+        delete of a dropped row or of an upserted one makes it fail; a change to any other
+        row is rebased, as for :meth:`compare_and_swap`; an empty ``rows`` deletes only.
+        """
+        if not drop:
+            return self.compare_and_swap(rows, base_version)
+        try:
+            base = self.open(base_version)
+        except ManifestError as exc:
+            raise CommitConflict(
+                f"__manifest version {base_version}, which this commit read, was cleaned up "
+                "meanwhile (maintain); read the namespace again",
+                list(drop),
+            ) from exc
+        builder = (
+            base.merge_insert(OBJECT_ID)
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .when_not_matched_by_source_delete(ids_filter(drop))
+        )
+        ids = [i for i in rows.column(OBJECT_ID).to_pylist() if isinstance(i, str)]
+        with self.storage.failures(
+            "commit to",
+            self.uri,
+            conflict="a concurrent writer changed the __manifest rows this commit depends on",
+            partitions=[i for i in [*ids, *drop] if not i.startswith(TXN_PREFIX)],
+        ):
+            failpoint("manifest.before_swap")
+            builder.conflict_retries(0).execute(self.conform(rows, base))
+            failpoint("manifest.after_swap")
+        self.last_swapped = base
         return int(base.version)
 
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:

@@ -13,8 +13,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import transactions
-from .catalog import SCHEMA_KEY, SPEC_COLUMN, NamespaceState, Partition
+from .catalog import SCHEMA_KEY, NamespaceState, Partition
 from .commit import CommitOptions, TransactionContext, backoff, resolve
+from .compaction import DEFAULT_TARGET_ROWS, Optimize
+from .coverage import pruned_rows
+from .deletion import DeleteRows, DropPartitions
 from .direct import publish_stage
 from .errors import (
     CommitConflict,
@@ -32,16 +35,20 @@ from .history import History
 from .lifecycle import TxnState, collect_finished, tag
 from .maintenance import MaintenanceReport, maintain
 from .manifest import CLAIM, NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
+from .merging import MergeRows
 from .naming import leaf_directory, normalize_root, spec_namespace_id
-from .pruning import SpecProjector, holds_for_kept_partitions, parse_filter
+from .operations import TableOperation, run_operation
+from .pruning import holds_for_kept_partitions, parse_filter
 from .repair import RepairReport
 from .repair import repair as repair_manifest
-from .results import CommitResult, HistoryEntry, TagInfo
+from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
 from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
 from .staging import FLUSH_BYTES, Stage, StagedPartition, Stager
 from .storage import Storage
+from .sweep import DEFAULT_MIN_AGE
+from .sweep import sweep_orphans as sweep
 from .timetravel import (
     AsOf,
     create_tag,
@@ -396,21 +403,7 @@ class PartitionedNamespace:
     def _prune(state: NamespaceState, filter: str | None) -> list[Partition]:
         if filter is None:
             return state.partitions()
-        _, pred = parse_filter(filter, state.schema)
-        tables = state.tables
-        if isinstance(pred, bool):
-            return state.partitions() if pred else []
-        mask: pc.Expression | bool = False
-        for version_, fields in state.specs.items():
-            projected = SpecProjector(fields, state.schema).project(pred)
-            if projected is False:
-                continue
-            in_version = pc.field(SPEC_COLUMN) == version_
-            term = in_version if projected is True else in_version & projected
-            mask = term if mask is False else mask | term
-        if mask is False:
-            return []
-        return state.partitions_from_rows(tables.filter(mask))
+        return state.partitions_from_rows(pruned_rows(state, filter))
 
     # -- reads -------------------------------------------------------------------------------
     def to_batches(
@@ -509,6 +502,86 @@ class PartitionedNamespace:
         residual = parse_filter(filter, state.schema)[0]
         columns = filter_columns(residual)
         return sum(b.num_rows for b in self._batches(state, columns, filter, None))
+
+    # -- table operations: each one __manifest swap (see operations) ------------------------
+    def drop_partitions(
+        self, filter: str, *, txn_id: str | None = None, claim_timeout: float | None = None
+    ) -> OperationResult:
+        """Remove whole partitions, as metadata: those whose partition values make
+        ``filter`` true. The filter names partition fields (``__manifest`` columns, e.g.
+        ``"event_date < '2025-01-01'"``); a partition of a spec version without a field
+        sees NULL for it. Their rows leave every read in one ``__manifest`` commit; the
+        leaf files stay until maintenance. ``txn_id`` makes a retry return the first
+        result; ``claim_timeout`` bounds the wait for partitions a transaction is
+        committing (default 120 s)."""
+        return self._operate(DropPartitions(self._storage, filter), txn_id, claim_timeout)
+
+    def delete(
+        self, filter: str, *, txn_id: str | None = None, claim_timeout: float | None = None
+    ) -> OperationResult:
+        """Delete the rows matching ``filter`` (on namespace columns), in one ``__manifest``
+        commit: partitions the filter covers entirely are dropped as metadata, the others
+        get Lance deletion files on their published version (nothing rewritten).
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        return self._operate(DeleteRows(self._storage, filter), txn_id, claim_timeout)
+
+    def merge(
+        self,
+        data: ArrowData,
+        on: Sequence[str],
+        *,
+        when_not_matched_by_source_delete: bool = False,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+    ) -> OperationResult:
+        """Upsert ``data`` by the key columns ``on``: rows whose key is stored are
+        updated, the others inserted (new partition values become new partitions), all
+        in one ``__manifest`` commit. The key must include every source column of the
+        current partition spec. ``when_not_matched_by_source_delete`` also deletes every
+        stored row whose key ``data`` lacks (partitions it does not touch are dropped).
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        operation = MergeRows(
+            self._storage, data, on, delete_unmatched=when_not_matched_by_source_delete
+        )
+        return self._operate(operation, txn_id, claim_timeout)
+
+    def optimize(
+        self,
+        filter: str | None = None,
+        *,
+        target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+        materialize_deletions: bool = True,
+        txn_id: str | None = None,
+    ) -> OperationResult:
+        """Compact the leaves of the partitions ``filter`` may touch (all of them for
+        None): small fragments merged into fragments of ``target_rows_per_fragment`` rows,
+        deleted rows dropped from the files. Every compacted leaf's new version is
+        published in one ``__manifest`` commit; writers keep writing meanwhile (a leaf
+        that keeps changing, or that a transaction is committing, is left alone and
+        reported in ``skipped``). The rows never change, only their files."""
+        operation = Optimize(
+            self._storage,
+            filter,
+            target_rows_per_fragment=target_rows_per_fragment,
+            materialize_deletions=materialize_deletions,
+        )
+        return self._operate(operation, txn_id, None)
+
+    def _operate(
+        self, operation: TableOperation, txn_id: str | None, claim_timeout: float | None
+    ) -> OperationResult:
+        self._manifest.ensure_claim_column()
+        result = run_operation(self._txn, operation, txn_id=txn_id, claim_timeout=claim_timeout)
+        log.info(
+            "%s: %d rows removed, %d updated, %d inserted, %d partitions dropped (manifest v%s)",
+            operation.kind,
+            result.rows_removed,
+            result.rows_updated,
+            result.rows_inserted,
+            len(result.dropped),
+            result.manifest_version,
+        )
+        return result
 
     # -- writes and transactions -----------------------------------------------------------
     def write(
@@ -677,17 +750,33 @@ class PartitionedNamespace:
         return transactions.recover(self._txn, lease_seconds)
 
     def maintain(
-        self, *, compact: bool = True, older_than: dt.timedelta | None = None
+        self,
+        *,
+        compact: bool = True,
+        older_than: dt.timedelta | None = None,
+        sweep_orphans: bool = False,
+        orphan_min_age: dt.timedelta = DEFAULT_MIN_AGE,
+        dry_run: bool = False,
     ) -> MaintenanceReport:
         """Compact ``__manifest``; with ``older_than``, also remove old versions safely
-        (tagged versions, and every leaf version they read, are kept: see :meth:`tag`)."""
-        collect_finished(self._manifest, self.state, self._store.delete)
-        report = maintain(
-            self._manifest,
-            NamespaceState.load(self._root, self._manifest.open()),
-            compact=compact,
-            older_than=older_than,
-        )
+        (tagged versions, and every leaf version they read, are kept: see :meth:`tag`);
+        with ``sweep_orphans``, remove files no leaf version references and leaf tables
+        of dropped partitions no retained version reads, once older than
+        ``orphan_min_age`` (see ``sweep``). ``dry_run`` changes nothing: it only reports
+        what the sweep would remove (compaction and version cleanup do not run)."""
+        if dry_run:
+            report = MaintenanceReport()
+        else:
+            collect_finished(self._manifest, self.state, self._store.delete)
+            report = maintain(
+                self._manifest,
+                NamespaceState.load(self._root, self._manifest.open()),
+                compact=compact,
+                older_than=older_than,
+            )
+        if sweep_orphans:
+            swept = sweep(self._txn, min_age=orphan_min_age, dry_run=dry_run)
+            report.orphans = swept.to_dict()
         self._state = NamespaceState.load(self._root, self._manifest.open())
         return report
 

@@ -250,7 +250,9 @@ def holds_for_kept_partitions(
     with no ``<>``/``NOT IN`` once negations are pushed down (a NULL partition passes those
     in the pruner, its rows do not in SQL). Then the pruner's projection is the filter
     itself, evaluated on a value every row of the partition has (Iceberg's residual
-    evaluator reaches the same conclusion for identity partitions).
+    evaluator reaches the same conclusion for identity partitions). A static check, so a
+    read plans no query for it; :mod:`.coverage` decides the same per partition, for any
+    expression over identity columns, by evaluating the filter (what a delete needs).
     """
     identity = set()
     for f in fields:

@@ -130,6 +130,12 @@ def read_partition(
 _HASH_CALL = re.compile(r"\bhash\s*\(", re.IGNORECASE)
 
 
+def lance_filter(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> str | None:
+    """``residual`` as a filter Lance can evaluate on the leaf itself (every column it
+    names stored under its namespace name and type, no ``hash()``), or None."""
+    return residual.sql if _pushable(residual, plan, leaf) else None
+
+
 def _pushable(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> bool:
     if _HASH_CALL.search(residual.sql):
         return False

@@ -20,10 +20,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import lance
 import pyarrow as pa
+import pyarrow.fs as pafs
 from lance import LanceOperation, Transaction
 from lance.commit import CommitConflictError
 from lance.dataset import Session  # type: ignore[attr-defined]
@@ -92,6 +94,16 @@ def first_line(exc: BaseException) -> str:
     """The part of a library error worth showing: its first line, bounded."""
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file under the root: its path relative to the root, size and modification time
+    (seconds since the epoch)."""
+
+    path: str
+    size: int
+    mtime: float
 
 
 class Storage:
@@ -343,6 +355,55 @@ class Storage:
         """The paths (relative to the root) of every file under ``prefix``."""
         with self.failures("list", self.uri(prefix)):
             return list(self._session().list(prefix))
+
+    def list_files(self, prefix: str = "") -> Sequence[FileEntry]:
+        """Every file under ``prefix`` (relative to the root) with its size and last
+        modification time, e.g. for the orphan sweep, which only removes files older than
+        a safety age. Through pyarrow's filesystems: local disks and S3 (the S3 options
+        translated from Lance's); other stores raise :class:`InvalidArgumentError`."""
+        filesystem, base = self._filesystem()
+        start = f"{base}/{prefix}".rstrip("/") if prefix else base
+        with self.failures("list", self.uri(prefix) if prefix else self.root):
+            try:
+                infos = filesystem.get_file_info(pafs.FileSelector(start, recursive=True))
+            except FileNotFoundError:
+                return []
+        out = []
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
+            out.append(FileEntry(info.path[len(base) + 1 :], int(info.size or 0), mtime))
+        return out
+
+    def _filesystem(self) -> tuple[pafs.FileSystem, str]:
+        scheme = self.root.split("://", 1)[0] if "://" in self.root else "file"
+        if scheme == "file":
+            return pafs.LocalFileSystem(), self.root.removeprefix("file://").rstrip("/")
+        if scheme in ("s3", "s3a"):
+            options = {k.lower(): v for k, v in (self.options or {}).items()}
+
+            def get(*names: str) -> str | None:
+                return next((options[n] for n in names if options.get(n)), None)
+
+            endpoint = get("aws_endpoint", "endpoint", "aws_endpoint_url", "endpoint_url")
+            allow_http = (get("allow_http", "aws_allow_http") or "").lower() == "true"
+            scheme_override = None
+            if endpoint is not None and "://" in endpoint:
+                scheme_override, endpoint = endpoint.split("://", 1)
+            filesystem = pafs.S3FileSystem(
+                access_key=get("aws_access_key_id", "access_key_id"),
+                secret_key=get("aws_secret_access_key", "secret_access_key"),
+                session_token=get("aws_session_token", "session_token"),
+                region=get("aws_region", "region"),
+                endpoint_override=endpoint,
+                scheme=scheme_override or ("http" if allow_http else "https"),
+            )
+            return filesystem, self.root.split("://", 1)[1].rstrip("/")
+        raise InvalidArgumentError(
+            f"listing files with their ages is supported on local disks and S3, not on "
+            f"{scheme}:// (the orphan sweep needs it)"
+        )
 
     def delete(self, path: str) -> None:
         """Delete the file at ``path``; nothing if it is already gone."""

@@ -9,7 +9,9 @@ mistaken for the new one's. Per incarnation:
 * ``stage-<stage_id>.json``: one per staging attempt, the data files written per partition;
 * ``plan-<plan_id>.json``: what a commit publishes, fixed when the commit sealed the
   transaction (the stages it includes and their merged partitions);
-* ``result.json``: the published :class:`CommitResult`, a cache written after the publish.
+* ``result.json``: the published :class:`CommitResult`, a cache written after the publish;
+* ``outcome-<token>.json``: the result of a table operation (delete, merge, ...), written
+  before its publish and completed after it; its transaction row names the token.
 
 None of these files decides anything: the state of a transaction lives in its
 ``__manifest`` row (see ``lifecycle``), the one place every transition is a
@@ -184,6 +186,15 @@ class TransactionStore:
 
     def result(self, txn_id: str, incarnation: int) -> Any | None:
         return self._maybe(f"{self.directory(txn_id, incarnation)}/{RESULT}")
+
+    def save_outcome(self, txn_id: str, incarnation: int, token: str, outcome: Any) -> None:
+        self.storage.put_json(self._outcome_path(txn_id, incarnation, token), outcome)
+
+    def outcome(self, txn_id: str, incarnation: int, token: str) -> Any | None:
+        return self._maybe(self._outcome_path(txn_id, incarnation, token))
+
+    def _outcome_path(self, txn_id: str, incarnation: int, token: str) -> str:
+        return f"{self.directory(txn_id, incarnation)}/outcome-{check_txn_id(token)}.json"
 
     # -- removal -----------------------------------------------------------------------
     def delete(self, txn_id: str, incarnation: int | None = None) -> None:

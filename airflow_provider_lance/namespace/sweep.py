@@ -1,0 +1,261 @@
+"""The orphan sweep: files no leaf version references, and leaf tables nothing reads.
+
+Writers stage data files before anything references them: a killed Spark attempt, a
+killed stager, a table operation that crashed before its swap, all leave files behind
+that no version of any leaf names (wasted space, never read: Delta's and Iceberg's
+orphan files). Dropped partitions leave whole leaf tables behind, which older
+``__manifest`` versions may still read. The sweep removes both, and only what is safe:
+
+* a data or deletion file of a leaf directory is removed when no existing version of
+  that leaf references it, it is older than ``min_age`` (default one day: a write in
+  flight has staged it moments ago and will reference it), and no live transaction's
+  stage record or plan names it (a named transaction may stay staged for days);
+* a whole leaf directory is removed when no row of the latest ``__manifest`` (published
+  or pending) and no retained ``__manifest`` version points at it, no live transaction
+  names it, and every file in it is older than ``min_age`` (so a writer creating the
+  partition again right now, whose files are new, keeps it). Its version files go first,
+  so nobody opens a table whose data is being removed.
+
+``dry_run`` reports what would go and removes nothing. ``maintain(sweep_orphans=True)``
+runs it after the manifest versions were cleaned up, so the retained versions it keeps
+leaves for are the ones that remain.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import lance
+
+from .catalog import NamespaceState
+from .commit import Plan, TransactionContext, current_of, only
+from .errors import InvalidArgumentError, LanceNamespaceError, ManifestError
+from .lifecycle import TxnState, all_records
+from .manifest import LOCATION, MANIFEST_NAME, OBJECT_TYPE, TABLE
+from .staging import Stage
+from .storage import FileEntry, Storage
+from .txnstore import TXN_DIR
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MIN_AGE = dt.timedelta(days=1)
+#: Leaf directories (``<8 hex>_v<N>$...$dataset``, see ``naming.leaf_directory``).
+LEAF_DIRECTORY = re.compile(r"^[0-9a-f]{8}_v\d+\$.+\$dataset$")
+#: A progress line every this many leaf directories.
+PROGRESS_EVERY = 500
+#: Paths listed in the report, at most.
+SAMPLE = 20
+
+
+@dataclass
+class SweepReport:
+    """What the sweep removed (or, in a dry run, would remove)."""
+
+    dry_run: bool = False
+    leaf_directories: int = 0
+    files_removed: int = 0
+    bytes_freed: int = 0
+    #: Leaf tables of dropped partitions removed whole (their files are counted above).
+    leaf_tables_removed: int = 0
+    #: Unreferenced files kept: younger than the safety age, or named by a live
+    #: transaction.
+    kept_young: int = 0
+    kept_staged: int = 0
+    sample: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+    def _remove(self, entry: FileEntry) -> None:
+        self.files_removed += 1
+        self.bytes_freed += entry.size
+        if len(self.sample) < SAMPLE:
+            self.sample.append(entry.path)
+
+
+def sweep_orphans(
+    ctx: TransactionContext,
+    *,
+    min_age: dt.timedelta = DEFAULT_MIN_AGE,
+    dry_run: bool = False,
+) -> SweepReport:
+    """Remove orphaned files and unread leaf tables (see the module docstring)."""
+    if not isinstance(min_age, dt.timedelta) or min_age < dt.timedelta(0):
+        raise InvalidArgumentError(f"min_age must be a non-negative timedelta, got {min_age!r}")
+    storage = ctx.storage
+    state = ctx.load_state()
+    report = SweepReport(dry_run=dry_run)
+    cutoff = time.time() - min_age.total_seconds()
+    protected = _named_by_live_transactions(ctx, state)
+    listed: dict[str, list[FileEntry]] = {}
+    for entry in storage.list_files():
+        top = entry.path.split("/", 1)[0]
+        if top not in (MANIFEST_NAME, TXN_DIR) and LEAF_DIRECTORY.match(top):
+            listed.setdefault(top, []).append(entry)
+    locations = _locations(state.dataset)
+    unlisted = [d for d in listed if d not in locations]
+    unread = _unread(ctx, unlisted) if unlisted else set()
+    started = time.monotonic()
+    for i, (directory, entries) in enumerate(sorted(listed.items()), 1):
+        report.leaf_directories += 1
+        unnamed = not any(e.path in protected for e in entries)
+        if directory in unread and unnamed and all(e.mtime < cutoff for e in entries):
+            _remove_table(storage, directory, entries, report, dry_run)
+            continue
+        _sweep_leaf(storage, directory, entries, protected, cutoff, report, dry_run)
+        if i % PROGRESS_EVERY == 0:
+            log.info(
+                "orphan sweep: %d of %d leaf directories, %d files (%d bytes) %s (%.0fs)",
+                i,
+                len(listed),
+                report.files_removed,
+                report.bytes_freed,
+                "to remove" if dry_run else "removed",
+                time.monotonic() - started,
+            )
+    log.info(
+        "orphan sweep%s: %d files, %d bytes, %d dropped leaf tables %s; kept %d young and "
+        "%d staged unreferenced files",
+        " (dry run)" if dry_run else "",
+        report.files_removed,
+        report.bytes_freed,
+        report.leaf_tables_removed,
+        "would go" if dry_run else "removed",
+        report.kept_young,
+        report.kept_staged,
+    )
+    return report
+
+
+def _sweep_leaf(
+    storage: Storage,
+    directory: str,
+    entries: list[FileEntry],
+    protected: set[str],
+    cutoff: float,
+    report: SweepReport,
+    dry_run: bool,
+) -> None:
+    """Remove the data and deletion files of one leaf no version of it references."""
+    candidates = [
+        e for e in entries if e.path.startswith((f"{directory}/data/", f"{directory}/_deletions/"))
+    ]
+    if not candidates:
+        return
+    has_table = any(e.path.startswith(f"{directory}/_versions/") for e in entries)
+    referenced = _referenced(storage, directory) if has_table else set()
+    if referenced is None:
+        return
+    for entry in candidates:
+        if entry.path in referenced:
+            continue
+        if entry.path in protected:
+            report.kept_staged += 1
+        elif entry.mtime >= cutoff:
+            report.kept_young += 1
+        else:
+            report._remove(entry)
+            if not dry_run:
+                storage.delete(entry.path)
+
+
+def _remove_table(
+    storage: Storage,
+    directory: str,
+    entries: list[FileEntry],
+    report: SweepReport,
+    dry_run: bool,
+) -> None:
+    """Remove a whole leaf directory, its version files first."""
+    report.leaf_tables_removed += 1
+    versions_first = sorted(entries, key=lambda e: not e.path.startswith(f"{directory}/_versions/"))
+    for entry in versions_first:
+        report._remove(entry)
+        if not dry_run:
+            storage.delete(entry.path)
+    log.info("orphan sweep: leaf table %s is read by no retained __manifest version", directory)
+
+
+def _referenced(storage: Storage, directory: str) -> set[str] | None:
+    """The data and deletion files (root-relative) any existing version references
+    (None: the table cannot be read, and nothing of it is removed)."""
+    uri = storage.uri(directory)
+    try:
+        ds = storage.table(uri)
+    except LanceNamespaceError as exc:
+        log.warning("orphan sweep left %s alone: %s", directory, exc)
+        return None
+    out: set[str] = set()
+    for version in ds.versions():
+        at = ds.checkout_version(int(version["version"]))
+        for fragment in at.get_fragments():
+            raw = fragment.metadata.to_json()
+            out.update(f"{directory}/data/{f['path']}" for f in raw.get("files", []))
+            deletion = raw.get("deletion_file")
+            if deletion:
+                ext = "arrow" if deletion.get("file_type") == "array" else "bin"
+                name = f"{raw['id']}-{deletion['read_version']}-{deletion['id']}.{ext}"
+                out.add(f"{directory}/_deletions/{name}")
+    return out
+
+
+def _locations(ds: lance.LanceDataset) -> set[str]:
+    """The leaf locations one ``__manifest`` version points at (every table row)."""
+    if LOCATION not in ds.schema.names:
+        raise ManifestError(
+            f"__manifest version {ds.version} has no {LOCATION} column; the orphan sweep "
+            "cannot tell which leaf tables it reads (repair the namespace first)"
+        )
+    rows = ds.to_table(columns=[LOCATION], filter=f"{OBJECT_TYPE} = '{TABLE}'")
+    return {loc for loc in rows.column(LOCATION).to_pylist() if loc}
+
+
+def _unread(ctx: TransactionContext, directories: Iterable[str]) -> set[str]:
+    """Those of ``directories`` no retained ``__manifest`` version points at (newest
+    versions first; stops as soon as every one was found)."""
+    left = set(directories)
+    latest = ctx.manifest.open()
+    for version in sorted((int(v["version"]) for v in latest.versions()), reverse=True):
+        if not left:
+            break
+        try:
+            at = ctx.manifest.open(version)
+        except LanceNamespaceError:  # removed meanwhile: older versions are gone too
+            break
+        left -= _locations(at)
+    return left
+
+
+def _named_by_live_transactions(ctx: TransactionContext, state: NamespaceState) -> set[str]:
+    """Files (root-relative) that stage records or plans of live transactions name."""
+    rows = {r.txn_id: r for r in all_records(state)}
+    out: set[str] = set()
+    for header in ctx.store.headers():
+        record = current_of(header.txn_id, rows.get(header.txn_id), only(header))
+        if record is None or record.state not in (TxnState.STAGED, TxnState.COMMITTING):
+            continue
+        stages = [
+            Stage.from_json(raw)
+            for raw in ctx.store.stages(header.txn_id, record.incarnation).values()
+        ]
+        if record.plan is not None:
+            try:
+                plan = Plan.from_json(
+                    ctx.store.plan(header.txn_id, record.incarnation, record.plan)
+                )
+                stages.append(Stage("plan", "plan", plan.mode, plan.spec_version, plan.partitions))
+            except LanceNamespaceError:
+                pass
+        for stage in stages:
+            for part in stage.partitions.values():
+                for meta in part.fragment_metadata():
+                    out.update(
+                        f"{part.directory}/data/{f['path']}"
+                        for f in meta.to_json().get("files", [])
+                    )
+    return out

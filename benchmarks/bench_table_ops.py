@@ -1,0 +1,305 @@
+"""Table operations side by side with delta-rs: delete, merge, optimize, on the same data.
+
+    python benchmarks/bench_table_ops.py            # ~6 min on 2 cores
+    python benchmarks/bench_table_ops.py --quick    # fewer rounds, 30 appends
+
+Scenario 1 (``--partitions`` dates x ``--rows`` rows, identity partitioning on
+``event_date``, both systems loaded with the same Arrow table):
+
+* delete 1% of the rows, spread over every partition (``id % 100 = k``): ours writes
+  deletion files on each leaf's published version and publishes them in one
+  ``__manifest`` commit; delta-rs ``DeltaTable.delete`` rewrites the files it touches;
+* merge 1% updates spread over every partition, keyed on ``(id, event_date)``: ours, one
+  ``merge_insert`` per leaf and one publish; delta-rs ``DeltaTable.merge(...)
+  .when_matched_update_all().when_not_matched_insert_all()``;
+* delete one whole date: ours drops the partition as metadata; delta-rs removes its files
+  by partition predicate.
+
+Scenario 2: ``--buckets`` partitions (``bucket = id % buckets``), ``--appends`` daily
+appends each writing rows into every partition (a fragment, or a file, per partition per
+append), then one ``optimize`` (delta-rs ``optimize.compact()``), files before and after.
+
+Every operation opens a fresh handle; samples are interleaved (the order alternates each
+round); after each phase both systems must hold exactly the same rows (checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    cpu_jiffies,
+    fmt_ms,
+    print_environment,
+    print_table,
+    steal_pct,
+    summarize,
+    write_results,
+)
+from bench_floor import SCHEMA, rows
+
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+
+BUCKET_SCHEMA = pa.schema([*SCHEMA, pa.field("bucket", pa.int32())])
+
+
+class Ours:
+    name = "ours"
+
+    def __init__(self, root: Path, by: str) -> None:
+        self.uri, self.by = str(root), by
+
+    def ns(self) -> PartitionedNamespace:
+        return PartitionedNamespace.open(self.uri)
+
+    def load(self, data: pa.Table) -> None:
+        PartitionedNamespace.create(
+            self.uri, schema=data.schema, partition_fields=[PartitionField(self.by, self.by)]
+        ).write(data)
+
+    def append(self, data: pa.Table) -> None:
+        self.ns().write(data)
+
+    def delete(self, where: str) -> int:
+        return self.ns().delete(where).rows_removed
+
+    def merge(self, data: pa.Table) -> int:
+        result = self.ns().merge(data, on=["id", self.by])
+        return result.rows_updated + result.rows_inserted
+
+    def optimize(self) -> tuple[int, int]:
+        result = self.ns().optimize()
+        return result.fragments_before, result.fragments_after
+
+    def files(self) -> int:
+        ns = self.ns()
+        return sum(
+            len(ns.storage.table(p.location, p.read_version).get_fragments())
+            for p in ns.partitions()
+        )
+
+    def rows(self) -> pa.Table:
+        return self.ns().to_table()
+
+
+class Delta:
+    name = "delta-rs"
+
+    def __init__(self, root: Path, by: str) -> None:
+        self.uri, self.by = str(root), by
+
+    def table(self) -> Any:
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.uri)
+
+    def load(self, data: pa.Table) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(self.uri, data, partition_by=[self.by], mode="error")
+
+    def append(self, data: pa.Table) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(self.uri, data, mode="append")
+
+    def delete(self, where: str) -> int:
+        return int(self.table().delete(where)["num_deleted_rows"])
+
+    def merge(self, data: pa.Table) -> int:
+        metrics = (
+            self.table()
+            .merge(
+                data,
+                predicate=f"t.id = s.id AND t.{self.by} = s.{self.by}",
+                source_alias="s",
+                target_alias="t",
+            )
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        return int(metrics["num_target_rows_updated"]) + int(metrics["num_target_rows_inserted"])
+
+    def optimize(self) -> tuple[int, int]:
+        metrics = self.table().optimize.compact()
+        return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+    def files(self) -> int:
+        return len(self.table().file_uris())
+
+    def rows(self) -> pa.Table:
+        from deltalake import QueryBuilder
+
+        return pa.table(QueryBuilder().register("t", self.table()).execute("SELECT * FROM t"))
+
+
+SYSTEMS: dict[str, Callable[[Path, str], Any]] = {"ours": Ours, "delta": Delta}
+
+
+class Run:
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.samples: dict[str, dict[str, list[float]]] = {}
+        self.steal: dict[str, float | None] = {}
+        self.rounds = 0
+
+    def time(
+        self, operation: str, reps: int, call: Callable[[Any, int], Any], live: dict[str, Any]
+    ) -> dict[str, Any]:
+        jiffies = cpu_jiffies()
+        outputs: dict[str, Any] = {}
+        for rep in range(reps):
+            shift = self.rounds % len(self.names)
+            self.rounds += 1
+            for name in self.names[shift:] + self.names[:shift]:
+                t0 = time.perf_counter()
+                outputs[name] = call(live[name], rep)
+                self.samples.setdefault(operation, {}).setdefault(name, []).append(
+                    time.perf_counter() - t0
+                )
+        self.steal[operation] = steal_pct(jiffies, cpu_jiffies())
+        medians = {n: fmt_ms(summarize(s)["median_ms"]) for n, s in self.samples[operation].items()}
+        print(
+            f"  {operation}: " + ", ".join(f"{n} {m} ms" for n, m in medians.items()),
+            f"(last: {outputs})",
+            flush=True,
+        )
+        return outputs
+
+    def report(self, title: str, operations: list[str]) -> list[list[str]]:
+        headers = ["operation", *self.names, *(["ours/delta-rs"] if len(self.names) == 2 else [])]
+        table = []
+        for operation in operations:
+            med = {n: summarize(s)["median_ms"] for n, s in self.samples[operation].items()}
+            row = [operation, *[fmt_ms(med.get(n)) for n in self.names]]
+            if len(self.names) == 2:
+                row.append(f"{med['ours'] / med['delta']:.2f}x")
+            table.append(row)
+        print_table(headers, table, title=title)
+        return table
+
+
+def same_rows(live: dict[str, Any], schema: pa.Schema, what: str) -> int:
+    tables = {
+        n: s.rows().select(schema.names).cast(schema).sort_by("id").combine_chunks()
+        for n, s in live.items()
+    }
+    first_name, first = next(iter(tables.items()))
+    for name, table in tables.items():
+        if not table.equals(first):
+            raise AssertionError(
+                f"after {what}: {name} ({table.num_rows} rows) and {first_name} "
+                f"({first.num_rows} rows) differ"
+            )
+    print(f"  checked: both hold the same {first.num_rows:,} rows", flush=True)
+    return first.num_rows
+
+
+def updates(data: pa.Table, k: int) -> pa.Table:
+    """1% of ``data`` (``id % 100 == k``) with new values."""
+    picked = data.filter(pa.array(data.column("id").to_numpy() % 100 == k))
+    values = pa.array(np.random.default_rng(k).random(picked.num_rows))
+    return picked.set_column(picked.schema.get_field_index("value"), "value", values)
+
+
+def scenario_rows(run: Run, tmp: Path, partitions: int, per: int, reps: int) -> list[str]:
+    data = rows(0, partitions, per)
+    live = {n: SYSTEMS[n](tmp / f"{n}-rows", "event_date") for n in run.names}
+    load = f"load {partitions:,} dates x {per:,} rows"
+    run.time(load, 1, lambda s, _: s.load(data), live)
+    same_rows(live, SCHEMA, load)
+    delete = f"delete 1% of rows across {partitions:,} partitions"
+    run.time(delete, reps, lambda s, rep: s.delete(f"id % 100 = {rep}"), live)
+    same_rows(live, SCHEMA, delete)
+    merge = f"merge 1% updates across {partitions:,} partitions"
+    run.time(merge, reps, lambda s, rep: s.merge(updates(data, 50 + rep)), live)
+    same_rows(live, SCHEMA, merge)
+    drop = "delete one whole date"
+    first = data.column("event_date")[0].as_py()
+    run.time(
+        drop,
+        reps,
+        lambda s, rep: s.delete(f"event_date = '{first.fromordinal(first.toordinal() + rep)}'"),
+        live,
+    )
+    same_rows(live, SCHEMA, drop)
+    return [delete, merge, drop]
+
+
+def scenario_optimize(run: Run, tmp: Path, buckets: int, appends: int, per: int) -> list[str]:
+    def daily(k: int) -> pa.Table:
+        base = rows(k, 1, buckets * per, first_id=k * buckets * per, seed=k)
+        bucket = (base.column("id").to_numpy() % buckets).astype(np.int32)
+        return base.append_column("bucket", pa.array(bucket))
+
+    live = {n: SYSTEMS[n](tmp / f"{n}-optimize", "bucket") for n in run.names}
+    started = time.perf_counter()
+    for system in live.values():
+        system.load(daily(0))
+        for k in range(1, appends):
+            system.append(daily(k))
+    took = time.perf_counter() - started
+    print(f"  {appends} daily appends to {buckets} partitions ({took:.0f}s, not timed)", flush=True)
+    same_rows(live, BUCKET_SCHEMA, "appends")
+    files = {n: s.files() for n, s in live.items()}
+    optimize = f"optimize after {appends} daily appends ({buckets} partitions)"
+    out = run.time(optimize, 1, lambda s, _: s.optimize(), live)
+    same_rows(live, BUCKET_SCHEMA, optimize)
+    after = {n: s.files() for n, s in live.items()}
+    print(f"  files before {files}, after {after}; reported {out}", flush=True)
+    return [optimize]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--buckets", type=int, default=100)
+    parser.add_argument("--appends", type=int, default=100)
+    parser.add_argument("--append-rows", type=int, default=10, help="rows per partition per append")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tmp", type=Path, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.reps, args.appends = 2, 30
+    os.environ.setdefault("LANCE_LOG", "error")
+    env = print_environment()
+    run = Run(args.systems)
+    with tempfile.TemporaryDirectory(prefix="bench-table-ops-", dir=args.tmp) as tmp:
+        ops = scenario_rows(run, Path(tmp), args.partitions, args.rows, args.reps)
+        tables = {
+            "rows": run.report(
+                f"{args.partitions:,} dates x {args.rows:,} rows, medians in ms", ops
+            )
+        }
+        ops = scenario_optimize(run, Path(tmp), args.buckets, args.appends, args.append_rows)
+        tables["optimize"] = run.report("optimize, ms", ops)
+    write_results(
+        "table_ops",
+        {
+            "environment_summary": env,
+            "samples": {
+                op: {n: summarize(s) for n, s in by.items()} for op, by in run.samples.items()
+            },
+            "steal_pct": run.steal,
+            "tables": tables,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Chaos with table operations: appenders, a deleter, a merger and an optimizer, all
+SIGKILLed at random moments and restarted, on one namespace.
+
+Every ``__manifest`` version is read again at the end and every batch (one write's rows,
+see :mod:`.table_op_workers`) checked at each: absent, or whole with one tag. A delete or
+merge half applied, a write torn by a compaction, or a deleted batch coming back would
+show. Acknowledged writes are visible from their version on until a delete takes them;
+acknowledged deletes hold from their version on; an acknowledged merge's tag (or a later
+one) is what its batches show from its version on; merge generations never go back.
+``CHAOS_SEED`` seeds the randomness.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import lance
+import pytest
+
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+
+from . import table_op_workers as workers
+from .test_chaos import Slot, _stop, _supervise, _wait_until_up
+from .workers import TAGGED, chaos_lines, chaos_save
+
+CHAOS_SECONDS = 25.0
+DEFAULT_SEED = 20251124
+KILL_DELAY = (0.3, 3.0)
+
+
+def _versions(ns: PartitionedNamespace, since: int) -> list[int]:
+    found = lance.dataset(ns.uri + "/__manifest").versions()
+    return sorted(int(v["version"]) for v in found if int(v["version"]) >= since)
+
+
+@pytest.mark.slow
+def test_chaos_deletes_merges_and_optimize_next_to_killed_appenders(tmp_path: Path) -> None:
+    seed = int(os.environ.get("CHAOS_SEED", DEFAULT_SEED))
+    print(f"\nCHAOS_SEED={seed} namespace={tmp_path / 'ns'}")
+    root, run = str(tmp_path / "ns"), tmp_path / "run"
+    run.mkdir()
+    first = PartitionedNamespace.create(
+        root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
+    ).version
+    rng = random.Random(seed)
+    ctx = mp.get_context("spawn")
+    common = {"root": root, "run_dir": str(run), "seed": seed}
+    slots = [
+        Slot("a0", workers.appender, {**common, "index": 0}, kill_delay=KILL_DELAY),
+        Slot("a1", workers.appender, {**common, "index": 1}, kill_delay=KILL_DELAY),
+        Slot("deleter", workers.deleter, {**common, "victim": "a0"}, kill_delay=KILL_DELAY),
+        Slot("merger", workers.merger, {**common, "victim": "a1"}, kill_delay=KILL_DELAY),
+        Slot("optimizer", workers.optimizer, dict(common), kill_delay=KILL_DELAY),
+    ]
+    try:
+        for slot in slots:
+            slot.spawn(ctx)
+        _wait_until_up(slots, run)
+        start = time.time()
+        chaos_save(run / "go.json", {"start": start})
+        _supervise(slots, ctx, run, rng, start + CHAOS_SECONDS)
+        stuck = _stop(slots, run, "stop")
+    finally:
+        for slot in slots:
+            if slot.proc is not None and slot.proc.is_alive():
+                slot.proc.kill()
+                slot.proc.join()
+
+    ns = PartitionedNamespace.open(root)
+    errors = chaos_lines(run / "errors.jsonl")
+    intents = {i["batch"]: i for a in ("a0", "a1") for i in chaos_lines(run / f"intents-{a}.jsonl")}
+    acks = {a["batch"]: a for n in ("a0", "a1") for a in chaos_lines(run / f"acks-{n}.jsonl")}
+    delete_intents = chaos_lines(run / "intents-deleter.jsonl")
+    delete_acks = chaos_lines(run / "acks-deleter.jsonl")
+    merge_acks = chaos_lines(run / "acks-merger.jsonl")
+    optimize_acks = chaos_lines(run / "acks-optimizer.jsonl")
+    doomed = {b for i in delete_intents for b in i["batches"]}
+
+    problems: list[str] = []
+    seen: dict[str, list[tuple[int, int]]] = defaultdict(list)  # batch -> (version, gen)
+    versions = _versions(ns, first)
+    for version in versions:
+        table = ns.to_table(columns=["id", "tag"], version=version)
+        rows: dict[str, list[int]] = defaultdict(list)
+        for tag in table.column("tag").to_pylist():
+            batch, generation = workers.batch_of(tag)
+            rows[batch].append(generation)
+        for batch, generations in rows.items():
+            expected = intents[batch]["count"]
+            if len(generations) != expected or len(set(generations)) != 1:
+                problems.append(
+                    f"v{version}: {batch} shows {len(generations)} of {expected} rows, "
+                    f"generations {sorted(set(generations))}"
+                )
+            seen[batch].append((version, max(generations)))
+    for batch, history in seen.items():
+        shown = [v for v, _ in history]
+        if shown != [v for v in versions if shown[0] <= v <= shown[-1]]:
+            problems.append(f"{batch} disappeared and came back: {shown[:3]}...{shown[-3:]}")
+        generations = [g for _, g in history]
+        if generations != sorted(generations):
+            problems.append(f"{batch}: merge generations went back: {generations}")
+        if batch in doomed and intents[batch]["batch"].startswith("a1"):
+            problems.append(f"{batch} of the merger's victim was deleted")
+    for batch, ack in acks.items():
+        if not seen.get(batch) or seen[batch][0][0] > ack["manifest_version"]:
+            problems.append(f"acknowledged {batch} not visible at v{ack['manifest_version']}")
+        elif batch not in doomed and seen[batch][-1][0] != versions[-1]:
+            problems.append(f"acknowledged {batch} vanished without a delete")
+    for ack in delete_acks:
+        for batch in ack["batches"]:
+            late = [v for v, _ in seen.get(batch, []) if v >= ack["manifest_version"]]
+            if late:
+                problems.append(f"{batch} visible at v{late[0]} after its delete")
+    for ack in merge_acks:
+        for b in ack["batches"]:
+            stale = [
+                (v, g)
+                for v, g in seen.get(b["batch"], [])
+                if v >= ack["manifest_version"] and g < ack["generation"]
+            ]
+            if stale:
+                problems.append(f"{b['batch']} at v{stale[0][0]} older than its merge {ack}")
+    for p in ns.partitions():
+        lance.dataset(p.location, version=p.read_version).to_table()
+    figures = {
+        "seed": seed,
+        "versions": len(versions),
+        "batches_acknowledged": len(acks),
+        "deletes_acknowledged": len(delete_acks),
+        "merges_acknowledged": len(merge_acks),
+        "optimizes_compacting": sum(1 for a in optimize_acks if a["compacted"]),
+        "kills": {s.name: s.kills for s in slots},
+        "visible_rows": ns.count_rows(),
+    }
+    print(figures)
+    assert not stuck, stuck
+    assert not errors, errors[:3]
+    assert not problems, problems[:10]
+    assert len(delete_acks) >= 3
+    assert len(merge_acks) >= 3
+    assert figures["optimizes_compacting"] >= 1

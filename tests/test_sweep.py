@@ -1,0 +1,150 @@
+"""The orphan sweep (``maintain(sweep_orphans=True)``) on real namespaces: it removes what
+crashed writers and dropped partitions left behind, and nothing anything reads or a live
+transaction will commit."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import lance
+import pytest
+
+from airflow_provider_lance.namespace import InvalidArgumentError, PartitionedNamespace
+from airflow_provider_lance.namespace.failpoints import FailpointError
+
+from .conftest import tree
+from .test_interleavings import BY_PART, all_readable, crashing, ids
+from .workers import TAGGED, tagged_rows
+
+NOW = dt.timedelta(0)
+
+
+@pytest.fixture
+def ns(root: Path) -> PartitionedNamespace:
+    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+    ns.write(tagged_rows("seed", [1, 2], 2, first_id=0))
+    return ns
+
+
+def data_files(root: Path) -> set[str]:
+    return {f for f in tree(root) if "/data/" in f and not f.startswith("__manifest/")}
+
+
+def referenced(ns: PartitionedNamespace) -> set[str]:
+    """Data files (root-relative) any version of any published leaf references."""
+    out = set()
+    for p in ns.partitions():
+        ds = lance.dataset(p.location)
+        for v in ds.versions():
+            for fragment in ds.checkout_version(v["version"]).get_fragments():
+                out.update(f"{p.directory}/data/{f.path}" for f in fragment.data_files())
+    return out
+
+
+def test_the_sweep_removes_a_crashed_writes_files_but_not_a_staged_transactions(
+    ns, root, monkeypatch
+) -> None:
+    ns.begin("append", "S").stage(tagged_rows("s", [1, 3], 1, first_id=100))
+    staged = data_files(root) - referenced(ns)
+    with crashing(monkeypatch, "direct.staged"), pytest.raises(FailpointError):
+        ns.write(tagged_rows("crashed", [1, 4], 1, first_id=200))
+    orphans = data_files(root) - referenced(ns) - staged
+    assert len(orphans) == 2  # one in partition 1, one in the never-created 4
+
+    dry = ns.maintain(compact=False, sweep_orphans=True, orphan_min_age=NOW, dry_run=True)
+    assert dry.orphans is not None
+    assert dry.orphans["dry_run"] is True
+    assert dry.orphans["files_removed"] == 2
+    assert dry.orphans["bytes_freed"] > 0
+    assert dry.orphans["kept_staged"] == 2
+    assert data_files(root) - referenced(ns) - staged == orphans  # nothing removed
+
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW)
+    assert report.orphans is not None
+    assert report.orphans["files_removed"] == 2
+    assert report.orphans["bytes_freed"] == dry.orphans["bytes_freed"]
+    assert data_files(root) - referenced(ns) == staged
+    all_readable(ns)
+    ns.commit("S")  # the staged transaction's files were kept: it publishes whole
+    assert ids(ns) == [0, 1, 2, 3, 100, 101]
+    all_readable(ns)
+
+
+def test_the_sweep_keeps_young_files(ns, root, monkeypatch) -> None:
+    with crashing(monkeypatch, "direct.staged"), pytest.raises(FailpointError):
+        ns.write(tagged_rows("crashed", [1], 1, first_id=200))
+    before = data_files(root)
+    report = ns.maintain(sweep_orphans=True)  # default safety age: one day
+    assert report.orphans is not None
+    assert report.orphans["files_removed"] == 0
+    assert report.orphans["kept_young"] == 1
+    assert data_files(root) == before
+
+
+def test_the_sweep_removes_files_a_crashed_merge_wrote(ns, root, monkeypatch) -> None:
+    before = data_files(root)
+    with crashing(monkeypatch, "leaf.before_commit"), pytest.raises(FailpointError):
+        ns.merge(tagged_rows("m", [1, 5], 1, first_id=300), on=["id", "part"])
+    assert len(data_files(root) - before) == 2  # merge_insert's and the new partition's
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW)
+    assert report.orphans is not None
+    assert report.orphans["files_removed"] == 2
+    assert data_files(root) == before
+    ns.merge(tagged_rows("m", [1, 5], 1, first_id=300), on=["id", "part"])
+    assert ids(ns) == [0, 1, 2, 3, 300, 301]
+
+
+def test_a_dropped_partitions_leaf_goes_once_no_retained_version_reads_it(ns, root) -> None:
+    dropped = ns.partition({"part": 2})
+    before = ns.version
+    ns.drop_partitions("part = 2")
+    leaf_dir = root / dropped.directory
+    # older __manifest versions still read it: the sweep keeps it
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW)
+    assert report.orphans is not None
+    assert report.orphans["leaf_tables_removed"] == 0
+    assert leaf_dir.exists()
+    assert sorted(ns.to_table(version=before).column("id").to_pylist()) == [0, 1, 2, 3]
+    # once the versions that read it are cleaned up, it goes whole
+    report = ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=NOW)
+    assert report.orphans is not None
+    assert report.orphans["leaf_tables_removed"] == 1
+    assert not [f for f in tree(root) if f.startswith(dropped.directory)]
+    assert ids(ns) == [0, 1]
+    all_readable(ns)
+    ns.write(tagged_rows("again", [2], 1, first_id=500))  # the partition can come back
+    assert ids(ns) == [0, 1, 500]
+
+
+def test_a_recreated_partitions_young_files_keep_its_directory(ns, root) -> None:
+    ns.drop_partitions("part = 2")
+    ns.write(tagged_rows("again", [2], 1, first_id=500))
+    report = ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=dt.timedelta(hours=1))
+    assert report.orphans is not None
+    assert report.orphans["leaf_tables_removed"] == 0
+    assert ids(ns) == [0, 1, 500]
+    all_readable(ns)
+
+
+def test_the_sweep_rejects_a_negative_age(ns) -> None:
+    with pytest.raises(InvalidArgumentError):
+        ns.maintain(sweep_orphans=True, orphan_min_age=dt.timedelta(seconds=-1))
+
+
+def test_a_crashed_writes_half_created_partition_is_removed_whole(ns, root, monkeypatch) -> None:
+    """Killed after its leaf commits, before its swap: the new partition 4 has a leaf
+    table no ``__manifest`` row points at (removed whole); partition 1's unpublished leaf
+    version still references its file (kept: the next commit rolls it back)."""
+    with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
+        ns.write(tagged_rows("crashed", [1, 4], 1, first_id=200))
+    new_leaf = next(
+        f.split("/")[0] for f in data_files(root) if "$" in f and f not in referenced(ns)
+    )
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW)
+    assert report.orphans is not None
+    assert report.orphans["leaf_tables_removed"] == 1
+    assert not [f for f in tree(root) if f.startswith(new_leaf)]
+    ns.write(tagged_rows("later", [1, 4], 1, first_id=300))
+    assert ids(ns) == [0, 1, 2, 3, 300, 301]
+    all_readable(ns)
