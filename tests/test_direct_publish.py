@@ -199,3 +199,66 @@ def test_a_swap_that_failed_deletes_the_staged_files(ns, monkeypatch) -> None:
     ns.write(tagged_rows("b", [1, 5], 1, first_id=200))
     assert ids(ns) == [0, 1, 2, 3, 200, 201]
     all_readable(ns)
+
+
+# -- new partitions: the leaf table is created while staging --------------------------------
+def test_a_new_partition_is_published_as_the_version_its_stager_created(ns) -> None:
+    """A write into new partitions creates each leaf table while staging, files and
+    version 1 in one Lance call, and publishes version 1 without another leaf commit."""
+    result = other(ns).write(tagged_rows("a", [3, 4], 2, first_id=100))
+    created = {p.values["part"]: p for p in ns.partitions() if p.values["part"] in (3, 4)}
+    for partition in created.values():
+        leaf = lance.dataset(partition.location)
+        assert (partition.read_version, [v["version"] for v in leaf.versions()]) == (1, [1])
+        assert leaf.to_table().num_rows == 2
+    assert [p.created for p in result.partitions] == [True, True]
+    assert ids(ns) == [0, 1, 2, 3, *range(100, 104)]
+
+
+def test_two_writes_creating_one_partition_while_one_is_parked(ns) -> None:
+    """W created partition 9's table (version 1, its rows) while staging and parks before
+    its swap; V writes partition 9 too: its stager finds the table there, stages files,
+    commits them on top and publishes. W's swap then fails, and its retry appends its
+    rows onto V's published version: both exactly once, W's version 1 never published."""
+    with hold("direct.before_publish") as parked:
+        writer = Worker(other(ns).write, tagged_rows("w", [9], 2, first_id=200))
+        writer.start()
+        parked.wait_reached()
+        v = other(ns).write(tagged_rows("v", [9], 2, first_id=300))
+    w = writer.outcome()
+    assert [p.read_version for p in v.partitions] == [2]  # on top of W's unpublished v1
+    assert w.partitions[0].read_version > 2
+    assert ids(ns) == [0, 1, 2, 3, 200, 201, 300, 301]
+    all_readable(ns)
+
+
+def test_a_leftover_table_of_a_killed_write_is_built_over_not_published(ns, monkeypatch) -> None:
+    """A write killed after creating partition 9's table (its rows in version 1, never
+    published) leaves that table behind; the next write to partition 9 publishes only
+    its own rows."""
+    root = Path(ns.uri.removeprefix("file://"))
+    before = {p.name for p in root.iterdir()}
+    with crashing(monkeypatch, "direct.staged"), pytest.raises(FailpointError):
+        other(ns).write(tagged_rows("dead", [9], 2, first_id=200))
+    [leftover] = [p for p in root.iterdir() if p.name not in before]
+    assert lance.dataset(str(leftover)).to_table().column("id").to_pylist() == [200, 201]
+    other(ns).write(tagged_rows("w", [9], 2, first_id=300))
+    [partition] = [p for p in ns.partitions() if p.values["part"] == 9]
+    assert (Path(partition.location.removeprefix("file://")), partition.read_version) == (
+        leftover,
+        2,
+    )
+    assert ids(ns) == [0, 1, 2, 3, 300, 301]
+    all_readable(ns)
+
+
+def test_a_new_partition_flushed_twice_publishes_every_row(ns) -> None:
+    """A new partition whose rows are flushed in several parts: the table its stager
+    created holds only the first, so the publish commits all of them."""
+    batches = [tagged_rows("b", [9], 2, first_id=400 + 10 * i) for i in range(3)]
+    result = other(ns).write(iter(batches), flush_bytes=1)
+    assert result.rows == 6
+    assert ids(ns) == sorted([0, 1, 2, 3, *(400 + 10 * i + j for i in range(3) for j in (0, 1))])
+    [partition] = [p for p in ns.partitions() if p.values["part"] == 9]
+    assert partition.read_version == 2  # version 1 held the first flush only
+    all_readable(ns)

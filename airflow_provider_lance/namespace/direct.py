@@ -160,6 +160,8 @@ def _commit_leaves(
 
     def commit_one(oid: str) -> int:
         part, row = parts[oid], current.get(oid)
+        if row is None and part.created_version is not None:
+            return part.created_version  # made while staging: exactly its files, ours alone
         published = None if row is None else row[READ_VERSION]
         return commit_leaf(
             ctx.storage,

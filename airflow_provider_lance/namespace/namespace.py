@@ -639,10 +639,15 @@ class PartitionedNamespace:
             self._manifest.ensure_claim_column()
             state = self.state()
         txn_id = uuid.uuid4().hex
+        owner = tag(txn_id, 1)
         stage = Stager(
-            state, Stage(txn_id, "write", mode, state.spec_version), self._storage, flush_bytes
+            state,
+            Stage(txn_id, "write", mode, state.spec_version),
+            self._storage,
+            flush_bytes,
+            create_leaves_as=owner,
         ).write(data)
-        result = publish_stage(self._txn, state, stage, owner=tag(txn_id, 1))
+        result = publish_stage(self._txn, state, stage, owner=owner)
         if result is not None:
             return result
         txn = self._begin(mode, txn_id, anonymous=True)

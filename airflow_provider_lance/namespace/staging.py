@@ -22,7 +22,8 @@ from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState, Partition
 from .errors import DataValidationError
-from .leaves import schema_digest, stage_fragments
+from .failpoints import failpoint
+from .leaves import owner_properties, schema_digest, stage_fragments
 from .naming import leaf_directory
 from .scan import open_leaf
 from .splitting import split
@@ -58,6 +59,10 @@ class StagedPartition:
     #: version appended to, or the namespace's leaf schema for a new or replaced leaf
     #: (None in records written before it was kept: not checked).
     schema: str | None = None
+    #: In this process only (never recorded): the stager created the leaf table as this
+    #: version, holding exactly ``fragments`` (see :meth:`Stager.write`), so a direct
+    #: publish that finds the partition still new publishes it without another commit.
+    created_version: int | None = field(default=None, compare=False)
 
     def fragment_metadata(self) -> list[FragmentMetadata]:
         return [FragmentMetadata.from_json(f) for f in self.fragments]
@@ -192,11 +197,16 @@ class Stager:
         stage: Stage,
         storage: Storage,
         flush_bytes: int = FLUSH_BYTES,
+        *,
+        create_leaves_as: str | None = None,
     ) -> None:
         self.state = state
         self.stage = stage
         self.storage = storage
         self.flush_bytes = flush_bytes
+        #: The owner (``txn#k``) a write nobody else knows creates new leaf tables as,
+        #: while staging (see :meth:`_create`); None: files only, committed later.
+        self.create_leaves_as = create_leaves_as
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered = 0
         #: Partitions appended to: their leaf at the published version (the files take
@@ -304,6 +314,10 @@ class Stager:
 
         def write(item: tuple[StagedPartition, pa.Table, bool]) -> list[str]:
             target, shaped, replace = item
+            if self.create_leaves_as is not None and not (target.existed or target.fragments):
+                created = self._create(target, shaped)
+                if created is not None:
+                    return created
             into = self.storage.uri(target.directory) if replace else self._leaves[target.object_id]
             fragments = stage_fragments(self.storage, into, shaped, overwrite=replace)
             return [json.dumps(f.to_json()) for f in fragments]
@@ -318,8 +332,33 @@ class Stager:
         finally:
             for (target, _, _), fragments in zip(work, written, strict=True):
                 if fragments is not None:
+                    if target.fragments:  # a later flush: the created version lacks these
+                        target.created_version = None
                     target.fragments += fragments
         self._buffered = 0
+
+    def _create(self, target: StagedPartition, shaped: pa.Table) -> list[str] | None:
+        """Create a new partition's leaf table from its first rows, files and version in
+        one Lance call, instead of files now and a commit at publish (measured: the two
+        passes cost a third more than one). None: a table is there already (a partition
+        created meanwhile, or a killed write's leftover): stage files as usual.
+
+        Version 1 is this write's alone, so a direct publish that still finds the partition
+        new publishes it as it is (``created_version``). Any later version (a concurrent
+        creator made version 1) holds exactly these rows too, but is only staged files to
+        whoever publishes: the leaf commit at publish time builds on the published version
+        and rolls back what lies above it, as after any crashed writer.
+        """
+        assert self.create_leaves_as is not None
+        uri = self.storage.uri(target.directory)
+        failpoint("leaf.before_commit")  # a leaf version is committed here, as at publish
+        made = self.storage.create_leaf(shaped, uri, owner_properties(self.create_leaves_as))
+        if made is None:
+            return None
+        version, table = made
+        if version == 1 and schema_digest(table.lance_schema) == target.schema:
+            target.created_version = 1
+        return [json.dumps(f.metadata.to_json()) for f in table.get_fragments()]
 
     def discard(self) -> None:
         """Delete the data files this stage wrote (it will never be committed)."""

@@ -242,6 +242,34 @@ class Storage:
             return False
         return True
 
+    def create_leaf(
+        self, data: pa.Table, uri: str, properties: Mapping[str, str]
+    ) -> tuple[int, lance.LanceDataset] | None:
+        """A new table at ``uri`` holding ``data``, files and version in one Lance call (a
+        write into a new partition skips a second pass of commits); None if a table was
+        there before the call (nothing was written).
+
+        Not exclusive (measured with pylance 14.0.2): of concurrent creators at most one
+        gets version 1, and each loser's call still succeeds, as a later version holding
+        exactly its own data on top of the winner's. Returns the version made and the table
+        at it: only version 1 is known to be nobody else's.
+        """
+        try:
+            with self.failures("create", uri):
+                ds = lance.write_dataset(
+                    data,
+                    uri,
+                    mode="create",
+                    max_rows_per_file=MAX_ROWS_PER_FILE,
+                    storage_options=self.options,
+                    transaction_properties=dict(properties),
+                )
+        except StorageError as exc:
+            if "exist" in str(exc).lower():
+                return None
+            raise
+        return int(ds.version), ds
+
     def replace_table(self, data: pa.Table, uri: str) -> lance.LanceDataset:
         """A new version of the table at ``uri`` holding exactly ``data``."""
         with self.failures("write", uri):
