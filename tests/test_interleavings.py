@@ -411,7 +411,7 @@ def test_7_concurrent_creators_of_different_specs_agree_on_one(tmp_path: Path) -
             w.join(120)
         created = {i: w.result for i, w in enumerate(workers) if w.error is None}
         errors = [w.error for w in workers if w.error is not None]
-        assert all(isinstance(e, NamespaceExistsError) for e in errors), errors
+        assert all(isinstance(e, NamespaceExistsError) for e in errors), [repr(e) for e in errors]
         final = PartitionedNamespace.open(root)
         assert set(created.values()) == {final.partition_spec()[0].name}, (created, errors)
         assert ids(final) == sorted(100 + i for i in created)

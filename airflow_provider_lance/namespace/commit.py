@@ -136,6 +136,32 @@ def common_leaf_schema(stages: Sequence[Stage]) -> pa.Schema | None:
     return next(iter(schemas.values()), None)
 
 
+def published_at(load_state: Callable[..., NamespaceState], record: TxnRecord) -> int:
+    """The first ``__manifest`` version where ``record``'s row is PUBLISHED in its
+    incarnation (a binary search: once published, a row stays so until collected)."""
+
+    def published(version: int) -> bool:
+        try:
+            state = load_state(version)
+        except LanceNamespaceError:  # cleaned up: long before the publish
+            return False
+        found = load_records(state, [record.txn_id]).get(record.txn_id)
+        return (
+            found is not None
+            and found.incarnation == record.incarnation
+            and found.state is TxnState.PUBLISHED
+        )
+
+    low, high = 1, load_state().version
+    while low < high:
+        mid = (low + high) // 2
+        if published(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
 def stage_digest(raw: Mapping[str, Any]) -> str:
     """Identifies one recorded content of a stage (a re-recorded stage has another)."""
     text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
@@ -762,24 +788,4 @@ class Committer:
 
     def _published_at(self, record: TxnRecord) -> int:
         """The first manifest version where the row is PUBLISHED in this incarnation."""
-
-        def published(version: int) -> bool:
-            try:
-                state = self.ctx.load_state(version)
-            except LanceNamespaceError:  # cleaned up: long before the publish
-                return False
-            found = load_records(state, [record.txn_id]).get(record.txn_id)
-            return (
-                found is not None
-                and found.incarnation == record.incarnation
-                and found.state is TxnState.PUBLISHED
-            )
-
-        low, high = 1, self.ctx.load_state().version
-        while low < high:
-            mid = (low + high) // 2
-            if published(mid):
-                high = mid
-            else:
-                low = mid + 1
-        return low
+        return published_at(self.ctx.load_state, record)

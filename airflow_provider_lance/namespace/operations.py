@@ -50,7 +50,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState, Partition
-from .commit import CommitOptions, TransactionContext, backoff, resolve
+from .commit import CommitOptions, TransactionContext, backoff, published_at, resolve
 from .errors import (
     CommitConflict,
     InvalidArgumentError,
@@ -331,27 +331,7 @@ class OperationRunner:
 
     def _published_at(self, record: TxnRecord) -> int:
         """The first manifest version where the row is PUBLISHED in this incarnation."""
-
-        def published(version: int) -> bool:
-            try:
-                found = load_records(self.ctx.load_state(version), [record.txn_id])
-            except LanceNamespaceError:  # cleaned up: long before the publish
-                return False
-            now = found.get(record.txn_id)
-            return (
-                now is not None
-                and now.incarnation == record.incarnation
-                and now.state is TxnState.PUBLISHED
-            )
-
-        low, high = 1, self.ctx.load_state().version
-        while low < high:
-            mid = (low + high) // 2
-            if published(mid):
-                high = mid
-            else:
-                low = mid + 1
-        return low
+        return published_at(self.ctx.load_state, record)
 
     # -- one attempt -----------------------------------------------------------------------
     def _attempt(self, state: NamespaceState, deadline: float) -> OperationResult | str:

@@ -251,11 +251,12 @@ class Storage:
 
         Not exclusive (measured with pylance 14.0.2): of concurrent creators at most one
         gets version 1, and each loser's call still succeeds, as a later version holding
-        exactly its own data on top of the winner's. Returns the version made and the table
-        at it: only version 1 is known to be nobody else's.
+        exactly its own data on top of the winner's, or fails as a conflict (then None
+        too; its files are left for the orphan sweep). Returns the version made and the
+        table at it: only version 1 is known to be nobody else's.
         """
         try:
-            with self.failures("create", uri):
+            with self.failures("create", uri, conflict=f"{uri} was created concurrently"):
                 ds = lance.write_dataset(
                     data,
                     uri,
@@ -264,6 +265,8 @@ class Storage:
                     storage_options=self.options,
                     transaction_properties=dict(properties),
                 )
+        except CommitConflict:  # lost to concurrent creators (its files: orphans)
+            return None
         except StorageError as exc:
             if "exist" in str(exc).lower():
                 return None
