@@ -56,6 +56,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_lance.operators.audit",
                     "airflow_provider_lance.operators.upkeep",
                     "airflow_provider_lance.operators.evolution",
+                    "airflow_provider_lance.operators.table",
+                    "airflow_provider_lance.operators.timetravel",
                 ],
             }
         ],

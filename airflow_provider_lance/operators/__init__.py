@@ -25,6 +25,13 @@ if TYPE_CHECKING:
         LanceRenameColumnOperator,
     )
     from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
+    from airflow_provider_lance.operators.table import (
+        LanceDeleteOperator,
+        LanceDropPartitionsOperator,
+        LanceMergeOperator,
+        LanceOptimizeOperator,
+    )
+    from airflow_provider_lance.operators.timetravel import LanceTagOperator
     from airflow_provider_lance.operators.upkeep import (
         LanceAbortOperator,
         LanceMaintainOperator,
@@ -46,6 +53,11 @@ _EXPORTS = {
     "LanceRenameColumnOperator": "evolution",
     "LancePromoteColumnOperator": "evolution",
     "LanceEvolvePartitionSpecOperator": "evolution",
+    "LanceDeleteOperator": "table",
+    "LanceDropPartitionsOperator": "table",
+    "LanceMergeOperator": "table",
+    "LanceOptimizeOperator": "table",
+    "LanceTagOperator": "timetravel",
 }
 
 __all__ = [
@@ -54,15 +66,20 @@ __all__ = [
     "LanceAuditOperator",
     "LanceCommitOperator",
     "LanceCreatePartitionOperator",
+    "LanceDeleteOperator",
     "LanceDropColumnOperator",
+    "LanceDropPartitionsOperator",
     "LanceEvolvePartitionSpecOperator",
     "LanceMaintainOperator",
+    "LanceMergeOperator",
+    "LanceOptimizeOperator",
     "LancePromoteColumnOperator",
     "LancePruneOperator",
     "LanceRecoverOperator",
     "LanceRenameColumnOperator",
     "LanceRepairOperator",
     "LanceSparkWriteOperator",
+    "LanceTagOperator",
     "LanceWriteOperator",
 ]
 

@@ -137,6 +137,62 @@ def add_partition_keys(accessor: Any, keys: Sequence[str], log: _Log) -> None:
     accessor.add_partitions(list(keys))
 
 
+def check_lance_outlets(outlets: Sequence[Any], uri: str) -> None:
+    """A ``lance://`` outlet for another namespace is a wiring mistake: fail before any
+    change."""
+    expected = asset_uri(uri)
+    for outlet in outlets:
+        if is_lance_asset(outlet) and outlet.uri != expected:
+            raise AirflowFailException(
+                f"outlet {outlet.uri} does not name the namespace this task publishes ({expected})"
+            )
+
+
+def emit_asset_events(
+    context: Context,
+    outlets: Sequence[Any],
+    uri: str,
+    extra: Mapping[str, Any],
+    keys: Sequence[str | None],
+    log: _Log,
+) -> None:
+    """One event per ``Asset`` outlet, with ``extra`` and the partition ``keys`` (None
+    entries, partitions without a key, left out); ``AssetAlias`` outlets get the
+    namespace's asset (the one a DAG declared for its URI, else a new one), unkeyed."""
+    kept = [k for k in keys if k is not None]
+    events = context["outlet_events"]
+    for outlet in outlets:
+        if isinstance(outlet, Asset):
+            events[outlet].extra.update(extra)
+            add_partition_keys(events[outlet], kept, log)
+        elif isinstance(outlet, AssetAlias):
+            try:  # the asset a DAG declared for this URI, under whatever name it gave
+                # (the accessor takes an AssetRef; its protocol's type says Asset only)
+                ref = Asset.ref(uri=asset_uri(uri))
+                events[outlet].add(ref, extra=dict(extra))  # type: ignore[arg-type]
+            except AirflowRuntimeError:  # none yet: the namespace's own asset
+                events[outlet].add(create_asset(uri=uri), extra=dict(extra))
+
+
+def truncated_keys_extra(
+    total: int, keys: Sequence[str | None], log: _Log, what: str = "published"
+) -> dict[str, Any]:
+    """``{"keys_truncated"}`` for events keyed by the first ``len(keys)`` of ``total``
+    partitions (nothing when unkeyed), with a warning when some were left out."""
+    if not keys:
+        return {}
+    truncated = total > len(keys)
+    if truncated:
+        log.warning(
+            "%d partitions %s: their asset events carry the first %d keys "
+            "(max_partition_keys); partition-aware DAGs do not run for the rest",
+            total,
+            what,
+            len(keys),
+        )
+    return {"keys_truncated": truncated}
+
+
 class LanceCommitOperator(BaseOperator):
     """Publish one or many staged transactions in ONE atomic ``__manifest`` commit.
 
@@ -202,13 +258,7 @@ class LanceCommitOperator(BaseOperator):
 
     def _check_outlets(self, uri: str) -> None:
         """A ``lance://`` outlet for another namespace is a wiring mistake: fail before commit."""
-        expected = asset_uri(uri)
-        for outlet in self.outlets:
-            if is_lance_asset(outlet) and outlet.uri != expected:
-                raise AirflowFailException(
-                    f"outlet {outlet.uri} does not name the namespace this task publishes "
-                    f"({expected})"
-                )
+        check_lance_outlets(self.outlets, uri)
 
     def execute(self, context: Context) -> dict[str, Any]:
         ids, uris, published = parse_transactions(self.transactions)
@@ -288,28 +338,8 @@ class LanceCommitOperator(BaseOperator):
             ],
             "truncated": summary["partition_count"] > len(summary["partitions"]),
         }
-        kept = [k for k in keys if k is not None]
-        if keys:
-            extra["keys_truncated"] = summary["partition_count"] > len(keys)
-            if extra["keys_truncated"]:
-                self.log.warning(
-                    "%d partitions published: their asset events carry the first %d keys "
-                    "(max_partition_keys); partition-aware DAGs do not run for the rest",
-                    summary["partition_count"],
-                    len(keys),
-                )
-        events = context["outlet_events"]
-        for outlet in self.outlets:
-            if isinstance(outlet, Asset):
-                events[outlet].extra.update(extra)
-                add_partition_keys(events[outlet], kept, self.log)
-            elif isinstance(outlet, AssetAlias):
-                try:  # the asset a DAG declared for this URI, under whatever name it gave
-                    # (the accessor takes an AssetRef; its protocol's type says Asset only)
-                    ref = Asset.ref(uri=asset_uri(uri))
-                    events[outlet].add(ref, extra=extra)  # type: ignore[arg-type]
-                except AirflowRuntimeError:  # none yet: the namespace's own asset
-                    events[outlet].add(create_asset(uri=uri), extra=extra)
+        extra.update(truncated_keys_extra(summary["partition_count"], keys, self.log))
+        emit_asset_events(context, self.outlets, uri, extra, keys, self.log)
 
     def get_openlineage_facets_on_complete(
         self, task_instance: Any

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,11 +15,13 @@ from airflow_provider_lance.operators.commit import (
     partition_keys_of,
     wants_partition_keys,
 )
+from airflow_provider_lance.operators.timetravel import as_of_value
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
     from airflow_provider_lance.hooks.specs import FieldsSpec, SchemaSpec
+    from airflow_provider_lance.namespace import PartitionedNamespace
 
 
 class LanceCreatePartitionOperator(BaseOperator):
@@ -97,18 +100,25 @@ class LancePruneOperator(BaseOperator):
     (:mod:`airflow_provider_lance.partition_keys`), e.g. ``"{{ partition_key }}"`` in a run
     of a partitioned DAG: the partitions of the current spec those keys name, if they exist.
 
+    With ``as_of`` it lists the partitions of a past state (time travel): a ``__manifest``
+    version, an ISO timestamp or a tag, e.g. ``"eod-{{ ds }}"`` (see
+    :func:`~airflow_provider_lance.operators.timetravel.as_of_value`); each partition's
+    ``read_version`` is the one that state reads, so tasks reading them see that state.
+    Keys then name partitions of the spec that state had.
+
     :param filter: e.g. ``"event_date >= DATE '{{ ds }}' AND country = 'DE'"`` (templated;
         none: every partition).
     :param partition_key: a partition key or a list of them, instead of ``filter``
         (templated).
     :param namespace: relative name or full URI (templated).
+    :param as_of: the state to list (templated; default: the latest).
     :param published_only: leave out partitions without a published ``read_version``.
     :param max_partitions: fail instead of pushing more partitions than this to XCom.
     :return: (XCom) ``[{"object_id", "values", "read_version", "location",
         "spec_version"}, ...]``.
     """
 
-    template_fields: Sequence[str] = ("filter", "partition_key", "namespace")
+    template_fields: Sequence[str] = ("filter", "partition_key", "namespace", "as_of")
     ui_color = "#d5e8f7"
 
     def __init__(
@@ -117,6 +127,7 @@ class LancePruneOperator(BaseOperator):
         filter: str | None = None,
         partition_key: str | Sequence[str] | None = None,
         namespace: str | None = None,
+        as_of: int | dt.datetime | str | None = None,
         published_only: bool = True,
         max_partitions: int | None = 1024,
         lance_conn_id: str = DEFAULT_CONN_ID,
@@ -128,6 +139,7 @@ class LancePruneOperator(BaseOperator):
         self.filter = filter
         self.partition_key = partition_key
         self.namespace = namespace
+        self.as_of = as_of
         self.published_only = published_only
         self.max_partitions = max_partitions
         self.lance_conn_id = lance_conn_id
@@ -136,12 +148,19 @@ class LancePruneOperator(BaseOperator):
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
         where = self.filter.strip() if isinstance(self.filter, str) else self.filter
-        with lance_errors(f"pruning {uri}"):
+        as_of = as_of_value(self.as_of)
+        with lance_errors(f"pruning {uri}" + ("" if as_of is None else f" as of {as_of!r}")):
             if self.partition_key is not None:
                 where = f"partition_key {self.partition_key!r}"
-                partitions = self._keyed(hook, uri)
-            else:
+                if as_of is None:
+                    partitions = self._keyed(hook, uri)
+                else:
+                    partitions = self._keyed_as_of(hook.open(uri), as_of)
+            elif as_of is None:
                 partitions = hook.prune(where or None, uri)
+            else:
+                ns = hook.open(uri)
+                partitions = [p.to_dict() for p in ns.prune(where or None, as_of=as_of)]
         if self.published_only:
             partitions = [p for p in partitions if p["read_version"] is not None]
         if self.max_partitions is not None and len(partitions) > self.max_partitions:
@@ -149,7 +168,13 @@ class LancePruneOperator(BaseOperator):
                 f"filter {where!r} matches {len(partitions)} partitions of {uri}, more than "
                 f"max_partitions={self.max_partitions}; narrow the filter or raise the limit"
             )
-        self.log.info("filter %r keeps %d partition(s) of %s", where, len(partitions), uri)
+        self.log.info(
+            "filter %r keeps %d partition(s) of %s%s",
+            where,
+            len(partitions),
+            uri,
+            "" if as_of is None else f" as of {as_of!r}",
+        )
         return partitions
 
     def _keyed(self, hook: LancePartitionedHook, uri: str) -> list[dict[str, Any]]:
@@ -165,3 +190,21 @@ class LancePruneOperator(BaseOperator):
             except PartitionNotFoundError:
                 self.log.info("no partition %s in %s", values, uri)
         return found
+
+    def _keyed_as_of(
+        self, ns: PartitionedNamespace, as_of: int | dt.datetime | str
+    ) -> list[dict[str, Any]]:
+        """The partitions of the state ``as_of`` names whose keys are the ones asked for
+        (keys compared in their canonical spelling, under that state's current spec)."""
+        from airflow_provider_lance.partition_keys import (
+            fields_of,
+            partition_key,
+            values_for_keys,
+        )
+
+        state = ns.state(as_of)
+        fields = fields_of(state)
+        wanted = {partition_key(v, fields) for v in values_for_keys(state, self.partition_key)}
+        current = [p.to_dict() for p in state.partitions() if p.spec_version == state.spec_version]
+        keys = partition_keys_of(state, current, self.log)
+        return [p for p, key in zip(current, keys, strict=True) if key in wanted]

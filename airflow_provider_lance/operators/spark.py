@@ -16,6 +16,7 @@ from airflow.providers.common.compat.sdk import (
     AirflowFailException,
     AirflowNotFoundException,
     AirflowOptionalProviderFeatureException,
+    Asset,
     BaseHook,
 )
 
@@ -32,6 +33,13 @@ from airflow_provider_lance.hooks.connection import is_secret_key
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.namespace.errors import StorageError
 from airflow_provider_lance.namespace.naming import has_scheme
+from airflow_provider_lance.operators.commit import (
+    DEFAULT_MAX_PARTITION_KEYS,
+    add_partition_keys,
+    partition_keys_of,
+    truncated_keys_extra,
+    wants_partition_keys,
+)
 from airflow_provider_lance.operators.lineage import (
     NamespaceWrite,
     file_dataset_name,
@@ -108,7 +116,9 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
     :param read_options: Spark reader options (templated).
     :param mode: ``append`` or ``overwrite`` (replaces exactly the partitions the data
         touches) (templated).
-    :param commit: publish in the job itself instead of staging.
+    :param commit: publish in the job itself instead of staging. The events of ``Asset``
+        outlets then carry the published partitions' keys as
+        :class:`LanceCommitOperator`'s do (``emit_partition_keys``).
     :param txn_id: transaction id (templated; default derived from the task instance).
     :param result_path: where the job writes its JSON result (templated; default a local
         file per transaction; an object-store URI is read with the connection's options).
@@ -119,6 +129,10 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         connection's; in cluster deploy mode the connection's own secrets are then not sent
         (templated).
     :param summary_partitions: how many partitions the XCom summary lists.
+    :param emit_partition_keys: with ``commit=True``, add the published partitions' keys to
+        the events of ``Asset`` outlets: ``None`` (default) in partitioned runs only,
+        ``True`` always, ``False`` never.
+    :param max_partition_keys: at most this many keys per outlet.
     :param application_args: more arguments of the write job (``--distribution none``,
         ``--read-option k=v``), after the ones this operator sets.
     :return: (XCom) ``{"txn_id", "uri", "mode", "state", "partition_count", "rows",
@@ -157,6 +171,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         spark_conn_id: str = "spark_default",
         summary_partitions: int = 10,
         storage_options_from: str | None = None,
+        emit_partition_keys: bool | None = None,
+        max_partition_keys: int = DEFAULT_MAX_PARTITION_KEYS,
         name: str = "lance-write",
         **kwargs: Any,
     ) -> None:
@@ -178,6 +194,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         self.spark_conn_id = spark_conn_id
         self.summary_partitions = summary_partitions
         self.storage_options_from = storage_options_from
+        self.emit_partition_keys = emit_partition_keys
+        self.max_partition_keys = max_partition_keys
         self.deploy_mode = kwargs.get("deploy_mode")
         self._lineage: NamespaceWrite | None = None
 
@@ -309,6 +327,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         result = self._read_result(result_path, lance)
         self._discard_result(result_path, lance)
         summary = self._summary(result, txn_id, uri)
+        if summary["state"] == "published":
+            self._key_asset_events(context, lance, uri, result)
         self._lineage = NamespaceWrite(
             uri=uri,
             columns=[(f.name, str(f.type)) for f in schema],
@@ -319,6 +339,27 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
             mode=summary["mode"],
         )
         return summary
+
+    def _key_asset_events(
+        self,
+        context: Context,
+        lance: LancePartitionedHook,
+        uri: str,
+        result: Mapping[str, Any],
+    ) -> None:
+        """Key the events of ``Asset`` outlets by the partitions the job published."""
+        assets = [o for o in self.outlets if isinstance(o, Asset)]
+        if not assets or not wants_partition_keys(self.emit_partition_keys, context):
+            return
+        partitions = list(result.get("partitions") or [])
+        with lance_errors(f"partition keys of the Spark write into {uri}"):
+            state = lance.open(uri).state()
+        keys = partition_keys_of(state, partitions[: self.max_partition_keys], self.log)
+        extra = truncated_keys_extra(len(partitions), keys, self.log)
+        kept = [k for k in keys if k is not None]
+        for outlet in assets:
+            context["outlet_events"][outlet].extra.update(extra)
+            add_partition_keys(context["outlet_events"][outlet], kept, self.log)
 
     def get_openlineage_facets_on_complete(
         self, task_instance: Any

@@ -56,23 +56,34 @@ def seconds(value: Any, name: str, *, allow_none: bool = False) -> float | None:
 
 
 class LanceMaintainOperator(BaseOperator):
-    """Compact ``__manifest`` and, with ``older_than``, remove old versions safely.
+    """Compact ``__manifest``, with ``older_than`` remove old versions safely, and with
+    ``sweep_orphans`` remove files nothing references.
 
     Every ``__manifest`` version that remains stays readable (see
-    :meth:`PartitionedNamespace.maintain`); keep ``older_than`` longer than the longest
-    transaction and than readers pinned to old versions.
+    :meth:`PartitionedNamespace.maintain`), and so does every tagged one; keep
+    ``older_than`` longer than the longest transaction and than readers pinned to old
+    versions. The orphan sweep removes data files no leaf version references (what killed
+    writers left) and the leaf tables of dropped partitions no retained version reads,
+    once older than ``orphan_min_age``. ``dry_run`` changes nothing: it reports what the
+    sweep would remove (compaction and version cleanup do not run then).
 
     :param namespace: relative name or full URI (templated).
     :param compact: merge the manifest's fragments and bring its index up to date.
     :param older_than: remove versions older than this: a timedelta or seconds
         (templated; none: remove nothing).
-    :return: (XCom) ``{"uri", "manifest_version", "manifest_fragments_before",
+    :param sweep_orphans: also run the orphan sweep (local disks and S3).
+    :param orphan_min_age: the sweep leaves files younger than this (a write in flight
+        has just staged them): a timedelta or seconds (templated; default the core's,
+        one day).
+    :param dry_run: only report what the sweep would remove.
+    :return: (XCom) ``{"uri", "manifest_version", "dry_run", "manifest_fragments_before",
         "manifest_fragments_after", "manifest_versions_removed", "leaf_versions_removed",
-        "retained_manifest_versions", "leaves_skipped", "leaves_skipped_by_reason"}``
-        (skipped leaves counted per reason).
+        "retained_manifest_versions", "tags_kept", "leaves_skipped",
+        "leaves_skipped_by_reason", "orphans"}`` (skipped leaves counted per reason;
+        ``orphans``: the sweep's counts and a sample of paths, None without a sweep).
     """
 
-    template_fields: Sequence[str] = ("namespace", "older_than")
+    template_fields: Sequence[str] = ("namespace", "older_than", "orphan_min_age")
     ui_color = "#e3d7f2"
 
     def __init__(
@@ -81,39 +92,61 @@ class LanceMaintainOperator(BaseOperator):
         namespace: str | None = None,
         compact: bool = True,
         older_than: dt.timedelta | float | str | None = None,
+        sweep_orphans: bool = False,
+        orphan_min_age: dt.timedelta | float | str | None = None,
+        dry_run: bool = False,
         lance_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if dry_run and not sweep_orphans:
+            raise ValueError(
+                "dry_run reports what the orphan sweep would remove: set sweep_orphans=True"
+            )
         self.namespace = namespace
         self.compact = compact
         self.older_than = older_than
+        self.sweep_orphans = sweep_orphans
+        self.orphan_min_age = orphan_min_age
+        #: (``BaseOperator.dry_run`` is a method: the flag keeps another name)
+        self.sweep_dry_run = dry_run
         self.lance_conn_id = lance_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         older = seconds(self.older_than, "older_than", allow_none=True)
+        min_age = seconds(self.orphan_min_age, "orphan_min_age", allow_none=True)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
+        sweep: dict[str, Any] = {}
+        if self.sweep_orphans:
+            sweep["sweep_orphans"] = True
+            if min_age is not None:
+                sweep["orphan_min_age"] = dt.timedelta(seconds=min_age)
         with lance_errors(f"maintenance of {uri}"):
             ns = hook.open(uri)
             report = ns.maintain(
                 compact=self.compact,
                 older_than=None if older is None else dt.timedelta(seconds=older),
+                dry_run=self.sweep_dry_run,
+                **sweep,
             )
             version = ns.version
         retained = report.retained_manifest_versions
         summary = {
             "uri": uri,
             "manifest_version": version,
+            "dry_run": self.sweep_dry_run,
             "manifest_fragments_before": report.manifest_fragments_before,
             "manifest_fragments_after": report.manifest_fragments_after,
             "manifest_versions_removed": report.manifest_versions_removed,
             "leaf_versions_removed": report.leaf_versions_removed,
             "retained_manifest_versions": None if retained is None else list(retained),
+            "tags_kept": len(report.tagged_manifest_versions),
             "leaves_skipped": len(report.leaves_skipped),
             "leaves_skipped_by_reason": {
                 reason: len(ids) for reason, ids in report.leaves_skipped_by_reason.items()
             },
+            "orphans": report.orphans,
         }
         self.log.info(
             "maintained %s: __manifest fragments %d -> %d, %d manifest and %d leaf versions "
@@ -124,6 +157,17 @@ class LanceMaintainOperator(BaseOperator):
             report.manifest_versions_removed,
             report.leaf_versions_removed,
         )
+        if report.orphans is not None:
+            orphans = report.orphans
+            self.log.info(
+                "orphan sweep of %s%s: %s file(s), %s bytes, %s dropped leaf table(s)%s",
+                uri,
+                " (dry run)" if self.sweep_dry_run else "",
+                orphans.get("files_removed"),
+                orphans.get("bytes_freed"),
+                orphans.get("leaf_tables_removed"),
+                " would be removed" if self.sweep_dry_run else " removed",
+            )
         return summary
 
 

@@ -25,6 +25,7 @@ EXAMPLES = (
     "lance_partitioned_daily",
     "lance_partitioned_report",
     "lance_on_publish",
+    "lance_retention_and_upkeep",
 )
 RunDag = Callable[..., RunResult]
 

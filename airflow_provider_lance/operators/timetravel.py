@@ -1,0 +1,174 @@
+"""Time travel as tasks: naming a past state in a template, and tagging states.
+
+Every ``__manifest`` version is a complete state of the namespace; the core reads one by
+its version, by a moment or by a tag (``as_of``). Templates render text, so
+:func:`as_of_value` reads that text back, one way for every operator: digits are a
+version, an ISO timestamp with a time of day is a moment, anything else a tag name (tag
+names are never only digits). A tag pins a state for good (maintenance keeps it and all it
+reads): :class:`LanceTagOperator` tags each daily publish, e.g. ``eod-{{ ds }}``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
+
+from airflow_provider_lance.common import lance_errors
+from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+
+    from airflow_provider_lance.namespace import PartitionedNamespace
+
+#: A date, then a time of day: what makes a text a moment rather than a tag name.
+_MOMENT = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+TagAction = Literal["create", "delete"]
+ACTIONS: tuple[str, ...] = ("create", "delete")
+
+
+def as_of_value(value: Any) -> int | dt.datetime | str | None:
+    """What ``as_of`` names, from a template's rendering or a native value.
+
+    ``None`` / blank / ``"None"``: the latest state. An int or a text of digits: a
+    ``__manifest`` version. A datetime, or an ISO timestamp text with a time of day
+    (``2025-12-10T18:00:00Z``; without a zone it is UTC): the latest version committed
+    at or before it. Any other text: a tag name (``eod-2025-12-10``; a bare date such as
+    ``2025-12-10`` is a tag name too: write ``2025-12-10T00:00:00`` for the moment).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise AirflowFailException(f"as_of must be a version, a timestamp or a tag, not {value!r}")
+    if isinstance(value, (int, dt.datetime)):
+        return value
+    if not isinstance(value, str):
+        raise AirflowFailException(
+            f"as_of must be a version, a timestamp or a tag name, not {type(value).__name__}"
+        )
+    text = value.strip()
+    if text in ("", "None"):
+        return None
+    if text.isdigit():
+        return int(text)
+    if _MOMENT.match(text):
+        try:
+            return dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise AirflowFailException(f"as_of {text!r} is not an ISO timestamp") from None
+    return text
+
+
+class LanceTagOperator(BaseOperator):
+    """Create or delete a tag: a name pinning one ``__manifest`` version (and every leaf
+    version it reads) until it is deleted; readers name it with ``as_of``.
+
+    Safe to retry and to run again: creating a tag that already points at the version
+    ``as_of`` names, or (without ``as_of``) that exists at all, changes nothing; deleting
+    a tag that is not there changes nothing. A tag that exists on another version than
+    the ``as_of`` given fails the task (no retries), unless ``replace`` moves it.
+
+    :param tag: the tag's name, e.g. ``"eod-{{ ds }}"`` (templated).
+    :param action: ``create`` or ``delete`` (templated).
+    :param as_of: the state to tag: a version, an ISO timestamp or another tag
+        (templated; default: the latest version). See :func:`as_of_value`.
+    :param replace: move an existing tag of that name to the state ``as_of`` names (the
+        latest, without ``as_of``). Deleting and creating are two steps: a crash between
+        them leaves no tag, which the retry creates.
+    :param namespace: relative name or full URI (templated).
+    :return: (XCom) ``{"uri", "tag", "action", "version", "changed", "manifest_version"}``:
+        ``version`` is the tagged version (None after a delete).
+    """
+
+    template_fields: Sequence[str] = ("tag", "action", "as_of", "namespace")
+    ui_color = "#e8e1c6"
+
+    def __init__(
+        self,
+        *,
+        tag: str,
+        action: TagAction | str = "create",
+        as_of: int | dt.datetime | str | None = None,
+        replace: bool = False,
+        namespace: str | None = None,
+        lance_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.tag = tag
+        self.action = action
+        self.as_of = as_of
+        self.replace = replace
+        self.namespace = namespace
+        self.lance_conn_id = lance_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if self.action not in ACTIONS:
+            raise AirflowFailException(f"action must be one of {ACTIONS}, got {self.action!r}")
+        if not isinstance(self.tag, str) or not self.tag.strip():
+            raise AirflowFailException(f"tag must be a tag name, got {self.tag!r}")
+        name = self.tag.strip()
+        as_of = as_of_value(self.as_of)
+        hook = LancePartitionedHook(self.lance_conn_id)
+        uri = hook.namespace_uri(self.namespace)
+        with lance_errors(f"{self.action} of tag {name!r} in {uri}"):
+            ns = hook.open(uri)
+            if self.action == "create":
+                version, changed = self._create(ns, name, as_of)
+            else:
+                version, changed = None, self._delete(ns, name)
+            latest = ns.version
+        self.log.info(
+            "tag %r of %s: %s%s",
+            name,
+            uri,
+            f"{self.action}d" if changed else "already so",
+            "" if version is None else f" (version {version})",
+        )
+        return {
+            "uri": uri,
+            "tag": name,
+            "action": self.action,
+            "version": version,
+            "changed": changed,
+            "manifest_version": latest,
+        }
+
+    def _create(
+        self, ns: PartitionedNamespace, name: str, as_of: int | dt.datetime | str | None
+    ) -> tuple[int, bool]:
+        from airflow_provider_lance.namespace.timetravel import check_tag_name
+
+        check_tag_name(name)  # a malformed name is refused before anything is looked up
+        existing = {t.name: t.version for t in ns.tags()}.get(name)
+        if existing is None:
+            return ns.tag(name, as_of).version, True
+        if as_of is None and not self.replace:
+            return existing, False  # a retry, or the DAG run again: the tag stays
+        wanted = ns.state(as_of).version  # the latest without as_of
+        if wanted == existing:
+            return existing, False
+        if not self.replace:
+            from airflow_provider_lance.namespace.errors import TagExistsError
+
+            raise TagExistsError(
+                f"tag {name!r} already exists on __manifest version {existing}, not "
+                f"{wanted}; delete it first or set replace=True to move it"
+            )
+        self.log.info("moving tag %r from version %d to %d", name, existing, wanted)
+        ns.untag(name)
+        return ns.tag(name, wanted).version, True
+
+    def _delete(self, ns: PartitionedNamespace, name: str) -> bool:
+        from airflow_provider_lance.namespace.timetravel import check_tag_name
+
+        check_tag_name(name)
+        if name not in {t.name for t in ns.tags()}:
+            self.log.info("no tag %r in %s: nothing to delete", name, ns.uri)
+            return False
+        ns.untag(name)
+        return True
