@@ -47,22 +47,29 @@ def test_the_sweep_removes_a_crashed_writes_files_but_not_a_staged_transactions(
 ) -> None:
     ns.begin("append", "S").stage(tagged_rows("s", [1, 3], 1, first_id=100))
     staged = data_files(root) - referenced(ns)
+    tables_before = {p.name for p in root.iterdir()}
     with crashing(monkeypatch, "direct.staged"), pytest.raises(FailpointError):
         ns.write(tagged_rows("crashed", [1, 4], 1, first_id=200))
     orphans = data_files(root) - referenced(ns) - staged
-    assert len(orphans) == 2  # one in partition 1, one in the never-created 4
+    assert len(orphans) == 2  # one in partition 1, one in the never-published 4
+    # The write created partition 4's table while staging (its version 1, never
+    # published): the sweep removes that table whole, its version files too.
+    [unpublished] = [p for p in root.iterdir() if p.name not in tables_before]
+    whole_table = len([f for f in tree(root) if f.startswith(f"{unpublished.name}/")])
+    expected = 1 + whole_table  # partition 1's staged file, and partition 4's table
 
     dry = ns.maintain(compact=False, sweep_orphans=True, orphan_min_age=NOW, dry_run=True)
     assert dry.orphans is not None
     assert dry.orphans["dry_run"] is True
-    assert dry.orphans["files_removed"] == 2
+    assert (dry.orphans["files_removed"], dry.orphans["leaf_tables_removed"]) == (expected, 1)
     assert dry.orphans["bytes_freed"] > 0
     assert dry.orphans["kept_staged"] == 2
     assert data_files(root) - referenced(ns) - staged == orphans  # nothing removed
 
     report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW)
     assert report.orphans is not None
-    assert report.orphans["files_removed"] == 2
+    assert report.orphans["files_removed"] == expected
+    assert not [f for f in tree(root) if f.startswith(f"{unpublished.name}/")]
     assert report.orphans["bytes_freed"] == dry.orphans["bytes_freed"]
     assert data_files(root) - referenced(ns) == staged
     all_readable(ns)
