@@ -505,6 +505,46 @@ def test_a_crashed_operation_aborted_by_recover_then_retried(ns, monkeypatch, ki
     healthy(ns, 1, 2, 3)
 
 
+DROP_POINTS = [
+    "drop_partitions.selected",
+    "drop_partitions.computed",
+    "drop_partitions.before_publish",
+    "manifest.before_swap",
+    "manifest.after_swap",
+    "drop_partitions.after_publish",
+]
+
+
+@pytest.mark.parametrize("point", DROP_POINTS)
+def test_a_crashed_drop_is_all_or_nothing_and_its_retry_returns_the_first_result(
+    ns, monkeypatch, point
+) -> None:
+    """A named drop of partitions 1 and 2 crashes at each step. Before its swap nothing
+    is gone, after it both are; the retry completes it (or returns the first result,
+    its manifest version found again), drops nothing a later write created, and the
+    partitions can be written again."""
+    with crashing(monkeypatch, point), pytest.raises(FailpointError):
+        ns.drop_partitions("part <= 2", txn_id="drop")
+    published = point in ("manifest.after_swap", "drop_partitions.after_publish")
+    assert ids(ns) == (list(range(8, 12)) if published else list(range(12)))
+    published_readable(ns)
+    result = ns.drop_partitions("part <= 2", txn_id="drop")
+    assert result.rows_removed == 8
+    # (a result read back from its record carries partition values in their string form)
+    assert sorted(str(p.values["part"]) for p in result.dropped) == ["1", "2"]
+    assert result.manifest_version is not None
+    assert sorted(ns.to_table(version=result.manifest_version).column("id").to_pylist()) == [
+        8,
+        9,
+        10,
+        11,
+    ]
+    ns.write(tagged_rows("again", [1], 1, first_id=100))
+    assert ns.drop_partitions("part <= 2", txn_id="drop").to_dict() == result.to_dict()
+    assert ids(ns) == [8, 9, 10, 11, 100]
+    healthy(ns, 1, 2, 3)
+
+
 OPERATIONS_WITH_ID: dict[str, Callable[[PartitionedNamespace, str], Any]] = {
     "delete": lambda h, t: h.delete("id % 2 = 0", txn_id=t),
     "drop_partitions": lambda h, t: h.drop_partitions("part = 1", txn_id=t),
@@ -556,6 +596,7 @@ def test_a_zero_age_sweep_keeps_what_committed_versions_and_live_transactions_na
     version yet, exactly like a crashed write's, and only the age tells them apart.)"""
     ns.tag("old")
     ns.drop_partitions("part = 3")
+    ns.delete("id = 5")  # a deletion file in partition 2's published version
     ns.begin("append", "X").stage(tagged_rows("x", [1, 5], 1, first_id=100))
     ns.begin("append", "Y").stage(tagged_rows("y", [2, 6], 1, first_id=200))
     with crashing(monkeypatch, "commit.after_claim"), pytest.raises(FailpointError):
@@ -569,7 +610,7 @@ def test_a_zero_age_sweep_keeps_what_committed_versions_and_live_transactions_na
     assert sorted(ns.to_table(version="old").column("id").to_pylist()) == list(range(12))
     ns.commit("X")
     ns.commit("Y")
-    assert ids(ns) == [*range(8), 100, 101, 200, 201, 300, 301]
+    assert ids(ns) == [0, 1, 2, 3, 4, 6, 7, 100, 101, 200, 201, 300, 301]
     published_readable(ns)
     healthy(ns, 1, 2, 5, 6)
 
