@@ -270,33 +270,47 @@ def commit_change(
     ``still_base`` (if given) is asked before anything is rolled back: False means
     ``base`` is no longer the published version (a writer published or claimed the
     partition meanwhile), and :class:`CommitConflict` is raised instead of rolling that
-    writer's version back for a commit whose publish would fail anyway.
+    writer's version back for a commit whose publish would fail anyway. It is asked too
+    when ``base`` cannot be read or committed on: once a writer published over it,
+    ``maintain`` may have removed it, and that is a lost race, not a storage failure.
     """
     properties = owner_properties(owner)
     expected: list[str] | None = None
     for _attempt in range(LEAF_ATTEMPTS):
-        ds = storage.table(uri)
-        if expected is None:
-            expected = content_after(ds, base, operation)
-        latest = int(ds.version)
-        if latest != base:
-            if committed_by(ds, latest) == owner and _content(ds, latest) == expected:
-                return latest
+        try:
+            ds = storage.table(uri)
+            if expected is None:
+                with storage.failures(f"read version {base} of", uri):
+                    expected = content_after(ds, base, operation)
+            latest = int(ds.version)
+            if latest != base:
+                if committed_by(ds, latest) == owner and _content(ds, latest) == expected:
+                    return latest
+                if still_base is not None and not still_base():
+                    raise _moved(uri)
+                restored = _roll_back(storage, uri, ds, base)
+                if restored is None:
+                    continue
+                latest = restored
+            version = _commit_on(storage, uri, latest, operation, properties)
+        except CommitConflict:
+            raise
+        except LanceNamespaceError as exc:  # base removed (published over, then cleaned)?
             if still_base is not None and not still_base():
-                raise CommitConflict(
-                    f"partition table {uri} was published or claimed anew while this change "
-                    "was computed; nothing was published"
-                )
-            restored = _roll_back(storage, uri, ds, base)
-            if restored is None:
-                continue
-            latest = restored
-        version = _commit_on(storage, uri, latest, operation, properties)
+                raise _moved(uri) from exc
+            raise
         if version is not None:
             return version
     raise CommitConflict(
         f"partition table {uri} kept changing under the commit (concurrent writers of the "
         "same partition?); nothing was published, try again"
+    )
+
+
+def _moved(uri: str) -> CommitConflict:
+    return CommitConflict(
+        f"partition table {uri} was published or claimed anew while this change was "
+        "computed; nothing was published"
     )
 
 

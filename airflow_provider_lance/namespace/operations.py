@@ -10,7 +10,8 @@ computed here instead of staged by a writer:
 3. *compute*, per partition and in parallel, the Lance change against its published
    ``read_version`` R: deletion files, a merge's uncommitted ``Update``, a compaction's
    ``Rewrite``; or, for a partition the operation creates, its staged data files. A change
-   computed by an earlier attempt against the same R is reused;
+   computed by an earlier attempt against the same R, under the same schema and partition
+   spec, is reused;
 4. commit each change as leaf version R+1 exactly (:func:`~.leaves.commit_change`: versions
    above R rolled back, a rebased commit made again, tagged with the operation's owner);
 5. ONE compare-and-swap against S sets the new ``read_version``\\ s, inserts the rows of
@@ -24,7 +25,12 @@ Why nothing is lost: a change is computed against the published version R, commi
 as exactly R+1 and published only if the row still says R at the swap. A concurrent writer
 that published R' meanwhile makes the swap fail, and the change is computed again on R'.
 Versions an operation committed but did not publish lie above the published one, and the
-next commit to that leaf rolls them back, as it does a crashed writer's.
+next commit to that leaf rolls them back, as it does a crashed writer's. A version above R
+that no writer of ours made is a foreign writer's commit to a partition published as "read
+the latest": its publish, never rolled back (the change is computed again on it). When
+what an attempt read is gone (``maintain`` removed R after a writer published over it, or
+S itself), the attempt lost a race like any other, and the next one starts from the newer
+version.
 
 Crashes: before the swap nothing is visible; the leaf versions and files it left are
 rolled back by the next commit of each leaf and reclaimed by ``maintain`` (old versions)
@@ -43,7 +49,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pyarrow as pa
 from lance import LanceOperation
@@ -55,11 +61,13 @@ from .errors import (
     CommitConflict,
     InvalidArgumentError,
     LanceNamespaceError,
+    ManifestError,
     StorageError,
+    TableNotFoundError,
     TransactionAborted,
 )
 from .failpoints import failpoint
-from .leaves import base_version, commit_change, commit_leaf, schema_digest
+from .leaves import base_version, commit_change, commit_leaf, committed_by, schema_digest
 from .lifecycle import (
     TxnRecord,
     TxnState,
@@ -200,6 +208,25 @@ class _Attempt:
 
     works: dict[str, LeafWork] = field(default_factory=dict)
     created: dict[str, NewLeaf] = field(default_factory=dict)
+    #: The namespace schema and spec version it was computed under (see :func:`_shape`).
+    shape: tuple[str, int] | None = None
+
+
+class _Prepared(NamedTuple):
+    """An attempt ready for its swap: its leaves committed, its rows and result built."""
+
+    selection: Selection
+    attempt: _Attempt
+    changed: dict[str, LeafWork]
+    rows: list[dict[str, Any]]
+    result: OperationResult
+
+
+def _shape(state: NamespaceState) -> tuple[str, int]:
+    """What a computed change depends on besides its partition's published version: the
+    namespace schema (a filter or merge source names columns; a drop and re-add of a
+    column gives its name another field id) and the partition spec (merge routing)."""
+    return state.schema.to_json(), state.spec_version
 
 
 class OperationRunner:
@@ -337,6 +364,49 @@ class OperationRunner:
     def _attempt(self, state: NamespaceState, deadline: float) -> OperationResult | str:
         """Select, check claims, compute, commit leaves, swap. Returns the result, or
         ``"claimed"`` (wait for a holder) or ``"lost"`` (a concurrent publish won)."""
+        try:
+            prepared = self._prepare(state, deadline)
+        except (StorageError, TableNotFoundError, ManifestError, OSError, ValueError) as exc:
+            if isinstance(exc, InvalidArgumentError) or not self._stale(state):
+                raise
+            # What it read was published over, then removed by ``maintain``: a lost race.
+            log.info("%s: %s; the namespace moved on meanwhile: computing again", self.op.kind, exc)
+            return "lost"
+        if not isinstance(prepared, _Prepared):
+            return prepared
+        selection, attempt, changed, rows, result = prepared
+        failpoint(f"{self.op.kind}.before_publish")
+        try:
+            version = self.ctx.manifest.compare_and_swap_dropping(
+                state.rows_table(rows), sorted(selection.drops), state.version
+            )
+        except CommitConflict:
+            log.info("%s lost a race to a concurrent publish; computing again", self.op.kind)
+            self._previous = attempt
+            self._note_moves(attempt)
+            return "lost"
+        except StorageError as exc:
+            version = self._published_after_all(state, changed, attempt.created, exc)
+        failpoint(f"{self.op.kind}.after_publish")
+        result = replace(result, manifest_version=version)
+        if self.txn_id is not None:
+            try:
+                self.ctx.store.save_outcome(
+                    self.txn_id, self.incarnation, self.token, result.to_dict()
+                )
+            except (OSError, LanceNamespaceError) as exc:  # completed when asked again
+                log.warning("could not complete the outcome of %s: %s", self.txn_id, exc)
+        maybe_compact(
+            self.ctx.manifest,
+            prepare=lambda: collect_finished(
+                self.ctx.manifest, self.ctx.load_state, self.ctx.store.delete
+            ),
+        )
+        return result
+
+    def _prepare(self, state: NamespaceState, deadline: float) -> _Prepared | OperationResult | str:
+        """Everything before the swap (nothing of it visible): what to swap in, or the
+        outcome of the attempt without one."""
         failpoint(f"{self.op.kind}.selected")
         selection = self.op.select(state)
         if self.op.skips_busy:
@@ -376,34 +446,22 @@ class OperationRunner:
         if self.txn_id is not None:  # named by the row the swap writes: durable before it
             self.ctx.store.save_outcome(self.txn_id, self.incarnation, self.token, result.to_dict())
             rows.append(self._record_row(result))
-        failpoint(f"{self.op.kind}.before_publish")
+        return _Prepared(selection, attempt, changed, rows, result)
+
+    def _stale(self, state: NamespaceState) -> bool:
+        """Whether the namespace moved on from ``state`` in a way that can remove what an
+        attempt on it reads: ``state``'s own version cleaned up, or a partition published
+        anew (``maintain`` may then remove the version the attempt read)."""
         try:
-            version = self.ctx.manifest.compare_and_swap_dropping(
-                state.rows_table(rows), sorted(selection.drops), state.version
-            )
-        except CommitConflict:
-            log.info("%s lost a race to a concurrent publish; computing again", self.op.kind)
-            self._previous = attempt
-            self._note_moves(attempt)
-            return "lost"
-        except StorageError as exc:
-            version = self._published_after_all(state, changed, exc)
-        failpoint(f"{self.op.kind}.after_publish")
-        result = replace(result, manifest_version=version)
-        if self.txn_id is not None:
-            try:
-                self.ctx.store.save_outcome(
-                    self.txn_id, self.incarnation, self.token, result.to_dict()
-                )
-            except (OSError, LanceNamespaceError) as exc:  # completed when asked again
-                log.warning("could not complete the outcome of %s: %s", self.txn_id, exc)
-        maybe_compact(
-            self.ctx.manifest,
-            prepare=lambda: collect_finished(
-                self.ctx.manifest, self.ctx.load_state, self.ctx.store.delete
-            ),
-        )
-        return result
+            self.ctx.manifest.open(state.version)
+        except ManifestError:
+            return True
+        latest = self.ctx.load_state()
+        if latest.version == state.version:
+            return False
+        before = {p.object_id: p.read_version for p in state.partitions()}
+        now = {p.object_id: p.read_version for p in latest.partitions()}
+        return any(now.get(oid, -1) != version for oid, version in before.items())
 
     def _check_record(
         self, state: NamespaceState, found: Mapping[str, Any] | None
@@ -474,7 +532,11 @@ class OperationRunner:
     def _compute(self, state: NamespaceState, selection: Selection) -> _Attempt:
         """Every touched partition's change, in parallel: the previous attempt's where the
         published version is the same, the previous staging of a new partition kept."""
-        previous = self._previous
+        shape = _shape(state)
+        # Computed under another schema or spec, a change is of another operation: a
+        # filter's column may now be another field, and serially the operation is either
+        # before the schema change or after it, for every partition alike.
+        previous = self._previous if self._previous.shape == shape else _Attempt()
 
         def work(oid: str) -> LeafWork:
             partition = selection.targets[oid]
@@ -503,6 +565,7 @@ class OperationRunner:
         return _Attempt(
             dict(zip(targets, storage.map(work, targets), strict=True)),
             dict(zip(creates, storage.map(create, creates), strict=True)),
+            shape,
         )
 
     def _base(self, partition: Partition) -> int:
@@ -527,11 +590,14 @@ class OperationRunner:
                     columns=[READ_VERSION, CLAIM], filter=ids_filter([work.partition.object_id])
                 )
                 now = row.to_pylist()
-                return (
-                    bool(now)
-                    and now[0][CLAIM] is None
-                    and (now[0][READ_VERSION] in (work.base, work.partition.read_version))
-                )
+                if not now or now[0][CLAIM] is not None:
+                    return False
+                published = now[0][READ_VERSION]
+                if published is None and work.partition.read_version is None:
+                    # "Read the latest": a foreign writer's commit above the base is its
+                    # publish (readers see it), never an unpublished version to roll back.
+                    return not _foreign_above(storage, work.partition.location, work.base)
+                return published in (work.base, work.partition.read_version)
 
             work.committed = commit_change(
                 storage,
@@ -617,13 +683,21 @@ class OperationRunner:
         return out
 
     def _published_after_all(
-        self, state: NamespaceState, changed: dict[str, LeafWork], error: StorageError
+        self,
+        state: NamespaceState,
+        changed: dict[str, LeafWork],
+        created: dict[str, NewLeaf],
+        error: StorageError,
     ) -> int:
         """The manifest version a swap against ``state`` made although it reported a
         storage error, or the error again: a later version whose rows name one of this
-        operation's own leaf versions, or its transaction row PUBLISHED, is the swap's
-        (every version since is looked at: a writer may have published over it)."""
+        operation's own leaf versions (of a changed or a created partition), or its
+        transaction row PUBLISHED, is the swap's (every version since is looked at: a
+        writer may have published over it). An operation that only drops partitions,
+        without a ``txn_id``, names nothing of its own: its error stands (a retry drops
+        nothing more)."""
         versions = {oid: w.committed for oid, w in changed.items()}
+        versions.update((oid, leaf.committed) for oid, leaf in created.items())
         record = row_id(self.txn_id) if self.txn_id is not None else None
         wanted = [*versions, *([record] if record else [])]
 
@@ -642,6 +716,13 @@ class OperationRunner:
         except LanceNamespaceError as exc:
             log.warning("could not look for the publish after %s: %s", error, exc)
         raise error
+
+
+def _foreign_above(storage: Storage, location: str, base: int) -> bool:
+    """Whether a version above ``base`` of the leaf at ``location`` was committed by a
+    writer that is none of ours (no transaction tag)."""
+    ds = storage.table(location)
+    return any(committed_by(ds, v) is None for v in range(base + 1, int(ds.version) + 1))
 
 
 def run_operation(
