@@ -270,24 +270,20 @@ def test_two_merges_of_a_new_key_across_a_spec_change_insert_it_once(ns) -> None
     assert ids(ns).count(500) == 1
 
 
-# -- 6. open: a merge rewriting a partition column of an older spec's partition ---------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a key held by a partition of an older spec version is updated in place "
-    "(when_matched_update_all) even when the source row carries other values for that "
-    "version's partition columns; the leaf then holds a row its partition values do not "
-    "describe: reads filtered on the new value prune it away, and delete() on the old "
-    "value covers the partition and drops the row although it does not match.",
-)
+# -- 6. a merge rewriting a partition column of an older spec's partition is refused ---------
 def test_a_merge_never_leaves_a_row_in_a_partition_its_values_do_not_name(ns) -> None:
     """Spec v1 partitions by ``part``; after evolving to v2 = [tag], a merge on [id, tag]
-    moves row 0 from part 1 to part 7. Afterwards a filtered read must find it under part
-    7, and ``delete("part = 1")`` must not remove it."""
+    would update row 0 in its part=1 partition with part=7: the row would sit where its
+    values do not say (a read of ``part = 7`` would miss it, ``delete("part = 1")`` would
+    drop it). The merge is refused with a clear error and nothing changes."""
     ns.evolve_partition_spec([PartitionField("tag", "tag")])
-    ns.merge(upserts([(0, 7)], "seed"), ["id", "tag"])
-    assert ns.to_table(filter="part = 7").column("id").to_pylist() == [0]
-    ns.delete("part = 1")
-    assert ids(ns) == [0, *range(4, 12)]
+    before = rows_at(ns)
+    version = ns.version
+    with pytest.raises(InvalidArgumentError, match="would move rows out of partition"):
+        ns.merge(upserts([(0, 7)], "seed"), ["id", "tag"])
+    assert (rows_at(ns), ns.version) == (before, version)
+    ns.merge(upserts([(0, 1)], "seed"), ["id", "tag"])  # the same partition: updated in place
+    assert ns.to_table(filter="part = 1 AND id = 0").num_rows == 1
 
 
 # == races found sound ============================================================================

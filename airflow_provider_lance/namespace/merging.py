@@ -197,6 +197,7 @@ class MergeRows(TableOperation):
             items, self.storage.map(found, [c for _, c in items]), strict=True
         ):
             if rows.num_rows:
+                _check_stays(state, partition, rows)
                 selection.targets[oid] = partition
                 self._sources[oid] = _make_source(rows, update_only=True)
                 matched.update(rows.column(_INDEX).to_pylist())
@@ -342,3 +343,23 @@ def _key_mask(table: pa.Table, other: pa.Table, on: list[str]) -> pa.ChunkedArra
     keys = other.select(on).group_by(on).aggregate([])
     joined = numbered.join(keys, keys=on, join_type="inner")
     return pc.is_in(numbered.column("__n"), joined.column("__n"))
+
+
+def _check_stays(state: NamespaceState, partition: Partition, rows: pa.Table) -> None:
+    """Rows matched in a partition of an older spec version are updated where they are,
+    so their values must still name that partition: a row whose partition columns change
+    would sit where its values do not say (a filtered read would miss it, a delete of the
+    old values would drop it). Such a merge is refused, before anything is written."""
+    expected = tuple(partition.values.values())
+    moved = [
+        chunk.values
+        for chunk in split(rows, state.specs[partition.spec_version], state.schema)
+        if chunk.values != expected
+    ]
+    if moved:
+        raise InvalidArgumentError(
+            f"merge() would move rows out of partition {dict(partition.values)} of the "
+            f"older partition spec v{partition.spec_version} (their partition columns "
+            f"change, to {moved[:3]}): rows are updated where they are. Delete those keys "
+            "and write the rows again, or rewrite the partition with an overwrite"
+        )
