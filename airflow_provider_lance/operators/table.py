@@ -229,7 +229,30 @@ class TableOperationOperator(BaseOperator):
         return operator_lineage(inputs=self.lineage_inputs(), output=self._lineage)
 
 
-class LanceDeleteOperator(TableOperationOperator):
+class _FilteredOperation(TableOperationOperator):
+    """An operation on the rows or partitions a required filter names, waiting up to
+    ``claim_timeout`` for partitions a transaction is committing."""
+
+    template_fields: Sequence[str] = ("filter", "namespace", "txn_id", "claim_timeout")
+    template_fields_renderers = {"filter": "sql"}
+
+    def __init__(
+        self,
+        *,
+        filter: str,
+        claim_timeout: dt.timedelta | float | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.filter = filter
+        self.claim_timeout = claim_timeout
+
+    def check_arguments(self) -> None:
+        required_filter(self.filter, self.operation)
+        claim_seconds(self.claim_timeout)
+
+
+class LanceDeleteOperator(_FilteredOperation):
     """Delete the rows matching a filter, in one ``__manifest`` commit.
 
     Partitions the filter covers entirely are dropped as metadata; the others get Lance
@@ -245,23 +268,6 @@ class LanceDeleteOperator(TableOperationOperator):
     """
 
     operation = "delete"
-    template_fields: Sequence[str] = ("filter", "namespace", "txn_id", "claim_timeout")
-    template_fields_renderers = {"filter": "sql"}
-
-    def __init__(
-        self,
-        *,
-        filter: str,
-        claim_timeout: dt.timedelta | float | str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.filter = filter
-        self.claim_timeout = claim_timeout
-
-    def check_arguments(self) -> None:
-        required_filter(self.filter, self.operation)
-        claim_seconds(self.claim_timeout)
 
     def run(self, ns: PartitionedNamespace, txn_id: str, context: Context) -> OperationResult:
         where = required_filter(self.filter, self.operation)
@@ -269,7 +275,7 @@ class LanceDeleteOperator(TableOperationOperator):
         return ns.delete(where, txn_id=txn_id, claim_timeout=claim_seconds(self.claim_timeout))
 
 
-class LanceDropPartitionsOperator(TableOperationOperator):
+class LanceDropPartitionsOperator(_FilteredOperation):
     """Drop whole partitions, as metadata: those whose partition values make a filter true.
 
     For retention: ``filter="event_date < DATE '{{ macros.ds_add(ds, -90) }}'"`` drops
@@ -285,23 +291,6 @@ class LanceDropPartitionsOperator(TableOperationOperator):
     """
 
     operation = "drop_partitions"
-    template_fields: Sequence[str] = ("filter", "namespace", "txn_id", "claim_timeout")
-    template_fields_renderers = {"filter": "sql"}
-
-    def __init__(
-        self,
-        *,
-        filter: str,
-        claim_timeout: dt.timedelta | float | str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.filter = filter
-        self.claim_timeout = claim_timeout
-
-    def check_arguments(self) -> None:
-        required_filter(self.filter, self.operation)
-        claim_seconds(self.claim_timeout)
 
     def run(self, ns: PartitionedNamespace, txn_id: str, context: Context) -> OperationResult:
         where = required_filter(self.filter, self.operation)
