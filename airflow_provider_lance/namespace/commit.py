@@ -46,6 +46,7 @@ from .lifecycle import (
     TransitionRefused,
     TxnRecord,
     TxnState,
+    claim_holders,
     claim_is_live,
     claim_owners,
     collect_finished,
@@ -536,12 +537,7 @@ class Committer:
         if blocked:
             failpoint("commit.claim_blocked")
             if time.monotonic() > deadline:
-                held = sorted(
-                    {
-                        f"{owner} (committing for {holders[parse_tag(owner)[0]].age:.0f}s)"
-                        for owner in blocked.values()
-                    }
-                )
+                held = claim_holders(blocked.values(), holders)
                 raise CommitConflict(
                     f"partitions are held by other transactions {held} for longer than "
                     f"the claim timeout ({self.options.claim_timeout:g}s); they are still "

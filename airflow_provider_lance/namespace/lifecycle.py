@@ -212,6 +212,14 @@ def claim_owners(rows: Iterable[Mapping[str, Any]]) -> set[str]:
     return {parse_tag(r[CLAIM])[0] for r in rows if r.get(CLAIM)}
 
 
+def claim_holders(claims: Iterable[str], records: Mapping[str, TxnRecord]) -> list[str]:
+    """Each live claim (``txn#k``) with how long its transaction has been committing, for
+    the error of a wait for claims that timed out."""
+    return sorted(
+        {f"{claim} (committing for {records[parse_tag(claim)[0]].age:.0f}s)" for claim in claims}
+    )
+
+
 def swap(
     manifest: Manifest,
     state: NamespaceState,

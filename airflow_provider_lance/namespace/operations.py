@@ -71,11 +71,11 @@ from .leaves import base_version, commit_change, commit_leaf, committed_by, sche
 from .lifecycle import (
     TxnRecord,
     TxnState,
+    claim_holders,
     claim_is_live,
     claim_owners,
     collect_finished,
     load_records,
-    parse_tag,
     row_id,
     tag,
 )
@@ -514,12 +514,7 @@ class OperationRunner:
             return False
         failpoint(f"{self.op.kind}.claim_blocked")
         if time.monotonic() > deadline:
-            held = sorted(
-                {
-                    f"{owner} (committing for {holders[parse_tag(owner)[0]].age:.0f}s)"
-                    for owner in live.values()
-                }
-            )
+            held = claim_holders(live.values(), holders)
             raise CommitConflict(
                 f"{self.op.kind}: partitions are held by other transactions {held} for "
                 f"longer than the claim timeout ({self.claim_timeout:g}s); they are still "

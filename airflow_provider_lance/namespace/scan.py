@@ -118,13 +118,21 @@ def read_partition(
             table = plan.apply(batch)
         except DataValidationError as exc:
             raise DataValidationError(f"partition {partition.object_id}: {exc}") from exc
-        if residual is not None and not pushed:
-            try:
-                table = residual.filter(table)
-            except ExpressionError as exc:
-                raise FilterError(str(exc)) from exc
-        if table.num_rows:
-            yield from table.select(output.names).cast(output).to_batches()
+        yield from output_batches(table, None if pushed else residual, output)
+
+
+def output_batches(
+    table: pa.Table, residual: BoundExpression | None, output: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """``table`` (conformed to the namespace schema) filtered by ``residual`` and
+    projected to ``output``: what a read yields."""
+    if residual is not None:
+        try:
+            table = residual.filter(table)
+        except ExpressionError as exc:
+            raise FilterError(str(exc)) from exc
+    if table.num_rows:
+        yield from table.select(output.names).cast(output).to_batches()
 
 
 _HASH_CALL = re.compile(r"\bhash\s*\(", re.IGNORECASE)

@@ -22,10 +22,10 @@ from typing import Any
 import pyarrow as pa
 
 from .catalog import NamespaceState
-from .errors import DataValidationError, ExpressionError, FilterError, InvalidArgumentError
+from .errors import DataValidationError, InvalidArgumentError
 from .expressions import BoundExpression
 from .pruning import parse_filter
-from .scan import filter_columns
+from .scan import filter_columns, output_batches
 from .schema import NamespaceSchema, ReadPlan
 from .staging import Stage, StagedPartition
 from .storage import Storage
@@ -75,13 +75,7 @@ def _batches(
         for part in stage.partitions.values():
             for fragment in staged_fragments(part):
                 for table in _fragment_tables(storage, schema, part, fragment, needed, batch_size):
-                    if residual is not None:
-                        try:
-                            table = residual.filter(table)
-                        except ExpressionError as exc:
-                            raise FilterError(str(exc)) from exc
-                    if table.num_rows:
-                        yield from table.select(output.names).cast(output).to_batches()
+                    yield from output_batches(table, residual, output)
 
 
 def staged_fragments(part: StagedPartition) -> list[dict[str, Any]]:
