@@ -229,3 +229,71 @@ def optimizer(root: str, run_dir: str, name: str, seed: int, life: int) -> None:
                 "skipped": dict(result.skipped),
             },
         )
+
+
+#: New keys per second the key mergers of the spec-change chaos test both insert (so they
+#: collide), and the partition specs its evolver moves between (the merge key names every
+#: source column).
+KEYS_PER_SECOND = 5
+SPECS = (["part"], ["tag"], ["part", "tag"])
+
+
+def key_row(key: int) -> pa.Table:
+    """The one row of ``key``: its partition columns are fixed by the key (a merge never
+    moves a row out of the partition of an older spec)."""
+    return pa.table(
+        {
+            "id": pa.array([key], pa.int64()),
+            "part": pa.array([key % PARTS], pa.int32()),
+            "tag": [f"k{key % 3}"],
+        },
+        schema=TAGGED,
+    )
+
+
+@_chaos_process
+def key_merger(
+    root: str, run_dir: str, name: str, seed: int, life: int, pause: float = 0.0
+) -> None:
+    """Merge single rows of the keys the other key merger merges too, without a txn_id
+    (an upsert by key is idempotent); each success acknowledged. ``pause`` (seconds,
+    before each swap) widens the window in which a spec change lands mid-merge."""
+    import os
+
+    from airflow_provider_lance.namespace.failpoints import ENV
+
+    if pause:
+        os.environ[ENV] = f"merge.before_publish=sleep:{pause}"
+    rng = random.Random(f"{seed}-{name}-{life}")
+    ns = PartitionedNamespace.open(root)
+    start = _chaos_ready(run_dir, name, life)
+    while not _chaos_stopping(run_dir):
+        # Mostly the key of the current fifth of a second (both mergers insert each new
+        # key at about the same moment: the race), sometimes an earlier one (an update).
+        key = int((time.time() - start) * KEYS_PER_SECOND) + rng.choice([0, 0, 0, -1, -5])
+        key = max(key, 0)
+        try:
+            result = ns.merge(key_row(key), on=["id", "part", "tag"])
+        except CommitConflict as exc:
+            chaos_append(f"{run_dir}/events-{name}.jsonl", {"key": key, "error": str(exc)[:200]})
+            continue
+        chaos_append(
+            f"{run_dir}/acks-{name}.jsonl",
+            {"key": key, "manifest_version": result.manifest_version},
+            sync=True,
+        )
+
+
+@_chaos_process
+def evolver(root: str, run_dir: str, name: str, seed: int, life: int) -> None:
+    """Move the partition spec between :data:`SPECS` at random moments."""
+    from airflow_provider_lance.namespace import PartitionField
+
+    rng = random.Random(f"{seed}-{name}-{life}")
+    ns = PartitionedNamespace.open(root)
+    _chaos_ready(run_dir, name, life)
+    while not _chaos_stopping(run_dir):
+        time.sleep(rng.uniform(0.1, 0.5))
+        fields = [PartitionField(c, c) for c in rng.choice(SPECS)]
+        version = ns.evolve_partition_spec(fields)
+        chaos_append(f"{run_dir}/acks-{name}.jsonl", {"spec_version": version}, sync=True)

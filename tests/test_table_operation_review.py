@@ -30,6 +30,8 @@ from airflow_provider_lance.namespace import (
     TransactionAborted,
 )
 from airflow_provider_lance.namespace.failpoints import FailpointError, hold
+from airflow_provider_lance.namespace.manifest import row as manifest_row
+from airflow_provider_lance.namespace.spec_fence import INTENT_PREFIX, fence_id, new_intent_id
 
 from .test_interleavings import BY_PART, Worker, claims, crashing, ids, other, state_of
 from .workers import TAGGED, tagged_rows
@@ -242,22 +244,22 @@ def test_a_merge_creating_partitions_whose_swap_reported_a_failure_but_committed
     assert ids(ns) == [*range(12), 100, 101]
 
 
-# -- 5. open: a partition spec change between a merge's routing and its swap -------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a merge routes its source by the partition spec of the state it read; "
-    "the swap is conditional on the partition rows only, not on the spec. Two merges of "
-    "the same new key on either side of evolve_partition_spec create it in two partitions "
-    "(one per spec) whose rows do not overlap, so both swaps succeed: the key is there "
-    "twice. A fix needs the spec change to conflict with in-flight merges.",
-)
-def test_two_merges_of_a_new_key_across_a_spec_change_insert_it_once(ns) -> None:
-    """M1 (spec v2 = [tag]) routes key 500 to the new partition tag=m and parks before its
-    swap; the spec evolves to v3 = [part] (its column exists: a metadata commit only) and
-    M2 merges the same row under v3 into the new partition part=9, where M1's row is not
-    (unpublished). M1's swap then inserts tag=m: key 500 twice. Serially the later merge
-    updates the earlier one's row."""
+# -- 5. a partition spec change between a merge's routing and its swap (fixed: spec_fence) ---
+def intents(ns: PartitionedNamespace) -> list[str]:
+    """Ids of the merge intent rows in the latest manifest version."""
+    rows = lance.dataset(ns.uri + "/__manifest").to_table(columns=["object_id"])
+    return [i for i in rows.column("object_id").to_pylist() if i.startswith(INTENT_PREFIX)]
+
+
+def across_a_spec_change(ns: PartitionedNamespace, *, seed_tag_m: bool) -> Any:
+    """M1 (spec v2 = [tag]) merges key 500 into partition tag=m (new, or holding key 400
+    with ``seed_tag_m``) and parks before its swap; the spec evolves to v3 = [part] (its
+    column exists: a metadata commit and a fence) and M2 merges the same key under v3,
+    where it lands in the new partition part=9 (M1's row is not published). Serially the
+    later merge updates the earlier one's row; M1's result."""
     ns.evolve_partition_spec([PartitionField("tag", "tag")])
+    if seed_tag_m:
+        ns.merge(upserts([(400, 9)], "m"), ["id", "part", "tag"])
     row = upserts([(500, 9)], "m")
     with hold("merge.before_publish") as parked:
         first = Worker(other(ns).merge, row, ["id", "part", "tag"])
@@ -265,9 +267,95 @@ def test_two_merges_of_a_new_key_across_a_spec_change_insert_it_once(ns) -> None
         parked.wait_reached()
         changer = other(ns)
         changer.evolve_partition_spec([PartitionField("part", "part")])
-        changer.merge(row, ["id", "part", "tag"])
-    first.outcome()
+        second = changer.merge(row, ["id", "part", "tag"])
+        assert (second.rows_inserted, second.rows_updated) == (1, 0)
+    return first.outcome()
+
+
+@pytest.mark.parametrize("seed_tag_m", [False, True], ids=["new-partition", "existing"])
+def test_two_merges_of_a_new_key_across_a_spec_change_insert_it_once(ns, seed_tag_m) -> None:
+    """The review found the key inserted twice: the swap was conditional on partition rows
+    only, and the two merges' rows (one per spec) do not overlap. The evolution's fence
+    now rewrites M1's intent row, M1's swap (which deletes that row) loses, and M1 computes
+    again under v3: it finds M2's row and updates it."""
+    since = ns.version
+    first = across_a_spec_change(ns, seed_tag_m=seed_tag_m)
+    assert (first.rows_inserted, first.rows_updated) == (0, 1)
     assert ids(ns).count(500) == 1
+    assert ns.to_table(filter="id = 500").column("tag").to_pylist() == ["m"]
+    for version in manifest_versions(ns, since):  # never twice, at any version
+        assert ns.to_table(version=version, filter="id = 500").num_rows <= 1
+    assert intents(ns) == []
+    healthy(ns, 1, 9)
+
+
+def test_a_merge_fences_the_spec_an_evolver_died_before_fencing(ns, monkeypatch) -> None:
+    """The evolver dies between installing v3 and fencing it: M1 (computed under v2) is
+    parked before its swap and no fence rewrote its intent. M2, the first merge under
+    v3, fences v3 itself before it computes, so M1's swap still loses."""
+    ns.evolve_partition_spec([PartitionField("tag", "tag")])
+    row = upserts([(500, 9)], "m")
+    with hold("merge.before_publish") as parked:
+        first = Worker(other(ns).merge, row, ["id", "part", "tag"])
+        first.start()
+        parked.wait_reached()
+        with crashing(monkeypatch, "spec.before_fence"), pytest.raises(FailpointError):
+            other(ns).evolve_partition_spec([PartitionField("part", "part")])
+        assert ns.spec_version == 3
+        assert not other(ns).state().existing([fence_id(3)])
+        other(ns).merge(row, ["id", "part", "tag"])
+        assert other(ns).state().existing([fence_id(3)])
+    assert first.outcome().rows_updated == 1
+    assert ids(ns).count(500) == 1
+    assert intents(ns) == []
+
+
+def test_a_merge_that_registers_its_intent_after_a_spec_change_computes_under_it(ns) -> None:
+    """M1 computes under v2 and parks before registering its intent; v3 is installed and
+    fenced and M2 inserts the key under v3. M1's intent lands after the fence: it
+    computes again on a version under v3 and updates M2's row."""
+    ns.evolve_partition_spec([PartitionField("tag", "tag")])
+    row = upserts([(500, 9)], "m")
+    with hold("merge.before_intent") as parked:
+        first = Worker(other(ns).merge, row, ["id", "part", "tag"])
+        first.start()
+        parked.wait_reached()
+        changer = other(ns)
+        changer.evolve_partition_spec([PartitionField("part", "part")])
+        changer.merge(row, ["id", "part", "tag"])
+    assert first.outcome().rows_updated == 1
+    assert ids(ns).count(500) == 1
+
+
+def test_merge_intents_are_removed_whatever_the_merge_ends_in(ns, monkeypatch) -> None:
+    """A published merge's swap deletes its intent; a refused, failed or crashed one
+    withdraws it; bad input writes none (the manifest version does not move); what a
+    killed process leaves is removed by ``maintain`` once stale, and ``maintain`` leaves
+    a live merge's intent alone."""
+    ns.merge(upserts([(0, 1), (600, 4)], "m"), ["id", "part"])
+    assert intents(ns) == []
+    version = ns.version
+    with pytest.raises(LanceNamespaceError):
+        ns.merge(upserts([(0, 1)], "m"), ["id"])  # the key lacks the partition column
+    assert (intents(ns), ns.version) == ([], version)
+    with crashing(monkeypatch, "merge.before_publish"), pytest.raises(FailpointError):
+        ns.merge(upserts([(601, 4)], "m"), ["id", "part"])
+    assert intents(ns) == []
+    # A process killed after registering leaves its row: fresh, it is kept; stale, removed.
+    with hold("merge.before_publish") as parked:
+        live = Worker(other(ns).merge, upserts([(602, 4)], "m"), ["id", "part"])
+        live.start()
+        parked.wait_reached()
+        assert len(intents(ns)) == 1
+        assert ns.maintain().merge_intents_removed == 0
+        assert len(intents(ns)) == 1
+    live.outcome()
+    assert intents(ns) == []
+    dead = manifest_row(new_intent_id(), "namespace", metadata='{"started_at":0}')
+    ns._manifest.insert_absent(ns.state().rows_table([dead]))
+    assert ns.maintain().merge_intents_removed == 1
+    assert intents(ns) == []
+    assert sorted(i for i in ids(ns) if i >= 600) == [600, 602]
 
 
 # -- 6. a merge rewriting a partition column of an older spec's partition is refused ---------

@@ -345,8 +345,8 @@ def test_results_are_small_and_json_friendly(ns) -> None:
 
 
 # -- merge -------------------------------------------------------------------------------------
-def rows_by_id(ns: PartitionedNamespace) -> dict[int, dict]:
-    return {r["id"]: r for r in ns.to_table().to_pylist()}
+def rows_by_id(ns: PartitionedNamespace, version: int | None = None) -> dict[int, dict]:
+    return {r["id"]: r for r in ns.to_table(version=version).to_pylist()}
 
 
 def upserts(pairs: list[tuple[int, int]], tag: str) -> pa.Table:
@@ -362,9 +362,12 @@ def upserts(pairs: list[tuple[int, int]], tag: str) -> pa.Table:
 
 
 def test_merge_updates_matches_and_inserts_the_rest_in_one_commit(ns, root) -> None:
-    before = ns.version
+    before, rows_before = ns.version, rows_by_id(ns)
     result = ns.merge(upserts([(0, 1), (5, 2), (100, 2), (101, 7)], "m"), on=["id", "part"])
-    assert result.manifest_version == ns.version == before + 1
+    # Two commits: the merge's intent (bookkeeping, no row changes: see spec_fence), then
+    # the one publish of all of it.
+    assert result.manifest_version == ns.version == before + 2
+    assert rows_by_id(ns, version=before + 1) == rows_before
     assert result.rows_updated == 2
     assert result.rows_inserted == 2
     assert [p.values["part"] for p in result.partitions if p.created] == [7]

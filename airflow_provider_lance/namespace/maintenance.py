@@ -21,6 +21,7 @@ import lance
 from .catalog import NamespaceState
 from .errors import InvalidArgumentError, LanceNamespaceError
 from .manifest import CLAIM, LOCATION, OBJECT_ID, OBJECT_TYPE, READ_VERSION, TABLE, Manifest
+from .spec_fence import stale_intents
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class MaintenanceReport:
     leaves_skipped_by_reason: dict[str, list[str]] = field(default_factory=dict)
     #: What the orphan sweep removed (files, bytes freed; see ``sweep``), when it ran.
     orphans: dict[str, object] | None = None
+    #: Intent rows of merges that died (older than ``spec_fence.INTENT_MAX_AGE``), removed.
+    merge_intents_removed: int = 0
 
     def to_dict(self) -> dict[str, object]:
         out = dict(self.__dict__)
@@ -129,6 +132,10 @@ def maintain(
             "only the latest __manifest version"
         )
     report = MaintenanceReport()
+    stale = stale_intents(state)
+    if stale:
+        manifest.delete_rows(stale)
+        report.merge_intents_removed = len(stale)
     if compact:
         report.manifest_fragments_before, report.manifest_fragments_after = compact_manifest(
             manifest

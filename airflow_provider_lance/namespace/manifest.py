@@ -70,6 +70,12 @@ TXN_PREFIX = "__txn$"
 RESERVED_COLUMNS = frozenset(f.name for f in (*BASE_FIELDS, READ_VERSION_FIELD, CLAIM_FIELD))
 
 
+def partition_ids(ids: Sequence[object]) -> list[str]:
+    """The ids among ``ids`` that name namespace objects (not the reserved ``__`` rows of
+    transactions, merges and fences): what a conflict error lists."""
+    return [i for i in ids if isinstance(i, str) and not i.startswith("__")]
+
+
 def manifest_schema(partition_columns: list[pa.Field]) -> pa.Schema:
     return pa.schema([*BASE_FIELDS, READ_VERSION_FIELD, CLAIM_FIELD, *partition_columns])
 
@@ -193,7 +199,13 @@ class Manifest:
         ds = self.open()
         missing = [f for f in fields if f.name not in ds.schema.names]
         if missing:
-            ds.add_columns(pa.schema([f.with_nullable(True) for f in missing]))
+            with self.storage.failures(
+                "add columns to",
+                self.uri,
+                conflict="a concurrent commit to __manifest won the race to add "
+                f"{[f.name for f in missing]}",
+            ):
+                ds.add_columns(pa.schema([f.with_nullable(True) for f in missing]))
 
     # -- rows ---------------------------------------------------------------------------
     def conform(self, rows: pa.Table, ds: lance.LanceDataset) -> pa.Table:
@@ -238,7 +250,7 @@ class Manifest:
             raise CommitConflict(
                 f"__manifest version {base_version}, which this commit read, was cleaned up "
                 "meanwhile (maintain); read the namespace again",
-                [i for i in rows.column(OBJECT_ID).to_pylist() if not i.startswith(TXN_PREFIX)],
+                partition_ids(rows.column(OBJECT_ID).to_pylist()),
             ) from exc
         builder = base.merge_insert(OBJECT_ID)
         builder = (
@@ -251,7 +263,7 @@ class Manifest:
             "commit to",
             self.uri,
             conflict="a concurrent writer changed the __manifest rows this commit depends on",
-            partitions=[i for i in ids if isinstance(i, str) and not i.startswith(TXN_PREFIX)],
+            partitions=partition_ids(ids),
         ):
             failpoint("manifest.before_swap")
             builder.conflict_retries(0).execute(self.conform(rows, base))
@@ -293,7 +305,7 @@ class Manifest:
             "commit to",
             self.uri,
             conflict="a concurrent writer changed the __manifest rows this commit depends on",
-            partitions=[i for i in [*ids, *drop] if not i.startswith(TXN_PREFIX)],
+            partitions=partition_ids([*ids, *drop]),
         ):
             failpoint("manifest.before_swap")
             builder.conflict_retries(0).execute(self.conform(rows, base))
@@ -316,9 +328,15 @@ class Manifest:
         return int(committed.version)
 
     def delete_rows(self, object_ids: list[str]) -> None:
-        """Delete rows by id (rows of partitions that were never published)."""
+        """Delete rows by id (rows of partitions that were never published, intents of
+        merges); unconditional, Lance retries what conflicts."""
         if object_ids:
-            self.open().delete(ids_filter(object_ids))
+            with self.storage.failures(
+                "delete rows of",
+                self.uri,
+                conflict="a concurrent commit to __manifest changed the rows being deleted",
+            ):
+                self.open().delete(ids_filter(object_ids))
 
     def ensure_claim_column(self) -> None:
         """Namespaces created before transactions lack the claim column: add it."""

@@ -77,6 +77,7 @@ class MergeRows(TableOperation):
     """Update rows whose key matches, insert the others (see the module docstring)."""
 
     kind = "merge"
+    reads_keys = True
 
     def __init__(
         self,

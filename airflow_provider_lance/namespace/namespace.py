@@ -45,6 +45,7 @@ from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
 from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
+from .spec_fence import fence, needs_fence
 from .staging import FLUSH_BYTES, Stage, StagedPartition, Stager
 from .storage import Storage
 from .sweep import DEFAULT_MIN_AGE
@@ -233,7 +234,10 @@ class PartitionedNamespace:
             columns = [pa.field(f.name, f.result_type) for f in resolved]
             if any(c.name not in existing for c in columns):
                 # Nullable columns first (a schema-only commit), then the spec naming them.
-                self._manifest.add_columns(columns)
+                try:
+                    self._manifest.add_columns(columns)
+                except CommitConflict:  # a concurrent commit won: read again and retry
+                    backoff(attempt)
                 continue
             values = {spec_key(version): spec_to_json(resolved), SCHEMA_KEY: state.schema.to_json()}
             if not self._swap_metadata(values, state, attempt):
@@ -241,6 +245,7 @@ class PartitionedNamespace:
             self._manifest.insert_absent(
                 self.state().rows_table([row(spec_namespace_id(version), NAMESPACE, metadata="{}")])
             )
+            self._fence_spec(version)
             log.info("partition spec v%d: %s", version, [f.name for f in resolved])
             return version
         raise _evolution_lost("evolve_partition_spec")
@@ -299,6 +304,17 @@ class PartitionedNamespace:
             if self._swap_metadata({SCHEMA_KEY: schema.to_json()}, state, attempt):
                 return
         raise _evolution_lost(what)
+
+    def _fence_spec(self, version: int) -> None:
+        """Fence merges still computing under older specs (see :mod:`.spec_fence`); if
+        this keeps losing races, the first merge under ``version`` fences instead."""
+        for attempt in range(EVOLVE_ATTEMPTS):
+            state = self.state()
+            if state.spec_version != version or not needs_fence(state):
+                return
+            if fence(self._manifest, state, version):
+                return
+            backoff(attempt)
 
     def _swap_metadata(
         self, values: Mapping[str, str], state: NamespaceState, attempt: int

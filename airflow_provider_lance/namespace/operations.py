@@ -82,6 +82,7 @@ from .lifecycle import (
 from .maintenance import maybe_compact
 from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION, ids_filter
 from .results import OperationResult, PartitionOutcome
+from .spec_fence import fence, needs_fence, new_intent_id, register_intent
 from .storage import Storage
 from .txnstore import TransactionHeader, check_txn_id
 
@@ -161,6 +162,9 @@ class TableOperation(ABC):
     #: instead of waiting for them, and partitions whose published version keeps moving
     #: under the operation's swaps.
     skips_busy: ClassVar[bool] = False
+    #: Inserts a key only where no partition holds it (a merge): ordered against
+    #: partition spec changes by an intent row (see :mod:`.spec_fence`).
+    reads_keys: ClassVar[bool] = False
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
@@ -252,6 +256,8 @@ class OperationRunner:
         self._previous = _Attempt()
         #: Partition -> how often its published version moved under an attempt's swap.
         self._moves: dict[str, int] = {}
+        #: The id of this run's intent row while it has one (see :mod:`.spec_fence`).
+        self._intent: str | None = None
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> OperationResult:
@@ -260,8 +266,14 @@ class OperationRunner:
             done = self._begin()
             if done is not None:
                 return done
+        try:
+            return self._run()
+        finally:
+            self._withdraw_intent()
+
+    def _run(self) -> OperationResult:
         deadline = time.monotonic() + self.claim_timeout
-        lost = waited = 0
+        lost = waited = ordered = 0
         while True:
             outcome = self._attempt(self.ctx.load_state(), deadline)
             if isinstance(outcome, OperationResult):
@@ -276,6 +288,14 @@ class OperationRunner:
                 waited += 1
                 backoff(waited)
                 continue
+            if outcome == "ordered":  # fenced or registered: compute on the newer version
+                ordered += 1
+                if ordered > 2 * OPERATION_ATTEMPTS:
+                    raise CommitConflict(
+                        f"{self.op.kind}: could not order itself against concurrent "
+                        "partition spec changes; nothing was published, try again"
+                    )
+                continue
             lost += 1
             if lost >= OPERATION_ATTEMPTS:
                 raise CommitConflict(
@@ -283,6 +303,33 @@ class OperationRunner:
                     f"({OPERATION_ATTEMPTS} attempts); nothing was published, try again"
                 )
             backoff(lost)
+
+    # -- ordering against spec changes (see spec_fence) --------------------------------------
+    def _ordered(self, state: NamespaceState) -> bool:
+        """Whether a change computed on ``state`` may be committed and published: its
+        spec fenced and this run's intent in it. Otherwise fences or registers (one
+        commit) and returns False: the attempt starts again on the newer version, reusing
+        what it computed. (Done after computing, so bad input found there writes
+        nothing.)"""
+        if needs_fence(state):
+            fence(self.ctx.manifest, state, state.spec_version)
+            return False
+        if self._intent is not None and state.existing([self._intent]):
+            return True
+        self._intent = self._intent or new_intent_id()
+        register_intent(self.ctx.manifest, state, self._intent, self.owner)
+        return False
+
+    def _withdraw_intent(self) -> None:
+        """Delete this run's intent row if its swap did not (nothing published, or an
+        error): best effort, ``maintain`` removes what is left."""
+        if self._intent is None:
+            return
+        intent, self._intent = self._intent, None
+        try:
+            self.ctx.manifest.delete_rows([intent])
+        except (OSError, LanceNamespaceError) as exc:
+            log.warning("could not remove the merge intent %s: %s", intent, exc)
 
     # -- transaction record (txn_id) -----------------------------------------------------
     def _begin(self) -> OperationResult | None:
@@ -363,7 +410,8 @@ class OperationRunner:
     # -- one attempt -----------------------------------------------------------------------
     def _attempt(self, state: NamespaceState, deadline: float) -> OperationResult | str:
         """Select, check claims, compute, commit leaves, swap. Returns the result, or
-        ``"claimed"`` (wait for a holder) or ``"lost"`` (a concurrent publish won)."""
+        ``"claimed"`` (wait for a holder), ``"lost"`` (a concurrent publish won) or
+        ``"ordered"`` (a merge fenced its spec or registered its intent: go again)."""
         try:
             prepared = self._prepare(state, deadline)
         except (StorageError, TableNotFoundError, ManifestError, OSError, ValueError) as exc:
@@ -376,9 +424,12 @@ class OperationRunner:
             return prepared
         selection, attempt, changed, rows, result = prepared
         failpoint(f"{self.op.kind}.before_publish")
+        drops = sorted(selection.drops)
+        if self._intent is not None:  # conflicts with a fence that rewrote it since
+            drops.append(self._intent)
         try:
             version = self.ctx.manifest.compare_and_swap_dropping(
-                state.rows_table(rows), sorted(selection.drops), state.version
+                state.rows_table(rows), drops, state.version
             )
         except CommitConflict:
             log.info("%s lost a race to a concurrent publish; computing again", self.op.kind)
@@ -387,6 +438,7 @@ class OperationRunner:
             return "lost"
         except StorageError as exc:
             version = self._published_after_all(state, changed, attempt.created, exc)
+        self._intent = None  # deleted by the swap
         failpoint(f"{self.op.kind}.after_publish")
         result = replace(result, manifest_version=version)
         if self.txn_id is not None:
@@ -428,6 +480,9 @@ class OperationRunner:
         if not changed and not selection.drops and not attempt.created and not txn_row:
             return OperationResult(self.op.kind, None, [], None, selection.skipped)
         failpoint(f"{self.op.kind}.computed")
+        if self.op.reads_keys and not self._ordered(state):
+            self._previous = attempt
+            return "ordered"
         try:
             self._commit_leaves(changed, attempt.created)
         except CommitConflict as exc:  # a partition moved under the leaf commits
