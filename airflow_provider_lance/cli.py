@@ -12,6 +12,7 @@ python -m airflow_provider_lance drop-partitions URI "event_date < '2025-01-01'"
 python -m airflow_provider_lance merge URI updates.parquet --on id --on event_date
 python -m airflow_provider_lance optimize URI [FILTER] [--target-rows-per-fragment N]
 python -m airflow_provider_lance maintain URI [--older-than-hours H] [--sweep-orphans] [--dry-run]
+    [--orphan-min-age-hours H [--no-enforce-min-age]]
 
 Table operations print their result as JSON on stdout and their progress on stderr.
 
@@ -46,6 +47,7 @@ from .namespace import (
 )
 from .namespace.catalog import Partition, value_text
 from .namespace.errors import is_retryable
+from .namespace.sweep import DEFAULT_MIN_AGE, MIN_SAFE_ORPHAN_AGE, check_min_age
 
 DEMO_SCHEMA = pa.schema(
     [
@@ -292,12 +294,23 @@ def maintain(
     sweep_orphans: bool,
     orphan_min_age_hours: float,
     dry_run: bool,
+    enforce_min_age: bool = True,
 ) -> int:
+    orphan_min_age = dt.timedelta(hours=orphan_min_age_hours)
+    if sweep_orphans:  # refused in the command line's own words, before the namespace opens
+        check_min_age(
+            orphan_min_age,
+            enforce=enforce_min_age,
+            dry_run=dry_run,
+            name="--orphan-min-age-hours",
+            override="--no-enforce-min-age",
+        )
     report = PartitionedNamespace.open(uri).maintain(
         older_than=None if older_than_hours is None else dt.timedelta(hours=older_than_hours),
         sweep_orphans=sweep_orphans,
-        orphan_min_age=dt.timedelta(hours=orphan_min_age_hours),
+        orphan_min_age=orphan_min_age,
         dry_run=dry_run,
+        enforce_min_age=enforce_min_age,
     )
     _print_json(report.to_dict())
     return 0
@@ -335,7 +348,21 @@ def _add_table_operations(sub: Any) -> None:
     maintain_p.add_argument("uri")
     maintain_p.add_argument("--older-than-hours", type=float)
     maintain_p.add_argument("--sweep-orphans", action="store_true")
-    maintain_p.add_argument("--orphan-min-age-hours", type=float, default=24.0)
+    maintain_p.add_argument(
+        "--orphan-min-age-hours",
+        type=float,
+        default=DEFAULT_MIN_AGE.total_seconds() / 3600,
+        help="the sweep keeps unreferenced files younger than this (default %(default)s; "
+        f"below {MIN_SAFE_ORPHAN_AGE.total_seconds() / 3600:g} hours it is refused unless "
+        "--no-enforce-min-age or --dry-run)",
+    )
+    maintain_p.add_argument(
+        "--no-enforce-min-age",
+        dest="enforce_min_age",
+        action="store_false",
+        help="allow a shorter age: the files of writes still in flight are deleted too, so "
+        "only when no write can be running",
+    )
     maintain_p.add_argument(
         "--dry-run", action="store_true", help="report what the sweep would remove; change nothing"
     )
@@ -360,6 +387,7 @@ def _run_table_operation(args: argparse.Namespace) -> int | None:
         args.sweep_orphans,
         args.orphan_min_age_hours,
         args.dry_run,
+        args.enforce_min_age,
     )
 
 

@@ -5,16 +5,24 @@ transaction will commit."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 from pathlib import Path
 
 import lance
 import pytest
 
+from airflow_provider_lance import cli
 from airflow_provider_lance.namespace import InvalidArgumentError, PartitionedNamespace
-from airflow_provider_lance.namespace.failpoints import FailpointError
+from airflow_provider_lance.namespace.failpoints import FailpointError, hold
+from airflow_provider_lance.namespace.sweep import (
+    DEFAULT_MIN_AGE,
+    MIN_SAFE_ORPHAN_AGE,
+    sweep_orphans,
+)
 
 from .conftest import tree
-from .test_interleavings import BY_PART, all_readable, crashing, ids
+from .test_interleavings import BY_PART, Worker, all_readable, crashing, ids, other
 from .workers import TAGGED, tagged_rows
 
 NOW = dt.timedelta(0)
@@ -66,7 +74,7 @@ def test_the_sweep_removes_a_crashed_writes_files_but_not_a_staged_transactions(
     assert dry.orphans["kept_staged"] == 2
     assert data_files(root) - referenced(ns) - staged == orphans  # nothing removed
 
-    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW)
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
     assert report.orphans is not None
     assert report.orphans["files_removed"] == expected
     assert not [f for f in tree(root) if f.startswith(f"{unpublished.name}/")]
@@ -94,7 +102,7 @@ def test_the_sweep_removes_files_a_crashed_merge_wrote(ns, root, monkeypatch) ->
     with crashing(monkeypatch, "leaf.before_commit"), pytest.raises(FailpointError):
         ns.merge(tagged_rows("m", [1, 5], 1, first_id=300), on=["id", "part"])
     assert len(data_files(root) - before) == 2  # merge_insert's and the new partition's
-    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW)
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
     assert report.orphans is not None
     assert report.orphans["files_removed"] == 2
     assert data_files(root) == before
@@ -108,13 +116,15 @@ def test_a_dropped_partitions_leaf_goes_once_no_retained_version_reads_it(ns, ro
     ns.drop_partitions("part = 2")
     leaf_dir = root / dropped.directory
     # older __manifest versions still read it: the sweep keeps it
-    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW)
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
     assert report.orphans is not None
     assert report.orphans["leaf_tables_removed"] == 0
     assert leaf_dir.exists()
     assert sorted(ns.to_table(version=before).column("id").to_pylist()) == [0, 1, 2, 3]
     # once the versions that read it are cleaned up, it goes whole
-    report = ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=NOW)
+    report = ns.maintain(
+        older_than=NOW, sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False
+    )
     assert report.orphans is not None
     assert report.orphans["leaf_tables_removed"] == 1
     assert not [f for f in tree(root) if f.startswith(dropped.directory)]
@@ -127,7 +137,7 @@ def test_a_dropped_partitions_leaf_goes_once_no_retained_version_reads_it(ns, ro
 def test_a_recreated_partitions_young_files_keep_its_directory(ns, root) -> None:
     ns.drop_partitions("part = 2")
     ns.write(tagged_rows("again", [2], 1, first_id=500))
-    report = ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=dt.timedelta(hours=1))
+    report = ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=MIN_SAFE_ORPHAN_AGE)
     assert report.orphans is not None
     assert report.orphans["leaf_tables_removed"] == 0
     assert ids(ns) == [0, 1, 500]
@@ -148,10 +158,167 @@ def test_a_crashed_writes_half_created_partition_is_removed_whole(ns, root, monk
     new_leaf = next(
         f.split("/")[0] for f in data_files(root) if "$" in f and f not in referenced(ns)
     )
-    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW)
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
     assert report.orphans is not None
     assert report.orphans["leaf_tables_removed"] == 1
     assert not [f for f in tree(root) if f.startswith(new_leaf)]
     ns.write(tagged_rows("later", [1, 4], 1, first_id=300))
     assert ids(ns) == [0, 1, 2, 3, 300, 301]
     all_readable(ns)
+
+
+# -- the safe minimum age ---------------------------------------------------------------------
+@pytest.fixture
+def orphaned(ns, root, monkeypatch) -> PartitionedNamespace:
+    """``ns`` with the files of a crashed write in partition 1: one orphan, seconds old."""
+    with crashing(monkeypatch, "direct.staged"), pytest.raises(FailpointError):
+        ns.write(tagged_rows("crashed", [1], 1, first_id=200))
+    assert len(data_files(root) - referenced(ns)) == 1
+    return ns
+
+
+def age(path: Path, by: dt.timedelta) -> None:
+    """Make ``path`` look ``by`` older than it is (as a killed writer's file gets with time)."""
+    stat = path.stat()
+    old = stat.st_mtime - by.total_seconds()
+    os.utime(path, (old, old))
+
+
+@pytest.mark.parametrize("short", [NOW, MIN_SAFE_ORPHAN_AGE - dt.timedelta(seconds=1)])
+def test_an_age_below_the_safe_minimum_is_refused_changing_nothing(orphaned, root, short) -> None:
+    before = tree(root)
+    version = orphaned.version
+    with pytest.raises(InvalidArgumentError) as refused:
+        orphaned.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=short)
+    message = str(refused.value)
+    assert "below the safe minimum of 6:00:00" in message
+    assert "files of writes still in flight" in message
+    assert "would be deleted" in message
+    assert "enforce_min_age=False" in message
+    # refused before anything ran: no compaction, no version cleanup, no sweep
+    assert tree(root) == before
+    assert PartitionedNamespace.open(orphaned.uri).version == version
+    # the sweep itself refuses too, whoever calls it
+    with pytest.raises(InvalidArgumentError, match="enforce_min_age=False"):
+        sweep_orphans(orphaned._txn, min_age=short)
+    assert tree(root) == before
+
+
+def test_enforce_min_age_false_allows_a_short_age(orphaned, root) -> None:
+    [orphan] = data_files(root) - referenced(orphaned)
+    report = orphaned.maintain(sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
+    assert report.orphans is not None
+    assert report.orphans["files_removed"] == 1
+    assert orphan not in data_files(root)
+    assert ids(orphaned) == [0, 1, 2, 3]
+    all_readable(orphaned)
+
+
+def test_the_safe_minimum_itself_needs_no_flag_and_removes_older_orphans(orphaned, root) -> None:
+    [orphan] = data_files(root) - referenced(orphaned)
+    report = orphaned.maintain(sweep_orphans=True, orphan_min_age=MIN_SAFE_ORPHAN_AGE)
+    assert report.orphans is not None
+    assert (report.orphans["files_removed"], report.orphans["kept_young"]) == (0, 1)
+    age(root / orphan, MIN_SAFE_ORPHAN_AGE + dt.timedelta(minutes=1))
+    report = orphaned.maintain(sweep_orphans=True, orphan_min_age=MIN_SAFE_ORPHAN_AGE)
+    assert report.orphans is not None
+    assert report.orphans["files_removed"] == 1
+    assert orphan not in data_files(root)
+    all_readable(orphaned)
+
+
+def test_the_default_age_is_at_least_the_safe_minimum() -> None:
+    assert DEFAULT_MIN_AGE >= MIN_SAFE_ORPHAN_AGE
+
+
+def test_a_dry_run_accepts_a_short_age_without_the_flag(orphaned, root) -> None:
+    """A dry run deletes nothing, so it may look at what a short age would take."""
+    [orphan] = data_files(root) - referenced(orphaned)
+    before = tree(root)
+    report = orphaned.maintain(sweep_orphans=True, orphan_min_age=NOW, dry_run=True)
+    assert report.orphans is not None
+    assert report.orphans["files_removed"] == 1
+    assert report.orphans["sample"] == [orphan]
+    assert tree(root) == before
+    dry = sweep_orphans(orphaned._txn, min_age=NOW, dry_run=True)
+    assert dry.files_removed == 1
+    assert tree(root) == before
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"enforce_min_age": False}, {"dry_run": True}], ids=["default", "off", "dry"]
+)
+def test_a_negative_age_is_always_refused(orphaned, root, kwargs) -> None:
+    before = tree(root)
+    with pytest.raises(InvalidArgumentError, match="non-negative"):
+        orphaned.maintain(sweep_orphans=True, orphan_min_age=dt.timedelta(seconds=-1), **kwargs)
+    assert tree(root) == before
+
+
+def test_the_cli_refuses_a_short_age_unless_told(orphaned, root, capsys) -> None:
+    [orphan] = data_files(root) - referenced(orphaned)
+    before = tree(root)
+    argv = ["maintain", orphaned.uri, "--sweep-orphans", "--orphan-min-age-hours", "0"]
+    assert cli.main(argv) == 2  # bad input: no retry can fix it
+    err = capsys.readouterr().err
+    assert "--orphan-min-age-hours of 0:00:00 is below the safe minimum" in err
+    assert "--no-enforce-min-age" in err
+    assert tree(root) == before
+
+    assert cli.main([*argv, "--dry-run"]) == 0
+    dry = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert dry["orphans"]["sample"] == [orphan]
+    assert tree(root) == before
+
+    assert cli.main([*argv, "--no-enforce-min-age"]) == 0
+    swept = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert swept["orphans"]["files_removed"] == 1
+    assert orphan not in data_files(root)
+    assert ids(orphaned) == [0, 1, 2, 3]
+
+
+# -- why: a write in flight --------------------------------------------------------------------
+NEW_ROWS = tagged_rows("w", [1, 2, 4], 2, first_id=100)  # two existing partitions, a new one
+
+
+def test_a_write_in_flight_survives_a_sweep_with_the_default_age(ns, root) -> None:
+    """A direct write parked after writing its fragments, before any version names them:
+    the sweep with the default age keeps its files, and the write publishes every row."""
+    with hold("direct.staged") as parked:
+        writer = Worker(other(ns).write, NEW_ROWS)
+        writer.start()
+        parked.wait_reached()
+        in_flight = data_files(root) - referenced(ns)
+        assert len(in_flight) == 3  # one file in each partition the write touches
+        report = ns.maintain(older_than=NOW, sweep_orphans=True)
+        assert report.orphans is not None
+        assert (report.orphans["files_removed"], report.orphans["leaf_tables_removed"]) == (0, 0)
+        assert in_flight <= data_files(root)
+    writer.outcome()
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 102, 103, 104, 105]
+    all_readable(ns)
+
+
+def test_without_the_guard_a_zero_age_sweep_destroys_a_write_in_flight(ns, root) -> None:
+    """The same race with ``enforce_min_age=False`` and age 0: the sweep deletes the
+    parked write's files, the write then publishes versions whose files are gone, and the
+    namespace can no longer be read. This is what the safe minimum refuses to do."""
+    with hold("direct.staged") as parked:
+        writer = Worker(other(ns).write, NEW_ROWS)
+        writer.start()
+        parked.wait_reached()
+        in_flight = data_files(root) - referenced(ns)
+        report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
+        assert report.orphans is not None
+        assert report.orphans["files_removed"] >= len(in_flight)
+        assert not in_flight & data_files(root)
+    result = writer.outcome()  # the write does not notice: it publishes all three
+    assert sorted(p.rows for p in result.partitions) == [2, 2, 2]
+    assert not in_flight & data_files(root)
+    touched = ns.partitions()
+    assert sorted(p.values["part"] for p in touched) == [1, 2, 4]
+    for partition in touched:  # each published version names files that are gone
+        with pytest.raises(ValueError, match=r"(?i)not found"):
+            lance.dataset(partition.location, version=partition.read_version).to_table()
+    with pytest.raises(ValueError, match=r"(?i)not found"):
+        ns.to_table()

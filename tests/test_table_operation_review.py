@@ -689,7 +689,9 @@ def test_a_zero_age_sweep_keeps_what_committed_versions_and_live_transactions_na
         writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=300))
         writer.start()
         parked.wait_reached()
-        other(ns).maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=NOW)
+        other(ns).maintain(
+            older_than=NOW, sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False
+        )
     writer.outcome()
     assert sorted(ns.to_table(version="old").column("id").to_pylist()) == list(range(12))
     ns.commit("X")
@@ -710,12 +712,12 @@ def test_a_dropped_partition_recreated_under_a_tag_and_swept(ns) -> None:
     ns.write(tagged_rows("again", [1], 2, first_id=100))
     assert ns.partition({"part": 1}).location == location
     ns.optimize()
-    ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=NOW)
+    ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
     assert sorted(ns.to_table(version="before-drop").column("id").to_pylist()) == list(range(12))
     assert ids(ns) == [*range(4, 12), 100, 101]
     published_readable(ns)
     ns.untag("before-drop")
-    ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=NOW)
+    ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
     assert ids(ns) == [*range(4, 12), 100, 101]
     healthy(ns, 1, 2)
 
@@ -727,7 +729,12 @@ def test_a_reader_holding_an_old_state_across_a_drop_and_recreation(ns) -> None:
     held = ns.state()
     ns.drop_partitions("part = 1")
     ns.write(tagged_rows("again", [1], 1, first_id=100))
-    ns.maintain(older_than=dt.timedelta(hours=1), sweep_orphans=True, orphan_min_age=NOW)
+    ns.maintain(
+        older_than=dt.timedelta(hours=1),
+        sweep_orphans=True,
+        orphan_min_age=NOW,
+        enforce_min_age=False,
+    )
     old = ns.to_table(version=held.version)
     assert sorted(old.column("id").to_pylist()) == list(range(12))
     assert ids(ns) == [*range(4, 12), 100]

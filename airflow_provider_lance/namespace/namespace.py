@@ -48,7 +48,7 @@ from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
 from .spec_fence import fence, needs_fence
 from .staging import FLUSH_BYTES, Stage, StagedPartition, Stager
 from .storage import Storage
-from .sweep import DEFAULT_MIN_AGE
+from .sweep import DEFAULT_MIN_AGE, check_min_age
 from .sweep import sweep_orphans as sweep
 from .timetravel import (
     AsOf,
@@ -778,13 +778,22 @@ class PartitionedNamespace:
         sweep_orphans: bool = False,
         orphan_min_age: dt.timedelta = DEFAULT_MIN_AGE,
         dry_run: bool = False,
+        enforce_min_age: bool = True,
     ) -> MaintenanceReport:
         """Compact ``__manifest``; with ``older_than``, also remove old versions safely
         (tagged versions, and every leaf version they read, are kept: see :meth:`tag`);
         with ``sweep_orphans``, remove files no leaf version references and leaf tables
         of dropped partitions no retained version reads, once older than
         ``orphan_min_age`` (see ``sweep``). ``dry_run`` changes nothing: it only reports
-        what the sweep would remove (compaction and version cleanup do not run)."""
+        what the sweep would remove (compaction and version cleanup do not run).
+
+        An ``orphan_min_age`` below ``sweep.MIN_SAFE_ORPHAN_AGE`` (6 hours) would delete
+        the files of writes still in flight: it is refused before anything runs unless
+        ``enforce_min_age=False`` (or ``dry_run``, which deletes nothing)."""
+        if sweep_orphans:
+            check_min_age(
+                orphan_min_age, enforce=enforce_min_age, dry_run=dry_run, name="orphan_min_age"
+            )
         if dry_run:
             report = MaintenanceReport()
         else:
@@ -796,7 +805,12 @@ class PartitionedNamespace:
                 older_than=older_than,
             )
         if sweep_orphans:
-            swept = sweep(self._txn, min_age=orphan_min_age, dry_run=dry_run)
+            swept = sweep(
+                self._txn,
+                min_age=orphan_min_age,
+                dry_run=dry_run,
+                enforce_min_age=enforce_min_age,
+            )
             report.orphans = swept.to_dict()
         self._state = NamespaceState.load(self._root, self._manifest.open())
         return report

@@ -16,6 +16,15 @@ orphan files). Dropped partitions leave whole leaf tables behind, which older
   partition again right now, whose files are new, keeps it). Its version files go first,
   so nobody opens a table whose data is being removed.
 
+``min_age`` is the only thing that protects a write still in flight: the files a direct
+write, a Spark job's tasks or a transaction's ``stage`` call have written are named by no
+version and no stage record until that write records or commits them. A ``min_age`` below
+:data:`MIN_SAFE_ORPHAN_AGE` is refused (an :class:`InvalidArgumentError`, nothing removed)
+unless the caller passes ``enforce_min_age=False``, as delta-rs's ``vacuum`` refuses a
+retention below its default unless ``enforce_retention_duration=False`` (Delta Lake's
+``retentionDurationCheck``). A dry run removes nothing, so it accepts any non-negative age
+without the flag (to see what a shorter age would take).
+
 ``dry_run`` reports what would go and removes nothing. ``maintain(sweep_orphans=True)``
 runs it after the manifest versions were cleaned up, so the retained versions it keeps
 leaves for are the ones that remain.
@@ -39,11 +48,24 @@ from .lifecycle import TxnState, all_records
 from .manifest import LOCATION, MANIFEST_NAME, OBJECT_TYPE, TABLE
 from .staging import Stage
 from .storage import FileEntry, Storage
+from .transactions import DEFAULT_LEASE_SECONDS
 from .txnstore import TXN_DIR
 
 log = logging.getLogger(__name__)
 
+#: Files younger than this are kept by default: well above :data:`MIN_SAFE_ORPHAN_AGE`,
+#: a margin for a write that runs longer than usual (space is cheap, lost rows are not).
 DEFAULT_MIN_AGE = dt.timedelta(days=1)
+#: The shortest age a sweep accepts without ``enforce_min_age=False``: the default lease
+#: of ``recover`` (6 hours). The project already assumes a write records or commits its
+#: files within the lease (``recover`` aborts a transaction idle for longer, and a Spark
+#: job's is idle from ``begin`` until its driver records the stages), so by that
+#: assumption older unnamed files belong to no write that can still succeed; a shorter
+#: age deletes the files of writes that will. (Delta refuses below its 7-day default,
+#: Iceberg defaults to 3 days; hours are enough here because stage records protect a
+#: staged transaction for as long as it lives, and only the window before they are
+#: written needs the age.)
+MIN_SAFE_ORPHAN_AGE = dt.timedelta(seconds=DEFAULT_LEASE_SECONDS)
 #: Leaf directories (``<8 hex>_v<N>$...$dataset``, see ``naming.leaf_directory``).
 LEAF_DIRECTORY = re.compile(r"^[0-9a-f]{8}_v\d+\$.+\$dataset$")
 #: A progress line every this many leaf directories.
@@ -78,15 +100,41 @@ class SweepReport:
             self.sample.append(entry.path)
 
 
+def check_min_age(
+    min_age: object,
+    *,
+    enforce: bool = True,
+    dry_run: bool = False,
+    name: str = "min_age",
+    override: str = "enforce_min_age=False",
+) -> None:
+    """Refuse a negative ``min_age`` always, and one below :data:`MIN_SAFE_ORPHAN_AGE`
+    for a sweep that deletes, unless ``enforce`` is off (``name`` and ``override`` are the
+    caller's spelling of the age and of the flag, for the message)."""
+    if not isinstance(min_age, dt.timedelta) or min_age < dt.timedelta(0):
+        raise InvalidArgumentError(f"{name} must be a non-negative timedelta, got {min_age!r}")
+    if enforce and not dry_run and min_age < MIN_SAFE_ORPHAN_AGE:
+        raise InvalidArgumentError(
+            f"{name} of {min_age} is below the safe minimum of {MIN_SAFE_ORPHAN_AGE}: the "
+            "files of writes still in flight (a direct write not yet committed, a Spark "
+            "job's tasks, a transaction's stage call) are referenced by no version yet and "
+            "would be deleted, and such a write then fails or publishes rows whose files "
+            f"are gone. Use an age of at least {MIN_SAFE_ORPHAN_AGE} (a dry run accepts any), "
+            f"or pass {override} if no write can be running while the sweep does"
+        )
+
+
 def sweep_orphans(
     ctx: TransactionContext,
     *,
     min_age: dt.timedelta = DEFAULT_MIN_AGE,
     dry_run: bool = False,
+    enforce_min_age: bool = True,
 ) -> SweepReport:
-    """Remove orphaned files and unread leaf tables (see the module docstring)."""
-    if not isinstance(min_age, dt.timedelta) or min_age < dt.timedelta(0):
-        raise InvalidArgumentError(f"min_age must be a non-negative timedelta, got {min_age!r}")
+    """Remove orphaned files and unread leaf tables (see the module docstring); a
+    ``min_age`` below :data:`MIN_SAFE_ORPHAN_AGE` needs ``enforce_min_age=False`` unless
+    ``dry_run``."""
+    check_min_age(min_age, enforce=enforce_min_age, dry_run=dry_run)
     storage = ctx.storage
     state = ctx.load_state()
     report = SweepReport(dry_run=dry_run)

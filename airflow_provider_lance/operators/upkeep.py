@@ -74,8 +74,13 @@ class LanceMaintainOperator(BaseOperator):
     :param sweep_orphans: also run the orphan sweep (local disks and S3).
     :param orphan_min_age: the sweep leaves files younger than this (a write in flight
         has just staged them): a timedelta or seconds (templated; default the core's,
-        one day).
+        one day). Below 6 hours (``MIN_SAFE_ORPHAN_AGE``) the task fails at once, nothing
+        removed, unless ``enforce_min_age=False`` or ``dry_run``.
     :param dry_run: only report what the sweep would remove.
+    :param enforce_min_age: refuse an ``orphan_min_age`` below the safe minimum (the
+        files of writes still in flight would be deleted). Turn it off only where no
+        write can run during the sweep (not templated: a deliberate choice of the DAG's
+        author, not of a run's conf).
     :return: (XCom) ``{"uri", "manifest_version", "dry_run", "manifest_fragments_before",
         "manifest_fragments_after", "manifest_versions_removed", "leaf_versions_removed",
         "retained_manifest_versions", "tags_kept", "leaves_skipped",
@@ -95,6 +100,7 @@ class LanceMaintainOperator(BaseOperator):
         sweep_orphans: bool = False,
         orphan_min_age: dt.timedelta | float | str | None = None,
         dry_run: bool = False,
+        enforce_min_age: bool = True,
         lance_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
@@ -103,6 +109,8 @@ class LanceMaintainOperator(BaseOperator):
             raise ValueError(
                 "dry_run reports what the orphan sweep would remove: set sweep_orphans=True"
             )
+        if not isinstance(enforce_min_age, bool):
+            raise ValueError(f"enforce_min_age must be True or False, got {enforce_min_age!r}")
         self.namespace = namespace
         self.compact = compact
         self.older_than = older_than
@@ -110,6 +118,7 @@ class LanceMaintainOperator(BaseOperator):
         self.orphan_min_age = orphan_min_age
         #: (``BaseOperator.dry_run`` is a method: the flag keeps another name)
         self.sweep_dry_run = dry_run
+        self.enforce_min_age = enforce_min_age
         self.lance_conn_id = lance_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -120,6 +129,7 @@ class LanceMaintainOperator(BaseOperator):
         sweep: dict[str, Any] = {}
         if self.sweep_orphans:
             sweep["sweep_orphans"] = True
+            sweep["enforce_min_age"] = self.enforce_min_age
             if min_age is not None:
                 sweep["orphan_min_age"] = dt.timedelta(seconds=min_age)
         with lance_errors(f"maintenance of {uri}"):

@@ -24,8 +24,9 @@ from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow_provider_lance.assets import asset_uri
 from airflow_provider_lance.common import derive_txn_id
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField, TxnState
+from airflow_provider_lance.namespace.sweep import MIN_SAFE_ORPHAN_AGE
 from tests.airflow.conftest import RunResult
-from tests.conftest import EVENTS_SCHEMA, events
+from tests.conftest import EVENTS_SCHEMA, events, tree
 
 RunDag = Callable[..., RunResult]
 SUCCESS, FAILED = "success", "failed"
@@ -400,6 +401,44 @@ def test_maintain_sweeps_orphans_after_a_dry_run_that_removes_nothing(
     assert swept["orphans"]["files_removed"] > 1
     assert not stray.exists()
     assert ns.count_rows() == rows
+
+
+def test_maintain_refuses_a_short_orphan_age_unless_told(
+    run_dag: RunDag, lance_test_root: Path
+) -> None:
+    """``lance_test_sweep_guarded`` is ``lance_test_sweep`` without ``enforce_min_age=False``:
+    its sweep with age 0 fails at once, removing nothing; its dry run with age 0 runs (it
+    deletes nothing); the safe minimum itself is accepted. (``lance_test_sweep``, above,
+    is the override.)"""
+    ns = make_namespace(lance_test_root)
+    kept = ns.partitions()[0]
+    data = sorted(glob.glob(str(lance_test_root / "events" / kept.directory / "data" / "*")))
+    stray = Path(data[0]).with_name("left-by-a-killed-writer.lance")
+    shutil.copy(data[0], stray)
+    before = tree(lance_test_root / "events")
+
+    run = run_dag("lance_test_sweep_guarded", conf={"orphan_min_age": 0})
+    assert run.state == FAILED
+    assert run.states["sweep_dry_run"] == SUCCESS
+    assert run.xcom("sweep_dry_run")["orphans"]["files_removed"] == 1
+    assert run.tries["sweep"] == 1  # bad input: the retry is not used
+    assert "orphan_min_age of 0:00:00 is below the safe minimum of 6:00:00" in run.output
+    assert "enforce_min_age=False" in run.output
+    assert tree(lance_test_root / "events") == before
+
+    minimum = MIN_SAFE_ORPHAN_AGE.total_seconds()
+    run = run_dag("lance_test_sweep_guarded", conf={"orphan_min_age": minimum})
+    assert run.state == SUCCESS, run.output[-3000:]
+    orphans = run.xcom("sweep")["orphans"]
+    assert (orphans["files_removed"], orphans["kept_young"]) == (0, 1)  # the stray is young
+    assert stray.exists()
+
+
+def test_maintain_enforce_min_age_must_be_a_bool() -> None:
+    from airflow_provider_lance.operators import LanceMaintainOperator
+
+    with pytest.raises(ValueError, match="enforce_min_age must be True or False"):
+        LanceMaintainOperator(task_id="m", sweep_orphans=True, enforce_min_age="False")  # type: ignore[arg-type]
 
 
 def test_maintain_dry_run_without_a_sweep_is_a_wiring_mistake() -> None:

@@ -284,8 +284,35 @@ with DAG(
         older_than="{{ params.older_than }}",
         sweep_orphans=True,
         orphan_min_age="{{ params.orphan_min_age }}",
+        enforce_min_age=False,  # the test sweeps at once: no write runs meanwhile
     )
     dry_run >> sweep
+
+with DAG(
+    "lance_test_sweep_guarded",
+    schedule=None,
+    start_date=START,
+    render_template_as_native_obj=True,
+    params={"orphan_min_age": 0},
+    default_args=RETRY_AT_ONCE,
+):
+    # the same tasks as above without enforce_min_age=False: a short age is refused
+    guarded_dry_run = LanceMaintainOperator(
+        task_id="sweep_dry_run",
+        lance_conn_id=CONN,
+        namespace="events",
+        sweep_orphans=True,
+        orphan_min_age="{{ params.orphan_min_age }}",
+        dry_run=True,
+    )
+    guarded_sweep = LanceMaintainOperator(
+        task_id="sweep",
+        lance_conn_id=CONN,
+        namespace="events",
+        sweep_orphans=True,
+        orphan_min_age="{{ params.orphan_min_age }}",
+    )
+    guarded_dry_run >> guarded_sweep
 
 with DAG(
     "lance_test_spark_commit_keyed",
