@@ -48,7 +48,7 @@ from .manifest import METADATA, NAMESPACE, OBJECT_ID, Manifest, row
 log = logging.getLogger(__name__)
 
 #: ``object_id`` prefix of a running merge's intent row (object_type ``namespace``, like
-#: transaction rows: outside every spec-version namespace, so no listing shows it).
+#: transaction rows: outside every spec-version namespace, so no partition listing shows it).
 INTENT_PREFIX = "__merge$"
 #: ``object_id`` prefix of the fence row of a spec version (``__fence$v3``).
 FENCE_PREFIX = "__fence$v"
