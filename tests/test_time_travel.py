@@ -221,6 +221,49 @@ def test_history_lists_compactions_as_bookkeeping(ns: PartitionedNamespace) -> N
     assert all(e.rows == 1 and e.mode == "append" for e in writes)
 
 
+def test_history_names_table_operations_with_and_without_a_txn_id(
+    ns: PartitionedNamespace,
+) -> None:
+    """A table operation is listed under its own name (not as a write), whether a
+    transaction row names it (``txn_id``) or only its leaf commits do; the partitions a
+    publish dropped are in ``details``; a merge's intent and a spec's fence are
+    bookkeeping."""
+    ns.write(tagged_rows("seed", [1, 2, 3, 4], 3, first_id=0))
+    ns.write(tagged_rows("more", [1], 1, first_id=100))  # a second fragment to compact
+    dropped = {p.values["part"]: p.object_id for p in ns.partitions()}
+    ns.merge(tagged_rows("m", [1, 5], 1, first_id=0), on=["id", "part"])
+    ns.delete("id = 1")
+    ns.drop_partitions("part = 2")
+    ns.optimize()
+    ns.delete("part = 3 OR id = 0")  # drops partition 3, deletes a row of partition 1
+    ns.merge(tagged_rows("m2", [1], 1, first_id=100), on=["id", "part"], txn_id="m-1")
+    ns.drop_partitions("part = 4", txn_id="d-1")
+    ns.evolve_partition_spec([PartitionField("tag", "tag")])
+    entries = ns.history()
+    named = [
+        (e.operation, e.mode, e.txn_id if e.txn_id in ("m-1", "d-1") else None) for e in entries[:8]
+    ]
+    assert named == [
+        ("evolve_partition_spec", None, None),
+        ("drop_partitions", None, "d-1"),
+        ("merge", None, "m-1"),
+        ("delete", None, None),
+        ("optimize", None, None),
+        ("drop_partitions", None, None),
+        ("delete", None, None),
+        ("merge", None, None),
+    ]
+    by_name = {(e.operation, e.txn_id): e for e in entries}
+    assert entries[1].details == {"dropped": [dropped[4]]}
+    assert entries[3].details == {"dropped": [dropped[3]]}
+    assert entries[5].details == {"dropped": [dropped[2]]}
+    assert {p.values["part"] for p in entries[3].partitions} == {1}
+    assert {(p.values["part"], p.created) for p in entries[7].partitions} == {(1, False), (5, True)}
+    assert by_name[("merge", "m-1")].partitions[0].values == {"part": 1}
+    bookkeeping = {e.operation for e in ns.history(include_internal=True) if e.internal}
+    assert {"merge_intent", "fence_spec"} <= bookkeeping
+
+
 # -- reading the past ------------------------------------------------------------------------
 def test_reads_as_of_an_old_version_return_exactly_its_rows(ns: PartitionedNamespace) -> None:
     snapshots: dict[int, list[dict[str, Any]]] = {ns.version: []}

@@ -21,6 +21,13 @@ one, or only created partitions (where both are the same), or only rewrote parti
 predate ``add_column`` (an append rewrites those whole: recognised by the copy of the old
 rows its files start with).
 
+A table operation (``delete``, ``drop_partitions``, ``merge``, ``optimize``) is listed under
+its own name: its transaction row names it, or without one its leaf commits do (their
+properties carry the operation); partitions a publish dropped are in ``details``
+(``dropped``). A delete that only dropped partitions it covered, without a ``txn_id``,
+reads as ``drop_partitions`` (that is all it did). A merge's intent and a spec's fence
+(see ``spec_fence``) are bookkeeping.
+
 A version is described once and kept (versions never change); the cost is a few small
 reads per version and one or two leaf versions per partition a write published.
 """
@@ -39,7 +46,7 @@ import pyarrow as pa
 
 from .catalog import SCHEMA_KEY
 from .errors import LanceNamespaceError, ManifestError
-from .leaves import TXN_PROPERTY
+from .leaves import OPERATION_PROPERTY, TXN_PROPERTY
 from .lifecycle import TxnRecord, TxnState
 from .manifest import (
     CLAIM,
@@ -56,12 +63,16 @@ from .naming import LEAF_TABLE_NAME, SEPARATOR, child_uri
 from .results import HistoryEntry, PartitionChange
 from .schema import NamespaceSchema, field_id, is_deprecated
 from .spec import SPEC_KEY_PREFIX, spec_key
+from .spec_fence import FENCE_PREFIX, INTENT_PREFIX
 from .storage import Storage, first_line
 from .timetravel import list_tags, version_times
 
 log = logging.getLogger(__name__)
 
 #: What a version did that readers see (anything else is bookkeeping: ``internal``).
+#: Table operations: a publish whose transaction row (or, without one, whose leaf commits)
+#: names one of these is listed under its name (``mode`` None), not as a ``write``.
+TABLE_OPERATIONS = ("delete", "drop_partitions", "merge", "optimize")
 VISIBLE = frozenset(
     {
         "create",
@@ -73,6 +84,7 @@ VISIBLE = frozenset(
         "promote_column",
         "change_schema",
         "evolve_partition_spec",
+        *TABLE_OPERATIONS,
         "repair",
         "foreign_write",
     }
@@ -116,6 +128,8 @@ class _LeafCommit:
     base: int  # the version it was committed on (0: it created the table)
     txn_id: str | None
     base_rows: int | None = None  # rows of ``base`` (looked up for replaced tables)
+    #: The table operation that made it (None: a write).
+    operation: str | None = None
     base_schema: pa.Schema | None = None  # the schema of ``base`` (likewise)
 
     @property
@@ -227,7 +241,10 @@ class History:
         fragments = [
             f for f in ds.get_fragments() if any(d.path in paths for d in f.metadata.files)
         ]
+        dropped = _dropped_leaves(ds, before)
         if not fragments:
+            if dropped:  # a drop only, without a transaction row
+                return _Described("drop_partitions", details={"dropped": dropped})
             return _Described("drop_rows")
         rows = ds.scanner(fragments=fragments).to_table().to_pylist()
         records = [TxnRecord.from_row(r) for r in rows if r[OBJECT_ID].startswith(TXN_PREFIX)]
@@ -239,11 +256,15 @@ class History:
                 continue
             if state is TxnState.PUBLISHED:
                 published = self._published(ds, before, leaves)
+                operation, mode = "write", record.mode
+                if mode in TABLE_OPERATIONS:
+                    operation, mode = str(mode), None
                 return _Described(
-                    "write",
-                    record.mode,
+                    operation,
+                    mode,
                     record.txn_id,
                     published,
+                    details={"dropped": dropped} if dropped else {},
                     schema_before=_schema(before),
                 )
             if state is TxnState.ABORTED:
@@ -254,9 +275,20 @@ class History:
         published = self._published(ds, before, leaves)
         moved = tuple(p for p in published if not p.compared or p.before != p.read_version)
         if moved:
-            return _Described("write", published=moved, schema_before=_schema(before))
+            return _Described(
+                "write",
+                published=moved,
+                details={"dropped": dropped} if dropped else {},
+                schema_before=_schema(before),
+            )
+        if dropped:
+            return _Described("drop_partitions", details={"dropped": dropped})
         if leaves:
             return _Described("release_claims")
+        if any(r[OBJECT_ID].startswith(FENCE_PREFIX) for r in rows):
+            return _Described("fence_spec")
+        if any(r[OBJECT_ID].startswith(INTENT_PREFIX) for r in rows):
+            return _Described("merge_intent")
         return _Described("add_namespaces")
 
     def _published(
@@ -320,8 +352,14 @@ def _leaf_commit(storage: Storage, p: _Published) -> _LeafCommit:
     kind = type(op).__name__
     files = tuple(int(f.physical_rows) for f in getattr(op, "fragments", None) or [])
     base = int(txn.read_version)
-    txn_id = (txn.transaction_properties or {}).get(TXN_PROPERTY)
-    commit = _LeafCommit(kind != "Append", files, base, txn_id)
+    properties = txn.transaction_properties or {}
+    commit = _LeafCommit(
+        kind != "Append",
+        files,
+        base,
+        properties.get(TXN_PROPERTY),
+        operation=properties.get(OPERATION_PROPERTY),
+    )
     if commit.replaced and base > 0:
         try:
             old = storage.table(p.location, base)
@@ -350,7 +388,14 @@ def _entry(
         )
     commits = {p.object_id: leaves.get((p.location, p.read_version)) for p in described.published}
     created = {p.object_id: _created(p, commits[p.object_id]) for p in described.published}
-    mode = described.mode or _inferred_mode(described, commits, created)
+    operation = described.operation
+    kinds = {c.operation for c in commits.values() if c is not None}
+    if operation == "write" and described.mode is None and len(kinds) == 1 and None not in kinds:
+        operation = str(kinds.pop())  # a table operation without a transaction row
+    if operation in TABLE_OPERATIONS:
+        mode = None
+    else:
+        mode = described.mode or _inferred_mode(described, commits, created)
     changes = tuple(
         PartitionChange(
             p.object_id,
@@ -362,12 +407,31 @@ def _entry(
         for p in described.published
     )
     txn_id = described.txn_id or next((c.txn_id for c in commits.values() if c and c.txn_id), None)
-    operation = described.operation
-    if all(c.created for c in changes) and all(c.rows == 0 for c in changes):
+    if (
+        operation == "write"
+        and all(c.created for c in changes)
+        and all(c.rows == 0 for c in changes)
+    ):
         operation, mode = "create_partitions", None
     return HistoryEntry(
         version, ts, operation, False, mode, txn_id, changes, details=described.details
     )
+
+
+def _dropped_leaves(ds: lance.LanceDataset, before: lance.LanceDataset | None) -> list[str]:
+    """Leaf rows of ``before`` that ``ds`` no longer has (partitions a publish dropped)."""
+    if before is None:
+        return []
+
+    def leaf_ids(at: lance.LanceDataset) -> set[str]:
+        ids = at.to_table(columns=[OBJECT_ID], filter=f"{OBJECT_TYPE} = '{TABLE}'")
+        return {
+            i
+            for i in ids.column(OBJECT_ID).to_pylist()
+            if _is_leaf({OBJECT_ID: i, OBJECT_TYPE: TABLE})
+        }
+
+    return sorted(leaf_ids(before) - leaf_ids(ds))
 
 
 def _created(p: _Published, leaf: _LeafCommit | None) -> bool:

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 #: Leaf-commit properties naming the transaction (and its incarnation) that made a version.
 TXN_PROPERTY = "partitioned-namespace.txn_id"
 INCARNATION_PROPERTY = "partitioned-namespace.incarnation"
+#: The table operation (``merge``, ``delete``, ``optimize``) a leaf version was made by:
+#: what ``history()`` names a publish without a transaction row after.
+OPERATION_PROPERTY = "partitioned-namespace.operation"
 #: Commit attempts on one leaf before giving up (each lost only to a concurrent zombie).
 LEAF_ATTEMPTS = 16
 
@@ -170,6 +173,7 @@ def commit_leaf(
     owner: str,
     staged_schema: str | None = None,
     staged_on: int | None = None,
+    operation_kind: str | None = None,
 ) -> int:
     """Commit staged fragments as a leaf version holding exactly base + ``fragments``.
 
@@ -200,7 +204,7 @@ def commit_leaf(
                 "nothing was published: stage them again"
             )
 
-    properties = owner_properties(owner)
+    properties = owner_properties(owner, operation_kind)
     if not exists:
         check_replacement()
         if _created(storage, uri, fragments, schema, properties):
@@ -254,6 +258,7 @@ def commit_change(
     base: int,
     owner: str,
     still_base: Callable[[], bool] | None = None,
+    operation_kind: str | None = None,
 ) -> int:
     """Commit ``operation``, computed against leaf version ``base`` (the published one),
     as version ``base + 1`` of exactly the content it was computed for.
@@ -267,6 +272,8 @@ def commit_change(
     operation makes of ``base``. A restore keeps fragment ids, so the operation computed
     on ``base`` applies to the restored version unchanged.
 
+    ``operation_kind`` is recorded in the commit's properties (see ``history``).
+
     ``still_base`` (if given) is asked before anything is rolled back: False means
     ``base`` is no longer the published version (a writer published or claimed the
     partition meanwhile), and :class:`CommitConflict` is raised instead of rolling that
@@ -274,7 +281,7 @@ def commit_change(
     when ``base`` cannot be read or committed on: once a writer published over it,
     ``maintain`` may have removed it, and that is a lost race, not a storage failure.
     """
-    properties = owner_properties(owner)
+    properties = owner_properties(owner, operation_kind)
     expected: list[str] | None = None
     for _attempt in range(LEAF_ATTEMPTS):
         try:
@@ -314,10 +321,14 @@ def _moved(uri: str) -> CommitConflict:
     )
 
 
-def owner_properties(owner: str) -> dict[str, str]:
-    """The transaction properties tagging a leaf version with ``owner`` (``txn#k``)."""
+def owner_properties(owner: str, operation: str | None = None) -> dict[str, str]:
+    """The transaction properties tagging a leaf version with ``owner`` (``txn#k``) and,
+    for a table operation's, its kind."""
     txn_id, _, incarnation = owner.rpartition("#")
-    return {TXN_PROPERTY: txn_id, INCARNATION_PROPERTY: incarnation}
+    out = {TXN_PROPERTY: txn_id, INCARNATION_PROPERTY: incarnation}
+    if operation is not None:
+        out[OPERATION_PROPERTY] = operation
+    return out
 
 
 def content_after(

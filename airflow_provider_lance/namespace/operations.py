@@ -656,6 +656,7 @@ class OperationRunner:
                 base=work.base,
                 owner=self.owner,
                 still_base=still_base,
+                operation_kind=self.op.kind,
             )
             failpoint(f"{self.op.kind}.leaf_committed")
 
@@ -670,6 +671,7 @@ class OperationRunner:
                 exists=False,
                 owner=self.owner,
                 staged_schema=schema_digest(leaf.leaf_schema),
+                operation_kind=self.op.kind,
             )
 
         storage.map(commit_one, list(changed.values()))
