@@ -184,7 +184,7 @@ TARGETS = [
     ("manifest", "Manifest.insert_absent", "manifest commit (insert_absent merge_insert)"),
     # write
     ("schema", "NamespaceSchema.conform_input", "conform input (conform_input)"),
-    ("splitting", "split", "route rows (split: group + take)"),
+    ("splitting", "split", "route rows (split: group, take, slices)"),
     ("splitting", "partition_values", "evaluate partition expr (DataFusion)"),
     ("schema", "NamespaceSchema.to_leaf", "shape to leaf schema (to_leaf)"),
     ("leaves", "stage_fragments", "write data files (stage_fragments)"),

@@ -215,3 +215,35 @@ def test_constant_folding_keeps_nothing_registered() -> None:
     for _ in range(3):
         assert evaluate_scalar(constant).as_py() == 3
     assert _CONSTANTS[0].catalog().schema().names() == tables
+
+
+def test_values_and_filtered_rows_keep_the_input_order() -> None:
+    """Inputs of many DataFusion batches (8,192 rows each): an expression's values line up
+    with their rows and a filter keeps the rows' order. With several target partitions the
+    batches were dealt out round-robin and collected as they finished, so the values of a
+    string, hash or date function belonged to other rows (and rows were written to
+    partitions of other rows' values)."""
+    n = 100_000
+    words = ["apple", "banana", "cherry", None, ""]
+    table = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "s": pa.array([words[(i * 7919) % 5] for i in range(n)], pa.utf8()),
+            "d": pa.array([dt.date(2020, 1, 1) + dt.timedelta(days=i % 1500) for i in range(n)]),
+        }
+    )
+    schema = table.schema
+    letters = bind("left(s, 1)", schema, "test").evaluate(table).to_pylist()
+    assert letters == [None if w is None else w[:1] for w in table.column("s").to_pylist()]
+    years = bind("date_part('year', d)", schema, "test").evaluate(table).to_pylist()
+    assert years == [d.year for d in table.column("d").to_pylist()]
+    buckets = bind("abs(hash(s)) % 7", schema, "test").evaluate(table)
+    one_batch_each = [
+        bind("abs(hash(s)) % 7", schema, "test").evaluate(table.slice(i, 1000))
+        for i in range(0, n, 1000)
+    ]
+    assert buckets.to_pylist() == [v for part in one_batch_each for v in part.to_pylist()]
+    kept = bind("left(s, 1) = 'b' OR id % 3 = 0", schema, "test").filter(table)
+    assert kept.column("id").to_pylist() == [
+        i for i, w in enumerate(table.column("s").to_pylist()) if (w or "")[:1] == "b" or i % 3 == 0
+    ]
