@@ -3,6 +3,7 @@
 python -m airflow_provider_lance describe URI
 python -m airflow_provider_lance prune URI "event_date >= DATE '2025-12-01'"
 python -m airflow_provider_lance history URI [--limit N] [--all]
+python -m airflow_provider_lance verify URI [FILTER] [--fix]
 python -m airflow_provider_lance tag create URI NAME [--version N | --at 2025-12-01T00:00]
 python -m airflow_provider_lance tag list URI
 python -m airflow_provider_lance tag delete URI NAME
@@ -18,7 +19,8 @@ Table operations print their result as JSON on stdout and their progress on stde
 
 Exit codes (as the Spark write job's): 0 done, 1 a failure a retry may fix (storage
 unreachable, an unexpected error), 2 an error no retry can fix (not a namespace, bad filter,
-...), 3 a conflict with a concurrent writer.
+...), 3 a conflict with a concurrent writer; ``verify`` exits 4 when rows lie outside the
+partition their values give (with ``--fix``: when they still do after moving them).
 """
 
 from __future__ import annotations
@@ -252,6 +254,24 @@ def repair(uri: str) -> int:
     return 0
 
 
+def verify(uri: str, where: str | None, fix: bool) -> int:
+    ns = PartitionedNamespace.open(uri)
+    report = ns.verify(where)
+    print(json.dumps(report.to_dict(), ensure_ascii=False))
+    if report.ok:
+        return 0
+    print(
+        f"{report.misplaced_rows} row(s) in {len(report.misplaced)} partition(s) are not in "
+        "the partition their values give (written before the routing fix of 2026-11-24?)"
+        + ("; moving them" if fix else "; `verify --fix` moves them where they belong"),
+        file=sys.stderr,
+    )
+    if not fix:
+        return 4
+    _print_json(ns.relocate(where).to_dict())
+    return 0 if ns.verify(where).ok else 4
+
+
 # -- table operations -----------------------------------------------------------------------
 def _print_json(obj: object) -> None:
     print(json.dumps(obj, ensure_ascii=False, default=str))
@@ -414,6 +434,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("repair", help="restore __manifest columns a foreign tool dropped").add_argument(
         "uri"
     )
+    verify_p = sub.add_parser(
+        "verify", help="check every row lies in the partition its values give (exit 4 if not)"
+    )
+    verify_p.add_argument("uri")
+    verify_p.add_argument("filter", nargs="?", help="only the partitions this filter selects")
+    verify_p.add_argument(
+        "--fix", action="store_true", help="move misplaced rows where they belong (one commit)"
+    )
     history_p = sub.add_parser("history", help="what each __manifest version did, as JSON lines")
     history_p.add_argument("uri")
     history_p.add_argument("--limit", type=int, default=None, help="the newest N entries only")
@@ -451,6 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return repair(args.uri)
         if args.command == "history":
             return history(args.uri, args.limit, args.all)
+        if args.command == "verify":
+            return verify(args.uri, args.filter, args.fix)
         if args.command == "tag":
             return tag(args)
         return prune(args.uri, args.filter)

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         TransactionInfo,
     )
     from .types import ArrowData, WriteMode
+    from .verification import MisplacedRows, VerifyReport
 
 #: Where each public name lives: imported on first use, so that importing a light
 #: module of the core (errors, naming) or an Airflow DAG file that names an operator
@@ -91,6 +92,8 @@ _EXPORTS = {
     "PartitionChange": "results",
     "PartitionOutcome": "results",
     "TagInfo": "results",
+    "VerifyReport": "verification",
+    "MisplacedRows": "verification",
     "AsOf": "timetravel",
     "PartitionField": "spec",
     "Stage": "staging",
@@ -113,6 +116,7 @@ __all__ = [
     "InvalidArgumentError",
     "LanceNamespaceError",
     "ManifestError",
+    "MisplacedRows",
     "NamespaceExistsError",
     "NamespaceNotFoundError",
     "OperationResult",
@@ -135,6 +139,7 @@ __all__ = [
     "TransactionClosed",
     "TransactionInfo",
     "TxnState",
+    "VerifyReport",
     "VersionBeforeCreationError",
     "VersionNotFoundError",
     "WriteMode",

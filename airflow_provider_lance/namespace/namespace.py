@@ -62,6 +62,7 @@ from .timetravel import (
 from .transactions import Transaction, TransactionInfo
 from .txnstore import TransactionStore
 from .types import ArrowData, WriteMode
+from .verification import RelocateRows, VerifyReport, verify_partitions
 
 log = logging.getLogger(__name__)
 
@@ -845,6 +846,30 @@ class PartitionedNamespace:
     def untag(self, name: str) -> None:
         """Remove a tag; the next :meth:`maintain` may then remove what only it kept."""
         delete_tag(self._manifest, name)
+
+    def verify(self, filter: str | None = None, *, as_of: AsOf | None = None) -> VerifyReport:
+        """Check that every row of the partitions ``filter`` selects (all: None) lies in the
+        partition its values give (see ``verification``); changes nothing. A row that does
+        not is found by no filter on its source column: :meth:`relocate` puts it right."""
+        state = self.state(as_of)
+        return verify_partitions(self._storage, state, self._prune(state, filter))
+
+    def relocate(
+        self,
+        filter: str | None = None,
+        *,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+    ) -> OperationResult:
+        """Move every row that :meth:`verify` finds outside the partition its values give
+        (in the partitions ``filter`` selects) to where it belongs, in one ``__manifest``
+        commit: partitions holding such rows are rewritten without them, and they are
+        appended to (or create) the partitions of the current spec their values give.
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        candidates = None
+        if filter is not None:
+            candidates = [p.object_id for p in self._prune(self.state(), filter)]
+        return self._operate(RelocateRows(self._storage, candidates), txn_id, claim_timeout)
 
     def repair(self) -> RepairReport:
         """Restore the ``__manifest`` columns a foreign writer dropped (see ``repair``)."""
