@@ -112,6 +112,7 @@ def test_misplaced_rows_are_found_and_named_and_a_rewrite_puts_them_right(
     for p in ns.partitions():  # raw pylance reads every leaf at its read_version
         lance.dataset(p.location, version=p.read_version).to_table()
     assert ns.relocate().partitions == []  # idempotent: nothing left to move
+    assert ns.history(limit=1)[0].operation == "relocate"
 
 
 def test_relocate_against_a_concurrent_append_loses_nothing(ns: PartitionedNamespace) -> None:

@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 #: What a version did that readers see (anything else is bookkeeping: ``internal``).
 #: Table operations: a publish whose transaction row (or, without one, whose leaf commits)
 #: names one of these is listed under its name (``mode`` None), not as a ``write``.
-TABLE_OPERATIONS = ("delete", "drop_partitions", "merge", "optimize")
+TABLE_OPERATIONS = ("delete", "drop_partitions", "merge", "optimize", "relocate")
 VISIBLE = frozenset(
     {
         "create",
