@@ -105,10 +105,16 @@ def committed_by(ds: lance.LanceDataset, version: int) -> str | None:
 def _signature(fragment: FragmentMetadata | dict[str, Any]) -> str:
     """What identifies a fragment's content across commits: its data files and deletions
     (fragment ids may be renumbered by an append, files never are)."""
-    raw = fragment if isinstance(fragment, dict) else fragment.to_json()
-    files = sorted(f["path"] for f in raw.get("files", []))
-    deletion = raw.get("deletion_file")
-    return json.dumps([files, deletion and [deletion.get("id"), deletion.get("read_version")]])
+    if isinstance(fragment, dict):
+        files = sorted(f["path"] for f in fragment.get("files", []))
+        deletion = fragment.get("deletion_file")
+        removed = deletion and [deletion.get("id"), deletion.get("read_version")]
+    else:  # the same fields, read directly: to_json() deep-copies every field (measured:
+        # ~9% of a 1,000-partition delete)
+        files = sorted(str(f.path) for f in fragment.files)
+        found = fragment.deletion_file
+        removed = None if found is None else [found.id, found.read_version]
+    return json.dumps([files, removed])
 
 
 def _content(ds: lance.LanceDataset, version: int) -> list[str]:
