@@ -113,7 +113,7 @@ class DeleteRows(TableOperation):
         if not removed:
             return LeafWork(partition, base, None, change)
         operation = LanceOperation.Delete(updated, deleted, self.filter)
-        return LeafWork(partition, base, operation, change)
+        return LeafWork(partition, base, operation, change, leaf=leaf)
 
 
 def live_rows(metadata: FragmentMetadata) -> int:
