@@ -94,7 +94,9 @@ class Optimize(TableOperation):
             rewrites = [task.execute(leaf) for task in plan.tasks]
         operation = LanceOperation.Rewrite([_group(r) for r in rewrites], [])
         after = len(content_after(leaf, base, operation))
-        return LeafWork(partition, base, operation, replace(change, fragments_after=after))
+        return LeafWork(
+            partition, base, operation, replace(change, fragments_after=after), leaf=leaf
+        )
 
 
 def _group(rewrite: RewriteResult) -> LanceOperation.RewriteGroup:

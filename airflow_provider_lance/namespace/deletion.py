@@ -113,14 +113,14 @@ class DeleteRows(TableOperation):
         if not removed:
             return LeafWork(partition, base, None, change)
         operation = LanceOperation.Delete(updated, deleted, self.filter)
-        return LeafWork(partition, base, operation, change)
+        return LeafWork(partition, base, operation, change, leaf=leaf)
 
 
 def live_rows(metadata: FragmentMetadata) -> int:
     """Rows of a fragment that are not deleted."""
-    raw = metadata.to_json()
-    deletion = raw.get("deletion_file") or {}
-    return int(raw["physical_rows"]) - int(deletion.get("num_deleted_rows") or 0)
+    deletion = metadata.deletion_file
+    deleted = 0 if deletion is None else int(deletion.num_deleted_rows or 0)
+    return int(metadata.physical_rows) - deleted
 
 
 def _delete_rows(

@@ -240,7 +240,8 @@ class MergeRows(TableOperation):
         changed = operation if any(stats.values()) else None
         if changed is not None:
             change = replace(change, fragments_after=len(content_after(leaf, base, changed)))
-        return LeafWork(partition, base, changed, change, inputs=source.digest)
+        kept = leaf if changed is not None else None  # kept for the commit only
+        return LeafWork(partition, base, changed, change, inputs=source.digest, leaf=kept)
 
     def _merge_insert(
         self,

@@ -51,6 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, NamedTuple
 
+import lance
 import pyarrow as pa
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
@@ -114,6 +115,9 @@ class LeafWork:
     inputs: str = ""
     #: Why the operation leaves this partition alone (reported in the result).
     skip: str | None = None
+    #: The leaf opened at ``base`` to compute the change, if kept: its commit reuses it
+    #: (see :func:`~.leaves.commit_change`), then lets it go.
+    leaf: lance.LanceDataset | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -657,7 +661,9 @@ class OperationRunner:
                 owner=self.owner,
                 still_base=still_base,
                 operation_kind=self.op.kind,
+                opened=work.leaf,
             )
+            work.leaf = None  # committed: a later attempt reusing the change opens it anew
             failpoint(f"{self.op.kind}.leaf_committed")
 
         def create_one(leaf: NewLeaf) -> None:

@@ -294,13 +294,29 @@ class Storage:
                 )
             )
 
-    def commit(self, uri: str, transaction: Transaction, *, conflict: str) -> lance.LanceDataset:
+    def commit(
+        self,
+        uri: str,
+        transaction: Transaction,
+        *,
+        conflict: str,
+        on: lance.LanceDataset | None = None,
+    ) -> lance.LanceDataset:
         """Commit ``transaction`` to the table at ``uri`` exactly against its read version
         (no rebase retries); :class:`CommitConflict` (saying ``conflict``) if another
-        commit won the race."""
+        commit won the race.
+
+        ``on``: the table at ``uri`` already opened (at the transaction's read version),
+        so that Lance does not open it again. The commit is the same either way: Lance
+        looks up the latest version at the commit in both (measured with pylance 14.0.2:
+        a handle on an older version is rebased onto the versions above it exactly as a
+        commit by URI is)."""
         with self.failures("commit to", uri, conflict=conflict):
             return lance.LanceDataset.commit(
-                uri, transaction, storage_options=self.options, max_retries=0
+                uri if on is None else on,
+                transaction,
+                storage_options=self.options,
+                max_retries=0,
             )
 
     @contextlib.contextmanager
