@@ -18,6 +18,7 @@ import random
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import lance
 import pytest
@@ -38,8 +39,9 @@ def _versions(ns: PartitionedNamespace, since: int) -> list[int]:
     return sorted(int(v["version"]) for v in found if int(v["version"]) >= since)
 
 
-@pytest.mark.slow
-def test_chaos_deletes_merges_and_optimize_next_to_killed_appenders(tmp_path: Path) -> None:
+def _namespace(tmp_path: Path) -> tuple[int, str, Path, int, dict[str, Any]]:
+    """The seed, a fresh namespace (its root and first version), the run directory and
+    the arguments every process gets."""
     seed = int(os.environ.get("CHAOS_SEED", DEFAULT_SEED))
     print(f"\nCHAOS_SEED={seed} namespace={tmp_path / 'ns'}")
     root, run = str(tmp_path / "ns"), tmp_path / "run"
@@ -47,9 +49,31 @@ def test_chaos_deletes_merges_and_optimize_next_to_killed_appenders(tmp_path: Pa
     first = PartitionedNamespace.create(
         root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
     ).version
-    rng = random.Random(seed)
+    return seed, root, run, first, {"root": root, "run_dir": str(run), "seed": seed}
+
+
+def _run(slots: list[Slot], run: Path, seed: int) -> list[str]:
+    """Start the processes, kill and restart them at random for CHAOS_SECONDS, stop
+    them; the ones that did not stop."""
     ctx = mp.get_context("spawn")
-    common = {"root": root, "run_dir": str(run), "seed": seed}
+    try:
+        for slot in slots:
+            slot.spawn(ctx)
+        _wait_until_up(slots, run)
+        start = time.time()
+        chaos_save(run / "go.json", {"start": start})
+        _supervise(slots, ctx, run, random.Random(seed), start + CHAOS_SECONDS)
+        return _stop(slots, run, "stop")
+    finally:
+        for slot in slots:
+            if slot.proc is not None and slot.proc.is_alive():
+                slot.proc.kill()
+                slot.proc.join()
+
+
+@pytest.mark.slow
+def test_chaos_deletes_merges_and_optimize_next_to_killed_appenders(tmp_path: Path) -> None:
+    seed, root, run, first, common = _namespace(tmp_path)
     slots = [
         Slot("a0", workers.appender, {**common, "index": 0}, kill_delay=KILL_DELAY),
         Slot("a1", workers.appender, {**common, "index": 1}, kill_delay=KILL_DELAY),
@@ -57,19 +81,7 @@ def test_chaos_deletes_merges_and_optimize_next_to_killed_appenders(tmp_path: Pa
         Slot("merger", workers.merger, {**common, "victim": "a1"}, kill_delay=KILL_DELAY),
         Slot("optimizer", workers.optimizer, dict(common), kill_delay=KILL_DELAY),
     ]
-    try:
-        for slot in slots:
-            slot.spawn(ctx)
-        _wait_until_up(slots, run)
-        start = time.time()
-        chaos_save(run / "go.json", {"start": start})
-        _supervise(slots, ctx, run, rng, start + CHAOS_SECONDS)
-        stuck = _stop(slots, run, "stop")
-    finally:
-        for slot in slots:
-            if slot.proc is not None and slot.proc.is_alive():
-                slot.proc.kill()
-                slot.proc.join()
+    stuck = _run(slots, run, seed)
 
     ns = PartitionedNamespace.open(root)
     errors = chaos_lines(run / "errors.jsonl")
@@ -155,34 +167,13 @@ def test_chaos_merges_of_shared_keys_across_spec_changes(tmp_path: Path) -> None
     twice, and every acknowledged key stays. (Before the spec fence, two merges of one
     new key on either side of a spec change inserted it once per spec: this test found
     that with seed 20251124.)"""
-    seed = int(os.environ.get("CHAOS_SEED", DEFAULT_SEED))
-    print(f"\nCHAOS_SEED={seed} namespace={tmp_path / 'ns'}")
-    root, run = str(tmp_path / "ns"), tmp_path / "run"
-    run.mkdir()
-    first = PartitionedNamespace.create(
-        root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
-    ).version
-    rng = random.Random(seed)
-    ctx = mp.get_context("spawn")
-    common = {"root": root, "run_dir": str(run), "seed": seed}
+    seed, root, run, first, common = _namespace(tmp_path)
     slots = [
         Slot("k0", workers.key_merger, dict(common), kill_delay=KILL_DELAY),
         Slot("k1", workers.key_merger, {**common, "pause": 0.3}, kill_delay=KILL_DELAY),
         Slot("evolver", workers.evolver, dict(common), kill_delay=KILL_DELAY),
     ]
-    try:
-        for slot in slots:
-            slot.spawn(ctx)
-        _wait_until_up(slots, run)
-        start = time.time()
-        chaos_save(run / "go.json", {"start": start})
-        _supervise(slots, ctx, run, rng, start + CHAOS_SECONDS)
-        stuck = _stop(slots, run, "stop")
-    finally:
-        for slot in slots:
-            if slot.proc is not None and slot.proc.is_alive():
-                slot.proc.kill()
-                slot.proc.join()
+    stuck = _run(slots, run, seed)
 
     ns = PartitionedNamespace.open(root)
     errors = chaos_lines(run / "errors.jsonl")

@@ -37,7 +37,6 @@ from lance import LanceOperation
 from .catalog import NamespaceState, Partition
 from .errors import DataValidationError, InvalidArgumentError
 from .leaves import content_after, stage_fragments
-from .naming import leaf_directory
 from .operations import LeafWork, NewLeaf, Selection, TableOperation
 from .results import PartitionOutcome
 from .schema import NamespaceSchema, field_id
@@ -301,26 +300,9 @@ class MergeRows(TableOperation):
         return LanceOperation.Overwrite(schema, fragments), stats
 
     def create(self, state: NamespaceState, object_id: str, values: tuple[Any, ...]) -> NewLeaf:
-        rows = self._sources[object_id].rows.drop_columns([_INDEX])
-        schema = state.schema.leaf_schema()
-        directory = leaf_directory(object_id)
-        fragments = stage_fragments(
-            self.storage,
-            self.storage.uri(directory),
-            state.schema.to_leaf(rows, schema),
-            overwrite=True,
-        )
-        names = [f.name for f in state.current_spec]
-        return NewLeaf(
-            object_id,
-            directory,
-            dict(zip(names, values, strict=True)),
-            fragments,
-            rows.num_rows,
-            schema,
-            state.spec_version,
-            inputs=self._sources[object_id].digest,
-        )
+        source = self._sources[object_id]
+        rows = source.rows.drop_columns([_INDEX])
+        return self.stage_new_leaf(state, object_id, values, rows, source.digest)
 
 
 def _source_names(state: NamespaceState, version: int) -> list[str]:

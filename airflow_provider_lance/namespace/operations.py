@@ -68,7 +68,14 @@ from .errors import (
     TransactionAborted,
 )
 from .failpoints import failpoint
-from .leaves import base_version, commit_change, commit_leaf, committed_by, schema_digest
+from .leaves import (
+    base_version,
+    commit_change,
+    commit_leaf,
+    committed_by,
+    schema_digest,
+    stage_fragments,
+)
 from .lifecycle import (
     TxnRecord,
     TxnState,
@@ -82,6 +89,7 @@ from .lifecycle import (
 )
 from .maintenance import maybe_compact
 from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION, ids_filter
+from .naming import leaf_directory
 from .results import OperationResult, PartitionOutcome
 from .spec_fence import fence, needs_fence, new_intent_id, register_intent
 from .storage import Storage
@@ -196,6 +204,36 @@ class TableOperation(ABC):
     def create(self, state: NamespaceState, object_id: str, values: tuple[Any, ...]) -> NewLeaf:
         """Stage the data files of a partition the operation creates."""
         raise NotImplementedError(f"{self.kind} creates no partitions")
+
+    def stage_new_leaf(
+        self,
+        state: NamespaceState,
+        object_id: str,
+        values: tuple[Any, ...],
+        rows: pa.Table,
+        inputs: str,
+    ) -> NewLeaf:
+        """``rows`` (namespace schema) staged as the files of a new partition's leaf
+        under the current spec (for :meth:`create`)."""
+        schema = state.schema.leaf_schema()
+        directory = leaf_directory(object_id)
+        fragments = stage_fragments(
+            self.storage,
+            self.storage.uri(directory),
+            state.schema.to_leaf(rows, schema),
+            overwrite=True,
+        )
+        names = [f.name for f in state.current_spec]
+        return NewLeaf(
+            object_id,
+            directory,
+            dict(zip(names, values, strict=True)),
+            fragments,
+            rows.num_rows,
+            schema,
+            state.spec_version,
+            inputs=inputs,
+        )
 
     def dropped(self, partition: Partition) -> PartitionOutcome:
         """What dropping ``partition`` removes: its rows at its published version."""

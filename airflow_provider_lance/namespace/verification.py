@@ -31,7 +31,6 @@ from lance import LanceOperation
 from .catalog import NamespaceState, Partition, value_text
 from .errors import SchemaError
 from .leaves import stage_fragments
-from .naming import leaf_directory
 from .operations import LeafWork, NewLeaf, Selection, TableOperation
 from .results import PartitionOutcome
 from .schema import is_deprecated
@@ -289,25 +288,7 @@ class RelocateRows(TableOperation):
 
     def create(self, state: NamespaceState, object_id: str, values: tuple[Any, ...]) -> NewLeaf:
         rows = self._incoming[object_id]
-        schema = state.schema.leaf_schema()
-        directory = leaf_directory(object_id)
-        fragments = stage_fragments(
-            self.storage,
-            self.storage.uri(directory),
-            state.schema.to_leaf(rows, schema),
-            overwrite=True,
-        )
-        names = [f.name for f in state.current_spec]
-        return NewLeaf(
-            object_id,
-            directory,
-            dict(zip(names, values, strict=True)),
-            fragments,
-            rows.num_rows,
-            schema,
-            state.spec_version,
-            inputs=self.inputs(object_id),
-        )
+        return self.stage_new_leaf(state, object_id, values, rows, self.inputs(object_id))
 
 
 def _differs(values: pa.Array, expected: Any) -> pa.Array:
