@@ -1,9 +1,8 @@
 """``verify()``: are the rows of every partition where their values say?
 
 A row belongs in the partition its spec's expressions give for its source columns. Until
-2026-11-24 (0.1.0 as first released) partition expressions were evaluated by DataFusion
-with several target partitions, which lined the values of inputs over 8,192 rows up with
-other rows: writes partitioned by a non-identity expression (``left``, ``hash``,
+2026-11-24 partition expressions were evaluated by DataFusion with several target
+partitions, which lined the values of inputs over 8,192 rows up with other rows: writes partitioned by a non-identity expression (``left``, ``hash``,
 ``date_part``, ``date_trunc``, ...; identity keys were safe) could store rows in
 partitions of other rows' values, and reads filtering on the source column pruned them
 away.
