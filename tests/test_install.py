@@ -25,10 +25,14 @@ ROUND_TRIP = Path(__file__).resolve().parent / "scripts" / "spark_round_trip.py"
 
 
 def pip(env_dir: Path, *args: str) -> None:
+    # Without PYTHONPATH: a checkout on it (with the egg-info the wheel build leaves there)
+    # would count as the package installed already, and pip would skip installing the wheel.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
         [str(env_dir / "bin" / "python"), "-m", "pip", "--quiet", *args],
         capture_output=True,
         text=True,
+        env=env,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
