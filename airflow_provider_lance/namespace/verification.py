@@ -2,10 +2,10 @@
 
 A row belongs in the partition its spec's expressions give for its source columns. Until
 2026-11-24 partition expressions were evaluated by DataFusion with several target
-partitions, which lined the values of inputs over 8,192 rows up with other rows: writes partitioned by a non-identity expression (``left``, ``hash``,
-``date_part``, ``date_trunc``, ...; identity keys were safe) could store rows in
-partitions of other rows' values, and reads filtering on the source column pruned them
-away.
+partitions, which lined the values of inputs over 8,192 rows up with other rows: writes
+partitioned by a non-identity expression (``left``, ``hash``, ``date_part``,
+``date_trunc``, ...; identity keys were safe) could store rows in partitions of other
+rows' values, and reads filtering on the source column pruned them away.
 
 :func:`verify_partitions` reads the source columns of every published partition (at its
 ``read_version``), evaluates the partition's spec on them, and counts the rows whose
