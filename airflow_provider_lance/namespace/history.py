@@ -241,8 +241,8 @@ class History:
         fragments = [
             f for f in ds.get_fragments() if any(d.path in paths for d in f.metadata.files)
         ]
-        dropped = _dropped_leaves(ds, before)
         if not fragments:
+            dropped = _dropped_leaves(ds, before)
             if dropped:  # a drop only, without a transaction row
                 return _Described("drop_partitions", details={"dropped": dropped})
             return _Described("drop_rows")
@@ -264,7 +264,7 @@ class History:
                     mode,
                     record.txn_id,
                     published,
-                    details={"dropped": dropped} if dropped else {},
+                    details=_dropped_details(ds, before),
                     schema_before=_schema(before),
                 )
             if state is TxnState.ABORTED:
@@ -278,9 +278,10 @@ class History:
             return _Described(
                 "write",
                 published=moved,
-                details={"dropped": dropped} if dropped else {},
+                details=_dropped_details(ds, before),
                 schema_before=_schema(before),
             )
+        dropped = _dropped_leaves(ds, before)
         if dropped:
             return _Described("drop_partitions", details={"dropped": dropped})
         if leaves:
@@ -425,13 +426,15 @@ def _dropped_leaves(ds: lance.LanceDataset, before: lance.LanceDataset | None) -
 
     def leaf_ids(at: lance.LanceDataset) -> set[str]:
         ids = at.to_table(columns=[OBJECT_ID], filter=f"{OBJECT_TYPE} = '{TABLE}'")
-        return {
-            i
-            for i in ids.column(OBJECT_ID).to_pylist()
-            if _is_leaf({OBJECT_ID: i, OBJECT_TYPE: TABLE})
-        }
+        return {i for i in ids.column(OBJECT_ID).to_pylist() if _is_leaf_id(i)}
 
     return sorted(leaf_ids(before) - leaf_ids(ds))
+
+
+def _dropped_details(ds: lance.LanceDataset, before: lance.LanceDataset | None) -> dict[str, Any]:
+    """``details`` of a publish: the partitions it dropped, if any."""
+    dropped = _dropped_leaves(ds, before)
+    return {"dropped": dropped} if dropped else {}
 
 
 def _created(p: _Published, leaf: _LeafCommit | None) -> bool:
@@ -541,9 +544,9 @@ def _spec_version(object_id: str) -> int | None:
 
 
 def _is_leaf(row: Mapping[str, Any]) -> bool:
-    oid = row[OBJECT_ID]
-    return (
-        row[OBJECT_TYPE] == TABLE
-        and _spec_version(oid) is not None
-        and oid.endswith(SEPARATOR + LEAF_TABLE_NAME)
-    )
+    return row[OBJECT_TYPE] == TABLE and _is_leaf_id(row[OBJECT_ID])
+
+
+def _is_leaf_id(oid: str) -> bool:
+    """Whether ``oid`` names a leaf table of a spec-version namespace."""
+    return _spec_version(oid) is not None and oid.endswith(SEPARATOR + LEAF_TABLE_NAME)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 from lance import LanceOperation
@@ -195,12 +196,14 @@ class RelocateRows(TableOperation):
         self._keep: dict[str, pa.Table] = {}
         self._incoming: dict[str, pa.Table] = {}
         self._moved_out: dict[str, int] = {}
+        #: Per target: a digest of what it keeps and receives (see :meth:`inputs`).
+        self._digests: dict[str, str] = {}
 
     def validate(self, state: NamespaceState) -> None:
         """Nothing to check before the selection (which reads every candidate)."""
 
     def select(self, state: NamespaceState) -> Selection:
-        self._keep, self._incoming, self._moved_out = {}, {}, {}
+        self._keep, self._incoming, self._moved_out, self._digests = {}, {}, {}, {}
         selection = Selection(spec_version=state.spec_version)
         checkable = checkable_fields(state)
         partitions = [
@@ -211,7 +214,7 @@ class RelocateRows(TableOperation):
         ]
 
         def read(partition: Partition) -> tuple[Partition, pa.Table, pa.Array]:
-            table = self._rows(state, partition, partition.read_version)
+            table = _all_rows(state, self.storage.table(partition.location, partition.read_version))
             fields = checkable[partition.spec_version or 0]
             return partition, table, misplaced_mask(state, partition, fields, table)[0]
 
@@ -233,35 +236,20 @@ class RelocateRows(TableOperation):
                 selection.targets[oid] = existing[oid]
             else:
                 selection.creates[oid] = chunk.values
+        for oid in selection.object_ids:
+            self._digests[oid] = _digest(self._keep.get(oid), self._incoming.get(oid))
         return selection
 
-    def _rows(self, state: NamespaceState, partition: Partition, version: int | None) -> pa.Table:
-        """Every row of ``partition``'s leaf at ``version``, in the namespace schema."""
-        leaf = self.storage.table(partition.location, version)
-        plan = state.schema.read_plan(leaf.schema)
-        return plan.apply(leaf.to_table(columns=plan.leaf_columns))
-
     def inputs(self, object_id: str) -> str:
-        """Which rows this partition keeps and receives (an earlier attempt's change is
-        reused only for the same)."""
-        digest = hashlib.blake2b(digest_size=12)
-        for table in (self._keep.get(object_id), self._incoming.get(object_id)):
-            if table is None:
-                digest.update(b"-")
-                continue
-            digest.update(str(table.num_rows).encode())
-            for batch in table.to_batches():
-                for column in batch.columns:
-                    for buffer in column.buffers():
-                        if buffer is not None:
-                            digest.update(buffer)
-        return digest.hexdigest()
+        """Which rows this partition keeps and receives, as of the last selection (an
+        earlier attempt's change is reused only for the same)."""
+        return self._digests.get(object_id, "")
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> LeafWork:
         oid = partition.object_id
         leaf = self.storage.table(partition.location, base)
         kept = self._keep.get(oid)
-        rows = kept if kept is not None else self._rows(state, partition, base)
+        rows = kept if kept is not None else _all_rows(state, leaf)
         incoming = self._incoming.get(oid)
         if incoming is not None:
             rows = pa.concat_tables([rows, incoming.select(rows.column_names)])
@@ -288,6 +276,28 @@ class RelocateRows(TableOperation):
     def create(self, state: NamespaceState, object_id: str, values: tuple[Any, ...]) -> NewLeaf:
         rows = self._incoming[object_id]
         return self.stage_new_leaf(state, object_id, values, rows, self.inputs(object_id))
+
+
+def _all_rows(state: NamespaceState, leaf: lance.LanceDataset) -> pa.Table:
+    """Every row of ``leaf`` (opened at the version wanted), in the namespace schema."""
+    plan = state.schema.read_plan(leaf.schema)
+    return plan.apply(leaf.to_table(columns=plan.leaf_columns))
+
+
+def _digest(*tables: pa.Table | None) -> str:
+    """A digest of the contents of ``tables`` (None: absent)."""
+    digest = hashlib.blake2b(digest_size=12)
+    for table in tables:
+        if table is None:
+            digest.update(b"-")
+            continue
+        digest.update(str(table.num_rows).encode())
+        for batch in table.to_batches():
+            for column in batch.columns:
+                for buffer in column.buffers():
+                    if buffer is not None:
+                        digest.update(buffer)
+    return digest.hexdigest()
 
 
 def _differs(values: pa.Array, expected: Any) -> pa.Array:
