@@ -254,14 +254,17 @@ def test_a_leftover_table_of_a_killed_write_is_built_over_not_published(ns, monk
 
 
 def test_a_new_partition_flushed_twice_publishes_every_row(ns) -> None:
-    """A new partition whose rows are flushed in several parts: the table its stager
-    created holds only the first, so the publish commits all of them."""
+    """A new partition whose rows are flushed in several parts: its stager creates the
+    table from the first and appends each later one to the version it made, so the
+    publish takes the last of them, which holds every row, without another commit."""
     batches = [tagged_rows("b", [9], 2, first_id=400 + 10 * i) for i in range(3)]
     result = other(ns).write(iter(batches), flush_bytes=1)
     assert result.rows == 6
     assert ids(ns) == sorted([0, 1, 2, 3, *(400 + 10 * i + j for i in range(3) for j in (0, 1))])
     [partition] = [p for p in ns.partitions() if p.values["part"] == 9]
-    assert partition.read_version == 2  # version 1 held the first flush only
+    assert partition.read_version == 3  # one version per flush, the last holds them all
+    leaf = lance.dataset(partition.location, version=3)
+    assert sorted(leaf.to_table().column("id").to_pylist()) == [400, 401, 410, 411, 420, 421]
     all_readable(ns)
 
 
@@ -288,4 +291,89 @@ def test_many_writes_creating_one_partition_at_once_all_publish_once(ns) -> None
             w.outcome()
     expected = [0, 1, 2, 3, *(1000 * (r + 1) + k for r in range(4) for k in range(12))]
     assert ids(ns) == sorted(expected)
+    all_readable(ns)
+
+
+def leaf_of(ns: PartitionedNamespace, part: int) -> tuple[str, int]:
+    [partition] = [p for p in ns.partitions() if p.values["part"] == part]
+    return partition.location, partition.read_version
+
+
+def test_an_append_is_published_as_the_version_its_stager_committed(ns) -> None:
+    """An append to an existing partition commits its leaf while staging (files and
+    version in one Lance call, on the published version) and publishes that version
+    without another leaf commit."""
+    location, before = leaf_of(ns, 1)
+    other(ns).write(tagged_rows("a", [1], 2, first_id=100))
+    assert leaf_of(ns, 1) == (location, before + 1)
+    assert lance.dataset(location).version == before + 1  # no second commit, no rollback
+    assert ids(ns) == [0, 1, 2, 3, 100, 101]
+    all_readable(ns)
+
+
+def test_an_append_flushed_several_times_adds_each_flush_to_the_last_version(ns) -> None:
+    location, before = leaf_of(ns, 1)
+    batches = [tagged_rows("b", [1], 2, first_id=400 + 10 * i) for i in range(3)]
+    other(ns).write(iter(batches), flush_bytes=1)
+    assert leaf_of(ns, 1) == (location, before + 3)
+    assert lance.dataset(location).version == before + 3
+    assert ids(ns) == sorted([0, 1, 2, 3, *(400 + 10 * i + j for i in range(3) for j in (0, 1))])
+    all_readable(ns)
+
+
+def test_an_overwrite_is_published_as_the_version_its_stager_committed(ns) -> None:
+    location, before = leaf_of(ns, 1)
+    other(ns).write(tagged_rows("o", [1], 3, first_id=300), mode="overwrite")
+    assert leaf_of(ns, 1) == (location, before + 1)
+    leaf = lance.dataset(location)
+    assert leaf.version == before + 1
+    assert sorted(leaf.to_table().column("id").to_pylist()) == [300, 301, 302]
+    assert ids(ns) == [2, 3, 300, 301, 302]  # partition 2 (ids 2 and 3) untouched
+    all_readable(ns)
+
+
+def test_a_leaf_with_a_version_above_its_published_one_gets_staged_files(ns, monkeypatch) -> None:
+    """A killed write left a version above partition 1's published one: the next write
+    does not write onto it (Lance would rebase the write onto that version and the files
+    would be written for nothing); it stages files, and its publish rolls the leftover
+    back. Each row is written once."""
+    with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
+        other(ns).write(tagged_rows("lost", [1], 2, first_id=100))
+    location, published = leaf_of(ns, 1)
+    assert lance.dataset(location).version == published + 1  # the killed write's
+    files = data_files(ns)
+    other(ns).write(tagged_rows("w", [1], 2, first_id=200))
+    assert len(data_files(ns) - files) == 1
+    assert ids(ns) == [0, 1, 2, 3, 200, 201]
+    all_readable(ns)
+
+
+def test_a_version_made_over_another_writers_unpublished_one_is_never_published(ns) -> None:
+    """Writer A opened partition 1's leaf at its published version P. Before A's Lance
+    call commits, writer B commits its own version P+1 of that leaf and parks before its
+    swap. Lance rebases A's call onto B's version: A's version holds B's rows too, and
+    A's swap would succeed (the row has not moved). A must not publish it: then B's retry
+    would add B's rows a second time. A stages its rows again and publishes P + A; B's
+    swap fails, and its retry publishes on A's version: every row once."""
+    location, published = leaf_of(ns, 1)
+    a_thread: list[threading.Thread] = []
+    b_thread: list[threading.Thread] = []
+    with (
+        hold("leaf.before_commit", when=lambda: threading.current_thread() in a_thread) as a,
+        hold("direct.before_publish", when=lambda: threading.current_thread() in b_thread) as b,
+    ):
+        first = Worker(other(ns).write, tagged_rows("a", [1], 2, first_id=100))
+        a_thread.append(first)
+        first.start()
+        a.wait_reached()
+        second = Worker(other(ns).write, tagged_rows("b", [1], 2, first_id=200))
+        b_thread.append(second)
+        second.start()
+        b.wait_reached()
+        assert lance.dataset(location).version == published + 1  # B's, unpublished
+        a.release()
+        first.outcome()
+        assert ids(ns) == [0, 1, 2, 3, 100, 101]  # A alone: not B's rows with it
+    second.outcome()
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201]
     all_readable(ns)

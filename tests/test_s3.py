@@ -590,9 +590,9 @@ def test_table_operations_and_the_orphan_sweep_on_s3(
     assert ns.drop_partitions("event_date = '2025-12-12'").rows_removed == 1
     assert ns.optimize().manifest_version is not None
     assert [r["id"] for r in rows(ns.to_table())] == [1, 2, 4, 30, 40]
-    monkeypatch.setenv(ENV, "direct.staged=raise")
+    monkeypatch.setenv(ENV, "stage.written=raise")  # a stager killed before recording
     with pytest.raises(FailpointError):
-        ns.write(events((50, D(2025, 12, 10), "US")))
+        ns.begin("append", "killed").stage(events((50, D(2025, 12, 10), "US")))
     monkeypatch.delenv(ENV)
     zero = dt_.timedelta(0)
     dry = ns.maintain(sweep_orphans=True, orphan_min_age=zero, dry_run=True).orphans

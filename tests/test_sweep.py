@@ -56,12 +56,18 @@ def test_the_sweep_removes_a_crashed_writes_files_but_not_a_staged_transactions(
     ns.begin("append", "S").stage(tagged_rows("s", [1, 3], 1, first_id=100))
     staged = data_files(root) - referenced(ns)
     tables_before = {p.name for p in root.iterdir()}
+    # A stager killed after writing its files, before recording them (a Spark task
+    # killed there): files nothing references, in partition 1.
+    with crashing(monkeypatch, "stage.written"), pytest.raises(FailpointError):
+        ns.begin("append", "K").stage(tagged_rows("killed", [1], 1, first_id=300))
+    # A write killed before its swap: it created partition 4's table while staging (its
+    # version 1, never published): the sweep removes that table whole, its version
+    # files too. (Its rows for partition 1 are an unpublished version of that leaf, which
+    # the next commit to it rolls back: not the sweep's.)
     with crashing(monkeypatch, "direct.staged"), pytest.raises(FailpointError):
         ns.write(tagged_rows("crashed", [1, 4], 1, first_id=200))
     orphans = data_files(root) - referenced(ns) - staged
-    assert len(orphans) == 2  # one in partition 1, one in the never-published 4
-    # The write created partition 4's table while staging (its version 1, never
-    # published): the sweep removes that table whole, its version files too.
+    assert len(orphans) == 2  # the killed stager's in partition 1, one in the new 4
     [unpublished] = [p for p in root.iterdir() if p.name not in tables_before]
     whole_table = len([f for f in tree(root) if f.startswith(f"{unpublished.name}/")])
     expected = 1 + whole_table  # partition 1's staged file, and partition 4's table
@@ -87,8 +93,8 @@ def test_the_sweep_removes_a_crashed_writes_files_but_not_a_staged_transactions(
 
 
 def test_the_sweep_keeps_young_files(ns, root, monkeypatch) -> None:
-    with crashing(monkeypatch, "direct.staged"), pytest.raises(FailpointError):
-        ns.write(tagged_rows("crashed", [1], 1, first_id=200))
+    with crashing(monkeypatch, "stage.written"), pytest.raises(FailpointError):
+        ns.begin("append", "K").stage(tagged_rows("killed", [1], 1, first_id=200))
     before = data_files(root)
     report = ns.maintain(sweep_orphans=True)  # default safety age: one day
     assert report.orphans is not None
@@ -170,9 +176,9 @@ def test_a_crashed_writes_half_created_partition_is_removed_whole(ns, root, monk
 # -- the safe minimum age ---------------------------------------------------------------------
 @pytest.fixture
 def orphaned(ns, root, monkeypatch) -> PartitionedNamespace:
-    """``ns`` with the files of a crashed write in partition 1: one orphan, seconds old."""
-    with crashing(monkeypatch, "direct.staged"), pytest.raises(FailpointError):
-        ns.write(tagged_rows("crashed", [1], 1, first_id=200))
+    """``ns`` with the files of a killed stager in partition 1: one orphan, seconds old."""
+    with crashing(monkeypatch, "stage.written"), pytest.raises(FailpointError):
+        ns.begin("append", "K").stage(tagged_rows("killed", [1], 1, first_id=200))
     assert len(data_files(root) - referenced(ns)) == 1
     return ns
 
@@ -282,10 +288,11 @@ NEW_ROWS = tagged_rows("w", [1, 2, 4], 2, first_id=100)  # two existing partitio
 
 
 def test_a_write_in_flight_survives_a_sweep_with_the_default_age(ns, root) -> None:
-    """A direct write parked after writing its fragments, before any version names them:
-    the sweep with the default age keeps its files, and the write publishes every row."""
-    with hold("direct.staged") as parked:
-        writer = Worker(other(ns).write, NEW_ROWS)
+    """A write parked after writing its data files, before its transaction records them
+    (no version or record names them yet): the sweep with the default age keeps its
+    files, and the write publishes every row."""
+    with hold("stage.written") as parked:
+        writer = Worker(other(ns).write, NEW_ROWS, txn_id="T")
         writer.start()
         parked.wait_reached()
         in_flight = data_files(root) - referenced(ns)
@@ -303,8 +310,8 @@ def test_without_the_guard_a_zero_age_sweep_destroys_a_write_in_flight(ns, root)
     """The same race with ``enforce_min_age=False`` and age 0: the sweep deletes the
     parked write's files, the write then publishes versions whose files are gone, and the
     namespace can no longer be read. This is what the safe minimum refuses to do."""
-    with hold("direct.staged") as parked:
-        writer = Worker(other(ns).write, NEW_ROWS)
+    with hold("stage.written") as parked:
+        writer = Worker(other(ns).write, NEW_ROWS, txn_id="T")
         writer.start()
         parked.wait_reached()
         in_flight = data_files(root) - referenced(ns)

@@ -5,10 +5,14 @@ or retries it, so nothing has to be fenced, no plan has to be durable for anyone
 claim has to be held while its leaves commit. It takes the optimistic path of Delta and
 Iceberg instead of the claim protocol of :mod:`.commit`:
 
-1. the rows are staged as data files (partitions in parallel), against manifest version S;
+1. the rows are staged against manifest version S, partitions in parallel: each leaf is
+   written and committed in one Lance call on its published version (a new partition's
+   leaf is created), which is what Lance's own write costs;
 2. the touched partition rows are read at S;
-3. each leaf is committed on its published ``read_version`` (in parallel, tagged and
-   verified like every leaf commit: :func:`~.leaves.commit_leaf`);
+3. a leaf version made in step 1 right above the version still published (it holds
+   exactly that version's rows plus the write's) is used as it is; any other leaf is
+   committed now on its published ``read_version`` (in parallel, tagged and verified like
+   every leaf commit: :func:`~.leaves.commit_leaf`), rolling back what lies above it;
 4. one compare-and-swap against S (:func:`~.lifecycle.publish_direct`) sets the new
    ``read_version``\\ s and inserts the rows of new partitions. It fails if any of those
    rows changed since S, and the write goes back to 2 at the newer version.
@@ -160,9 +164,13 @@ def _commit_leaves(
 
     def commit_one(oid: str) -> int:
         part, row = parts[oid], current.get(oid)
-        if row is None and part.created_version is not None:
-            return part.created_version  # made while staging: exactly its files, ours alone
         published = None if row is None else row[READ_VERSION]
+        if (
+            part.committed_version is not None
+            and (row is not None) == part.existed
+            and published == part.staged_on
+        ):  # committed while staging, on the version still published: exactly right
+            return part.committed_version
         return commit_leaf(
             ctx.storage,
             ctx.storage.uri(part.directory),

@@ -69,7 +69,25 @@ def schema_digest(schema: LanceSchema | pa.Schema) -> str:
     order, as ``write_fragments`` gives a new table's files).
     """
     lance_schema = schema if isinstance(schema, LanceSchema) else LanceSchema.from_pyarrow(schema)
+    # Lance's rendering of a schema shows every field's id, name, type, nullability,
+    # metadata and children: equal renderings are equal schemas, so the digest of one
+    # serves the others (every leaf of a write usually has the same schema; measured:
+    # the digest took ~5% of a 1,000-partition load).
+    key = repr(lance_schema)
+    known = _DIGESTS.get(key)
+    if known is not None:
+        return known
+    digest = _digest(lance_schema)
+    if len(_DIGESTS) >= 256:
+        _DIGESTS.clear()
+    _DIGESTS[key] = digest
+    return digest
 
+
+_DIGESTS: dict[str, str] = {}
+
+
+def _digest(lance_schema: LanceSchema) -> str:
     def canonical(f: Any) -> list[Any]:
         arrow = f.to_arrow()
         metadata = sorted((str(k), str(v)) for k, v in (f.metadata or {}).items())

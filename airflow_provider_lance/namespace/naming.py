@@ -12,6 +12,7 @@ its table.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,8 +33,10 @@ def spec_namespace_id(version: int) -> str:
     return f"v{version}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def partition_name(parent_id: str, field_id: int, value_text: str | None) -> str:
-    """The 16-char base36 name of the child of ``parent_id`` holding one partition value."""
+    """The 16-char base36 name of the child of ``parent_id`` holding one partition value
+    (remembered: a write names each partition when routing and again when publishing)."""
     key = json.dumps([parent_id, field_id, value_text], separators=(",", ":"))
     number = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=11).digest(), "big")
     chars = []
@@ -75,6 +78,8 @@ def local_path(uri: str) -> str | None:
 
 def child_uri(root: str, relative: str) -> str:
     """``root/relative``, refusing locations that would escape the root."""
+    if relative and "/" not in relative and ":" not in relative and relative not in (".", ".."):
+        return f"{root}/{relative}"  # a plain child name, as every leaf directory is
     if (
         not relative
         or relative.startswith("/")

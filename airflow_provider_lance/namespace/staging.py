@@ -59,10 +59,11 @@ class StagedPartition:
     #: version appended to, or the namespace's leaf schema for a new or replaced leaf
     #: (None in records written before it was kept: not checked).
     schema: str | None = None
-    #: In this process only (never recorded): the stager created the leaf table as this
-    #: version, holding exactly ``fragments`` (see :meth:`Stager.write`), so a direct
-    #: publish that finds the partition still new publishes it without another commit.
-    created_version: int | None = field(default=None, compare=False)
+    #: In this process only (never recorded): the stager committed the leaf as this
+    #: version (see :meth:`Stager.write`), holding exactly the published version's rows
+    #: (none for a new or replaced leaf) plus ``fragments``. A direct publish that finds
+    #: the partition's row as it was staged against publishes it without another commit.
+    committed_version: int | None = field(default=None, compare=False)
 
     def fragment_metadata(self) -> list[FragmentMetadata]:
         return [FragmentMetadata.from_json(f) for f in self.fragments]
@@ -204,14 +205,21 @@ class Stager:
         self.stage = stage
         self.storage = storage
         self.flush_bytes = flush_bytes
-        #: The owner (``txn#k``) a write nobody else knows creates new leaf tables as,
-        #: while staging (see :meth:`_create`); None: files only, committed later.
+        #: The owner (``txn#k``) a write nobody else knows commits leaf versions as,
+        #: while staging (see :meth:`_commit_now`); None: files only, committed later.
         self.create_leaves_as = create_leaves_as
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered = 0
-        #: Partitions appended to: their leaf at the published version (the files take
-        #: its field ids and are shaped to its schema).
-        self._leaves: dict[str, lance.LanceDataset] = {}
+        #: Partitions appended to, as published when staging began.
+        self._appended: dict[str, Partition] = {}
+        #: Of those, the ones whose leaf was looked at: the schema of their published
+        #: version (the files are shaped to it and take its field ids).
+        self._leaf_schemas: dict[str, pa.Schema] = {}
+        #: Leaves opened at their published version, until their first rows are written
+        #: (a handle is not kept longer: thousands of them cost memory, and time to free).
+        self._opened: dict[str, lance.LanceDataset] = {}
+        #: Of those, the ones that had versions above the published one when opened.
+        self._covered: set[str] = set()
         #: The schema of new and replaced leaves, and its digest.
         self._new_schema = stage.leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
         self._new_digest = schema_digest(self._new_schema)
@@ -247,8 +255,8 @@ class Stager:
         return self.stage
 
     def _targets(self, values: Sequence[tuple[Any, ...]]) -> list[StagedPartition]:
-        """The staged partition of each values tuple. Partitions new to the stage are looked
-        up together and their leaves opened in parallel (latency, on an object store)."""
+        """The staged partition of each values tuple (partitions new to the stage are looked
+        up together; the leaves appended to are opened when their rows are written)."""
         ids = [self.state.leaf_id(v) for v in values]
         new = {
             oid: v for oid, v in zip(ids, values, strict=True) if oid not in self.stage.partitions
@@ -266,17 +274,21 @@ class Stager:
                     existed=found is not None,
                     schema=self._new_digest,  # until _open_leaf finds it appended to
                 )
-            if not self.overwrite:  # appends to existing partitions need their leaf schema
-                appended = [oid for oid in new if oid in existing]
-                self.storage.map(lambda oid: self._open_leaf(existing[oid]), appended)
+                if found is not None and not self.overwrite:
+                    self._appended[oid] = found
         return [self.stage.partitions[oid] for oid in ids]
 
     def _open_leaf(self, existing: Partition) -> None:
         """Learn the schema of a partition appended to (its files are staged in it)."""
         target = self.stage.partitions[existing.object_id]
-        leaf = self.storage.table(existing.location, existing.read_version)
-        if not self.state.schema.missing_in_leaf(leaf.schema):
-            self._leaves[existing.object_id] = leaf
+        leaf = self.storage.table(existing.location)  # the published version, usually
+        if existing.read_version is not None and int(leaf.version) != existing.read_version:
+            self._covered.add(existing.object_id)  # another writer's version lies above
+            leaf = self.storage.table(existing.location, existing.read_version)
+        schema = leaf.schema
+        if not self.state.schema.missing_in_leaf(schema):
+            self._opened[existing.object_id] = leaf
+            self._leaf_schemas[existing.object_id] = schema
             target.schema = schema_digest(leaf.lance_schema)
             return
         # The partition predates add_column: rewrite it whole, with the new columns,
@@ -300,26 +312,32 @@ class Stager:
         return plan.apply(leaf.to_table(columns=plan.leaf_columns))
 
     def _flush(self) -> None:
-        """Write the buffered rows of every partition as data files, partitions in parallel."""
+        """Write the buffered rows of every partition as data files, partitions in parallel
+        (each worker opens the leaf it appends to first: one pass over the leaves)."""
         work = []
         for object_id, buffered in self._buffers.items():
             if not buffered:
                 continue
-            target = self.stage.partitions[object_id]
-            data = pa.concat_tables(buffered)
+            work.append((self.stage.partitions[object_id], pa.concat_tables(buffered)))
             buffered.clear()
-            replace = self.overwrite or target.rewrite or object_id not in self._leaves
-            schema = self._new_schema if replace else self._leaves[object_id].schema
-            work.append((target, self.state.schema.to_leaf(data, schema), replace))
 
-        def write(item: tuple[StagedPartition, pa.Table, bool]) -> list[str]:
-            target, shaped, replace = item
-            if self.create_leaves_as is not None and not (target.existed or target.fragments):
-                created = self._create(target, shaped)
-                if created is not None:
-                    return created
-            into = self.storage.uri(target.directory) if replace else self._leaves[target.object_id]
-            fragments = stage_fragments(self.storage, into, shaped, overwrite=replace)
+        def write(item: tuple[StagedPartition, pa.Table]) -> list[str]:
+            target, data = item
+            oid = target.object_id
+            if oid in self._appended and not target.rewrite and oid not in self._leaf_schemas:
+                self._open_leaf(self._appended[oid])
+            leaf_schema = self._leaf_schemas.get(oid)
+            replace = self.overwrite or target.rewrite or leaf_schema is None
+            shaped = self.state.schema.to_leaf(data, leaf_schema or self._new_schema)
+            try:
+                if self.create_leaves_as is not None:
+                    committed = self._commit_now(target, shaped, replace)
+                    if committed is not None:
+                        return committed
+                into = self.storage.uri(target.directory) if replace else self._published_leaf(oid)
+                fragments = stage_fragments(self.storage, into, shaped, overwrite=replace)
+            finally:
+                self._opened.pop(oid, None)
             return [json.dumps(f.to_json()) for f in fragments]
 
         written: list[list[str] | None] = [None] * len(work)
@@ -330,34 +348,98 @@ class Stager:
         try:
             self.storage.map(tracked, range(len(work)))
         finally:
-            for (target, _, _), fragments in zip(work, written, strict=True):
+            for (target, _), fragments in zip(work, written, strict=True):
                 if fragments is not None:
-                    if target.fragments:  # a later flush: the created version lacks these
-                        target.created_version = None
                     target.fragments += fragments
         self._buffered = 0
 
+    def _commit_now(
+        self, target: StagedPartition, shaped: pa.Table, replace: bool
+    ) -> list[str] | None:
+        """Commit ``shaped`` to the partition's leaf now, files and version in one Lance
+        call, instead of files now and a commit at publish (measured: the two passes cost
+        a third more than one); the fragments written, or None: stage files instead.
+
+        The version is only worth publishing as it is (``committed_version``) if it lies
+        right above the version it was written against: then it holds exactly that
+        version's rows plus these (or these alone, replacing). Lance rebases the write onto
+        versions made meanwhile (an unpublished one of a crashed writer, a racing writer's),
+        so the version number tells. That base is the published version (a new leaf: none;
+        a later flush: the version the previous one committed). Anything else (a race lost,
+        a table found where a new partition goes) leaves staged files, and the leaf commit
+        at publish time builds on the published version, rolling back what lies above it
+        as after any crashed writer: a version committed here is published only if it is
+        exactly right.
+        """
+        committed, target.committed_version = target.committed_version, None
+        head: lance.LanceDataset | None
+        if committed is not None:  # a later flush: add to what the earlier one committed
+            head, replace = self.storage.table(self.storage.uri(target.directory), committed), False
+        elif target.fragments:
+            return None  # an earlier flush staged files: these join them
+        elif not target.existed:
+            return self._create(target, shaped)
+        else:
+            head = self._published_head(target, replace)
+            if head is None:
+                return None
+        failpoint("leaf.before_commit")  # a leaf version is committed here, as at publish
+        assert self.create_leaves_as is not None
+        made = self.storage.write_onto(
+            shaped, head, overwrite=replace, properties=owner_properties(self.create_leaves_as)
+        )
+        if made is None or int(made.version) != int(head.version) + 1:
+            return None
+        if replace and schema_digest(made.lance_schema) != target.schema:
+            return None  # the files took field ids other than the leaf schema's
+        before = set() if replace else {f.fragment_id for f in head.get_fragments()}
+        target.committed_version = int(made.version)
+        return [
+            json.dumps(f.metadata.to_json())
+            for f in made.get_fragments()
+            if f.fragment_id not in before
+        ]
+
+    def _published_head(self, target: StagedPartition, replace: bool) -> lance.LanceDataset | None:
+        """An existing partition's leaf at its published version, to write onto, if nothing
+        lay above that version when it was opened (None: stage files instead; a write onto
+        it would be rebased onto the versions above, and written in vain)."""
+        published = target.base_read_version
+        if target.rewrite or published is None:  # rewritten whole, or NULL ("latest")
+            return None
+        if replace:  # not opened for routing
+            leaf = self.storage.table_or_none(self.storage.uri(target.directory))
+            return leaf if leaf is not None and int(leaf.version) == published else None
+        if target.object_id in self._covered:
+            return None
+        return self._published_leaf(target.object_id)
+
+    def _published_leaf(self, object_id: str) -> lance.LanceDataset:
+        """The leaf of a partition appended to, at its published version."""
+        leaf = self._opened.pop(object_id, None)
+        if leaf is None:  # a later flush (rare: more than flush_bytes were buffered)
+            existing = self._appended[object_id]
+            leaf = self.storage.table(existing.location, existing.read_version)
+        return leaf
+
     def _create(self, target: StagedPartition, shaped: pa.Table) -> list[str] | None:
-        """Create a new partition's leaf table from its first rows, files and version in
-        one Lance call, instead of files now and a commit at publish (measured: the two
-        passes cost a third more than one). None: a table is there already (a partition
-        created meanwhile, or a killed write's leftover): stage files as usual.
+        """Create a new partition's leaf table from its first rows (see :meth:`_commit_now`).
+        None: a table is there already (a partition created meanwhile, or a killed write's
+        leftover): stage files as usual.
 
         Version 1 is this write's alone, so a direct publish that still finds the partition
-        new publishes it as it is (``created_version``). Any later version (a concurrent
-        creator made version 1) holds exactly these rows too, but is only staged files to
-        whoever publishes: the leaf commit at publish time builds on the published version
-        and rolls back what lies above it, as after any crashed writer.
+        new publishes it as it is. Any later version (a concurrent creator made version 1)
+        holds exactly these rows too, but is only staged files to whoever publishes.
         """
         assert self.create_leaves_as is not None
         uri = self.storage.uri(target.directory)
-        failpoint("leaf.before_commit")  # a leaf version is committed here, as at publish
+        failpoint("leaf.before_commit")
         made = self.storage.create_leaf(shaped, uri, owner_properties(self.create_leaves_as))
         if made is None:
             return None
         version, table = made
         if version == 1 and schema_digest(table.lance_schema) == target.schema:
-            target.created_version = 1
+            target.committed_version = 1
         return [json.dumps(f.metadata.to_json()) for f in table.get_fragments()]
 
     def discard(self) -> None:
