@@ -377,3 +377,27 @@ def test_a_version_made_over_another_writers_unpublished_one_is_never_published(
     second.outcome()
     assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201]
     all_readable(ns)
+
+
+def test_an_append_made_while_staging_whose_partition_moved_adds_only_its_own_files(
+    ns,
+) -> None:
+    """Writer A committed its append to partition 1 while staging (version P+1) and parks
+    before its swap; writer B finds A's version above P, stages files, rolls A's version
+    back and publishes. A's swap fails (the row moved), and A commits the fragments it
+    recorded for its rows onto B's version: those must be its own files alone (the leaf's
+    earlier fragments, taken along, would be read twice)."""
+    for i in range(3):  # partition 1's leaf gets several fragments
+        ns.write(tagged_rows("more", [1], 1, first_id=50 + i))
+    location, published = leaf_of(ns, 1)
+    a_thread: list[threading.Thread] = []
+    with hold("direct.staged", when=lambda: threading.current_thread() in a_thread) as parked:
+        first = Worker(other(ns).write, tagged_rows("a", [1], 2, first_id=100))
+        a_thread.append(first)
+        first.start()
+        parked.wait_reached()
+        assert lance.dataset(location).version == published + 1  # A's, made while staging
+        ns.write(tagged_rows("b", [1], 2, first_id=200))
+    first.outcome()
+    assert ids(ns) == [0, 1, 2, 3, 50, 51, 52, 100, 101, 200, 201]
+    all_readable(ns)
