@@ -349,6 +349,8 @@ def main() -> None:
     os.environ.setdefault("LANCE_LOG", "error")
     env = print_environment()
     results: dict[str, Any] = {}
+    if args.tmp:
+        os.makedirs(args.tmp, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-peers-", dir=args.tmp) as tmp:
         run = Run(args.systems, Path(tmp))
         print(f"{args.partitions:,} partitions x {args.rows:,} rows", flush=True)

@@ -279,6 +279,8 @@ def main() -> None:
     os.environ.setdefault("LANCE_LOG", "error")
     env = print_environment()
     run = Run(args.systems)
+    if args.tmp:
+        os.makedirs(args.tmp, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-table-ops-", dir=args.tmp) as tmp:
         ops = scenario_rows(run, Path(tmp), args.partitions, args.rows, args.reps)
         tables = {

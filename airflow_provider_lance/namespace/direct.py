@@ -162,15 +162,18 @@ def _commit_leaves(
     get ``leaf_schema``: the one their files were staged with, whatever the namespace's
     schema is now (a reader conforms them like any leaf older than a schema change)."""
 
+    def made_while_staging(oid: str) -> int | None:
+        """The leaf version the stager committed, if it is exactly right to publish: made
+        on the version still published (a new partition: still new)."""
+        part, row = parts[oid], current.get(oid)
+        published = None if row is None else row[READ_VERSION]
+        if (row is not None) == part.existed and published == part.staged_on:
+            return part.committed_version
+        return None
+
     def commit_one(oid: str) -> int:
         part, row = parts[oid], current.get(oid)
         published = None if row is None else row[READ_VERSION]
-        if (
-            part.committed_version is not None
-            and (row is not None) == part.existed
-            and published == part.staged_on
-        ):  # committed while staging, on the version still published: exactly right
-            return part.committed_version
         return commit_leaf(
             ctx.storage,
             ctx.storage.uri(part.directory),
@@ -184,8 +187,10 @@ def _commit_leaves(
             staged_on=part.staged_on,
         )
 
-    ids = list(parts)
-    return dict(zip(ids, ctx.storage.map(commit_one, ids), strict=True))
+    made = {oid: made_while_staging(oid) for oid in parts}  # no I/O: not in the threads
+    todo = [oid for oid, version in made.items() if version is None]
+    committed = dict(zip(todo, ctx.storage.map(commit_one, todo), strict=True))
+    return {oid: committed[oid] if version is None else version for oid, version in made.items()}
 
 
 def _check_files(ctx: TransactionContext, parts: dict[str, StagedPartition]) -> None:

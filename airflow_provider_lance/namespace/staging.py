@@ -12,7 +12,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState, Partition
-from .errors import DataValidationError
+from .errors import DataValidationError, TableNotFoundError
 from .failpoints import failpoint
 from .leaves import owner_properties, schema_digest, stage_fragments
 from .naming import leaf_directory
@@ -220,6 +220,9 @@ class Stager:
         self._opened: dict[str, lance.LanceDataset] = {}
         #: Of those, the ones that had versions above the published one when opened.
         self._covered: set[str] = set()
+        #: Leaf schemas (by digest) that have every namespace column, and shapers into them.
+        self._complete: dict[str, pa.Schema] = {}
+        self._shapers: dict[str, Callable[[pa.Table], pa.Table]] = {}
         #: The schema of new and replaced leaves, and its digest.
         self._new_schema = stage.leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
         self._new_digest = schema_digest(self._new_schema)
@@ -281,15 +284,18 @@ class Stager:
     def _open_leaf(self, existing: Partition) -> None:
         """Learn the schema of a partition appended to (its files are staged in it)."""
         target = self.stage.partitions[existing.object_id]
-        leaf = self.storage.table(existing.location)  # the published version, usually
+        leaf = self.storage.table_to_write(existing.location)  # the published version, usually
         if existing.read_version is not None and int(leaf.version) != existing.read_version:
             self._covered.add(existing.object_id)  # another writer's version lies above
-            leaf = self.storage.table(existing.location, existing.read_version)
-        schema = leaf.schema
-        if not self.state.schema.missing_in_leaf(schema):
+            leaf = self.storage.table_to_write(existing.location, existing.read_version)
+        digest = schema_digest(leaf.lance_schema)
+        schema = self._complete.get(digest)  # leaves of one schema are looked at once
+        if schema is None and not self.state.schema.missing_in_leaf(leaf.schema):
+            schema = self._complete[digest] = leaf.schema
+        if schema is not None:
             self._opened[existing.object_id] = leaf
             self._leaf_schemas[existing.object_id] = schema
-            target.schema = schema_digest(leaf.lance_schema)
+            target.schema = digest
             return
         # The partition predates add_column: rewrite it whole, with the new columns,
         # starting from a copy of its published rows (files of their own, so that a commit
@@ -328,7 +334,7 @@ class Stager:
                 self._open_leaf(self._appended[oid])
             leaf_schema = self._leaf_schemas.get(oid)
             replace = self.overwrite or target.rewrite or leaf_schema is None
-            shaped = self.state.schema.to_leaf(data, leaf_schema or self._new_schema)
+            shaped = self._shaper(target, leaf_schema or self._new_schema)(data)
             try:
                 if self.create_leaves_as is not None:
                     committed = self._commit_now(target, shaped, replace)
@@ -353,6 +359,15 @@ class Stager:
                     target.fragments += fragments
         self._buffered = 0
 
+    def _shaper(self, target: StagedPartition, leaf: pa.Schema) -> Callable[[pa.Table], pa.Table]:
+        """Shapes rows into ``leaf`` (the schema ``target.schema`` digests: one shaper per
+        distinct leaf schema of the write)."""
+        key = target.schema or ""
+        shaper = self._shapers.get(key)
+        if shaper is None:
+            shaper = self._shapers[key] = self.state.schema.leaf_shaper(leaf)
+        return shaper
+
     def _commit_now(
         self, target: StagedPartition, shaped: pa.Table, replace: bool
     ) -> list[str] | None:
@@ -374,7 +389,8 @@ class Stager:
         committed, target.committed_version = target.committed_version, None
         head: lance.LanceDataset | None
         if committed is not None:  # a later flush: add to what the earlier one committed
-            head, replace = self.storage.table(self.storage.uri(target.directory), committed), False
+            head = self.storage.table_to_write(self.storage.uri(target.directory), committed)
+            replace = False
         elif target.fragments:
             return None  # an earlier flush staged files: these join them
         elif not target.existed:
@@ -403,8 +419,11 @@ class Stager:
         if target.rewrite or published is None:  # rewritten whole, or NULL ("latest")
             return None
         if replace:  # not opened for routing
-            leaf = self.storage.table_or_none(self.storage.uri(target.directory))
-            return leaf if leaf is not None and int(leaf.version) == published else None
+            try:
+                leaf = self.storage.table_to_write(self.storage.uri(target.directory))
+            except TableNotFoundError:
+                return None
+            return leaf if int(leaf.version) == published else None
         if target.object_id in self._covered:
             return None
         return self._published_leaf(target.object_id)
@@ -414,7 +433,7 @@ class Stager:
         leaf = self._opened.pop(object_id, None)
         if leaf is None:  # a later flush (rare: more than flush_bytes were buffered)
             existing = self._appended[object_id]
-            leaf = self.storage.table(existing.location, existing.read_version)
+            leaf = self.storage.table_to_write(existing.location, existing.read_version)
         return leaf
 
     def _create(self, target: StagedPartition, shaped: pa.Table) -> list[str] | None:

@@ -62,6 +62,21 @@ _pools_lock = threading.Lock()
 _pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
 
 
+_writing_sessions: dict[int, Session] = {}
+
+
+def _writing_session() -> Session:
+    """The process's cacheless session for tables opened to write (one per process: a
+    forked child makes its own)."""
+    with _pools_lock:
+        session = _writing_sessions.get(os.getpid())
+        if session is None:
+            session = _writing_sessions[os.getpid()] = Session(
+                index_cache_size_bytes=0, metadata_cache_size_bytes=0
+            )
+        return session
+
+
 def _in_worker(fn: Callable[[T], R], item: T) -> R:
     _worker.active = True
     try:
@@ -198,6 +213,12 @@ class Storage:
                 f"cannot read {uri}: {first_line(exc)}; check the URI, credentials and endpoint "
                 "in the storage options"
             ) from exc
+
+    def table_to_write(self, uri: str, version: int | None = None) -> lance.LanceDataset:
+        """:meth:`table`, opened only to write to: through a session without caches shared
+        by the process (measured: half the cost of an open with a session of its own, which
+        a write never reads from; readers keep their own, its caches serve their scans)."""
+        return self.table(uri, version, session=_writing_session())
 
     def table_or_none(self, uri: str) -> lance.LanceDataset | None:
         """The latest version of the table at ``uri``, or None if there is none."""
