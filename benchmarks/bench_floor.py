@@ -111,10 +111,6 @@ def write_leaves(root: Path, parts: list[tuple[dt.date, pa.Table]], mode: str) -
     return dict(parallel(one, parts))
 
 
-def write_leaves_appending(root: Path, parts: list[tuple[dt.date, pa.Table]]) -> dict[str, int]:
-    return write_leaves(root, parts, "append")
-
-
 def stage_then_commit_leaves(root: Path, parts: list[tuple[dt.date, pa.Table]]) -> dict[str, int]:
     """``write_fragments`` per leaf, then one ``Append`` commit per leaf, both in parallel:
     the two steps a transaction keeps apart."""
@@ -206,8 +202,10 @@ class Floor:
         old = [p for p in parts if Path(leaf_uri(self.root, p[0])).exists()]
         versions = write_leaves(self.root, new, "create") if new else {}
         if old:
-            append = stage_then_commit_leaves if two_steps else write_leaves_appending
-            versions |= append(self.root, old)
+            if two_steps:
+                versions |= stage_then_commit_leaves(self.root, old)
+            else:
+                versions |= write_leaves(self.root, old, "append")
         publish(self.root, versions)
 
     def overwrite(self, data: pa.Table) -> None:

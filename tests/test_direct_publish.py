@@ -22,6 +22,7 @@ from .test_interleavings import (
     claims,
     crashing,
     ids,
+    leaf_of,
     other,
     state_of,
 )
@@ -292,11 +293,6 @@ def test_many_writes_creating_one_partition_at_once_all_publish_once(ns) -> None
     expected = [0, 1, 2, 3, *(1000 * (r + 1) + k for r in range(4) for k in range(12))]
     assert ids(ns) == sorted(expected)
     all_readable(ns)
-
-
-def leaf_of(ns: PartitionedNamespace, part: int) -> tuple[str, int]:
-    [partition] = [p for p in ns.partitions() if p.values["part"] == part]
-    return partition.location, partition.read_version
 
 
 def test_an_append_is_published_as_the_version_its_stager_committed(ns) -> None:

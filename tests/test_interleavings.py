@@ -110,6 +110,13 @@ def claims(ns: PartitionedNamespace) -> list[str]:
     return [c for c in table.column(CLAIM).to_pylist() if c is not None]
 
 
+def leaf_of(ns: PartitionedNamespace, part: int) -> tuple[str, int]:
+    """The location and published version of partition ``part``'s leaf table."""
+    (p,) = [p for p in ns.partitions() if p.values["part"] == part]
+    assert p.read_version is not None
+    return p.location, p.read_version
+
+
 def all_readable(ns: PartitionedNamespace) -> None:
     for p in ns.partitions():
         lance.dataset(p.location, version=p.read_version).to_table()

@@ -33,7 +33,7 @@ from airflow_provider_lance.namespace.leaves import (
 from airflow_provider_lance.namespace.manifest import Manifest
 from airflow_provider_lance.namespace.storage import Storage
 
-from .test_interleavings import BY_PART
+from .test_interleavings import BY_PART, leaf_of
 from .workers import TAGGED, tagged_rows
 
 OWNER = "op-1#1"
@@ -64,12 +64,6 @@ def ns(root: Path) -> PartitionedNamespace:
     ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
     ns.write(tagged_rows("seed", [1, 2, 3, 4], 10, first_id=0))
     return ns
-
-
-def leaf_of(ns: PartitionedNamespace, part: int) -> tuple[str, int]:
-    (p,) = [p for p in ns.partitions() if p.values["part"] == part]
-    assert p.read_version is not None
-    return p.location, p.read_version
 
 
 def delete_change(uri: str, base: int, where: str) -> tuple[lance.LanceDataset, Any]:
