@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -474,7 +474,7 @@ def test_8_an_abandoned_anonymous_commit_says_how_it_is_released(ns, monkeypatch
         writer.outcome()
     monkeypatch.delenv(ENV)
     [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing"]
-    with pytest.raises(InvalidArgumentError, match="anonymous write whose own process stopped"):
+    with pytest.raises(InvalidArgumentError, match="anonymous write committing in its own process"):
         other(ns).commit(w_txn)
     assert claims(ns) == [f"{w_txn}#1"]
     assert other(ns).recover(lease_seconds=0) == [w_txn]
@@ -482,6 +482,50 @@ def test_8_an_abandoned_anonymous_commit_says_how_it_is_released(ns, monkeypatch
     other(ns).write(tagged_rows("z", [1], 1, first_id=400))
     assert 200 not in ids(ns)
     assert {300, 400} <= set(ids(ns))
+
+
+@pytest.mark.parametrize(
+    ("abort_at", "collect_at"),
+    [
+        ("stage.recorded", "stage.recorded"),  # its commit reads the namespace after both
+        ("commit.before_seal", "commit.before_seal"),  # it read it before: its seal conflicts
+        ("stage.recorded", "commit.before_seal"),  # it reads the ABORTED row, then no row
+    ],
+)
+def test_an_anonymous_write_aborted_and_collected_while_committing_is_not_acknowledged(
+    ns, monkeypatch, abort_at, collect_at
+) -> None:
+    """Found by the chaos test in CI: a direct write handed to the claim protocol is
+    aborted by an operator, and the aborted row of its anonymous transaction collected,
+    while it commits. Without a row, the header its process still held in memory made it
+    look staged again, with no stages left (the abort deleted them): it published that
+    empty plan and reported success with none of its rows."""
+    ns.write(SEED)
+    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))  # holds partition 1
+    operator = other(ns)
+    aborted: list[str] = []
+    with ExitStack() as stack:
+        points = {p: stack.enter_context(hold(p)) for p in dict.fromkeys([abort_at, collect_at])}
+        writer = Worker(other(ns).write, tagged_rows("w", [1, 2], 1, first_id=200))
+        writer.start()  # handed to the claim protocol: it records its stage, then commits
+        for point, parked in points.items():
+            parked.wait_reached()
+            if point == abort_at:
+                aborted += [t.txn_id for t in operator.transactions() if t.state == "staged"]
+                operator.abort(aborted[0], reason="chaos operator")
+            if point == collect_at:
+                operator.maintain(compact=False)  # collects finished anonymous transactions
+                assert aborted[0] not in {t.txn_id for t in operator.transactions()}
+            parked.release()
+    with pytest.raises(CommitConflict, match="aborted while this write ran") as info:
+        writer.outcome()
+    assert info.value.retryable
+    assert aborted[0] not in {t.txn_id for t in ns.transactions()}  # no PUBLISHED row of it
+    assert ids(ns) == [0, 1, 2, 3]
+    other(ns).abort("X")
+    assert other(ns).write(tagged_rows("w", [1, 2], 1, first_id=200)).rows == 2
+    assert ids(ns) == [0, 1, 2, 3, 200, 201]
+    all_readable(ns)
 
 
 # -- 10: a read sees one manifest version ---------------------------------------------------

@@ -58,6 +58,7 @@ from .lifecycle import (
     record_and_rows,
     seal,
     steal,
+    tag,
 )
 from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
@@ -233,14 +234,34 @@ def current_of(
 
 
 def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord | None:
-    """The current incarnation of ``txn_id`` as of ``state`` (None: no such transaction)."""
+    """The current incarnation of ``txn_id`` as of ``state`` (None: no such transaction).
+
+    A header stands for a STAGED incarnation only while it is in storage: read after
+    ``state``, never from this process's cache. The row of a finished anonymous transaction
+    is deleted (:func:`~.lifecycle.collect_finished`), its records first; a header its own
+    writer still holds in memory would make one aborted meanwhile look staged again, and
+    its commit would publish the empty plan its abort left (found by the chaos test).
+    """
     stored = load_records(state, [txn_id]).get(txn_id)
-    return current_of(txn_id, stored, lambda k: ctx.store.load(txn_id, k))
+    return current_of(txn_id, stored, lambda k: ctx.store.load(txn_id, k, fresh=True))
 
 
 def only(header: TransactionHeader) -> Callable[[int], TransactionHeader | None]:
-    """``header_of`` for :func:`current_of` when one header is all that is known."""
+    """``header_of`` for :func:`current_of` when one header is all that is known (and was
+    listed from storage after the state was read)."""
     return lambda k: header if k == header.incarnation else None
+
+
+def still_stored(
+    store: TransactionStore, header: TransactionHeader
+) -> Callable[[int], TransactionHeader | None]:
+    """``header_of`` for a header this process read earlier: it counts only if it is still
+    in storage now (see :func:`resolve`)."""
+    return lambda k: (
+        header
+        if k == header.incarnation and store.load(header.txn_id, k, fresh=True) is not None
+        else None
+    )
 
 
 def staged_source(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord:
@@ -321,6 +342,11 @@ class Committer:
                     return self._finish(sealed[0], sealed[1], (state, sealed[2], sealed[3]))
                 continue
             record = resolve(self.ctx, state, txn_id)
+            if record is None and known is not None:  # began here: its records went since
+                raise TransactionAborted(
+                    f"transaction {tag(known.txn_id, known.incarnation)} was aborted "
+                    "meanwhile (its records are gone)"
+                )
             if record is None:
                 raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
             if record.state is TxnState.PUBLISHED:
@@ -334,18 +360,19 @@ class Committer:
                 assert record.merged_into is not None
                 return Committer(self.ctx, self.options).commit(parse_tag(record.merged_into)[0])
             if record.state is TxnState.COMMITTING:
+                if record.plan is None and record.anonymous:  # not taken over: it may be live
+                    raise InvalidArgumentError(
+                        f"transaction {record.tag} is an anonymous write committing in its "
+                        "own process, or one whose process stopped while committing it (such "
+                        "a write keeps no plan for anyone else to finish): nothing of it is "
+                        "published yet; if its process is gone, abort it or let recover() "
+                        "release it, then write again"
+                    )
                 try:
                     record = steal(self.manifest, state, record, self.token)
                 except CommitConflict:
                     backoff(attempt)
                     continue
-                if record.plan is None and record.anonymous:
-                    raise InvalidArgumentError(
-                        f"transaction {record.tag} is an anonymous write whose own process "
-                        "stopped while committing it (such a write keeps no plan for anyone "
-                        "else to finish): nothing of it was published; abort it or let "
-                        "recover() release it, then write again"
-                    )
                 if record.plan is None:
                     raise ManifestError(f"transaction {record.tag} is committing without a plan")
                 log.info("transaction %s: taking over an unfinished commit", record.tag)
@@ -445,7 +472,7 @@ class Committer:
         empty publish is done."""
         stored, current = record_and_rows(state, header.txn_id, plan.partitions)
         if record is None:
-            found = current_of(header.txn_id, stored, only(header))
+            found = current_of(header.txn_id, stored, still_stored(self.store, header))
             if found is None or (found.state, found.incarnation) != (
                 TxnState.STAGED,
                 header.incarnation,

@@ -490,6 +490,9 @@ def abort(
     for attempt in range(1_000_000):
         state = ctx.load_state()
         record = resolve(ctx, state, check_txn_id(txn_id))
+        if record is None and own_write:  # aborted and collected meanwhile: nothing is left
+            log.info("transaction %s was aborted and its records removed meanwhile", txn_id)
+            return
         if record is None:
             raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
         if record.state is TxnState.PUBLISHED:

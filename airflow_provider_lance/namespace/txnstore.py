@@ -87,12 +87,17 @@ class TransactionStore:
         return f"{TXN_DIR}/{check_txn_id(txn_id)}/{int(incarnation)}"
 
     # -- headers -----------------------------------------------------------------------
-    def load(self, txn_id: str, incarnation: int) -> TransactionHeader | None:
-        cached = self._headers.get((txn_id, incarnation))
+    def load(
+        self, txn_id: str, incarnation: int, *, fresh: bool = False
+    ) -> TransactionHeader | None:
+        """A header (immutable once written: cached), or None. ``fresh`` reads storage
+        even if this process has it: whether it is *still there* (see :func:`.commit.resolve`)."""
+        cached = None if fresh else self._headers.get((txn_id, incarnation))
         if cached is not None:
             return cached
         raw = self._maybe(f"{self.directory(txn_id, incarnation)}/{HEADER}")
         if raw is None:
+            self._headers.pop((txn_id, incarnation), None)
             return None
         header = self._headers[(txn_id, incarnation)] = TransactionHeader.from_json(raw)
         return header
