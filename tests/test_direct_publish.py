@@ -5,6 +5,7 @@ staged file behind."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from pathlib import Path
 
@@ -13,6 +14,9 @@ import pytest
 
 from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace, StorageError
 from airflow_provider_lance.namespace.failpoints import FailpointError, hold
+from airflow_provider_lance.namespace.leaves import fragment_text
+from airflow_provider_lance.namespace.staging import Stage, Stager, discard_stage
+from airflow_provider_lance.namespace.storage import Storage
 
 from .conftest import tree
 from .test_interleavings import (
@@ -397,3 +401,48 @@ def test_an_append_made_while_staging_whose_partition_moved_adds_only_its_own_fi
     first.outcome()
     assert ids(ns) == [0, 1, 2, 3, 50, 51, 52, 100, 101, 200, 201]
     all_readable(ns)
+
+
+def staged_while_committing(ns: PartitionedNamespace, batches: list) -> Stage:
+    """What a direct write's stager returns: leaves committed while staging."""
+    state = ns.state()
+    stage = Stage("t", "write", "append", state.spec_version)
+    return Stager(state, stage, Storage(ns.uri), 1, create_leaves_as="t#1").write(iter(batches))
+
+
+def test_the_fragments_of_versions_made_while_staging_are_listed_only_when_asked(ns) -> None:
+    """A publish that takes the versions as they are needs none of their fragments; a
+    fallback (a race lost, a hand-over to the claim protocol, a failure) lists them from
+    the version: the fragments each flush added, in order, none of the leaf's older ones."""
+    batches = [tagged_rows("b", [1, 9], 1, first_id=400 + 10 * i) for i in range(3)]
+    stage = staged_while_committing(ns, batches)
+    location, published = leaf_of(ns, 1)
+    part = stage.partitions[ns.partition({"part": 1}).object_id]
+    assert (part.committed_version, part.listed) == (published + 3, [])  # one per flush
+    older = {f.fragment_id for f in lance.dataset(location, version=published).get_fragments()}
+    made = lance.dataset(location, version=published + 3).get_fragments()
+    added = [fragment_text(f.metadata) for f in made if f.fragment_id not in older]
+    assert len(added) == 3
+    assert part.fragments == added
+    assert part.unlisted is None
+    [new] = [p for p in stage.partitions.values() if not p.existed]
+    assert (new.committed_version, new.listed) == (3, [])
+    created = lance.dataset(ns.uri + "/" + new.directory, version=3)
+    assert new.fragments == [fragment_text(f.metadata) for f in created.get_fragments()]
+
+
+def test_fragments_of_a_version_removed_before_they_were_listed_are_a_conflict(ns) -> None:
+    """Versions above the published one are never removed, but one rolled back by another
+    writer lies below its publish, where ``maintain`` may remove it: a fallback that needs
+    its fragments then fails as a retryable conflict (nothing was published), and
+    discarding the stage leaves its files to the orphan sweep instead of failing."""
+    stage = staged_while_committing(ns, [tagged_rows("b", [1], 2, first_id=400)])
+    location, _ = leaf_of(ns, 1)
+    [part] = stage.partitions.values()
+    lance.write_dataset(lance.dataset(location).to_table(), location, mode="overwrite")
+    lance.dataset(location).cleanup_old_versions(older_than=dt.timedelta(0), delete_unverified=True)
+    with pytest.raises(CommitConflict, match="was removed meanwhile") as info:
+        part.fragments  # noqa: B018
+    assert info.value.retryable
+    assert part.unlisted is not None
+    discard_stage(stage, Storage(ns.uri))  # logs, does not raise

@@ -115,7 +115,7 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
                 into = merged[oid] = replace(
                     into,
                     values=dict(into.values),
-                    fragments=list(into.fragments),
+                    listed=list(into.fragments),
                     superseded=list(into.superseded),
                 )
             # A second copy of the published rows (each rewriting stage made one) is never

@@ -46,7 +46,7 @@ from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
 from .spec_fence import fence, needs_fence
-from .staging import FLUSH_BYTES, Stage, StagedPartition, Stager
+from .staging import FLUSH_BYTES, Stage, StagedPartition, Stager, discard_stage, list_fragments
 from .storage import Storage
 from .sweep import DEFAULT_MIN_AGE, check_min_age
 from .sweep import sweep_orphans as sweep
@@ -667,6 +667,11 @@ class PartitionedNamespace:
         result = publish_stage(self._txn, state, stage, owner=owner)
         if result is not None:
             return result
+        try:  # recorded for the claim protocol, which commits the files itself
+            list_fragments(stage, self._storage)
+        except BaseException:
+            discard_stage(stage, self._storage)
+            raise
         txn = self._begin(mode, txn_id, anonymous=True)
         result = self._commit_staged(txn, lambda: txn.record(stage), claim_timeout)
         self._store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
