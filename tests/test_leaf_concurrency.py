@@ -58,6 +58,21 @@ def test_map_raises_the_first_error_after_every_call_finished() -> None:
     assert sorted(finished) == [0, 2, 3, 4, 5]  # nothing still runs when the caller cleans up
 
 
+def test_map_raises_the_error_of_the_first_failed_item_not_of_the_first_to_fail() -> None:
+    storage = Storage("/data/ns", concurrency=4)
+
+    def call(i: int) -> int:
+        if i == 1:
+            time.sleep(0.1)
+            raise ValueError("one")
+        if i == 3:
+            raise ValueError("three")
+        return i
+
+    with pytest.raises(ValueError, match="one"):
+        storage.map(call, list(range(6)))
+
+
 def test_nested_map_runs_inline_instead_of_waiting_for_its_own_threads() -> None:
     storage = Storage("/data/ns", concurrency=2)
 
