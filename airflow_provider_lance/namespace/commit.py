@@ -120,7 +120,7 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
                 )
             # A second copy of the published rows (each rewriting stage made one) is never
             # committed: the rows would be there twice.
-            into.superseded += part.base_fragments
+            into.superseded = [*into.superseded, *part.base_fragments]
             into.fragments += [f for f in part.fragments if f not in part.base_fragments]
             into.rows += part.rows
     return merged

@@ -54,8 +54,8 @@ class StagedPartition:
     #: Of ``fragments``, the copy of the published rows a ``rewrite`` starts from. Several
     #: stages of one transaction may each have made one: the commit takes one copy and
     #: lists the others in ``superseded`` (deleted once published, never committed).
-    base_fragments: list[str] = field(default_factory=list)
-    superseded: list[str] = field(default_factory=list)
+    base_fragments: Sequence[str] = ()
+    superseded: Sequence[str] = ()
     #: :func:`~.leaves.schema_digest` of the schema the files' field ids refer to: the leaf
     #: version appended to, or the namespace's leaf schema for a new or replaced leaf
     #: (None in records written before it was kept: not checked).
@@ -133,8 +133,8 @@ class Stage:
                     "fragments": p.fragments,
                     "rows": p.rows,
                     "existed": p.existed,
-                    "base_fragments": p.base_fragments,
-                    "superseded": p.superseded,
+                    "base_fragments": list(p.base_fragments),
+                    "superseded": list(p.superseded),
                     "schema": p.schema,
                 }
                 for p in self.partitions.values()
@@ -165,8 +165,8 @@ class Stage:
                 listed=list(p["fragments"]),
                 rows=int(p["rows"]),
                 existed=bool(p.get("existed", False)),
-                base_fragments=list(p.get("base_fragments", ())),
-                superseded=list(p.get("superseded", ())),
+                base_fragments=tuple(p.get("base_fragments", ())),
+                superseded=tuple(p.get("superseded", ())),
                 schema=p.get("schema"),
             )
         return stage
@@ -352,7 +352,7 @@ class Stager:
             work.append((self.stage.partitions[object_id], pa.concat_tables(buffered)))
             buffered.clear()
 
-        def write(item: tuple[StagedPartition, pa.Table]) -> list[str]:
+        def write(item: tuple[StagedPartition, pa.Table]) -> Sequence[str]:
             target, data = item
             oid = target.object_id
             if oid in self._appended and not target.rewrite and oid not in self._leaf_schemas:
@@ -371,7 +371,7 @@ class Stager:
                 self._opened.pop(oid, None)
             return [fragment_text(f) for f in fragments]
 
-        written: list[list[str] | None] = [None] * len(work)
+        written: list[Sequence[str] | None] = [None] * len(work)
 
         def tracked(i: int) -> None:  # what was written stays known, for discard()
             written[i] = write(work[i])
@@ -380,7 +380,7 @@ class Stager:
             self.storage.map(tracked, range(len(work)))
         finally:
             for (target, _), fragments in zip(work, written, strict=True):
-                if fragments:  # (not [], which leaves committed ones unlisted)
+                if fragments:  # (not (), which leaves committed ones unlisted)
                     target.fragments += fragments
         self._buffered = 0
 
@@ -395,7 +395,7 @@ class Stager:
 
     def _commit_now(
         self, target: StagedPartition, shaped: pa.Table, replace: bool
-    ) -> list[str] | None:
+    ) -> Sequence[str] | None:
         """Commit ``shaped`` to the partition's leaf now, files and version in one Lance
         call, instead of files now and a commit at publish (measured: the two passes cost
         a third more than one); the fragments written, or None: stage files instead.
@@ -434,7 +434,7 @@ class Stager:
         if replace and schema_digest(made.lance_schema) != target.schema:
             return None  # the files took field ids other than the leaf schema's
         self._committed(target, made, _added(made, None if replace else head))
-        return []
+        return ()
 
     def _published_head(self, target: StagedPartition, replace: bool) -> lance.LanceDataset | None:
         """An existing partition's leaf at its published version, to write onto, if nothing
@@ -461,7 +461,7 @@ class Stager:
             leaf = self.storage.table_to_write(existing.location, existing.read_version)
         return leaf
 
-    def _create(self, target: StagedPartition, shaped: pa.Table) -> list[str] | None:
+    def _create(self, target: StagedPartition, shaped: pa.Table) -> Sequence[str] | None:
         """Create a new partition's leaf table from its first rows (see :meth:`_commit_now`).
         None: a table is there already (a partition created meanwhile, or a killed write's
         leftover): stage files as usual.
@@ -479,17 +479,19 @@ class Stager:
         version, table = made
         if version == 1 and self._created_digest(shaped.schema, table) == target.schema:
             self._committed(target, table, _added(table, None))
-            return []
+            return ()
         return _texts(table, _added(table, None))
 
-    def _committed(self, target: StagedPartition, made: lance.LanceDataset, ids: list[int]) -> None:
+    def _committed(
+        self, target: StagedPartition, made: lance.LanceDataset, ids: tuple[int, ...]
+    ) -> None:
         """``made`` (fragments ``ids`` added) is the version to publish the partition as; its
         fragments are listed only if something asks for them (measured: listing them in the
         write's threads, which hold the GIL for it, took 4% of a 1,000-partition load, and
         a direct publish that uses the version needs none of them)."""
         version = int(made.version)
         if target.unlisted is not None:  # a later flush: the earlier ones are in it too
-            ids = [*target.unlisted.ids, *ids]
+            ids = (*target.unlisted.ids, *ids)
         uri = self.storage.uri(target.directory)
         target.unlisted = _Listing(self.storage, uri, version, ids, target.object_id)
         target.committed_version = version
@@ -514,12 +516,12 @@ class Stager:
             target.listed.clear()
 
 
-def _added(made: lance.LanceDataset, base: lance.LanceDataset | None) -> list[int]:
+def _added(made: lance.LanceDataset, base: lance.LanceDataset | None) -> tuple[int, ...]:
     """The ids of the fragments of ``made`` that ``base`` lacks (all of them for None),
     without an object per fragment of the leaf (measured: 8 us against 128 us for a leaf
     of 100 fragments)."""
     before = set() if base is None else set(base.fragment_ids())
-    return [i for i in made.fragment_ids() if i not in before]
+    return tuple(i for i in made.fragment_ids() if i not in before)
 
 
 @dataclass(frozen=True)
@@ -530,7 +532,7 @@ class _Listing:
     storage: Storage
     uri: str
     version: int
-    ids: list[int]
+    ids: tuple[int, ...]
     object_id: str
 
     def __call__(self) -> list[str]:
