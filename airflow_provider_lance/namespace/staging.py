@@ -266,7 +266,7 @@ class Stager:
                 for chunk, target in zip(chunks, targets, strict=True):
                     self._buffers.setdefault(target.object_id, []).append(chunk.data)
                     target.rows += chunk.data.num_rows
-                    self._buffered += chunk.data.nbytes
+                self._buffered += conformed.nbytes  # once: 8 us a chunk added up to 8 ms
                 rows += table.num_rows
                 if self._buffered >= self.flush_bytes:
                     self._flush()
