@@ -18,6 +18,7 @@ from airflow_provider_lance.namespace import (
     PartitionSpecError,
     SchemaError,
 )
+from airflow_provider_lance.namespace.schema import NamespaceSchema
 
 from .conftest import events, sort_rows, tree
 
@@ -370,3 +371,17 @@ def test_stages_written_under_different_schemas_are_not_committed_together(
     with pytest.raises(CommitConflict, match="different namespace schemas"):
         daily.commit("X")
     assert daily.to_table().num_rows == 0
+
+
+@pytest.mark.parametrize("change", ["drop", "rename"])
+def test_rows_in_an_old_leafs_schema_are_shaped_by_the_namespaces_rules(change: str) -> None:
+    """Found by review: a table already in a leaf's schema passes through the shaper, but
+    only when every leaf column is the namespace column of its name. A leaf made before a
+    column was dropped or renamed has a column the namespace no longer knows by that name:
+    data naming it is refused, as before the shortcut."""
+    schema = NamespaceSchema.from_user_schema(pa.schema([("id", pa.int64()), ("v", pa.utf8())]))
+    old_leaf = schema.leaf_schema()
+    changed = schema.drop_column("v") if change == "drop" else schema.rename_column("v", "w")
+    rows = pa.Table.from_arrays([pa.array([1]), pa.array(["secret"])], schema=old_leaf)
+    with pytest.raises(DataValidationError, match="must be evolved first"):
+        changed.to_leaf(rows, old_leaf)

@@ -24,6 +24,7 @@ from airflow_provider_lance.namespace import (
     InvalidArgumentError,
     NamespaceExistsError,
     NamespaceNotFoundError,
+    OutcomeUnknown,
     PartitionedNamespace,
     PartitionField,
     TransactionAborted,
@@ -526,6 +527,51 @@ def test_an_anonymous_write_aborted_and_collected_while_committing_is_not_acknow
     assert other(ns).write(tagged_rows("w", [1, 2], 1, first_id=200)).rows == 2
     assert ids(ns) == [0, 1, 2, 3, 200, 201]
     all_readable(ns)
+
+
+def test_an_anonymous_write_aborted_and_collected_before_it_recorded_leaves_no_files(
+    ns, monkeypatch, root: Path
+) -> None:
+    """The same, before the write recorded its stage: the abort's clean-up had nothing to
+    delete, so the write's own abort deletes the files of the stage it recorded late."""
+    ns.write(SEED)
+    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))  # holds partition 1
+    before = {f for f in leaf_files(root) if "/data/" in f}
+    with hold("direct.handing_over") as parked:
+        writer = Worker(other(ns).write, tagged_rows("w", [1, 9], 1, first_id=200))
+        writer.start()
+        parked.wait_reached()  # its transaction begun, its stage not recorded yet
+        [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "staged"]
+        operator = other(ns)
+        operator.abort(w_txn, reason="chaos operator")
+        operator.maintain(compact=False)
+    with pytest.raises(CommitConflict, match="aborted while this write ran"):
+        writer.outcome()
+    assert {f for f in leaf_files(root) if "/data/" in f} == before
+    assert ids(ns) == [0, 1, 2, 3]
+
+
+def test_a_collected_anonymous_transaction_this_process_published_is_not_called_aborted(
+    ns, monkeypatch
+) -> None:
+    """Found by review: records of finished anonymous transactions are collected whether
+    they were published or aborted. A commit retried after its publish failed in a way that
+    committed it, once they are gone, must not say "aborted" (a caller would write the rows
+    again): it says the outcome cannot be told."""
+    ns.write(SEED)
+    txn = ns.begin("append", anonymous=True)
+    txn.stage(tagged_rows("a", [1], 2, first_id=100))
+    with (
+        crashing(monkeypatch, "commit.after_publish", "error"),
+        pytest.raises(OSError, match="injected"),
+    ):
+        ns.commit(txn.txn_id)  # published, then the commit call failed
+    assert ids(ns) == [0, 1, 2, 3, 100, 101]
+    other(ns).maintain(compact=False)  # collects it
+    with pytest.raises(OutcomeUnknown, match="read the data") as info:
+        ns.commit(txn.txn_id)
+    assert not info.value.retryable
+    assert ids(ns) == [0, 1, 2, 3, 100, 101]
 
 
 # -- 10: a read sees one manifest version ---------------------------------------------------

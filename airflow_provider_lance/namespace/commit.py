@@ -25,7 +25,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,6 +40,7 @@ from .errors import (
     InvalidArgumentError,
     LanceNamespaceError,
     ManifestError,
+    OutcomeUnknown,
     TransactionAborted,
 )
 from .failpoints import failpoint
@@ -278,6 +281,34 @@ def staged_source(ctx: TransactionContext, state: NamespaceState, txn_id: str) -
     return record
 
 
+#: Anonymous transactions (``txn#k``) whose publishing swap this process ran and did not
+#: see lose: published, or with an unknown outcome. Their finished records are collected
+#: like those of aborted ones, so without this a commit that finds none could not tell the
+#: two apart. Bounded: only a retry after that many other such commits forgets one.
+_PUBLISH_TRIED: OrderedDict[str, None] = OrderedDict()
+_PUBLISH_TRIED_MAX = 10_000
+_PUBLISH_TRIED_LOCK = threading.Lock()
+
+
+@contextmanager
+def publishing(record: TxnRecord) -> Iterator[None]:
+    """Around a swap that publishes ``record``: remembered unless it lost (a conflict or a
+    refusal commits nothing)."""
+    if not record.anonymous:
+        yield
+        return
+    with _PUBLISH_TRIED_LOCK:
+        _PUBLISH_TRIED[record.tag] = None
+        while len(_PUBLISH_TRIED) > _PUBLISH_TRIED_MAX:
+            _PUBLISH_TRIED.popitem(last=False)
+    try:
+        yield
+    except (CommitConflict, TransitionRefused):
+        with _PUBLISH_TRIED_LOCK:
+            _PUBLISH_TRIED.pop(record.tag, None)
+        raise
+
+
 #: What the seal hands on: the state it read, the partition rows it wrote (by id) and the
 #: manifest version its swap made.
 Sealed = tuple[NamespaceState, Mapping[str, Mapping[str, Any]], int]
@@ -343,9 +374,15 @@ class Committer:
                 continue
             record = resolve(self.ctx, state, txn_id)
             if record is None and known is not None:  # began here: its records went since
+                gone = tag(known.txn_id, known.incarnation)
+                if gone in _PUBLISH_TRIED:  # finished records are collected, published or not
+                    raise OutcomeUnknown(
+                        f"transaction {gone}: this process ran a publish of it that may have "
+                        "committed, and its records were collected since; read the data to "
+                        "see whether it was published before writing it again"
+                    )
                 raise TransactionAborted(
-                    f"transaction {tag(known.txn_id, known.incarnation)} was aborted "
-                    "meanwhile (its records are gone)"
+                    f"transaction {gone} was aborted meanwhile (its records are gone)"
                 )
             if record is None:
                 raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
@@ -483,7 +520,8 @@ class Committer:
         record = txn
         if not plan.partitions:
             try:
-                version = publish_empty(self.manifest, state, record, sources)
+                with publishing(record):
+                    version = publish_empty(self.manifest, state, record, sources)
             except CommitConflict:
                 backoff(attempt)
                 return None
@@ -699,7 +737,8 @@ class Committer:
                 r[READ_VERSION] = versions[r[OBJECT_ID]]
                 r[CLAIM] = None
             try:
-                version = publish(self.manifest, state, now, self.token, rows)
+                with publishing(record):
+                    version = publish(self.manifest, state, now, self.token, rows)
             except (CommitConflict, TransitionRefused):
                 if time.monotonic() > deadline:
                     raise CommitConflict(

@@ -102,6 +102,12 @@ class TransactionAborted(LanceNamespaceError):
     commit. ``begin`` with the same id starts a new incarnation."""
 
 
+class OutcomeUnknown(LanceNamespaceError):
+    """Whether a commit was published cannot be told any more: its publishing swap failed
+    in a way that may have committed it, and its records were collected since. Not
+    retryable: the rows may be published already; read the data to find out."""
+
+
 class InvalidArgumentError(LanceNamespaceError, ValueError):
     """An argument has a wrong value (unknown mode, bad column list, ...)."""
 

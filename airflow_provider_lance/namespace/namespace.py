@@ -673,6 +673,7 @@ class PartitionedNamespace:
             discard_stage(stage, self._storage)
             raise
         txn = self._begin(mode, txn_id, anonymous=True)
+        failpoint("direct.handing_over")
         result = self._commit_staged(txn, lambda: txn.record(stage), claim_timeout)
         self._store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
         return result

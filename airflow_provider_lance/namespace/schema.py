@@ -282,7 +282,7 @@ class NamespaceSchema:
         plain = all(name == lf.name for lf, name in sources)
 
         def shape(table: pa.Table) -> pa.Table:
-            if table.schema.equals(leaf, check_metadata=True):  # shaped already (0.1 us)
+            if plain and table.schema.equals(leaf, check_metadata=True):  # shaped (0.1 us)
                 return table
             if plain and table.column_names == names and table.schema.types == types:
                 return pa.Table.from_arrays(table.columns, schema=leaf)

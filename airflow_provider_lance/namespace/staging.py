@@ -21,7 +21,13 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState, Partition
-from .errors import CommitConflict, DataValidationError, StorageError, TableNotFoundError
+from .errors import (
+    CommitConflict,
+    DataValidationError,
+    LanceNamespaceError,
+    StorageError,
+    TableNotFoundError,
+)
 from .failpoints import failpoint
 from .leaves import fragment_text, owner_properties, schema_digest, stage_fragments
 from .naming import leaf_directory
@@ -538,7 +544,7 @@ class _Listing:
     def __call__(self) -> list[str]:
         try:
             return _texts(self.storage.table_to_write(self.uri, self.version), self.ids)
-        except (TableNotFoundError, StorageError) as exc:
+        except TableNotFoundError as exc:
             raise CommitConflict(
                 f"version {self.version} of the leaf table {self.uri}, which this write "
                 "committed, was removed meanwhile (maintain with an older_than shorter than "
@@ -568,12 +574,12 @@ def list_fragments(stage: Stage, storage: Storage) -> None:
 def discard_stage(stage: Stage, storage: Storage, keep: Collection[str] = frozenset()) -> None:
     """Delete the data files of a stage that will never be committed (except the
     fragments in ``keep``, JSON as in :attr:`StagedPartition.fragments`)."""
-    with suppress(CommitConflict):  # those stay unlisted: left to the orphan sweep below
+    with suppress(LanceNamespaceError):  # those stay unlisted: left to the orphan sweep below
         list_fragments(stage, storage)
     for part in stage.partitions.values():
         try:
             texts = part.fragments
-        except CommitConflict as exc:  # the leaf version is gone: its files are orphans
+        except LanceNamespaceError as exc:  # the leaf version is gone, or cannot be read
             log.warning("left the data files of %s to the orphan sweep: %s", part.directory, exc)
             continue
         doomed = [FragmentMetadata.from_json(t) for t in texts if t not in keep]

@@ -158,6 +158,7 @@ class Storage:
         """
         if len(items) <= 1 or self.concurrency == 1 or getattr(_worker, "active", False):
             return [fn(item) for item in items]
+        items = items if isinstance(items, Sequence) else list(items)  # (a set, dict keys)
         # Each thread takes the next item until none is left: a handful of futures, not
         # one per item (measured: a future per leaf made a third of the objects a
         # 1,000-partition load allocates, and its garbage collections came that much

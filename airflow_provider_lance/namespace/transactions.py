@@ -490,7 +490,11 @@ def abort(
     for attempt in range(1_000_000):
         state = ctx.load_state()
         record = resolve(ctx, state, check_txn_id(txn_id))
-        if record is None and own_write:  # aborted and collected meanwhile: nothing is left
+        if record is None and own_write:  # aborted and collected meanwhile
+            # Stages it recorded after that are all that is left (never sealed, so never
+            # published): their files go too.
+            for raw in ctx.store.stages_of_every_incarnation(txn_id):
+                discard_stage(Stage.from_json(raw), ctx.storage)
             log.info("transaction %s was aborted and its records removed meanwhile", txn_id)
             return
         if record is None:

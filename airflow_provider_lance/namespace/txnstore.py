@@ -153,6 +153,17 @@ class TransactionStore:
     def delete_stage(self, txn_id: str, incarnation: int, stage_id: str) -> None:
         self.storage.delete(self._stage_path(txn_id, incarnation, stage_id))
 
+    def stages_of_every_incarnation(self, txn_id: str) -> list[Any]:
+        """Every stage record of ``txn_id``, whatever its incarnation (with or without a
+        header)."""
+        prefix = f"{TXN_DIR}/{check_txn_id(txn_id)}/"
+        paths = [
+            p
+            for p in self.storage.list(prefix.rstrip("/"))
+            if p.startswith(prefix) and p.rsplit("/", 1)[-1].startswith("stage-")
+        ]
+        return [raw for raw in map(self._maybe, sorted(paths)) if raw is not None]
+
     def stages(self, txn_id: str, incarnation: int) -> dict[str, Any]:
         directory = self.directory(txn_id, incarnation)
         prefix = f"{directory}/stage-"
