@@ -12,7 +12,12 @@ from pathlib import Path
 import lance
 import pytest
 
-from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace, StorageError
+from airflow_provider_lance.namespace import (
+    CommitConflict,
+    PartitionedNamespace,
+    StorageError,
+    direct,
+)
 from airflow_provider_lance.namespace.failpoints import FailpointError, hold
 from airflow_provider_lance.namespace.leaves import fragment_text
 from airflow_provider_lance.namespace.staging import Stage, Stager, discard_stage
@@ -446,3 +451,25 @@ def test_fragments_of_a_version_removed_before_they_were_listed_are_a_conflict(n
     assert info.value.retryable
     assert part.unlisted is not None
     discard_stage(stage, Storage(ns.uri))  # logs, does not raise
+
+
+def test_a_handed_over_write_whose_commit_failed_after_its_publish_reports_it(
+    ns, monkeypatch
+) -> None:
+    """Found while reviewing: a write handed to the claim protocol whose publish committed
+    but whose commit then failed (the store failed mid-swap, or after it) was reported as a
+    retryable failure, and a retry wrote its rows twice. Its abort finds it published; the
+    write now returns what it published, from the stage it holds."""
+    monkeypatch.setattr(direct, "DIRECT_ATTEMPTS", 0)  # every write takes the claim protocol
+    with crashing(monkeypatch, "commit.after_publish", "error"):
+        result = other(ns).write(tagged_rows("w", [1, 9], 2, first_id=100))
+    assert result.rows == 4
+    assert {int(p.values["part"]): (p.rows, p.created) for p in result.partitions} == {
+        1: (2, False),
+        9: (2, True),
+    }
+    [row] = [p for p in ns.partitions() if p.values["part"] == 9]
+    assert [p.read_version for p in result.partitions if p.created] == [row.read_version]
+    assert ids(ns) == [0, 1, 2, 3, 100, 101, 102, 103]
+    assert ns.transactions() == []  # no record kept of it
+    all_readable(ns)

@@ -290,6 +290,11 @@ _PUBLISH_TRIED_MAX = 10_000
 _PUBLISH_TRIED_LOCK = threading.Lock()
 
 
+def publish_tried(txn_tag: str) -> bool:
+    """Whether this process ran a publishing swap of anonymous ``txn#k`` that did not lose."""
+    return txn_tag in _PUBLISH_TRIED
+
+
 @contextmanager
 def publishing(record: TxnRecord) -> Iterator[None]:
     """Around a swap that publishes ``record``: remembered unless it lost (a conflict or a
@@ -307,6 +312,34 @@ def publishing(record: TxnRecord) -> Iterator[None]:
         with _PUBLISH_TRIED_LOCK:
             _PUBLISH_TRIED.pop(record.tag, None)
         raise
+
+
+def rebuilt_result(
+    ctx: TransactionContext,
+    record: TxnRecord,
+    version: int,
+    mode: str,
+    partitions: Mapping[str, StagedPartition],
+) -> CommitResult:
+    """The result of ``record``, published as manifest ``version`` with ``partitions`` (a
+    plan's, or the stage a writer holds): read versions as published, and which partitions
+    the publish created."""
+    ids = list(partitions)
+    after = ctx.load_state(version).full_rows(ids).to_pylist()
+    before = {
+        r[OBJECT_ID]: r[READ_VERSION]
+        for r in ctx.load_state(version - 1).full_rows(ids).to_pylist()
+    }
+    read_versions = {r[OBJECT_ID]: r[READ_VERSION] for r in after}
+    return CommitResult(
+        version,
+        mode,
+        [
+            PartitionCommit(oid, p.values, int(read_versions[oid]), p.rows, before.get(oid) is None)
+            for oid, p in partitions.items()
+        ],
+        txn_id=record.txn_id,
+    )
 
 
 #: What the seal hands on: the state it read, the partition rows it wrote (by id) and the
@@ -375,7 +408,7 @@ class Committer:
             record = resolve(self.ctx, state, txn_id)
             if record is None and known is not None:  # began here: its records went since
                 gone = tag(known.txn_id, known.incarnation)
-                if gone in _PUBLISH_TRIED:  # finished records are collected, published or not
+                if publish_tried(gone):  # finished records are collected, published or not
                     raise OutcomeUnknown(
                         f"transaction {gone}: this process ran a publish of it that may have "
                         "committed, and its records were collected since; read the data to "
@@ -829,23 +862,7 @@ class Committer:
             mode = record.mode or "append"
             return self._save_result(record, CommitResult(version, mode, [], record.txn_id))
         plan = self.load_plan(record)
-        after = self.ctx.load_state(version).full_rows(list(plan.partitions)).to_pylist()
-        before = {
-            r[OBJECT_ID]: r[READ_VERSION]
-            for r in self.ctx.load_state(version - 1).full_rows(list(plan.partitions)).to_pylist()
-        }
-        read_versions = {r[OBJECT_ID]: r[READ_VERSION] for r in after}
-        result = CommitResult(
-            version,
-            plan.mode,
-            [
-                PartitionCommit(
-                    oid, p.values, int(read_versions[oid]), p.rows, before.get(oid) is None
-                )
-                for oid, p in plan.partitions.items()
-            ],
-            txn_id=record.txn_id,
-        )
+        result = rebuilt_result(self.ctx, record, version, plan.mode, plan.partitions)
         return self._save_result(record, result)
 
     def _published_at(self, record: TxnRecord) -> int:

@@ -14,7 +14,15 @@ import pyarrow.compute as pc
 
 from . import transactions
 from .catalog import SCHEMA_KEY, NamespaceState, Partition
-from .commit import CommitOptions, TransactionContext, backoff, resolve
+from .commit import (
+    CommitOptions,
+    TransactionContext,
+    backoff,
+    publish_tried,
+    published_at,
+    rebuilt_result,
+    resolve,
+)
 from .compaction import DEFAULT_TARGET_ROWS, Optimize
 from .coverage import pruned_rows
 from .deletion import DeleteRows, DropPartitions
@@ -24,6 +32,7 @@ from .errors import (
     InvalidArgumentError,
     LanceNamespaceError,
     NamespaceNotFoundError,
+    OutcomeUnknown,
     PartitionNotFoundError,
     PartitionSpecError,
     TransactionAborted,
@@ -674,9 +683,37 @@ class PartitionedNamespace:
             raise
         txn = self._begin(mode, txn_id, anonymous=True)
         failpoint("direct.handing_over")
-        result = self._commit_staged(txn, lambda: txn.record(stage), claim_timeout)
+        try:
+            result = self._commit_staged(txn, lambda: txn.record(stage), claim_timeout)
+        except (LanceNamespaceError, OSError):
+            result = self._published_anyway(txn, stage)
+            if result is None:
+                raise
         self._store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
         return result
+
+    def _published_anyway(self, txn: Transaction, stage: Stage) -> CommitResult | None:
+        """The result of a handed-over write whose commit failed after its publish (the
+        store failed mid-swap, or after it): the writer's own stage says what it holds.
+        None if it was not published. A write reported failed would be written again."""
+        ctx = self._txn
+        try:
+            record = resolve(ctx, ctx.load_state(), txn.txn_id)
+            if record is not None and record.state is TxnState.PUBLISHED:
+                version = published_at(ctx.load_state, record)
+                result = rebuilt_result(ctx, record, version, stage.mode, stage.partitions)
+                log.warning("the write was published (v%d) although its commit failed", version)
+                return result
+        except LanceNamespaceError as exc:  # cannot tell: the commit's own error stands
+            log.warning("could not tell whether %s was published: %s", txn.txn_id, exc)
+            return None
+        if record is None and publish_tried(tag(txn.txn_id, txn.header.incarnation)):
+            raise OutcomeUnknown(
+                f"the write's commit failed after a publish that may have committed it "
+                f"(transaction {txn.txn_id}), and its records were collected since; read "
+                "the data to see whether it was published before writing it again"
+            )
+        return None
 
     def _commit_staged(
         self, txn: Transaction, stage: Callable[[], object], claim_timeout: float | None
