@@ -246,25 +246,21 @@ def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnR
     its commit would publish the empty plan its abort left (found by the chaos test).
     """
     stored = load_records(state, [txn_id]).get(txn_id)
-    return current_of(txn_id, stored, lambda k: ctx.store.load(txn_id, k, fresh=True))
+    return current_of(txn_id, stored, stored_header(ctx.store, txn_id))
+
+
+def stored_header(
+    store: TransactionStore, txn_id: str
+) -> Callable[[int], TransactionHeader | None]:
+    """``header_of`` for :func:`current_of`: ``txn_id``'s headers as storage holds them
+    now, never from this process's cache (see :func:`resolve`)."""
+    return lambda k: store.load(txn_id, k, fresh=True)
 
 
 def only(header: TransactionHeader) -> Callable[[int], TransactionHeader | None]:
     """``header_of`` for :func:`current_of` when one header is all that is known (and was
     listed from storage after the state was read)."""
     return lambda k: header if k == header.incarnation else None
-
-
-def still_stored(
-    store: TransactionStore, header: TransactionHeader
-) -> Callable[[int], TransactionHeader | None]:
-    """``header_of`` for a header this process read earlier: it counts only if it is still
-    in storage now (see :func:`resolve`)."""
-    return lambda k: (
-        header
-        if k == header.incarnation and store.load(header.txn_id, k, fresh=True) is not None
-        else None
-    )
 
 
 def staged_source(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord:
@@ -290,9 +286,16 @@ _PUBLISH_TRIED_MAX = 10_000
 _PUBLISH_TRIED_LOCK = threading.Lock()
 
 
-def publish_tried(txn_tag: str) -> bool:
-    """Whether this process ran a publishing swap of anonymous ``txn#k`` that did not lose."""
-    return txn_tag in _PUBLISH_TRIED
+def refuse_if_maybe_published(txn_tag: str) -> None:
+    """For anonymous ``txn#k`` whose records are gone: :class:`OutcomeUnknown` if this
+    process ran a publishing swap of it that did not lose (finished records are collected,
+    published or not; "aborted" would invite writing its rows again)."""
+    if txn_tag in _PUBLISH_TRIED:
+        raise OutcomeUnknown(
+            f"transaction {txn_tag}: this process ran a publish of it that may have "
+            "committed, and its records were collected since; read the data to see whether "
+            "it was published before writing it again"
+        )
 
 
 @contextmanager
@@ -408,12 +411,7 @@ class Committer:
             record = resolve(self.ctx, state, txn_id)
             if record is None and known is not None:  # began here: its records went since
                 gone = tag(known.txn_id, known.incarnation)
-                if publish_tried(gone):  # finished records are collected, published or not
-                    raise OutcomeUnknown(
-                        f"transaction {gone}: this process ran a publish of it that may have "
-                        "committed, and its records were collected since; read the data to "
-                        "see whether it was published before writing it again"
-                    )
+                refuse_if_maybe_published(gone)
                 raise TransactionAborted(
                     f"transaction {gone} was aborted meanwhile (its records are gone)"
                 )
@@ -542,7 +540,7 @@ class Committer:
         empty publish is done."""
         stored, current = record_and_rows(state, header.txn_id, plan.partitions)
         if record is None:
-            found = current_of(header.txn_id, stored, still_stored(self.store, header))
+            found = current_of(header.txn_id, stored, stored_header(self.store, header.txn_id))
             if found is None or (found.state, found.incarnation) != (
                 TxnState.STAGED,
                 header.incarnation,

@@ -18,9 +18,9 @@ from .commit import (
     CommitOptions,
     TransactionContext,
     backoff,
-    publish_tried,
     published_at,
     rebuilt_result,
+    refuse_if_maybe_published,
     resolve,
 )
 from .compaction import DEFAULT_TARGET_ROWS, Optimize
@@ -32,7 +32,6 @@ from .errors import (
     InvalidArgumentError,
     LanceNamespaceError,
     NamespaceNotFoundError,
-    OutcomeUnknown,
     PartitionNotFoundError,
     PartitionSpecError,
     TransactionAborted,
@@ -707,12 +706,8 @@ class PartitionedNamespace:
         except LanceNamespaceError as exc:  # cannot tell: the commit's own error stands
             log.warning("could not tell whether %s was published: %s", txn.txn_id, exc)
             return None
-        if record is None and publish_tried(tag(txn.txn_id, txn.header.incarnation)):
-            raise OutcomeUnknown(
-                f"the write's commit failed after a publish that may have committed it "
-                f"(transaction {txn.txn_id}), and its records were collected since; read "
-                "the data to see whether it was published before writing it again"
-            )
+        if record is None:
+            refuse_if_maybe_published(tag(txn.txn_id, txn.header.incarnation))
         return None
 
     def _commit_staged(

@@ -248,8 +248,9 @@ class Stager:
         #: Leaf schemas (by digest) that have every namespace column, and shapers into them.
         self._complete: dict[str, pa.Schema] = {}
         self._shapers: dict[str, Callable[[pa.Table], pa.Table]] = {}
-        #: Arrow schemas leaves were created from, and the digest of the tables they made.
-        self._created: list[tuple[pa.Schema, str]] = []
+        #: The digest of a table Lance created from rows in the new leaf schema (every new
+        #: leaf's rows are shaped into it), read from the first such table.
+        self._created_digest: str | None = None
         #: The schema of new and replaced leaves, and its digest.
         self._new_schema = stage.leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
         self._new_digest = schema_digest(self._new_schema)
@@ -483,7 +484,7 @@ class Stager:
         if made is None:
             return None
         version, table = made
-        if version == 1 and self._created_digest(shaped.schema, table) == target.schema:
+        if version == 1 and self._digest_of_created(table) == target.schema:
             self._committed(target, table, _added(table, None))
             return ()
         return _texts(table, _added(table, None))
@@ -502,17 +503,14 @@ class Stager:
         target.unlisted = _Listing(self.storage, uri, version, ids, target.object_id)
         target.committed_version = version
 
-    def _created_digest(self, data: pa.Schema, table: lance.LanceDataset) -> str:
-        """The :func:`~.leaves.schema_digest` of ``table``, which Lance created from rows of
-        schema ``data``: read from the first such table only. Lance numbers a new table's
-        fields from the Arrow schema alone, so every table created from one schema has the
-        same field ids (reading them from each cost 2% of a 1,000-partition load)."""
-        for schema, digest in self._created:
-            if schema.equals(data, check_metadata=True):
-                return digest
-        digest = schema_digest(table.lance_schema)
-        self._created.append((data, digest))
-        return digest
+    def _digest_of_created(self, table: lance.LanceDataset) -> str:
+        """The :func:`~.leaves.schema_digest` of ``table``, a new leaf Lance created from rows
+        in the new leaf schema: read from the first such table only. Lance numbers a new
+        table's fields from the Arrow schema alone, so every table created from one schema
+        has the same field ids (reading them from each cost 2% of a 1,000-partition load)."""
+        if self._created_digest is None:
+            self._created_digest = schema_digest(table.lance_schema)
+        return self._created_digest
 
     def discard(self) -> None:
         """Delete the data files this stage wrote (it will never be committed)."""
