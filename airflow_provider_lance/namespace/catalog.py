@@ -249,15 +249,26 @@ class NamespaceState:
         return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
 
     def _rows(self, object_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The rows with these ids, through the ``object_id`` index; each id is read once
-        per state (a write looks up its partitions, then their parents, then commits)."""
+        """The rows with these ids, through the ``object_id`` index, or by reading the whole
+        table when it is small next to the ids (measured with pylance 14.0.2: an ``IN``
+        list costs ~5 us an id to plan, a scan ~0.2 us a row; 1,000 ids of a new
+        namespace's load took 4.9 ms through the index, 0.5 ms by a scan). Each id is
+        read once per state (a write looks up its partitions, their parents, commits)."""
         wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
         if wanted:
-            table = self.dataset.to_table(filter=ids_filter(wanted))
+            if self._row_count <= 20 * len(wanted) + 2000:
+                table = self.dataset.to_table()
+                table = table.filter(pc.is_in(table.column(OBJECT_ID), pa.array(wanted, pa.utf8())))
+            else:
+                table = self.dataset.to_table(filter=ids_filter(wanted))
             found = {r[OBJECT_ID]: r for r in table.to_pylist()}
             for i in wanted:
                 self._looked_up[i] = found.get(i)
         return {i: r for i in object_ids if (r := self._looked_up[i]) is not None}
+
+    @cached_property
+    def _row_count(self) -> int:
+        return int(self.dataset.count_rows())
 
     @cached_property
     def object_ids(self) -> frozenset[str]:
