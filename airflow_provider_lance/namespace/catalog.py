@@ -389,7 +389,7 @@ class NamespaceState:
             )
         return PartitionRows(list(rows.values()), partitions)
 
-    def rows_table(self, rows: list[dict[str, Any]]) -> pa.Table:
+    def rows_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
         return pa.Table.from_pylist(rows, schema=self.dataset.schema)
 
 

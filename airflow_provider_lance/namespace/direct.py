@@ -126,7 +126,9 @@ def _publish(
                 read_version=None,
                 spec_version=stage.spec_version,
             ).rows
-            rows += [dict(r, **{READ_VERSION: versions.get(r[OBJECT_ID])}) for r in created]
+            for r in created:  # fresh rows: set in place (a copy each cost 1 ms a 1,000)
+                r[READ_VERSION] = versions.get(r[OBJECT_ID])
+            rows += created
         failpoint("direct.before_publish")
         try:
             version = publish_direct(ctx.manifest, state, rows)

@@ -228,7 +228,7 @@ def swap(
 ) -> int:
     """THE transition primitive: transaction rows and partition rows in one
     compare-and-swap against ``state.version``; :class:`CommitConflict` if any changed."""
-    table = state.rows_table([*(r.to_row() for r in records), *map(dict, rows)])
+    table = state.rows_table([*(r.to_row() for r in records), *rows])
     return manifest.compare_and_swap(table, state.version)
 
 
