@@ -337,6 +337,8 @@ class OperationRunner:
                         f"{self.op.kind}: could not order itself against concurrent "
                         "partition spec changes; nothing was published, try again"
                     )
+                if ordered > 1:  # the first is this run registering itself: no wait
+                    backoff(ordered - 2)  # then spec changes are racing it: let them pass
                 continue
             lost += 1
             if lost >= OPERATION_ATTEMPTS:
