@@ -247,3 +247,46 @@ def test_values_and_filtered_rows_keep_the_input_order() -> None:
     assert kept.column("id").to_pylist() == [
         i for i, w in enumerate(table.column("s").to_pylist()) if (w or "")[:1] == "b" or i % 3 == 0
     ]
+
+
+IDENTITY_VALUES = {
+    "id": [1, -(2**63), 2**63 - 1],
+    "small": [0, None, -5],
+    "ts": [TS, None],
+    "tstz": [dt.datetime(2025, 3, 9, 7, 30, tzinfo=dt.timezone.utc), None],
+    "d": [dt.date(2025, 1, 2), None, dt.date(1, 1, 1)],
+    "s": ["", None, "é", "a\x00"],
+    "price": [0.0, -0.0, float("nan"), float("inf"), None],
+}
+
+
+@pytest.mark.parametrize("column", sorted(IDENTITY_VALUES))
+@pytest.mark.parametrize("expression", ["col", ' "col" ', "(col)"])
+def test_identity_fields_take_the_column_as_datafusion_would(column: str, expression: str) -> None:
+    """A field that is its source column skips DataFusion and yields exactly what
+    DataFusion yields (types, NULLs, float bits), result-type cast included."""
+    [f] = resolve(PartitionField("p", column, expression))
+    source = SCHEMA.field(column)
+    fast = evaluator(f, source.type)
+    assert fast.identity
+    values = pa.array(IDENTITY_VALUES[column], source.type)
+    got = fast.evaluate(values)
+    assert isinstance(got, pa.Array)
+    through_datafusion = fast.bound.evaluate(pa.table({"col": values})).combine_chunks()
+    expected = through_datafusion.cast(f.result_type)
+    assert got.type == expected.type == f.result_type
+    if pa.types.is_floating(got.type):  # bit for bit: NaN != NaN, and -0.0 == 0.0
+
+        def bits(array: pa.Array) -> list[bytes | None]:
+            return [None if v is None else struct.pack("<d", v) for v in array.to_pylist()]
+
+        assert bits(got) == bits(expected)
+    else:
+        assert got.equals(expected)
+    assert not evaluator(resolve(PartitionField("p", "id", "col + 0"))[0], pa.int64()).identity
+
+
+def test_identity_fields_still_check_the_result_type() -> None:
+    with pytest.raises(ExpressionError, match="does not fit"):
+        evaluate(PartitionField("t", "id", "col", pa.int8()), [1000])
+    assert evaluate(PartitionField("t", "id", "col", pa.int8()), [7, None]) == [7, None]
