@@ -190,3 +190,31 @@ def test_create_partition_is_idempotent_and_creates_an_empty_table(
     assert first.values == {"event_date": dt.date(2025, 12, 10)}
     assert lance.dataset(first.location, version=1).count_rows() == 0
     assert daily.to_table().num_rows == 0
+
+
+def test_namespace_row_properties_are_exactly_the_json_of_their_values(make_ns, root: Path) -> None:
+    """The ``partition.<name>`` properties of a namespace row are the compact JSON
+    ``json.dumps`` writes (non-ASCII kept, quotes and control characters escaped), the
+    values of the row and its ancestors in spec order, NULLs left out."""
+    schema = pa.schema(
+        [pa.field("id", pa.int64()), pa.field("a", pa.utf8()), pa.field("b", pa.utf8())]
+    )
+    ns = make_ns([PartitionField("a", "a"), PartitionField("b", "b")], schema=schema)
+    values = [('é "q" \\', "日本\n"), (None, "x\x01"), ("tab\t", None), ("\u2028", "/")]
+    ns.write(
+        pa.table(
+            {
+                "id": pa.array(range(len(values)), pa.int64()),
+                "a": [a for a, _ in values],
+                "b": [b for _, b in values],
+            },
+            schema=schema,
+        )
+    )
+    rows = [r for r in rows_by_id(root).values() if r["object_type"] == "namespace"]
+    by_values = {(r["a"], r["b"]): r["metadata"] for r in rows if r["object_id"] != "v1"}
+    for a, b in values:
+        first = {"partition.a": a} if a is not None else {}
+        both = {**first, **({"partition.b": b} if b is not None else {})}
+        assert by_values[(a, None)] == json.dumps(first, separators=(",", ":"), ensure_ascii=False)
+        assert by_values[(a, b)] == json.dumps(both, separators=(",", ":"), ensure_ascii=False)

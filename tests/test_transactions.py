@@ -361,6 +361,45 @@ def test_full_rows_finds_every_kind_of_row_however_many_ids_are_asked(
         assert sorted(found) == sorted([row_id("many"), leaf, "v1"])
 
 
+def test_every_lookup_path_of_a_state_gives_the_same_answers(ns: PartitionedNamespace) -> None:
+    """A state looks ids up through an ``IN`` list, one scan of the whole table (its first
+    lookup of a small ``__manifest``, which also answers the commit's and the parents'
+    questions), or the loaded partition rows: all give what a state asked nothing else
+    gives. 1,100 partitions: lookups of a few ids take the ``IN`` list, larger ones the
+    scan, more than 1,000 the loaded rows. A pending partition (claimed, never published)
+    is no partition, but is a row."""
+    ns.write(tagged_rows("seed", list(range(1100)), 1, first_id=0))
+    txn = ns.begin("append", "pending")
+    txn.stage(tagged_rows("p", [5000], 1, first_id=10_000))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ENV, "commit.after_claim=raise")
+        with pytest.raises(FailpointError):
+            ns.commit("pending")  # its new partition's row exists now, claimed
+    state = ns.state()
+    present = [state.leaf_id((i,)) for i in range(1100)]
+    absent = [state.leaf_id((i,)) for i in range(2000, 2600)]
+    pending = state.leaf_id((5000,))
+    for size in (4, 60, 300, 1200):
+        asked = [*present[: size // 2], *absent[: size - size // 2 - 1], pending]
+        parents = sorted({p for i in asked for p in (i.rsplit("$", 1)[0], "v1")})
+        fresh = ns.state(version=state.version)
+        found = fresh.find(asked)  # first: whichever path its size takes
+        rows = fresh.full_rows(asked).to_pylist()
+        exist = fresh.existing([*asked, *parents])
+
+        loaded = ns.state(version=state.version)
+        assert loaded.tables.num_rows == 1100  # loaded: a lookup of any size filters them
+        assert found == loaded.find(asked)
+        assert pending not in found
+        assert len(found) == size // 2
+        alone = ns.state(version=state.version)  # nothing asked before
+        assert rows == alone.full_rows(asked).to_pylist()
+        assert {r["object_id"] for r in rows} == {*present[: size // 2], pending}
+        everything = ns.state(version=state.version)
+        assert exist == everything.object_ids & {*asked, *parents}
+        assert pending in exist
+
+
 def test_a_collected_anonymous_transaction_never_looks_staged_again(
     ns: PartitionedNamespace,
 ) -> None:

@@ -7,10 +7,10 @@ concurrent writers. It also plans the ``__manifest`` rows that create new partit
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from json.encoder import encode_basestring
 from typing import Any
 
 import lance
@@ -48,6 +48,9 @@ SPEC_COLUMN = "__spec_version"
 _SCAN_LOOKUPS = 16
 #: Ids looked up through the object_id index, at most, before the whole table is read.
 _POINT_LOOKUP_IDS = 64
+#: Ids whose full rows a state's first lookup may read (NamespaceState.full_rows reads
+#: more than this many by one scan of its own).
+_FULL_ROW_LOOKUPS = 1000
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,7 @@ class NamespaceState:
         """Every manifest column of the rows with these ids (to rewrite them in a commit)."""
         if not object_ids:
             return pa.Table.from_pylist([], schema=self.dataset.schema)
-        if len(object_ids) <= 1000:
+        if len(object_ids) <= _FULL_ROW_LOOKUPS:
             found = self._rows(object_ids)
             return self.rows_table([r for r in (found.get(i) for i in object_ids) if r])
         # Many ids: one scan and a hash lookup beat a 1000-term IN list. Every row type
@@ -256,7 +259,7 @@ class NamespaceState:
         read once per state (a write looks up its partitions, their parents, commits)."""
         wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
         if wanted:
-            if self._row_count <= 20 * len(wanted) + 2000:
+            if self._scan_is_cheaper(len(wanted)):
                 table = self.dataset.to_table()
                 table = table.filter(pc.is_in(table.column(OBJECT_ID), pa.array(wanted, pa.utf8())))
             else:
@@ -265,6 +268,10 @@ class NamespaceState:
             for i in wanted:
                 self._looked_up[i] = found.get(i)
         return {i: r for i in object_ids if (r := self._looked_up[i]) is not None}
+
+    def _scan_is_cheaper(self, ids: int) -> bool:
+        """Whether reading the whole table finds ``ids`` rows faster than an ``IN`` list."""
+        return self._row_count <= 20 * ids + 2000
 
     @cached_property
     def _row_count(self) -> int:
@@ -284,13 +291,22 @@ class NamespaceState:
 
         Before the partition rows are loaded, a few ids are looked up through the
         ``object_id`` index (a daily append to a namespace of 100k partitions reads a few
-        rows, not all of them); a state asked many times (a write routing to thousands of
-        partitions) loads the rows once and builds an id index.
+        rows, not all of them), and so are the ids of a state's first lookup when one scan
+        of a small ``__manifest`` finds them: the full rows it reads are the ones the
+        write's commit needs, and the parents those its new partitions need (measured: an
+        overwrite of 100 of 1,000 partitions read the table twice otherwise). A state
+        asked many times (a write routing to thousands of partitions in batches) loads
+        the partition rows once and builds an id index.
         """
         self._lookups += 1
-        if self._tables is None and len(object_ids) <= _POINT_LOOKUP_IDS:
+        few = len(object_ids) <= _POINT_LOOKUP_IDS
+        first = self._lookups == 1 and len(object_ids) <= _FULL_ROW_LOOKUPS
+        by_id = self._tables is None and (few or first)
+        if by_id:
             # Their parent namespaces too: creating a partition needs to know which exist.
-            with_parents = [p for i in object_ids for p in _prefixes(i)]
+            with_parents = list(dict.fromkeys(p for i in object_ids for p in _prefixes(i)))
+            by_id = few or self._scan_is_cheaper(len(with_parents))
+        if by_id:
             found = self._rows(with_parents)
             leaves = [found[i] for i in object_ids if i in found]
             rows = self._narrow(self.rows_table(leaves).select(self._columns))
@@ -304,6 +320,9 @@ class NamespaceState:
 
     def existing(self, object_ids: Sequence[str]) -> frozenset[str]:
         """Which of ``object_ids`` (of any row type) exist in this version."""
+        looked_up = self._looked_up
+        if all(i in looked_up for i in object_ids):
+            return frozenset(i for i in object_ids if looked_up[i] is not None)
         if "object_ids" in self.__dict__ or len(object_ids) > _POINT_LOOKUP_IDS:
             return self.object_ids & frozenset(object_ids)
         return frozenset(self._rows(object_ids))
@@ -338,37 +357,39 @@ class NamespaceState:
         version = spec_version or self.spec_version
         fields = self.specs[version]
         chains: list[list[str]] = []  # per tuple: its namespace ids, root first, then the leaf
+        texts: list[list[str | None]] = []  # per tuple: its values' string forms
         for values in value_tuples:
             if len(values) != len(fields):
                 raise PartitionSpecError(
                     f"expected {len(fields)} partition value(s), got {len(values)}"
                 )
             chain = [spec_namespace_id(version)]
-            for f, v in zip(fields, values, strict=True):
+            text = [value_text(v) for v in values]
+            for f, t in zip(fields, text, strict=True):
                 assert f.field_id is not None
-                chain.append(
-                    join_id(chain[-1], partition_name(chain[-1], f.field_id, value_text(v)))
-                )
+                chain.append(join_id(chain[-1], partition_name(chain[-1], f.field_id, t)))
             chains.append([*chain, join_id(chain[-1], LEAF_TABLE_NAME)])
+            texts.append(text)
         existing = self.existing(list({i for chain in chains for i in chain}))
+        keys = [_quoted(f"{PARTITION_PROPERTY_PREFIX}{f.name}") for f in fields]
         rows: dict[str, dict[str, Any]] = {}
         partitions: list[Partition] = []
-        for values, chain in zip(value_tuples, chains, strict=True):
+        for values, text, chain in zip(value_tuples, texts, chains, strict=True):
             parent = chain[0]
             if parent not in existing:
                 rows.setdefault(parent, row(parent, NAMESPACE, metadata="{}"))
             inherited: dict[str, Any] = {}
-            for f, v, parent in zip(fields, values, chain[1:], strict=False):
+            props: list[str] = []  # the JSON members of the partition.<name> properties
+            for f, v, t, key, parent in zip(fields, values, text, keys, chain[1:], strict=False):
                 inherited[f.name] = v
+                if t is not None:  # NULL values have no entry (a property value is a string)
+                    props.append(f"{key}:{_quoted(t)}")
                 if parent not in existing and parent not in rows:
-                    # NULL values have no entry (a property value must be a string).
-                    props = {
-                        f"{PARTITION_PROPERTY_PREFIX}{k}": value_text(x)
-                        for k, x in inherited.items()
-                        if x is not None
-                    }
                     rows[parent] = row(
-                        parent, NAMESPACE, metadata=_json(props), partition_values=dict(inherited)
+                        parent,
+                        NAMESPACE,
+                        metadata="{" + ",".join(props) + "}",
+                        partition_values=dict(inherited),
                     )
             leaf = chain[-1]
             if leaf in existing or leaf in rows:
@@ -406,5 +427,7 @@ def _plain(location: str | None) -> bool:
     return "/" not in location and ":" not in location
 
 
-def _json(obj: Mapping[str, Any]) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+def _quoted(text: str) -> str:
+    """``text`` as a JSON string, as ``json.dumps(..., ensure_ascii=False)`` writes it (a
+    namespace row's properties are built from these: a ``dumps`` each cost 3 us)."""
+    return encode_basestring(text)
