@@ -257,6 +257,24 @@ def test_clustered_input_is_sliced_not_copied() -> None:
     assert chunks[0].data.column(ROW).to_pylist() == [*range(100), n]
 
 
+def test_dictionary_keys_are_grouped_as_the_hash_grouping_groups_them() -> None:
+    """A dictionary key is grouped by index (a repeated or NULL dictionary entry is a group
+    of its own), while ``not_equal`` compares values: clustered or not, it is grouped."""
+    n = 16
+    table = pa.table({ROW: pa.array(range(n), pa.int64())})
+    cases = [
+        ([0] * 8 + [1] * 8, ["a", "a"]),
+        ([0] * 8 + [1] * 8, ["a", None]),
+        ([0] * 4 + [1] * 4 + [2] * 4 + [1] * 4, ["a", None, "b"]),
+    ]
+    for indices, dictionary in cases:
+        key = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(dictionary))
+        new = [(c.values, c.data.column(ROW).to_pylist()) for c in group_rows(table, [key])]
+        old = [(c.values, c.data.column(ROW).to_pylist()) for c in grouped_by_take(table, [key])]
+        assert new == old
+        assert len(new) == len(set(indices))
+
+
 #: Pairs of floats (as bits) that ``==`` cannot tell apart or that are the same value:
 #: keys made of them hit the one-partition shortcut, or just miss it.
 LOOKALIKES = {

@@ -629,7 +629,9 @@ class PartitionedNamespace:
         in one ``__manifest`` commit, so readers see the whole write or nothing of it. A
         failed write is aborted (nothing of it stays); with ``txn_id`` a retried write
         returns the first one's result instead of writing twice. An iterable is consumed
-        as it is staged: at most ``flush_bytes`` of routed rows are buffered.
+        as it is staged: at most ``flush_bytes`` of routed rows are buffered, as views of
+        the input where they can be (Arrow data is immutable: a generator that refills one
+        NumPy buffer for every table it yields must copy it, or the buffered rows change).
         """
         if txn_id is None:
             result = self._write_direct(data, mode, claim_timeout, flush_bytes)

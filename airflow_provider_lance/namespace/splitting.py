@@ -98,6 +98,8 @@ def _run_starts(keys: Sequence[pa.Array]) -> list[int] | None:
     hash grouping and its take; unclustered input costs the one pass that finds out.
     """
     rows = len(keys[0])
+    if any(pa.types.is_dictionary(k.type) for k in keys):
+        return None  # compared by value, grouped by index: a NULL or repeated entry differs
     changed: pa.Array | None = None
     try:
         for values in keys:
@@ -125,11 +127,14 @@ def _run_starts(keys: Sequence[pa.Array]) -> list[int] | None:
 
 def _constant(values: pa.Array) -> bool:
     """Whether all of ``values`` fall in one group of Arrow's hash grouping (all NULL, or
-    all equal and none NULL; floats compared by their bits, as the grouping does)."""
+    all equal and none NULL; floats compared by their bits and dictionary entries by
+    their index, as the grouping does)."""
     if values.null_count == len(values):
         return True
     if values.null_count:
         return False
+    if pa.types.is_dictionary(values.type):
+        values = values.indices
     if pa.types.is_floating(values.type):
         values = values.view(_FLOAT_BITS[values.type.bit_width])
     try:
