@@ -46,7 +46,8 @@ PARTITION_PROPERTY_PREFIX = "partition."
 SPEC_COLUMN = "__spec_version"
 #: Lookups by scanning before NamespaceState.find builds an id index.
 _SCAN_LOOKUPS = 16
-#: Ids looked up through the object_id index, at most, before the whole table is read.
+#: Ids looked up by an ``object_id IN (...)`` filter, at most, before the partition rows
+#: are loaded.
 _POINT_LOOKUP_IDS = 64
 #: Ids whose full rows a state's first lookup may read (NamespaceState.full_rows reads
 #: more than this many by one scan of its own).
@@ -252,8 +253,8 @@ class NamespaceState:
         return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
 
     def _rows(self, object_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The rows with these ids, through the ``object_id`` index, or by reading the whole
-        table when it is small next to the ids (measured with pylance 14.0.2: an ``IN``
+        """The rows with these ids, by an ``object_id IN (...)`` filter, or by reading the
+        whole table when it is small next to the ids (measured with pylance 14.0.2: an ``IN``
         list costs ~5 us an id to plan, a scan ~0.2 us a row; 1,000 ids of a new
         namespace's load took 4.9 ms through the index, 0.5 ms by a scan). Each id is
         read once per state (a write looks up its partitions, their parents, commits)."""
@@ -289,14 +290,14 @@ class NamespaceState:
     def find(self, object_ids: Sequence[str]) -> dict[str, Partition]:
         """The existing partitions among ``object_ids`` (leaf table ids), by id.
 
-        Before the partition rows are loaded, a few ids are looked up through the
-        ``object_id`` index (a daily append to a namespace of 100k partitions reads a few
-        rows, not all of them), and so are the ids of a state's first lookup when one scan
-        of a small ``__manifest`` finds them: the full rows it reads are the ones the
-        write's commit needs, and the parents those its new partitions need (measured: an
-        overwrite of 100 of 1,000 partitions read the table twice otherwise). A state
-        asked many times (a write routing to thousands of partitions in batches) loads
-        the partition rows once and builds an id index.
+        Before the partition rows are loaded, a few ids are looked up by id (a daily
+        append to a namespace of 100k partitions materializes a few rows, not all of
+        them), and so are the ids of a state's first lookup when one scan of a small
+        ``__manifest`` finds them: the full rows it reads are the ones the write's commit
+        needs, and the parents those its new partitions need (measured: an overwrite of
+        100 of 1,000 partitions read the table twice otherwise). A state asked many times
+        (a write routing to thousands of partitions in batches) loads the partition rows
+        once and builds an id index.
         """
         self._lookups += 1
         few = len(object_ids) <= _POINT_LOOKUP_IDS

@@ -126,7 +126,7 @@ def _publish(
                 read_version=None,
                 spec_version=stage.spec_version,
             ).rows
-            for r in created:  # fresh rows: set in place (a copy each cost 1 ms a 1,000)
+            for r in created:  # fresh rows: set in place (copies cost 1 ms per 1,000)
                 r[READ_VERSION] = versions.get(r[OBJECT_ID])
             rows += created
         failpoint("direct.before_publish")

@@ -350,7 +350,8 @@ def sql_literal(text: str) -> str:
 
 
 def ids_filter(object_ids: Iterable[str]) -> str:
-    """A Lance filter selecting the rows with these ids (through the ``object_id`` index)."""
+    """A Lance filter selecting the rows with these ids (``object_id`` has no index: see
+    :meth:`Manifest._ensure_index`)."""
     return f"{OBJECT_ID} IN ({', '.join(map(sql_literal, object_ids))})"
 
 
