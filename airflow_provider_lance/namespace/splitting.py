@@ -61,9 +61,10 @@ def group_rows(table: pa.Table, keys: Sequence[pa.Array]) -> Iterator[PartitionC
     if all(_constant(k) for k in keys):
         yield PartitionChunk(tuple(k[0].as_py() for k in keys), table)
         return
-    starts = _run_starts(keys)
-    if starts is not None:
-        values = [k.take(pa.array(starts, pa.int64())).to_pylist() for k in keys]
+    runs = _runs(keys)
+    if runs is not None:
+        starts, firsts = runs
+        values = [column.to_pylist() for column in firsts.columns]
         ends = [*starts[1:], table.num_rows]
         for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
             yield PartitionChunk(tuple(v[i] for v in values), table.slice(start, end - start))
@@ -90,21 +91,29 @@ def group_rows(table: pa.Table, keys: Sequence[pa.Array]) -> Iterator[PartitionC
 _FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
 
 
-def _run_starts(keys: Sequence[pa.Array]) -> list[int] | None:
-    """The first row of each partition if every partition's rows are one run (adjacent
-    rows of a run have equal keys, compared as the grouping compares them), else None.
+def _as_grouped(values: pa.Array) -> pa.Array:
+    """``values`` as the hash grouping compares them: floats by their bits, dictionary
+    entries by their index (a repeated or NULL entry is a group of its own)."""
+    if pa.types.is_dictionary(values.type):
+        values = values.indices
+    if pa.types.is_floating(values.type):
+        values = values.view(_FLOAT_BITS[values.type.bit_width])
+    return values
+
+
+def _runs(keys: Sequence[pa.Array]) -> tuple[list[int], pa.Table] | None:
+    """The first row of each partition, and the keys there, if every partition's rows are
+    one run (adjacent rows of a run have equal keys, compared as the grouping compares
+    them), else None.
 
     Measured on 1,000,000 rows of 1,000 dates in date order: 5 ms, against 19 ms for the
     hash grouping and its take; unclustered input costs the one pass that finds out.
     """
     rows = len(keys[0])
-    if any(pa.types.is_dictionary(k.type) for k in keys):
-        return None  # compared by value, grouped by index: a NULL or repeated entry differs
     changed: pa.Array | None = None
     try:
-        for values in keys:
-            if pa.types.is_floating(values.type):
-                values = values.view(_FLOAT_BITS[values.type.bit_width])
+        for key in keys:
+            values = _as_grouped(key)
             after, before = values.slice(1), values.slice(0, rows - 1)
             differs = pc.not_equal(after, before)
             if values.null_count:
@@ -120,9 +129,10 @@ def _run_starts(keys: Sequence[pa.Array]) -> list[int] | None:
         return None
     starts = [0, *(changes + 1).tolist()]
     # Runs are partitions only if no two runs share a key: the grouping counts them.
-    firsts = pa.table({f"__p{i}": k.take(pa.array(starts, pa.int64())) for i, k in enumerate(keys)})
+    at = pa.array(starts, pa.int64())
+    firsts = pa.table({f"__p{i}": k.take(at) for i, k in enumerate(keys)})
     distinct = firsts.group_by(firsts.column_names, use_threads=False).aggregate([])
-    return starts if distinct.num_rows == len(starts) else None
+    return (starts, firsts) if distinct.num_rows == len(starts) else None
 
 
 def _constant(values: pa.Array) -> bool:
@@ -133,10 +143,7 @@ def _constant(values: pa.Array) -> bool:
         return True
     if values.null_count:
         return False
-    if pa.types.is_dictionary(values.type):
-        values = values.indices
-    if pa.types.is_floating(values.type):
-        values = values.view(_FLOAT_BITS[values.type.bit_width])
+    values = _as_grouped(values)
     try:
         return bool(pc.all(pc.equal(values, values[0])).as_py())
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # no equality: grouping decides
