@@ -249,26 +249,29 @@ class NamespaceState:
             return self.rows_table([r for r in (found.get(i) for i in object_ids) if r])
         # Many ids: one scan and a hash lookup beat a 1000-term IN list. Every row type
         # (leaves, namespaces, transactions) may be asked for.
-        rows = self.dataset.to_table()
-        return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
+        return self._scanned(object_ids)
 
     def _rows(self, object_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The rows with these ids, by an ``object_id IN (...)`` filter, or by reading the
         whole table when it is small next to the ids (measured with pylance 14.0.2: an ``IN``
         list costs ~5 us an id to plan, a scan ~0.2 us a row; 1,000 ids of a new
-        namespace's load took 4.9 ms through the index, 0.5 ms by a scan). Each id is
+        namespace's load took 4.9 ms by an ``IN`` list, 0.5 ms by a scan). Each id is
         read once per state (a write looks up its partitions, their parents, commits)."""
         wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
         if wanted:
             if self._scan_is_cheaper(len(wanted)):
-                table = self.dataset.to_table()
-                table = table.filter(pc.is_in(table.column(OBJECT_ID), pa.array(wanted, pa.utf8())))
+                table = self._scanned(wanted)
             else:
                 table = self.dataset.to_table(filter=ids_filter(wanted))
             found = {r[OBJECT_ID]: r for r in table.to_pylist()}
             for i in wanted:
                 self._looked_up[i] = found.get(i)
         return {i: r for i in object_ids if (r := self._looked_up[i]) is not None}
+
+    def _scanned(self, object_ids: Sequence[str]) -> pa.Table:
+        """The rows with these ids, found by reading the whole table."""
+        rows = self.dataset.to_table()
+        return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
 
     def _scan_is_cheaper(self, ids: int) -> bool:
         """Whether reading the whole table finds ``ids`` rows faster than an ``IN`` list."""
