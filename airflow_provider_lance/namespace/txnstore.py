@@ -156,19 +156,22 @@ class TransactionStore:
     def stages_of_every_incarnation(self, txn_id: str) -> list[Any]:
         """Every stage record of ``txn_id``, whatever its incarnation (with or without a
         header)."""
-        prefix = f"{TXN_DIR}/{check_txn_id(txn_id)}/"
-        paths = [
-            p
-            for p in self.storage.list(prefix.rstrip("/"))
-            if p.startswith(prefix) and p.rsplit("/", 1)[-1].startswith("stage-")
-        ]
-        return [raw for raw in map(self._maybe, sorted(paths)) if raw is not None]
+        return list(self._load_stages(f"{TXN_DIR}/{check_txn_id(txn_id)}").values())
 
     def stages(self, txn_id: str, incarnation: int) -> dict[str, Any]:
-        directory = self.directory(txn_id, incarnation)
-        prefix = f"{directory}/stage-"
+        prefix = f"{self.directory(txn_id, incarnation)}/stage-"
+        loaded = self._load_stages(self.directory(txn_id, incarnation))
+        return {p[len(prefix) : -len(".json")]: raw for p, raw in loaded.items()}
+
+    def _load_stages(self, directory: str) -> dict[str, Any]:
+        """The stage records anywhere below ``directory``, by path, in path order (read in
+        parallel: a Spark job records one per task)."""
         paths = sorted(
-            p for p in self.storage.list(directory) if p.startswith(prefix) and p.endswith(".json")
+            p
+            for p in self.storage.list(directory)
+            if p.startswith(f"{directory}/")
+            and p.rsplit("/", 1)[-1].startswith("stage-")
+            and p.endswith(".json")
         )
         if len(paths) > 1:
             with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
@@ -176,7 +179,7 @@ class TransactionStore:
         else:
             loaded = [self._maybe(p) for p in paths]
         return {
-            p[len(prefix) : -len(".json")]: raw
+            p: raw
             for p, raw in zip(paths, loaded, strict=True)
             if raw is not None  # withdrawn meanwhile
         }
