@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -12,6 +13,12 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 
 from airflow_provider_lance.namespace.errors import LanceNamespaceError, is_retryable
 from airflow_provider_lance.namespace.naming import TXN_ID_PATTERN
+
+# Airflow forks from processes that have imported Lance (the task supervisor, the
+# OpenLineage listener), and Lance warns "lance is not fork-safe" at every fork. The children
+# never use a Lance handle of their parent: the core opens its sessions per process id
+# (namespace/storage.py), so the warning says nothing about this provider's tasks.
+warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
 
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.=:+-]")
 _MAX_LEN = 200
