@@ -105,7 +105,10 @@ class Manifest:
                     f"(cleaned up?): {exc}"
                 ) from exc
             raise NamespaceNotFoundError(
-                f"{self.root} is not a partitioned namespace: it has no __manifest table"
+                f"{self.root} is not a partitioned namespace: it has no __manifest table. "
+                "Create one first with PartitionedNamespace.create(uri, schema=..., "
+                "partition_fields=[...]) (in Airflow: LancePartitionedHook.create_or_open), "
+                "or check the URI and its storage options"
             ) from exc
         except StorageError as exc:
             raise StorageError(f"cannot read the __manifest of {self.root}: {exc}") from exc

@@ -219,3 +219,14 @@ def test_a_write_larger_than_executor_memory(spark: SparkSession, root: Path) ->
     assert result.rows == rows
     assert ns.count_rows() == rows
     assert len(result.partitions) == 8
+
+
+def test_a_write_to_a_path_without_a_namespace_says_how_to_create_one(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    df = spark.createDataFrame(events(3).to_pandas())
+    with pytest.raises(project_errors.NamespaceNotFoundError) as info:
+        write_partitioned(df, str(tmp_path / "nothing-here"))
+    assert "PartitionedNamespace.create(" in str(info.value)
+    assert not is_retryable(info.value)
+    assert not (tmp_path / "nothing-here").exists()
