@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -57,6 +58,24 @@ from airflow_provider_lance.spark.jobs import (
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
     from airflow.providers.openlineage.extractors import OperatorLineage
+
+
+def java_problem(env: Mapping[str, str]) -> str | None:
+    """Why spark-submit could not start a JVM with ``env``, or None.
+
+    ``spark-submit`` runs ``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` is set and ``java``
+    from ``PATH`` otherwise (``spark-class``); without one it exits 1 and says why only in
+    the log, so the task would fail "retryably" with no reason. Checked before it starts.
+    """
+    java_home = env.get("JAVA_HOME")
+    if java_home:
+        if os.access(os.path.join(java_home, "bin", "java"), os.X_OK):
+            return None
+        return f"JAVA_HOME={java_home} has no executable bin/java"
+    if shutil.which("java", path=env.get("PATH")):
+        return None
+    return "JAVA_HOME is not set and no java is on PATH"
+
 
 _EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
 _ERROR_LINE = re.compile(r"^error: (.+)$", re.M)
@@ -319,6 +338,13 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
             txn_id,
             " (commit)" if self.commit else " (staged)",
         )
+        problem = java_problem({**os.environ, **env, **(self.env_vars or {})})
+        if problem is not None:
+            raise AirflowFailException(
+                f"spark-submit needs Java 17 or newer on this worker, and {problem}: install "
+                "a JDK or JRE (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME "
+                "(the operator's env_vars may set it for spark-submit alone)"
+            )
         with _environ(env):
             try:
                 super().execute(context)

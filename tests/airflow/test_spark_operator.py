@@ -290,3 +290,29 @@ def test_an_undefined_lance_default_is_no_local_stand_in_for_a_remote_spark(
     assert "the connection 'lance_default' is not defined" in run.output
     assert "spark://10.1.2.3:7077" in run.output
     assert "Spark-Submit cmd" not in run.output
+
+
+@pytest.mark.parametrize("without", ["JAVA_HOME", "PATH"])
+def test_a_worker_without_java_fails_at_once_saying_so(
+    run_dag: RunDag,
+    lance_test_root: Path,
+    source: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    without: str,
+) -> None:
+    make_namespace(lance_test_root)
+    if without == "JAVA_HOME":
+        monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk-here"))
+        expected = f"JAVA_HOME={tmp_path / 'no-jdk-here'} has no executable bin/java"
+    else:
+        monkeypatch.delenv("JAVA_HOME", raising=False)
+        empty = tmp_path / "bin"
+        empty.mkdir()
+        monkeypatch.setenv("PATH", str(empty))
+        expected = "JAVA_HOME is not set and no java is on PATH"
+    run = run_dag("lance_test_spark", conf={"source": str(source)})
+    assert run.state == "failed"
+    assert run.tries["write"] == 1  # no retry can install Java
+    assert expected in run.output
+    assert "Spark-Submit cmd" not in run.output
