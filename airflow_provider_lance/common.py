@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
 import warnings
@@ -49,6 +50,18 @@ def txn_id_from_context(context: Mapping[str, Any], suffix: str | None = None) -
     ti = context["ti"]
     task_id = ti.task_id if suffix is None else f"{ti.task_id}.{suffix}"
     return derive_txn_id(ti.dag_id, ti.run_id, task_id, getattr(ti, "map_index", -1))
+
+
+def describe_values(values: Mapping[str, Any]) -> str:
+    """Partition values as a person reads them in a task log: ``event_date=2025-12-10,
+    country=NULL`` (not ``{'event_date': datetime.date(2025, 12, 10), 'country': None}``)."""
+
+    def text(value: Any) -> str:
+        if value is None:
+            return "NULL"
+        return value.isoformat() if isinstance(value, (dt.date, dt.time)) else str(value)
+
+    return ", ".join(f"{name}={text(value)}" for name, value in values.items())
 
 
 def describe_error(exc: BaseException) -> str:

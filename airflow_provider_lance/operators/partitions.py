@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException, Asset, BaseOperator
 
-from airflow_provider_lance.common import lance_errors, values_list
+from airflow_provider_lance.common import describe_values, lance_errors, values_list
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.operators.commit import (
     add_partition_keys,
@@ -88,7 +88,7 @@ class LanceCreatePartitionOperator(BaseOperator):
             "created namespace" if created else "namespace",
             uri,
             len(partitions),
-            [p["values"] for p in partitions[:10]],
+            "; ".join(describe_values(p["values"]) for p in partitions[:10]) or "(none)",
         )
         return partitions
 
@@ -188,7 +188,7 @@ class LancePruneOperator(BaseOperator):
             try:
                 found.append(ns.partition(values).to_dict())
             except PartitionNotFoundError:
-                self.log.info("no partition %s in %s", values, uri)
+                self.log.info("no partition %s in %s", describe_values(values), uri)
         return found
 
     def _keyed_as_of(

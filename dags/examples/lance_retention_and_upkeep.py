@@ -12,7 +12,8 @@ Every run:
    expired day do not bring it back (``LanceDropPartitionsOperator``);
 4. **optimizes** the last week: small fragments merged, deleted rows dropped from files
    (``LanceOptimizeOperator``);
-5. **tags** the day's final state ``eod-<day>`` (``LanceTagOperator``); the report task
+5. **tags** the day's final state ``eod-<day>`` (``LanceTagOperator``; a second run of the
+   same day moves the tag to its own final state); the report task
    lists the partitions *as of that tag*, a state no later write changes;
 6. **maintains** ``__manifest`` (compaction, versions older than a week removed; tagged
    versions are kept, with all they read) and then runs the orphan sweep as a dry run: it
@@ -124,7 +125,8 @@ with DAG(
         namespace=NAMESPACE,
         filter=f"event_date >= DATE '{{{{ macros.ds_add({DAY} | ds, -7) }}}}'",
     )
-    tag = LanceTagOperator(task_id="tag_end_of_day", namespace=NAMESPACE, tag=TAG)
+    # replace=True: a second run of the same day moves the tag to that run's final state
+    tag = LanceTagOperator(task_id="tag_end_of_day", namespace=NAMESPACE, tag=TAG, replace=True)
     read_tagged = LancePruneOperator(
         task_id="read_tagged_state", namespace=NAMESPACE, as_of=TAG, max_partitions=None
     )

@@ -522,3 +522,12 @@ def test_retention_and_upkeep_example_runs_end_to_end(run_dag: RunDag) -> None:
     swept = run.xcom("sweep_orphans_dry_run")
     assert (swept["dry_run"], swept["orphans"]["dry_run"]) == (True, True)
     assert swept["orphans"]["files_removed"] == 0  # nothing is a day old yet: all kept
+    assert "datetime.date(" not in run.output  # values are logged as people write them
+
+    # A second run of the same day moves the day's tag to its own final state.
+    again = run_dag(dag_id, logical_date=dt.datetime(2025, 12, 10, tzinfo=dt.timezone.utc))
+    assert again.state == SUCCESS, again.output[-4000:]
+    moved = again.xcom("tag_end_of_day")
+    assert moved["changed"] is True
+    assert moved["version"] > tag["version"]
+    assert {t.name: t.version for t in ns.tags()}["eod-2025-12-10"] == moved["version"]
