@@ -253,9 +253,10 @@ class NamespaceState:
 
     def _rows(self, object_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The rows with these ids, by an ``object_id IN (...)`` filter, or by reading the
-        whole table when it is small next to the ids (measured with pylance 14.0.2: an ``IN``
-        list costs ~5 us an id to plan, a scan ~0.2 us a row; 1,000 ids of a new
-        namespace's load took 4.9 ms by an ``IN`` list, 0.5 ms by a scan). Each id is
+        whole table when it is small next to the ids (measured with pylance 14.0.2, a
+        timing that no test pins: an ``IN`` list costs ~5 us an id to plan, a scan ~0.2 us
+        a row; 1,000 ids of a new namespace's load took 4.9 ms by an ``IN`` list, 0.5 ms
+        by a scan; either reads the same rows). Each id is
         read once per state (a write looks up its partitions, their parents, commits)."""
         wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
         if wanted:

@@ -11,12 +11,15 @@ version moved under the swap is compacted again on the new one, and one that kee
 is left alone (reported ``kept_moving``); so is one a committing transaction holds
 (``claimed``). A compaction never changes what a leaf holds, only how it is stored.
 
-Measured with pylance 14.0.2: ``Compaction.plan``/``CompactionTask.execute`` on a dataset
-at an older version write files without committing; ``LanceOperation.Rewrite(groups of
-RewriteResult.original_fragments -> new_fragments, [])`` commits them, onto a restored
-version too (a restore keeps fragment ids); a stale ``Rewrite`` over an ``Append`` is
-silently rebased (so the base+1 rule of ``commit_change`` matters here as well). Leaves
-with indices are left alone (``indexed``): remapping an index is not done here.
+``Compaction.plan``/``CompactionTask.execute`` on a dataset at an older version write files
+without committing; ``LanceOperation.Rewrite(groups of RewriteResult.original_fragments ->
+new_fragments, [])`` commits them, onto a restored version too (a restore keeps fragment
+ids); a stale ``Rewrite`` over an ``Append`` is silently rebased (so the base+1 rule of
+``commit_change`` matters here as well). Pinned by tests/test_pylance_facts.py::
+test_fact_compaction_planned_on_an_old_version_writes_files_without_committing,
+test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after and
+test_fact_stale_delete_and_rewrite_are_rebased_over_an_append. Leaves with indices are
+left alone (``indexed``): remapping an index is not done here.
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ class Optimize(TableOperation):
 
 def _group(rewrite: RewriteResult) -> LanceOperation.RewriteGroup:
     """One task's rewritten fragments. (pylance 14.0.2's stub names the old fragments
-    ``old_fragments``; the object has ``original_fragments``: measured.)"""
+    ``old_fragments``; the object has ``original_fragments``: pinned by
+    tests/test_pylance_facts.py::
+    test_fact_rewrite_result_names_the_old_fragments_original_fragments.)"""
     old = rewrite.original_fragments  # type: ignore[attr-defined]
     return LanceOperation.RewriteGroup(old, rewrite.new_fragments)

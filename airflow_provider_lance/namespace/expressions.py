@@ -33,7 +33,9 @@ def registered(session: SessionContext, data: pa.Table) -> Iterator[DataFrame]:
 
     ``from_arrow`` registers its input in the session under a name; left registered, a
     long-lived session keeps every table ever evaluated alive (measured: a Spark task's
-    whole input, as batches read over IPC share one buffer).
+    whole input, as batches read over IPC share one buffer). The registration is pinned by
+    tests/test_pylance_facts.py::
+    test_fact_datafusion_from_arrow_registers_its_input_until_deregistered.
     """
     name = f"__input_{next(_FRAME_IDS)}"
     frame = session.from_arrow(data, name)
@@ -82,6 +84,12 @@ def new_session(hash_input: pa.DataType | None = None) -> SessionContext:
     so an expression's values no longer lined up with the rows they were computed from
     (rows of more than one batch were routed to partitions of other rows' values). One
     partition keeps the input order, and measured faster as well (no repartitioning).
+
+    The DataFusion behaviour relied on here is pinned by tests/test_pylance_facts.py:
+    test_fact_datafusion_with_one_target_partition_keeps_the_input_order (the speed is not
+    tested), test_fact_datafusion_coerces_udf_arguments_to_its_one_signature (why ``hash``
+    is bound to the input's type) and
+    test_fact_datafusion_evaluates_zoned_timestamps_in_their_zone_and_naive_ones_in_utc.
     """
     config = (
         SessionConfig().set("datafusion.execution.time_zone", "+00:00").with_target_partitions(1)

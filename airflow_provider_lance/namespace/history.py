@@ -1,10 +1,12 @@
 """The history of a namespace: what each ``__manifest`` version did, from Lance's own records.
 
 Our ``__manifest`` commits carry no description of themselves: rows change through
-``merge_insert``, and pylance 14.0.2 attaches transaction properties to one only through
-``execute_uncommitted`` + ``commit``, which (measured) drops the primary-key check that
-makes concurrent inserts of one ``object_id`` conflict, the check the commit protocol rests
-on. Each version's Lance transaction says enough instead:
+``merge_insert``, and pylance attaches transaction properties to one only through
+``execute_uncommitted`` + ``commit``, which drops the primary-key check that makes
+concurrent inserts of one ``object_id`` conflict, the check the commit protocol rests on
+(pinned by tests/test_pylance_facts.py::
+test_fact_execute_uncommitted_then_commit_drops_the_primary_key_check). Each version's
+Lance transaction says enough instead:
 
 * its operation: ``Update`` (rows), ``UpdateConfig`` (schema and partition specs),
   ``Rewrite`` (compaction), ``Overwrite`` (creation, repair), ...;
@@ -197,8 +199,10 @@ class History:
         try:
             txn = ds.read_transaction(version)
         except TypeError as exc:
-            # pylance 14.0.2 cannot turn a compaction that rewrote the object_type index
-            # into Python (measured: "RewrittenIndex.__init__() missing 3 arguments").
+            # pylance cannot turn a compaction that rewrote the object_type index into
+            # Python ("RewrittenIndex.__init__() missing 3 arguments"; pinned by
+            # tests/test_pylance_facts.py::
+            # test_fact_read_transaction_fails_on_a_compaction_that_rewrote_an_index).
             if "RewrittenIndex" in str(exc):
                 return _Described("compact")
             return _Described("other", details={"lance_operation": first_line(exc)})
@@ -223,8 +227,10 @@ class History:
             "Merge": "add_manifest_columns",
             "Project": "add_manifest_columns",
             "Rewrite": "compact",
-            # compaction first reserves fragment ids: pylance 14.0.2 gives that operation
-            # no class of its own (measured); nothing else of ours commits one
+            # compaction first reserves fragment ids: pylance gives that operation no
+            # class of its own (pinned by tests/test_pylance_facts.py::
+            # test_fact_compaction_reserves_fragment_ids_as_an_operation_without_a_class);
+            # nothing else of ours commits one
             "BaseOperation": "compact",
             "CreateIndex": "index",
             "Delete": "drop_rows",

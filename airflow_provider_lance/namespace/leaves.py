@@ -55,7 +55,8 @@ def stage_fragments(
 
 
 #: The fields of pylance's ``DataFile`` and ``FragmentMetadata`` :func:`fragment_text`
-#: knows; another pylance's take the general path.
+#: knows; another pylance's take the general path (that this one's take the fast path is
+#: pinned by tests/test_pylance_facts.py::test_fact_data_file_and_fragment_metadata_fields).
 _DATA_FILE_FIELDS = (
     "_path",
     "fields",
@@ -137,7 +138,10 @@ def schema_digest(schema: LanceSchema | pa.Schema) -> str:
     ids the same names, types and field metadata (our namespace field id among it) as the
     schema they were written against: a leaf rewritten under another schema may reuse the
     ids for other columns. A ``pa.Schema`` stands for a table created from it (ids in
-    order, as ``write_fragments`` gives a new table's files).
+    order, as ``write_fragments`` gives a new table's files). Both Lance facts are pinned by
+    tests/test_pylance_facts.py::
+    test_fact_schema_from_pyarrow_equals_the_schema_of_a_table_created_from_it and
+    test_fact_write_fragments_take_the_field_ids_of_the_version_they_target.
     """
     lance_schema = schema if isinstance(schema, LanceSchema) else LanceSchema.from_pyarrow(schema)
     # Lance's rendering of a schema shows every field's id, name, type, nullability,
@@ -185,7 +189,9 @@ def check_append_schema(
 
 
 def committed_by(ds: lance.LanceDataset, version: int) -> str | None:
-    """The tag (``txn_id#incarnation``) recorded on a leaf version (None: not ours)."""
+    """The tag (``txn_id#incarnation``) recorded on a leaf version (None: not ours, as a
+    restore is: pinned by tests/test_pylance_facts.py::
+    test_fact_transaction_properties_are_read_back_per_version_and_restore_has_none)."""
     txn = ds.read_transaction(version)
     props = (txn.transaction_properties or {}) if txn is not None else {}
     txn_id = props.get(TXN_PROPERTY)
@@ -276,7 +282,10 @@ def commit_leaf(
     or one published as "read the latest", see :func:`base_version`). Runs while ``owner``
     (a ``txn#k`` tag) holds the partition's claim, but zombies (a committer that lost its
     claim, a stale retry) may still commit or restore concurrently, and Lance silently
-    rebases a stale ``Append`` onto whatever is latest. So a commit is used only if it
+    rebases a stale ``Append`` onto whatever is latest (pinned by
+    tests/test_pylance_facts.py::
+    test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri). So a commit
+    is used only if it
     became version ``base + 1`` (nothing landed in between: it holds exactly the base's
     fragments plus ours), else it is rolled back and made again; a latest version that
     ``owner`` itself committed (an earlier attempt) is reused only if its fragments are
@@ -366,7 +375,9 @@ def commit_change(
     ``base + 1`` (Lance rebases a stale commit silently onto what landed meanwhile), and a
     latest version ``owner`` made earlier is reused only if it holds exactly what this
     operation makes of ``base``. A restore keeps fragment ids, so the operation computed
-    on ``base`` applies to the restored version unchanged.
+    on ``base`` applies to the restored version unchanged. (Both Lance facts are pinned by
+    tests/test_pylance_facts.py::test_fact_stale_delete_and_rewrite_are_rebased_over_an_append
+    and test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after.)
 
     ``operation_kind`` is recorded in the commit's properties (see ``history``).
 

@@ -2,11 +2,12 @@
 
 Every ``merge_insert`` adds a fragment to ``__manifest``; without compaction each publish and
 each cold prune reads more and more small fragments (pylance 14: ~100 ms -> ~700 ms per
-publish after 600 commits). Publishes therefore compact the manifest once it holds
-:data:`AUTO_COMPACT_FRAGMENTS` fragments, and :func:`maintain` does it on demand, together
-with version cleanup that never removes what a reader or a transaction still needs:
-whatever a retained ``__manifest`` version reads (those in the retention window, and tagged
-ones however old), and leaf versions not yet published.
+publish after 600 commits; a timing, not tested: that each commit adds a fragment is pinned
+by tests/test_pylance_facts.py::test_fact_each_merge_insert_adds_a_fragment). Publishes
+therefore compact the manifest once it holds :data:`AUTO_COMPACT_FRAGMENTS` fragments, and
+:func:`maintain` does it on demand, together with version cleanup that never removes what a
+reader or a transaction still needs: whatever a retained ``__manifest`` version reads (those
+in the retention window, and tagged ones however old), and leaf versions not yet published.
 """
 
 from __future__ import annotations
@@ -209,15 +210,17 @@ def _remove_below(
     """Remove the leaf versions below ``keep`` that are older than ``older_than``, except
     the ``pinned`` ones (read by tagged manifest versions).
 
-    Measured with pylance 14.0.2: ``versions=`` removes exactly the listed versions that are
-    also older than ``older_than`` (never the latest; missing ones are ignored), and data
-    files only once no remaining version references them. ``retain_versions`` counts the
-    versions that exist when cleanup runs, so a concurrent commit shifts its window onto
-    a version a reader needs. A tagged version is kept rather than failing the cleanup.
+    ``versions=`` removes exactly the listed versions that are also older than
+    ``older_than`` (never the latest; missing ones are ignored), and data files only once
+    no remaining version references them. ``retain_versions`` counts the versions that
+    exist when cleanup runs, so a concurrent commit shifts its window onto a version a
+    reader needs. A tagged version is kept rather than failing the cleanup. (Pinned by the
+    ``test_fact_cleanup_*`` tests of tests/test_pylance_facts.py.)
     """
     kept = set(pinned)
     doomed = [v for v in range(1, keep) if v not in kept]
-    if not doomed:  # pylance refuses an empty list (measured: "must not be empty")
+    if not doomed:  # pylance refuses an empty list ("must not be empty"; pinned by
+        # tests/test_pylance_facts.py::test_fact_cleanup_refuses_an_empty_versions_list)
         return 0
     stats = leaf.cleanup_old_versions(
         older_than=older_than,

@@ -3,7 +3,8 @@
 Base columns are exactly those pylance's ``DirectoryNamespace`` writes (so it reads what we
 write); extensions are ``read_version`` and one nullable column per partition field. Rows are
 only ever changed through ``merge_insert`` keyed on ``object_id`` (which carries Lance's
-primary-key field metadata, without which concurrent inserts duplicate rows):
+primary-key field metadata, without which concurrent inserts duplicate rows; the facts
+about ``merge_insert`` this module rests on are pinned by tests/test_pylance_facts.py):
 
 * :meth:`Manifest.insert_absent`: insert-if-absent, exactly one winner per ``object_id``;
 * :meth:`Manifest.compare_and_swap`: update/insert rows against the version they were read
@@ -185,8 +186,9 @@ class Manifest:
 
     @staticmethod
     def _ensure_index(ds: lance.LanceDataset) -> None:
-        # No BTREE on object_id: measured with pylance 14.0.2, that index makes
-        # merge_insert miss concurrent inserts of the same key (duplicate partitions).
+        # No BTREE on object_id: that index makes merge_insert miss concurrent inserts
+        # of the same key (duplicate partitions; pinned by tests/test_pylance_facts.py::
+        # test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts).
         if any(i.field_names == [OBJECT_TYPE] for i in ds.describe_indices()):
             return
         try:
@@ -226,7 +228,9 @@ class Manifest:
         """Insert the rows whose ``object_id`` is absent; present ones are left untouched.
 
         Returns the number of rows inserted. Under concurrency exactly one writer inserts
-        each ``object_id`` (the others see it as present).
+        each ``object_id`` (the others see it as present: pinned by
+        tests/test_pylance_facts.py::
+        test_fact_insert_if_absent_with_primary_key_metadata_has_one_winner).
         """
         if rows.num_rows == 0:
             return 0
@@ -242,7 +246,9 @@ class Manifest:
         ``base_version`` is the manifest version the caller read the rows at. Changes to
         *other* rows since then are rebased by Lance; a concurrent insert of the same
         ``object_id`` also conflicts. With ``delete`` the rows are removed instead, under
-        the same condition. Returns the new version.
+        the same condition. Returns the new version. (Pinned by the
+        ``test_fact_merge_insert_conflict_retries_0_*`` tests of
+        tests/test_pylance_facts.py.)
         """
         if rows.num_rows == 0:
             return base_version
@@ -283,9 +289,10 @@ class Manifest:
 
         One ``merge_insert``: matched rows updated, unmatched inserted, and target rows not
         in ``rows`` whose id is in ``drop`` deleted (``when_not_matched_by_source_delete``).
-        Measured with pylance 14.0.2, ``conflict_retries(0)``: a concurrent update or
-        delete of a dropped row or of an upserted one makes it fail; a change to any other
-        row is rebased, as for :meth:`compare_and_swap`; an empty ``rows`` deletes only.
+        With ``conflict_retries(0)``, a concurrent update or delete of a dropped row or of
+        an upserted one makes it fail; a change to any other row is rebased, as for
+        :meth:`compare_and_swap`; an empty ``rows`` deletes only (pinned by
+        tests/test_pylance_facts.py::test_fact_merge_insert_by_source_delete_*).
         """
         if not drop:
             return self.compare_and_swap(rows, base_version)
@@ -318,7 +325,9 @@ class Manifest:
 
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:
         """Set table metadata keys, failing if a concurrent commit set any of them since
-        ``base_version`` (Lance reports same-key ``UpdateConfig`` races as conflicts)."""
+        ``base_version`` (Lance reports same-key ``UpdateConfig`` races as conflicts: pinned
+        by tests/test_pylance_facts.py::
+        test_fact_update_config_races_conflict_on_the_same_key_only)."""
         operation = LanceOperation.UpdateConfig(
             table_metadata_updates=LanceOperation.UpdateMap(dict(values))
         )

@@ -3,11 +3,12 @@
 pylance's ``DirectoryNamespace`` rewrites the whole ``__manifest`` with its five base columns
 on every write it makes, dropping ``read_version``, the claim column and the partition
 columns (and the scalar indices). Nothing else is lost: the table metadata stays, and the
-rows it kept or added are all there. Repair takes the dropped columns back from the latest
-manifest version that still had them; rows added since (by the foreign tool) get their
-partition values from their ancestors in that version and from the ``partition.<name>``
-properties mirrored in namespace metadata, and a NULL ``read_version`` ("read the latest
-version").
+rows it kept or added are all there (pinned by tests/test_pylance_facts.py::
+test_fact_directory_namespace_writes_rewrite_the_manifest_with_its_base_columns).
+Repair takes the dropped columns back from the latest manifest version that still had
+them; rows added since (by the foreign tool) get their partition values from their
+ancestors in that version and from the ``partition.<name>`` properties mirrored in
+namespace metadata, and a NULL ``read_version`` ("read the latest version").
 
 Repair never guesses. Before it writes anything it refuses, with a :class:`ManifestError`
 and nothing changed on disk, when

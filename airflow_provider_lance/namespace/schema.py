@@ -21,7 +21,8 @@ from .errors import DataValidationError, InvalidArgumentError, SchemaError
 
 FIELD_ID_KEY = "lance:field_id"
 DEPRECATED_KEY = "lance:deprecated"
-#: Field-id key on leaf-table columns (Lance strips ``lance:``-prefixed field metadata).
+#: Field-id key on leaf-table columns (Lance strips ``lance:``-prefixed field metadata:
+#: pinned by tests/test_pylance_facts.py::test_fact_lance_strips_lance_prefixed_field_metadata).
 LEAF_FIELD_ID_KEY = "partitioned-namespace:field_id"
 
 _INT_ORDER = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]

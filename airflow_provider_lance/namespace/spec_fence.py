@@ -9,9 +9,10 @@ published yet) and inserts it into a partition of S+1; the two swaps touch diffe
 rows, both succeed, and the key is there twice. The partition a key *could* land in
 under S is a phantom to the S+1 merge, so no row lock of that merge can cover it; the
 merge under S has to fail instead, and it cannot see the spec change: Lance's conflict
-check rebases a ``merge_insert`` over an ``UpdateConfig`` commit (measured, pylance
-14.0.2: a ``merge_insert`` with ``conflict_retries(0)`` based before any kind of
-``UpdateConfig`` - table, schema, field metadata or config - commits after it).
+check rebases a ``merge_insert`` over an ``UpdateConfig`` commit (a ``merge_insert`` with
+``conflict_retries(0)`` based before any kind of ``UpdateConfig`` - table, schema, field
+metadata or config - commits after it: pinned by tests/test_pylance_facts.py::
+test_fact_merge_insert_conflict_retries_0_is_rebased_over_any_update_config).
 
 So the ordering goes through rows, as Delta's "metadata changed" conflict does through
 its log:
