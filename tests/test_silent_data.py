@@ -18,8 +18,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from airflow_provider_lance import cli
 from airflow_provider_lance.namespace import (
     DataValidationError,
+    FilterError,
+    InvalidArgumentError,
+    InvalidLiteralError,
     MissingPartitionSourceError,
     PartitionedNamespace,
     PartitionField,
@@ -180,3 +184,87 @@ def test_numbers_are_not_read_as_points_in_time(
     error = _refused(ns, root, lambda: ns.write(pa.table({"id": [2], "ts": [20260101]})))
     assert "column 'ts'" in str(error)
     assert "reinterpret numbers as points in time" in str(error)
+
+
+# -- filter literals ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("where", "literal"),
+    [
+        ("event_date = DATE '2025-13-45'", "DATE '2025-13-45'"),
+        ("event_date = '2025-13-45'", "'2025-13-45'"),
+        ("event_date IN (DATE '2025-12-10', DATE '2025-02-30')", "DATE '2025-02-30'"),
+        ("country = 'DE' OR event_date >= DATE '2025-12-32'", "DATE '2025-12-32'"),
+        ("id = 'abc'", "'abc'"),
+        ("id = 1/0", "1 / 0"),
+    ],
+    ids=["date-literal", "string-for-date", "in-list", "under-or", "string-for-int", "div-zero"],
+)
+def test_an_invalid_literal_is_an_error_naming_it_in_planning_and_reading(
+    populated: PartitionedNamespace, root: Path, where: str, literal: str
+) -> None:
+    """Before: ``prune`` kept every partition (exit 0), and a read returned every row (the
+    identity partition made the filter look exact) or failed with an optimizer-rule
+    message that never named the literal."""
+    before = tree(root), populated.version
+    reads: list[Callable[[], object]] = [
+        lambda: populated.prune(where),
+        lambda: populated.to_table(filter=where),
+        lambda: populated.to_reader(filter=where),
+        lambda: list(populated.to_batches(filter=where)),
+        lambda: populated.count_rows(filter=where),
+    ]
+    for read in reads:
+        with pytest.raises(InvalidLiteralError) as info:
+            read()
+        error = info.value
+        assert isinstance(error, FilterError)
+        assert isinstance(error, InvalidArgumentError)
+        assert not is_retryable(error)
+        assert error.literal is not None
+        assert literal in error.literal
+        assert literal in str(error)
+        assert "correct the literal" in str(error)
+        assert "Optimizer rule" not in str(error)
+    assert (tree(root), populated.version) == before
+
+
+def test_the_cli_prune_exits_2_naming_the_literal(
+    populated: PartitionedNamespace, root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: it printed every partition and exited 0."""
+    assert cli.main(["prune", str(root), "event_date = DATE '2025-13-45'"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "DATE '2025-13-45'" in captured.err
+
+
+def test_a_timestamp_against_a_date_column_prunes_and_reads_what_sql_says(
+    make_ns: Callable[..., PartitionedNamespace],
+) -> None:
+    """A date compares as its midnight. Before: the timestamp was truncated to its day, so
+    through the identity partition (read without a residual filter) ``<`` lost that day's
+    rows and ``>=``, ``=`` and ``IN`` returned rows that do not match."""
+    ns = make_ns()
+    ns.write(events(3, start=dt.date(2024, 12, 31)))  # ids 0, 1, 2 on Dec 31, Jan 1, Jan 2
+    noon = "TIMESTAMP '2025-01-01 12:00:00'"
+    expected = {
+        f"event_date < {noon}": [0, 1],
+        f"event_date <= {noon}": [0, 1],
+        f"event_date > {noon}": [2],
+        f"event_date >= {noon}": [2],
+        f"event_date = {noon}": [],
+        f"event_date <> {noon}": [0, 1, 2],
+        f"event_date IN ({noon})": [],
+        f"event_date NOT IN ({noon})": [0, 1, 2],
+        f"event_date BETWEEN {noon} AND TIMESTAMP '2025-01-02 00:00:00'": [2],
+        "event_date = TIMESTAMP '2025-01-01 00:00:00'": [1],
+        # a zoned timestamp is not projected (every partition kept): the rows are filtered
+        "event_date > arrow_cast('2025-01-01T12:00:00', 'Timestamp(Second, Some(\"+05:00\"))')": [
+            2
+        ],
+    }
+    for where, ids in expected.items():
+        assert sorted(ns.to_table(filter=where).column("id").to_pylist()) == ids, where
+        kept = {p.values["event_date"] for p in ns.prune(where)}
+        days = {dt.date(2024, 12, 31) + dt.timedelta(days=i) for i in ids}
+        assert days <= kept, where

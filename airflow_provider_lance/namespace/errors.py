@@ -131,6 +131,17 @@ class InvalidArgumentError(LanceNamespaceError, ValueError):
     """An argument has a wrong value (unknown mode, bad column list, ...)."""
 
 
+class InvalidLiteralError(FilterError, InvalidArgumentError):
+    """A constant in a filter cannot be evaluated (``DATE '2025-13-45'``, ``id = 'abc'``,
+    ``1/0``): the filter can match nothing as written, so it is refused in planning
+    (``prune``) and reading alike instead of keeping every partition or failing late."""
+
+    def __init__(self, message: str, literal: str | None = None) -> None:
+        #: The offending constant as it appears in the filter (None if it cannot be told).
+        self.literal = literal
+        super().__init__(message)
+
+
 class InstallationError(LanceNamespaceError):
     """The installed packages cannot work together (e.g. PySpark's Python files and jars
     from different releases); the message says what to reinstall."""
