@@ -436,7 +436,7 @@ def test_split_matches_the_oracles(tmp_path: Path, spec: str) -> None:
     ns = PartitionedNamespace.create(tmp_path / "ns", schema=SCHEMA, partition_fields=SPECS[spec])
     state = ns.state()
     for n, seed in [(0, 0), (1, 1), (5_000, 2), (50_000, 3)]:
-        table = state.schema.conform_input(rows(n, seed))
+        table = state.schema.conform_input(rows(n, seed), spec=state.current_spec)
         keys = partition_values(table, state.current_spec, state.schema)
         chunks = list(split(table, state.current_spec, state.schema))
         expected = list(grouped_by_take(table, keys))
@@ -456,7 +456,8 @@ def test_written_rows_sit_in_the_partition_of_their_values(tmp_path: Path) -> No
     data = rows(40_000, 4)
     ns.write(data)
     state = ns.state()
-    keys = partition_values(state.schema.conform_input(data), state.current_spec, state.schema)
+    table = state.schema.conform_input(data, spec=state.current_spec)
+    keys = partition_values(table, state.current_spec, state.schema)
     expected = {
         tuple(c.values): c.data.column(ROW).to_pylist()
         for c in grouped_by_take(data.select([ROW]), keys)

@@ -50,6 +50,25 @@ class DataValidationError(LanceNamespaceError):
     """Data handed to a write violates the namespace schema (unknown column, NULL, cast)."""
 
 
+class MissingPartitionSourceError(DataValidationError):
+    """Data handed to a write lacks a column the partition spec routes rows by.
+
+    Filling it with NULL, as other missing nullable columns are, would put every row in the
+    NULL partition, where no filter on the column finds them: refused instead.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        columns: Iterable[str] = (),
+        fields: Iterable[str] = (),
+    ) -> None:
+        #: The missing source columns, and the partition fields computed from them.
+        self.columns = list(columns)
+        self.fields = list(fields)
+        super().__init__(message)
+
+
 class StorageError(LanceNamespaceError):
     """The storage could not be reached or refused access (credentials, endpoint, network)."""
 
@@ -110,6 +129,17 @@ class OutcomeUnknown(LanceNamespaceError):
 
 class InvalidArgumentError(LanceNamespaceError, ValueError):
     """An argument has a wrong value (unknown mode, bad column list, ...)."""
+
+
+class InvalidLiteralError(FilterError, InvalidArgumentError):
+    """A constant in a filter cannot be evaluated (``DATE '2025-13-45'``, ``id = 'abc'``,
+    ``1/0``): the filter can match nothing as written, so it is refused in planning
+    (``prune``) and reading alike instead of keeping every partition or failing late."""
+
+    def __init__(self, message: str, literal: str | None = None) -> None:
+        #: The offending constant as it appears in the filter (None if it cannot be told).
+        self.literal = literal
+        super().__init__(message)
 
 
 class InstallationError(LanceNamespaceError):

@@ -11,6 +11,7 @@ exactly that type.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -203,6 +204,30 @@ class BoundExpression:
                 ) from exc
         return out.cast(data.schema) if out.schema != data.schema else out
 
+    def unplannable(self) -> tuple[Any, str] | None:
+        """The smallest part of the expression DataFusion cannot plan, and why; None if it
+        plans.
+
+        Planning folds constants, coercing each literal to the type it is compared with,
+        so a literal that is no value of its type (``DATE '2025-13-45'``, ``'abc'`` against
+        an integer column) fails here, on no rows, and a read would fail the same way.
+        """
+        empty = pa.table({f.name: pa.array([], f.type) for f in self.schema})
+        with self.frame(empty) as frame:
+            node = raw(self._reparse(frame))
+            reason = _plan_error(frame, node)
+            if reason is None:
+                return None
+            narrowed = True
+            while narrowed:
+                narrowed = False
+                for child in children(node):
+                    why = _plan_error(frame, child)
+                    if why is not None:
+                        node, reason, narrowed = child, why, True
+                        break
+            return node, reason
+
     def _reparse(self, frame: DataFrame) -> Expr:
         # Column references are qualified by the frame's table, so parse against each frame.
         return frame.parse_sql_expr(self.sql)
@@ -249,6 +274,48 @@ def bind(sql: str, schema: pa.Schema, what: str) -> BoundExpression:
             f"{what} {sql!r} is not a valid expression: {_first_line(exc)}"
         ) from exc
     return BoundExpression(sql, schema, output_type, hash_input, session, expr)
+
+
+def _plan_error(frame: DataFrame, node: Any) -> str | None:
+    """Why DataFusion cannot plan (optimize) ``node`` over ``frame``: its root cause."""
+    try:
+        frame.select(Expr(node).alias("__v")).optimized_logical_plan()
+    except Exception as exc:
+        return root_cause(exc)
+    return None
+
+
+_ERROR_PREFIX = re.compile(r"^(?:(?:Arrow|DataFusion|Execution|Optimizer) error: )+")
+
+
+def root_cause(exc: BaseException) -> str:
+    """The last line of a DataFusion error chain (its "caused by" root), without the
+    layers' prefixes: ``Cast error: Cannot cast string '2025-13-45' to ...``."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return _ERROR_PREFIX.sub("", lines[-1]) if lines else type(exc).__name__
+
+
+_SQL_REWRITES = (
+    (re.compile(r'CAST\(Utf8\("((?:[^"\\]|\\.)*)"\) AS Date(?:32|64)\)'), r"DATE '\1'"),
+    (re.compile(r'CAST\(Utf8\("((?:[^"\\]|\\.)*)"\) AS Timestamp\([^)]*\)\)'), r"TIMESTAMP '\1'"),
+    (re.compile(r'Utf8(?:View)?\("((?:[^"\\]|\\.)*)"\)'), r"'\1'"),
+    (re.compile(r"\b(?:U?Int\d+|Float\d+|Boolean)\(([^()]*)\)"), r"\1"),
+    (re.compile(r"\b__input_\d+\."), ""),
+)
+
+
+def to_sql(node: Any) -> str:
+    """A ``RawExpr`` as SQL close to what a user wrote (``DATE '2025-13-45'``, not
+    DataFusion's ``CAST(Utf8("2025-13-45") AS Date32)``), for error messages."""
+    text = str(node.canonical_name())
+    for pattern, replacement in _SQL_REWRITES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def is_constant(node: Any) -> bool:
+    """Whether ``node`` references no column (its value is the same for every row)."""
+    return not any(n.variant_name() == "Column" for n in walk(node))
 
 
 def _type_of(frame: DataFrame, node: Any) -> pa.DataType:

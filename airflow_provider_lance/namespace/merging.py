@@ -105,7 +105,7 @@ class MergeRows(TableOperation):
         if self._conformed is None or self._conformed[0] != state.schema:
             for key in self.on:
                 state.schema.field(key)  # unknown or dropped: a clear SchemaError
-            table = state.schema.conform_input(self.data)
+            table = state.schema.conform_input(self.data, spec=state.current_spec)
             self._check_keys(state, table)
             indexed = table.append_column(_INDEX, pa.array(range(table.num_rows), pa.int64()))
             self._conformed = (state.schema, indexed)

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import transactions
 from .catalog import SCHEMA_KEY, NamespaceState, Partition
@@ -51,7 +50,7 @@ from .repair import RepairReport
 from .repair import repair as repair_manifest
 from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
 from .scan import filter_columns, open_leaf, scan_batches
-from .schema import NamespaceSchema
+from .schema import NamespaceSchema, cast_losslessly
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
 from .spec_fence import fence, needs_fence
 from .staging import FLUSH_BYTES, Stage, StagedPartition, Stager, discard_stage, list_fragments
@@ -339,7 +338,12 @@ class PartitionedNamespace:
 
     # -- partitions -------------------------------------------------------------------------
     def partition_values(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
-        """``values`` (partition field name -> value) typed and ordered by the current spec."""
+        """``values`` (partition field name -> value) typed and ordered by the current spec.
+
+        Values are converted as a write converts its columns (:func:`.cast_losslessly`): a
+        value that would change (a datetime with a time of day as a date) is refused, so
+        ``create_partition`` never makes a partition a write of the same value would not.
+        """
         fields = self.state().current_spec
         if not isinstance(values, Mapping):
             raise InvalidArgumentError("partition values must be a mapping of field -> value")
@@ -354,7 +358,7 @@ class PartitionedNamespace:
         for f in fields:
             try:
                 out.append(
-                    pc.cast(pa.array([values[f.name]]), f.result_type)[0].as_py()
+                    cast_losslessly(pa.array([values[f.name]]), f.result_type)[0].as_py()
                     if values[f.name] is not None
                     else None
                 )

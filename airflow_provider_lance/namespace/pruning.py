@@ -14,10 +14,16 @@ spec version's partition expressions onto the ``__manifest`` partition columns:
 
 Keeping a partition is always safe, so the result is sound: every partition that holds a
 matching row is returned. The full filter is then applied to the rows (the residual).
+
+Keeping is the answer to "not understood", never to "cannot be evaluated": a literal that is
+no value of its type (``DATE '2025-13-45'``) or a constant that fails (``1/0``) is the
+user's error, raised as :class:`InvalidLiteralError` naming it, for a prune and a read alike
+(a filter that kept every partition would, through an identity partition, have read every row).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,9 +33,20 @@ from typing import Any, Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import ExpressionError, FilterError, SchemaError
-from .expressions import BoundExpression, bind, children, column_name, evaluate_scalar, raw
-from .schema import NamespaceSchema, field_id
+from .errors import ExpressionError, FilterError, InvalidLiteralError, SchemaError
+from .expressions import (
+    BoundExpression,
+    bind,
+    children,
+    column_name,
+    evaluate_scalar,
+    function_name,
+    is_constant,
+    raw,
+    root_cause,
+    to_sql,
+)
+from .schema import NamespaceSchema, cast_losslessly, field_id
 from .spec import PartitionField, bound_expression, evaluator
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
@@ -69,7 +86,39 @@ def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pr
         raise FilterError(str(exc)) from exc
     if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
         raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
-    return bound, _translate(raw(bound.expr), negate=False, schema=schema)
+    _check_literals(sql, bound)
+    try:
+        return bound, _translate(raw(bound.expr), negate=False, schema=schema)
+    except InvalidLiteralError as exc:
+        raise InvalidLiteralError(f"filter {sql!r}: {exc}", exc.literal) from exc
+
+
+_LITERAL_HINT = (
+    "correct the literal (dates are written DATE 'YYYY-MM-DD', timestamps "
+    "TIMESTAMP 'YYYY-MM-DD HH:MM:SS')"
+)
+
+
+def _check_literals(sql: str, bound: BoundExpression) -> None:
+    """Refuse a filter with a literal DataFusion cannot evaluate, naming the literal.
+
+    Found by planning the filter on no rows (which folds and coerces its constants), so
+    the check costs no scan, and the filter is parsed once per namespace schema (cached).
+    """
+    failed = bound.unplannable()
+    if failed is None:
+        return
+    node, reason = failed
+    constants = [node] if is_constant(node) else [c for c in children(node) if is_constant(c)]
+    if not constants:
+        raise FilterError(f"filter {sql!r} cannot be planned: {to_sql(node)}: {reason}")
+    literal = ", ".join(to_sql(c) for c in constants)
+    context = "" if is_constant(node) else f" in {to_sql(node)}"
+    raise InvalidLiteralError(
+        f"filter {sql!r}: the literal {literal}{context} cannot be evaluated ({reason}); "
+        f"{_LITERAL_HINT}",
+        literal,
+    )
 
 
 def _translate(node: Any, negate: bool, schema: NamespaceSchema) -> Pred:
@@ -168,8 +217,14 @@ def _constants(
             return None
         try:
             value = evaluate_scalar(node)
-        except Exception:
-            return None
+        except Exception as exc:
+            if any(function_name(n) == "hash" for n in _walk(node)):
+                return None  # bound to the filter's session only: not understood here
+            raise InvalidLiteralError(
+                f"the constant {to_sql(node)} cannot be evaluated ({root_cause(exc)}); "
+                f"{_LITERAL_HINT}",
+                to_sql(node),
+            ) from exc
         cast = _cast_constant(value, target, rounding)
         if cast is None:
             return None
@@ -193,17 +248,28 @@ _NO_VALUE = pa.scalar(None, pa.null())
 def _cast_constant(value: pa.Scalar, target: pa.DataType, rounding: str) -> pa.Scalar | None:
     """The constant in the column's type, or None when no sound conversion exists.
 
-    A non-integral number against an integer column is rounded down (``floor``) or up
-    (``ceil``) as the comparison needs, or is :data:`_NO_VALUE` (``exact``: no integer
-    equals it); anything else lossy is given up.
+    A non-integral number against an integer column, or a zone-less timestamp with a time
+    of day against a date column (DataFusion compares the date as its midnight), is
+    rounded down (``floor``) or up (``ceil``) as the comparison needs, or is
+    :data:`_NO_VALUE` (``exact``: no value of the column equals it); anything else lossy
+    is given up (Arrow's cast would truncate the timestamp, and ``d < '... 12:00'`` would
+    lose the rows of that day).
     """
     if not value.is_valid:
         return pa.scalar(None, target)
     try:
-        return pc.cast(value, target, safe=True)
+        return cast_losslessly(pa.array([value]), target)[0]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
     py = value.as_py()
+    if pa.types.is_date(target) and pa.types.is_timestamp(value.type) and value.type.tz is None:
+        if rounding == "exact":
+            return _NO_VALUE
+        day = py.date() if rounding == "floor" else py.date() + dt.timedelta(days=1)
+        try:
+            return pa.scalar(day, target)
+        except (pa.ArrowInvalid, OverflowError):
+            return None
     if not (pa.types.is_integer(target) and isinstance(py, float) and math.isfinite(py)):
         return None
     if rounding == "exact":
@@ -262,7 +328,7 @@ def holds_for_kept_partitions(
             continue
         if _is_identity(f, source.type) and not pa.types.is_floating(source.type):
             identity.add(source.name)
-    return bool(identity) and _no_negated_leaves(pred) and _exact(raw(bound.expr), identity)
+    return bool(identity) and _no_negated_leaves(pred) and _exact(raw(bound.expr), identity, schema)
 
 
 def _no_negated_leaves(pred: Pred) -> bool:
@@ -273,10 +339,10 @@ def _no_negated_leaves(pred: Pred) -> bool:
     return all(_no_negated_leaves(p) for p in pred.parts)
 
 
-def _exact(node: Any, identity: set[str]) -> bool:
+def _exact(node: Any, identity: set[str], schema: NamespaceSchema) -> bool:
     kind = node.variant_name()
     if kind in ("Alias", "Not"):
-        return _exact(children(node)[0], identity)
+        return _exact(children(node)[0], identity, schema)
     if kind == "Literal":
         value = node.python_value()
         return isinstance(value, pa.Scalar) and pa.types.is_boolean(value.type)
@@ -284,23 +350,27 @@ def _exact(node: Any, identity: set[str]) -> bool:
         op = str(node.to_variant().op()).upper()
         left, right = children(node)
         if op in ("AND", "OR"):
-            return _exact(left, identity) and _exact(right, identity)
+            return _exact(left, identity, schema) and _exact(right, identity, schema)
         if op not in (*_COMPARISONS, "<>"):
             return False
-        return (_column_in(left, identity) and _constant(right)) or (
-            _column_in(right, identity) and _constant(left)
+        return (_column_in(left, identity) and _projected(right, left, schema)) or (
+            _column_in(right, identity) and _projected(left, right, schema)
         )
     if kind in ("IsNull", "IsNotNull"):
         return _column_in(children(node)[0], identity)
     if kind == "InList":
         variant = node.to_variant()
-        return _column_in(variant.expr(), identity) and all(map(_constant, variant.list()))
+        column = variant.expr()
+        return _column_in(column, identity) and all(
+            _projected(v, column, schema) for v in variant.list()
+        )
     if kind == "Between":
         variant = node.to_variant()
+        column = variant.expr()
         return (
-            _column_in(variant.expr(), identity)
-            and _constant(variant.low())
-            and _constant(variant.high())
+            _column_in(column, identity)
+            and _projected(variant.low(), column, schema)
+            and _projected(variant.high(), column, schema)
         )
     return False
 
@@ -309,8 +379,23 @@ def _column_in(node: Any, names: set[str]) -> bool:
     return column_name(node) in names
 
 
+def _projected(node: Any, column: Any, schema: NamespaceSchema) -> bool:
+    """Whether the pruner projects the constant ``node`` onto ``column`` (converts it to
+    the column's type, rounding as the comparison needs): one it gives up on keeps every
+    partition, so the filter must still be applied to their rows."""
+    name = column_name(column)
+    return (
+        name is not None
+        and _constant(node)
+        and all(
+            _constants([node], name, schema, rounding) is not None
+            for rounding in ("exact", "floor", "ceil")
+        )
+    )
+
+
 def _constant(node: Any) -> bool:
-    return not any(n.variant_name() == "Column" for n in _walk(node))
+    return is_constant(node)
 
 
 # -- projection onto one spec version ------------------------------------------------------

@@ -9,15 +9,23 @@ field metadata), so a rename never has to touch the data and old partitions map 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .arrow_json import normalize_type, schema_from_json, schema_to_json
-from .errors import DataValidationError, InvalidArgumentError, SchemaError
+from .errors import (
+    DataValidationError,
+    InvalidArgumentError,
+    MissingPartitionSourceError,
+    SchemaError,
+)
+
+if TYPE_CHECKING:
+    from .spec import PartitionField
 
 FIELD_ID_KEY = "lance:field_id"
 DEPRECATED_KEY = "lance:deprecated"
@@ -206,12 +214,15 @@ class NamespaceSchema:
         raise SchemaError(f"unknown column {name!r}")
 
     # -- consistency rules: the data a user hands to a write ---------------------------
-    def conform_input(self, table: pa.Table) -> pa.Table:
-        """Check and shape user data into the active namespace schema (before partitioning).
+    def conform_input(self, table: pa.Table, *, spec: Sequence[PartitionField]) -> pa.Table:
+        """Check and shape user data into the active namespace schema (before partitioning
+        by ``spec``, the partition fields the rows are routed by).
 
-        Unknown or dropped columns are errors; missing nullable columns become NULL; types
-        are cast when the cast is lossless-safe (otherwise an error names the column);
-        NULLs in non-nullable columns are errors.
+        Unknown or dropped columns are errors; a missing source column of a ``spec`` field
+        is an error (as NULL it would route every row to the NULL partition); other missing
+        nullable columns become NULL (as pyiceberg fills optional fields); types are cast
+        when no value changes (:func:`cast_losslessly`, otherwise an error names the
+        column); NULLs in non-nullable columns are errors. Schema checks, once per table.
         """
         active = self.active
         known = set(active.names)
@@ -226,6 +237,7 @@ class NamespaceSchema:
                 )
         if len(set(table.column_names)) != table.num_columns:
             raise DataValidationError(f"duplicate column names in data: {table.column_names}")
+        self._check_partition_sources(table.column_names, spec)
         arrays = []
         for f in active:
             if f.name in table.column_names:
@@ -242,6 +254,33 @@ class NamespaceSchema:
                     f"{arrays[-1].null_count} NULL value(s)"
                 )
         return pa.Table.from_arrays(arrays, schema=active)
+
+    def _check_partition_sources(
+        self, names: Sequence[str], spec: Sequence[PartitionField]
+    ) -> None:
+        """Refuse data lacking a column the partition fields of ``spec`` are computed from."""
+        present = set(names)
+        missing: dict[str, list[str]] = {}
+        for f in spec:
+            try:
+                source = self.field_by_id(f.source_id)  # type: ignore[arg-type]
+            except SchemaError:  # a source dropped since: nothing to route by
+                continue
+            if source.name not in present:
+                missing.setdefault(source.name, []).append(f.name)
+        if missing:
+            needs = "; ".join(
+                f"{column!r} (for partition field{'s' if len(fs) > 1 else ''} "
+                f"{', '.join(map(repr, fs))})"
+                for column, fs in missing.items()
+            )
+            raise MissingPartitionSourceError(
+                f"the data has no column {needs}: rows are routed to partitions by it, and "
+                "without it every row would land in the NULL partition. Add the column to the "
+                "data (with explicit NULLs if that is what you mean)",
+                columns=list(missing),
+                fields=[name for fs in missing.values() for name in fs],
+            )
 
     # -- consistency rules: leaf tables ------------------------------------------------
     def leaf_schema(self) -> pa.Schema:
@@ -372,19 +411,73 @@ def _leaf_field(f: pa.Field) -> pa.Field:
     return pa.field(f.name, f.type, f.nullable, metadata={LEAF_FIELD_ID_KEY: str(fid)})
 
 
+def _is_number(dtype: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_integer(dtype)
+        or pa.types.is_floating(dtype)
+        or pa.types.is_decimal(dtype)
+        or pa.types.is_boolean(dtype)
+    )
+
+
+def _is_temporal(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_temporal(dtype))
+
+
+def cast_losslessly(values: Any, dtype: pa.DataType) -> Any:
+    """``values`` (an Arrow array or chunked array) cast to ``dtype`` only if no value changes
+    its meaning, else ``pa.ArrowInvalid`` saying which value and why.
+
+    Arrow's safe cast already refuses overflow, truncated floats and unparsable strings
+    (strings become dates only as ``YYYY-MM-DD``); on top of it this refuses what it lets
+    through silently: a timestamp with a time of day cast to a date (the time would be
+    dropped; a zoned timestamp is judged in its zone, as Arrow dates it), and numbers read
+    as dates, times or timestamps or the reverse (``20250101`` is not a date). The same
+    rule for a write's columns and for ``create_partition``'s values.
+    """
+    source = values.type
+    if pa.types.is_dictionary(source):
+        values = values.cast(source.value_type)
+        source = values.type
+    if source == dtype:
+        return values
+    if (_is_number(source) and _is_temporal(dtype)) or (_is_temporal(source) and _is_number(dtype)):
+        raise pa.ArrowInvalid(
+            f"{source} values are not converted to {dtype}: that would reinterpret "
+            f"{'numbers as points in time' if _is_number(source) else 'points in time as numbers'}"
+            f"; convert them explicitly"
+        )
+    out = pc.cast(values, dtype, safe=True)
+    if pa.types.is_timestamp(source) and pa.types.is_date(dtype):
+        local = values if source.tz is None else pc.local_timestamp(values)
+        dropped = pc.not_equal(pc.cast(pc.cast(local, pa.date32()), local.type), local)
+        if pc.any(dropped).as_py():
+            first = pc.index(dropped, True).as_py()
+            raise pa.ArrowInvalid(
+                f"{values[first].as_py()} has a time of day, which a {dtype} would drop; pass "
+                "dates, or truncate the timestamps explicitly if that is what you mean"
+            )
+    return out
+
+
 def _cast_column(column: Any, dtype: pa.DataType, name: str, *, reading: bool = False) -> Any:
     if column.type == dtype:
         return column
     try:
-        if pa.types.is_dictionary(column.type):
-            column = column.cast(column.type.value_type)
-        return pc.cast(column, dtype, safe=True)
+        return cast_losslessly(column, dtype) if not reading else _read_cast(column, dtype)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         action = "read" if reading else "written"
         raise DataValidationError(
             f"column {name!r}: values of type {column.type} cannot be {action} as {dtype}: "
             f"{str(exc).splitlines()[0]}"
         ) from exc
+
+
+def _read_cast(column: Any, dtype: pa.DataType) -> Any:
+    """A leaf column in the namespace type it was promoted to (a widening: never lossy)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    return pc.cast(column, dtype, safe=True)
 
 
 def _check_names(names: list[str]) -> None:

@@ -266,7 +266,7 @@ class Stager:
                 # Shaped for new leaves before it is split: their rows are then written as
                 # routed (a partition appended to under another leaf schema is shaped again).
                 conformed = self._shaper(self._new_digest, self._new_schema)(
-                    self.state.schema.conform_input(table)
+                    self.state.schema.conform_input(table, spec=self.state.current_spec)
                 )
                 chunks = list(split(conformed, self.state.current_spec, self.state.schema))
                 targets = self._targets([chunk.values for chunk in chunks])

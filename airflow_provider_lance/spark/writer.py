@@ -258,7 +258,7 @@ def check_dataframe_schema(df: DataFrame, state: NamespaceState) -> None:
         arrow = to_arrow_schema(df.schema, timezone=timezone)
     except (TypeError, ValueError) as exc:
         raise DataValidationError(f"the DataFrame has a column Arrow cannot carry: {exc}") from exc
-    state.schema.conform_input(arrow.empty_table())
+    state.schema.conform_input(arrow.empty_table(), spec=state.current_spec)
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,9 @@ class _StageTask:
         """Tag every row with its partition's routing key (computed by the core)."""
         state = pinned_state(self.uri, self.storage_options, self.manifest_version)
         for batch in batches:
-            conformed = state.schema.conform_input(pa.Table.from_batches([batch]))
+            conformed = state.schema.conform_input(
+                pa.Table.from_batches([batch]), spec=state.current_spec
+            )
             keys = routing_keys(conformed, state.current_spec, state.schema)
             yield batch.append_column(ROUTING_KEY, keys)
 
