@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import multiprocessing as mp
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from airflow_provider_lance.namespace import (
     CommitConflict,
+    CommitResult,
     InvalidArgumentError,
     PartitionedNamespace,
     PartitionField,
@@ -416,3 +418,60 @@ def test_a_collected_anonymous_transaction_never_looks_staged_again(
     with pytest.raises(InvalidArgumentError, match="no transaction"):
         ns.abort(txn.txn_id)
     assert ids(ns) == [100, 101, 102, 103]  # reads every published file
+
+
+# -- a retried commit returns the first one's result ------------------------------------------
+TYPED = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("day", pa.date32()),
+        pa.field("n", pa.int32()),
+        pa.field("country", pa.utf8()),
+    ]
+)
+
+
+def typed_rows(first_id: int) -> pa.Table:
+    """Rows in three partitions: a date, an int and a string value each, one of them NULL."""
+    day = dt.date(2025, 12, 10)
+    return pa.table(
+        {
+            "id": pa.array(range(first_id, first_id + 3), pa.int64()),
+            "day": [day, day, None],
+            "n": pa.array([1, None, 3], pa.int32()),
+            "country": ["US", "DE", None],
+        },
+        schema=TYPED,
+    )
+
+
+def same_types(a: CommitResult, b: CommitResult) -> bool:
+    def typed(r: CommitResult) -> list[dict[str, type]]:
+        return [{k: type(v) for k, v in p.values.items()} for p in r.partitions]
+
+    return typed(a) == typed(b)
+
+
+def test_a_retried_commit_returns_an_equal_result_typed_the_same(root: Path) -> None:
+    """Issue 25: the README promises "again = same result", but a commit retried after the
+    publish returned the recorded result with every partition value a string (dates and
+    ints included). Retried in this process, from a new handle (as a task retry is) and as
+    a retried ``write``, the result equals the first one's, value types included."""
+    ns = PartitionedNamespace.create(
+        root,
+        schema=TYPED,
+        partition_fields=[PartitionField(c, c) for c in ("day", "n", "country")],
+    )
+    ns.begin("append", "t").stage(typed_rows(0))
+    first = ns.commit("t")
+    values = sorted((tuple(p.values.values()) for p in first.partitions), key=repr)
+    assert values == sorted(
+        [(dt.date(2025, 12, 10), 1, "US"), (dt.date(2025, 12, 10), None, "DE"), (None, 3, None)],
+        key=repr,
+    )
+    retried = [ns.commit("t"), PartitionedNamespace.open(root).commit("t")]
+    written = PartitionedNamespace.open(root).write(typed_rows(10), txn_id="w")
+    retried_write = PartitionedNamespace.open(root).write(typed_rows(10), txn_id="w")
+    for again, original in [*((r, first) for r in retried), (retried_write, written)]:
+        assert again == original
+        assert same_types(again, original)

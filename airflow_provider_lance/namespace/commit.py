@@ -418,7 +418,7 @@ class Committer:
             if record is None:
                 raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
             if record.state is TxnState.PUBLISHED:
-                return self.result(record)
+                return self.result(record, state)
             if record.state is TxnState.ABORTED:
                 raise TransactionAborted(
                     f"transaction {record.tag} was aborted: {record.error}; begin it again "
@@ -821,11 +821,12 @@ class Committer:
         log.info("transaction %s was taken over by another committer; waiting", record.tag)
         deadline = time.monotonic() + self.options.swap_timeout
         while time.monotonic() < deadline:
-            now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
+            state = self.ctx.load_state()
+            now = resolve(self.ctx, state, record.txn_id)
             if now is None or now.incarnation != record.incarnation:
                 raise TransactionAborted(f"transaction {record.tag} was aborted")
             if now.state is TxnState.PUBLISHED:
-                return self.result(now)
+                return self.result(now, state)
             if now.state is TxnState.ABORTED:
                 raise TransactionAborted(f"transaction {record.tag} was aborted: {now.error}")
             time.sleep(0.1)
@@ -848,13 +849,23 @@ class Committer:
             log.warning("could not record the result of %s: %s", record.tag, exc)
         return result
 
-    def result(self, record: TxnRecord) -> CommitResult:
-        """The result of a published transaction: recorded, or rebuilt from its plan and
-        the manifest version where its row turned PUBLISHED (after a crash right after
-        the publish)."""
+    def result(self, record: TxnRecord, state: NamespaceState) -> CommitResult:
+        """The result of a published transaction, equal to the one its publish returned:
+        recorded, or rebuilt from its plan and the manifest version where its row turned
+        PUBLISHED (after a crash right after the publish, or a record that does not read).
+
+        The record keeps partition values as text; they get back the types of the
+        partition columns of ``state`` (a state read after the publish: it knows every
+        field the plan's spec version has, which later spec versions keep)."""
         raw = self.store.result(record.txn_id, record.incarnation)
         if raw is not None:
-            return CommitResult.from_dict(raw)
+            types = {f.name: f.type for f in state.partition_columns}
+            try:
+                return CommitResult.from_dict(raw, types)
+            except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
+                log.warning(
+                    "the recorded result of %s does not read (%s): rebuilt", record.tag, exc
+                )
         version = self._published_at(record)
         if record.plan is None:
             mode = record.mode or "append"
