@@ -241,7 +241,7 @@ def test_a_stale_direct_overwrite_never_replaces_a_direct_append(ns, point) -> N
     """The overwrite of partition 1 is staged against read_version P and parks (before its
     leaf commit, or with its Overwrite committed above P); a direct append publishes P'.
     The overwrite must fail (it would silently replace the appended rows) and delete its
-    files. Relies on ``_check_bases`` (read_version still the staged base) on every
+    files. Relies on ``check_staged_against`` (read_version still the staged base) on every
     attempt after the swap against S lost."""
     before = data_files(ns)
     with hold(point) as parked:
@@ -284,7 +284,7 @@ def test_a_stale_direct_overwrite_never_replaces_a_named_commit(ns, overwrite_po
     """The overwrite parks (staged against P, before the seal of X); X (named append to
     partition 1) seals, commits its leaf (rolling back the overwrite's version, if any) and
     publishes. The overwrite's swap fails, it sees P moved and must fail: X's rows stay.
-    Relies on ``_check_bases`` after the lost swap."""
+    Relies on ``check_staged_against`` after the lost swap."""
     ns.begin("append", "X").stage(APPEND)
     with hold(overwrite_point) as parked:
         overwriter = Worker(other(ns).write, OVERWRITE, "overwrite")
@@ -306,7 +306,7 @@ def test_a_direct_overwrite_against_a_named_commit_holding_its_claim(ns, start) 
     version) or after it (it sees the claim and hands over to the claim protocol, which
     waits). X publishes; the overwrite was staged against the version X replaced, so it
     must fail, whichever path it took, and delete its files. Relies on the claim check,
-    ``_check_bases`` and the claim protocol's base check at the seal."""
+    ``check_staged_against`` and the claim protocol's base check at the seal."""
     ns.begin("append", "X").stage(APPEND)
     overwriter_handle = other(ns)
     with hold("direct.staged") as staged:

@@ -362,14 +362,17 @@ def test_stages_written_under_different_schemas_are_not_committed_together(
 ) -> None:
     """Two stages of one transaction (two Spark tasks, say) on either side of an
     ``add_column``: their new leaves would need different schemas. Refused before any
-    claim; nothing published."""
+    claim; nothing published. Committing again cannot help, so it is not retryable, and the
+    error names the stage to stage again (the one written before the change)."""
     txn = daily.begin("append", "X")
     txn.stage(events(2, days=1), stage_id="a")
     daily.add_column(pa.field("channel", pa.utf8()))
     more = events(2, start=dt.date(2026, 1, 1), days=1, first_id=10)
     txn.stage(more.append_column("channel", pa.array(["web", "app"])), stage_id="b")
-    with pytest.raises(CommitConflict, match="different namespace schemas"):
+    with pytest.raises(CommitConflict, match="different namespace schemas") as info:
         daily.commit("X")
+    assert not info.value.retryable
+    assert "ns.transaction('X').discard(['a'])" in str(info.value)
     assert daily.to_table().num_rows == 0
 
 

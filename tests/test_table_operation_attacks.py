@@ -193,14 +193,17 @@ def test_a_drop_parked_while_an_append_publishes_drops_the_appended_rows_too(ns)
 def test_an_append_to_a_partition_dropped_meanwhile_fails_cleanly(ns) -> None:
     """The append was staged into partition 1 and parks before its swap; the partition is
     dropped. Appending to a partition that no longer exists would bring rows into a new
-    partition the writer never saw: it fails (retryable), publishing nothing."""
+    partition the writer never saw: it fails, publishing nothing. The same rule as a
+    commit's (``check_staged_against``), but retryable: the write's retry stages afresh,
+    and the error says to write again."""
     with hold("direct.before_publish") as parked:
         writer = Worker(other(ns).write, tagged_rows("a", [1], 1, first_id=100))
         writer.start()
         parked.wait_reached()
         other(ns).drop_partitions("part = 1")
-    with pytest.raises(CommitConflict, match="no longer exist"):
+    with pytest.raises(CommitConflict, match=r"no longer exist.*part=1.*write again") as info:
         writer.outcome()
+    assert info.value.retryable
     assert no_duplicates(ns) == list(range(4, 12))
     ns.write(tagged_rows("again", [1], 1, first_id=100))  # a retry creates it afresh
     assert no_duplicates(ns) == [*range(4, 12), 100]

@@ -1289,8 +1289,8 @@ def test_committing_an_aborted_transaction_says_it_was_aborted(
     """Committing an aborted transaction raises TransactionAborted (not retryable). In the
     process that began it, a commit first merges the incarnation's stage records and only
     then reads its row: if an abort died after its fence (before removing the records)
-    and the stages saw different versions of a partition, the commit raises a retryable
-    CommitConflict ("... a concurrent commit happened while staging; stage again").
+    and the stages saw different versions of a partition, the commit raises StaleStage
+    ("stages ... saw partition ... differently").
 
     Minimal sequence found by the model: begin t; stage part 0 (absent); a write creates
     part 0; stage part 0 again; abort(t) dies at abort.after_fence; commit(t).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import multiprocessing as mp
 import time
@@ -12,14 +13,18 @@ import pytest
 
 from airflow_provider_lance.namespace import (
     CommitConflict,
+    CommitResult,
     InvalidArgumentError,
     PartitionedNamespace,
     PartitionField,
+    StaleStage,
     TransactionAborted,
 )
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError
+from airflow_provider_lance.namespace.errors import is_retryable
+from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
 
 from .conftest import leaf_files, tree
+from .test_interleavings import Worker, other
 from .workers import TAGGED, stage_in_process, tagged_rows
 
 
@@ -416,3 +421,156 @@ def test_a_collected_anonymous_transaction_never_looks_staged_again(
     with pytest.raises(InvalidArgumentError, match="no transaction"):
         ns.abort(txn.txn_id)
     assert ids(ns) == [100, 101, 102, 103]  # reads every published file
+
+
+# -- stale stages: a commit that can never succeed says so, and is not retried forever ----------
+def test_a_commit_into_a_partition_dropped_after_staging_fails_for_good(
+    ns: PartitionedNamespace,
+) -> None:
+    """Issue 24: staged into partition 1, which is then dropped. The commit used to raise a
+    *retryable* CommitConflict on every attempt (a commit task retried it forever). The
+    stage can never be published (its rows belong to the dropped partition's leaf), so the
+    commit fails for good, naming the stage and the remedy, and publishes nothing; after
+    the remedy the commit publishes, creating partition 1 afresh."""
+    ns.write(tagged_rows("seed", [1, 2], 2, 0))
+    txn = ns.begin("append", "t")
+    txn.stage(tagged_rows("a", [1, 2], 1, 100), stage_id="s1")
+    dropped = ns.partition({"part": 1}).object_id
+    ns.drop_partitions("part = 1")
+    before = ns.to_table()
+    for handle in (ns, PartitionedNamespace.open(ns.uri)):  # the task, and its retry
+        with pytest.raises(StaleStage, match="no longer exist") as info:
+            handle.commit("t")
+        assert not is_retryable(info.value)
+        assert "part=1" in str(info.value)
+        assert "ns.transaction('t').discard(['s1'])" in str(info.value)
+        assert "ns.abort('t')" in str(info.value)
+        assert info.value.partitions == [dropped]
+        assert ns.to_table().equals(before)
+    ns.abort("t")  # the remedy: a new incarnation, staged against the partitions as they are
+    again = ns.begin("append", "t")
+    again.stage(tagged_rows("a", [1, 2], 1, 100), stage_id="s1")
+    result = ns.commit("t")
+    assert sorted((p.values["part"], p.created) for p in result.partitions) == [
+        (1, True),
+        (2, False),
+    ]
+    assert ids(ns) == [2, 3, 100, 101]
+
+
+def test_a_task_retry_that_stages_under_a_new_id_is_told_which_stage_to_discard(
+    ns: PartitionedNamespace,
+) -> None:
+    """Issue 24: the staging task ran (stage "try-1" into partition 1), partition 1 was
+    dropped, and the task's retry staged the same rows under a new stage id ("try-2":
+    partition 1 as a new one). The two stages saw partition 1 differently, so they can
+    never be merged: the commit used to say "retryable, stage again" forever. It now fails
+    for good naming the stage made before the drop; discarding it lets the commit publish
+    the retry's rows once."""
+    ns.write(tagged_rows("seed", [1, 2], 2, 0))
+    ns.begin("append", "t").stage(tagged_rows("a", [1, 2], 1, 100), stage_id="try-1")
+    ns.drop_partitions("part = 1")
+    retry = PartitionedNamespace.open(ns.uri)
+    retry.begin("append", "t").stage(tagged_rows("a", [1, 2], 1, 100), stage_id="try-2")
+    for _ in range(2):
+        with pytest.raises(StaleStage, match="differently") as info:
+            retry.commit("t")
+        assert not is_retryable(info.value)
+        assert "ns.transaction('t').discard(['try-1'])" in str(info.value)
+    assert ids(ns) == [2, 3]
+    retry.transaction("t").discard(["try-1"])
+    assert retry.commit("t").rows == 2
+    assert ids(ns) == [2, 3, 100, 101]
+
+
+def test_an_overwrite_whose_base_moved_fails_for_good(ns: PartitionedNamespace) -> None:
+    """The same rule for a replaced base: the staged overwrite of partition 2 would lose
+    the rows published over it since, now and on every retry, so it is not retryable."""
+    ns.write(tagged_rows("seed", [1, 2], 2, 0))
+    ns.begin("overwrite", "ow").stage(tagged_rows("new", [1, 2], 1, 100), stage_id="s")
+    ns.write(tagged_rows("late", [2], 1, 200))
+    with pytest.raises(StaleStage, match="another writer published") as info:
+        ns.commit("ow")
+    assert not is_retryable(info.value)
+    assert "ns.transaction('ow').discard(['s'])" in str(info.value)
+    assert ids(ns) == [0, 1, 2, 3, 200]
+
+
+def test_a_named_write_into_a_partition_dropped_meanwhile_is_retryable(
+    ns: PartitionedNamespace,
+) -> None:
+    """``write(txn_id=...)`` stages and commits itself, and aborts on failure: its retry
+    stages the data again, so for it the stale stage is a retryable conflict that says to
+    write again (not the commit's "discard the stages"), and the retry creates partition 1
+    afresh."""
+    ns.write(tagged_rows("seed", [1, 2], 2, 0))
+    with hold("commit.before_seal") as parked:
+        writer = Worker(other(ns).write, tagged_rows("w", [1], 1, 100), txn_id="w")
+        writer.start()
+        parked.wait_reached()
+        other(ns).drop_partitions("part = 1")
+    with pytest.raises(CommitConflict, match="write again") as info:
+        writer.outcome()
+    assert not isinstance(info.value, StaleStage)
+    assert is_retryable(info.value)
+    assert ids(ns) == [2, 3]
+    result = ns.write(tagged_rows("w", [1], 1, 100), txn_id="w")  # the task's retry
+    assert [p.created for p in result.partitions] == [True]
+    assert ids(ns) == [2, 3, 100]
+
+
+# -- a retried commit returns the first one's result ------------------------------------------
+TYPED = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("day", pa.date32()),
+        pa.field("n", pa.int32()),
+        pa.field("country", pa.utf8()),
+    ]
+)
+
+
+def typed_rows(first_id: int) -> pa.Table:
+    """Rows in three partitions: a date, an int and a string value each, one of them NULL."""
+    day = dt.date(2025, 12, 10)
+    return pa.table(
+        {
+            "id": pa.array(range(first_id, first_id + 3), pa.int64()),
+            "day": [day, day, None],
+            "n": pa.array([1, None, 3], pa.int32()),
+            "country": ["US", "DE", None],
+        },
+        schema=TYPED,
+    )
+
+
+def same_types(a: CommitResult, b: CommitResult) -> bool:
+    def typed(r: CommitResult) -> list[dict[str, type]]:
+        return [{k: type(v) for k, v in p.values.items()} for p in r.partitions]
+
+    return typed(a) == typed(b)
+
+
+def test_a_retried_commit_returns_an_equal_result_typed_the_same(root: Path) -> None:
+    """Issue 25: the README promises "again = same result", but a commit retried after the
+    publish returned the recorded result with every partition value a string (dates and
+    ints included). Retried in this process, from a new handle (as a task retry is) and as
+    a retried ``write``, the result equals the first one's, value types included."""
+    ns = PartitionedNamespace.create(
+        root,
+        schema=TYPED,
+        partition_fields=[PartitionField(c, c) for c in ("day", "n", "country")],
+    )
+    ns.begin("append", "t").stage(typed_rows(0))
+    first = ns.commit("t")
+    values = sorted((tuple(p.values.values()) for p in first.partitions), key=repr)
+    assert values == sorted(
+        [(dt.date(2025, 12, 10), 1, "US"), (dt.date(2025, 12, 10), None, "DE"), (None, 3, None)],
+        key=repr,
+    )
+    retried = [ns.commit("t"), PartitionedNamespace.open(root).commit("t")]
+    written = PartitionedNamespace.open(root).write(typed_rows(10), txn_id="w")
+    retried_write = PartitionedNamespace.open(root).write(typed_rows(10), txn_id="w")
+    for again, original in [*((r, first) for r in retried), (retried_write, written)]:
+        assert again == original
+        assert same_types(again, original)

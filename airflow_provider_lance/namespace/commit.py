@@ -34,13 +34,14 @@ from typing import Any
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
-from .catalog import NamespaceState
+from .catalog import NamespaceState, value_text
 from .errors import (
     CommitConflict,
     InvalidArgumentError,
     LanceNamespaceError,
     ManifestError,
     OutcomeUnknown,
+    StaleStage,
     TransactionAborted,
 )
 from .failpoints import failpoint
@@ -93,14 +94,19 @@ class TransactionContext:
 
 def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, StagedPartition]:
     """All partitions of all stages, their data files and row counts added up (the
-    stages are left as they are: a partition is copied only when a second one joins it)."""
+    stages are left as they are: a partition is copied only when a second one joins it).
+
+    Stages that saw one partition differently (staged on either side of a publish, a drop
+    or a re-creation of it) cannot be merged, now or later: :class:`StaleStage`."""
     merged: dict[str, StagedPartition] = {}
+    first: dict[str, Stage] = {}  # the stage each merged partition came from first
     copied: set[str] = set()
     for stage in stages.values() if isinstance(stages, Mapping) else stages:
         for oid, part in stage.partitions.items():
             into = merged.get(oid)
             if into is None:
                 merged[oid] = part
+                first[oid] = stage
                 continue
             if (part.rewrite, part.base_read_version, part.existed, part.schema) != (
                 into.rewrite,
@@ -108,10 +114,14 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
                 into.existed,
                 into.schema,
             ):
-                raise CommitConflict(
-                    "stages of one transaction saw different versions of a partition "
-                    "(a concurrent commit happened while staging); stage again",
+                raise StaleStage(
+                    f"stages {stage_name(first[oid])} and {stage_name(stage)} saw partition "
+                    f"{partition_text(part)} differently ({seen_as(into)}, {seen_as(part)}): "
+                    "it was published, dropped or created between them (different versions "
+                    "of a partition)",
                     [oid],
+                    "discard the stage staged before that change and stage its rows again, "
+                    "or abort the transaction and begin it again",
                 )
             if oid not in copied:
                 copied.add(oid)
@@ -129,14 +139,120 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
     return merged
 
 
+def stage_name(stage: Stage) -> str:
+    return f"{stage.stage_id!r} of {stage.txn_id}"
+
+
+def partition_text(part: StagedPartition) -> str:
+    """A partition as users name it (``part=1, country=NULL``), not by its object id."""
+    texts = [f"{k}={'NULL' if v is None else value_text(v)}" for k, v in part.values.items()]
+    return ", ".join(texts) or part.object_id
+
+
+def seen_as(part: StagedPartition) -> str:
+    """What a stage saw of a partition, in words."""
+    if not part.existed:
+        return "as a new partition"
+    version = "its latest" if part.base_read_version is None else part.base_read_version
+    return f"{'rewriting' if part.rewrite else 'at'} leaf version {version}"
+
+
+def check_staged_against(
+    parts: Mapping[str, StagedPartition],
+    current: Mapping[str, Mapping[str, Any]],
+    *,
+    overwrite: bool,
+    remedy: Callable[[list[str]], str],
+) -> None:
+    """The one rule for what staged files may be published onto, for the claim
+    protocol's seal and the direct publish alike (``current``: the partitions' rows now,
+    claimed ones included; absent: no such partition).
+
+    * A partition the data was staged into as existing that has no row now was dropped
+      since. The commit fails rather than create it anew: the user dropped the partition
+      after these rows were routed into it, and bringing it back holding only them is a
+      decision the commit cannot make for them (a drop is deliberate: retention, a
+      removal request, a re-load); their files were written into the dropped leaf (on
+      its version, with its field ids), which belongs to the orphan sweep now. A
+      partition created again since (it has a row) takes the append as any other.
+    * A partition the stage replaces (overwrite, rewrite) must still be at the version
+      it replaces, else the rows published over it would be lost.
+
+    Neither heals by waiting or committing again, so this raises :class:`StaleStage` (not
+    retryable), with ``remedy(stale partition ids)``: how to stage again.
+    """
+    dropped: list[StagedPartition] = []
+    moved: list[StagedPartition] = []
+    for oid, part in parts.items():
+        row = current.get(oid)
+        if row is None:
+            if part.existed:
+                dropped.append(part)
+        elif (overwrite or part.rewrite) and row[READ_VERSION] != part.base_read_version:
+            moved.append(part)
+    if not dropped and not moved:
+        return
+    problems = []
+    if dropped:
+        named = "; ".join(partition_text(p) for p in dropped[:10])
+        problems.append(
+            f"staged partitions no longer exist: they were dropped after the data was staged "
+            f"into them ({named})"
+        )
+    if moved:
+        named = "; ".join(partition_text(p) for p in moved[:10])
+        problems.append(
+            f"it replaces partitions another writer published after it was staged ({named})"
+        )
+    stale = [p.object_id for p in (*dropped, *moved)]
+    raise StaleStage("; ".join(problems), stale, remedy(stale))
+
+
+def outdated_stages(
+    state: NamespaceState, txn_id: str, stages: Sequence[Stage], conflict: StaleStage
+) -> StaleStage:
+    """``conflict`` (stages that saw a partition differently) naming the stages to
+    discard: those that saw it otherwise than it is published at ``state`` (e.g. the
+    stage of an earlier task attempt, made before the partition was dropped, when the
+    retry staged under a new stage id)."""
+    rows = {r[OBJECT_ID]: r for r in state.full_rows(conflict.partitions).to_pylist()}
+    held: dict[str, list[str]] = {}
+    for stage in stages:
+        for oid in conflict.partitions:
+            part, row = stage.partitions.get(oid), rows.get(oid)
+            if part is None:
+                continue
+            now = (row is not None, None if row is None else row[READ_VERSION])
+            if (part.existed, part.staged_on) != now:
+                held.setdefault(stage.txn_id, []).append(stage.stage_id)
+                break
+    return StaleStage(conflict.problem, conflict.partitions, restage_remedy(txn_id, held))
+
+
+def restage_remedy(txn_id: str, held: Mapping[str, Sequence[str]]) -> str:
+    """What to do about stale stages of ``txn_id``: ``held`` names them by transaction."""
+    calls = " and ".join(
+        f"ns.transaction({t!r}).discard({sorted(set(ids))!r})" for t, ids in sorted(held.items())
+    )
+    return (
+        f"nothing was published, and committing {txn_id} again cannot succeed: discard "
+        f"those stages ({calls or 'Transaction.discard'}) and stage their rows again "
+        "(staging again under the same stage id replaces a stage), or abort the "
+        f"transaction (ns.abort({txn_id!r})) and begin it again"
+    )
+
+
 def common_leaf_schema(stages: Sequence[Stage]) -> pa.Schema | None:
     """The leaf schema every stage was written with (None: none recorded one);
-    :class:`CommitConflict` if they differ: a schema change happened while staging."""
+    :class:`StaleStage` if they differ: a schema change happened while staging, and the
+    stages written before it must be staged again."""
     schemas = {schema_digest(s.leaf_schema): s.leaf_schema for s in stages if s.leaf_schema}
     if len(schemas) > 1:
-        raise CommitConflict(
+        raise StaleStage(
             "stages of one transaction were written under different namespace schemas (a "
-            "schema change happened while staging); nothing was published: stage again"
+            "schema change happened while staging)",
+            (),
+            "stage again those written before the change, or abort the transaction",
         )
     return next(iter(schemas.values()), None)
 
@@ -418,7 +534,7 @@ class Committer:
             if record is None:
                 raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
             if record.state is TxnState.PUBLISHED:
-                return self.result(record)
+                return self.result(record, state)
             if record.state is TxnState.ABORTED:
                 raise TransactionAborted(
                     f"transaction {record.tag} was aborted: {record.error}; begin it again "
@@ -485,7 +601,7 @@ class Committer:
         sources = self._sources(state, header)
         failpoint("commit.before_seal")
         try:
-            plan = self._plan(header, txn, sources)
+            plan = self._plan(state, header, txn, sources)
         except CommitConflict:
             if record is None:  # the row has not been read yet: it decides first
                 return None
@@ -577,7 +693,13 @@ class Committer:
     def _sources(self, state: NamespaceState, header: TransactionHeader) -> list[TxnRecord]:
         return [staged_source(self.ctx, state, source) for source in header.sources]
 
-    def _plan(self, header: TransactionHeader, record: TxnRecord, sources: list[TxnRecord]) -> Plan:
+    def _plan(
+        self,
+        state: NamespaceState,
+        header: TransactionHeader,
+        record: TxnRecord,
+        sources: list[TxnRecord],
+    ) -> Plan:
         """The stages recorded now (read after the state, so none recorded before a
         stager's epoch bump is missed) and their merged partitions."""
         refs: list[tuple[str, int, str, str]] = []
@@ -590,13 +712,17 @@ class Committer:
         if last is not None and last.stages == tuple(refs) and last.mode == header.mode:
             return last  # the same stages as the last attempt: the same plan (and its file)
         stages = [Stage.from_json(raw) for raw in raws]
+        try:
+            merged = merge_stages(stages)
+        except StaleStage as exc:
+            raise outdated_stages(state, record.txn_id, stages, exc) from None
         self._planned = Plan(
             new_token()[:16],
             header.mode,
             header.spec_version,
             tuple(refs),
-            merge_stages(stages),
-            common_leaf_schema(stages),
+            merged,
+            self._leaf_schema(state, record.txn_id, stages),
         )
         return self._planned
 
@@ -611,10 +737,16 @@ class Committer:
         """The claimed and created rows for the seal (``current``: the plan's partition rows
         as of ``state``); None while other transactions hold partitions."""
         tag, overwrite = record.tag, plan.mode == "overwrite"
+        check_staged_against(
+            plan.partitions,
+            current,
+            overwrite=overwrite,
+            remedy=lambda stale: restage_remedy(record.txn_id, self._holding(plan, stale)),
+        )
         holders = load_records(state, claim_owners(current.values()))
         blocked: dict[str, str] = {}
         rows: list[dict[str, Any]] = []
-        for oid, part in plan.partitions.items():
+        for oid in plan.partitions:
             row = current.get(oid)
             if row is None:
                 continue
@@ -622,13 +754,6 @@ class Committer:
             if owner and owner != tag and claim_is_live(owner, holders):
                 blocked[oid] = owner
                 continue
-            published = row[READ_VERSION]
-            if (overwrite or part.rewrite) and published != part.base_read_version:
-                raise CommitConflict(
-                    f"transaction {record.txn_id} replaces partitions another writer "
-                    "published after it was staged; nothing was published",
-                    [oid],
-                )
             rows.append(dict(row, **{CLAIM: tag}))
         if blocked:
             failpoint("commit.claim_blocked")
@@ -642,9 +767,6 @@ class Committer:
                 )
             return None
         new = [p for oid, p in plan.partitions.items() if oid not in current]
-        gone = [p.object_id for p in new if p.existed]
-        if gone:
-            raise CommitConflict("staged partitions no longer exist", gone)
         if not overwrite:
             self._check_append_schemas(plan, current)
         if new:
@@ -655,6 +777,33 @@ class Committer:
                 spec_version=plan.spec_version,
             ).rows
         return rows
+
+    @staticmethod
+    def _leaf_schema(
+        state: NamespaceState, txn_id: str, stages: Sequence[Stage]
+    ) -> pa.Schema | None:
+        """:func:`common_leaf_schema`, naming the stages written before a schema change
+        (another schema than the namespace's now) when they differ."""
+        try:
+            return common_leaf_schema(stages)
+        except StaleStage as exc:
+            now = schema_digest(state.schema.leaf_schema())
+            held: dict[str, list[str]] = {}
+            for stage in stages:
+                if stage.leaf_schema is not None and schema_digest(stage.leaf_schema) != now:
+                    held.setdefault(stage.txn_id, []).append(stage.stage_id)
+            raise StaleStage(exc.problem, (), restage_remedy(txn_id, held)) from None
+
+    def _holding(self, plan: Plan, partitions: Sequence[str]) -> dict[str, list[str]]:
+        """The stages of ``plan`` holding any of ``partitions``, by transaction (read
+        from their records: only to name them in an error)."""
+        wanted = set(partitions)
+        held: dict[str, list[str]] = {}
+        for txn_id, incarnation, stage_id, _ in plan.stages:
+            raw = self.store.stage(txn_id, incarnation, stage_id)
+            if raw is not None and wanted & {p["object_id"] for p in raw["partitions"]}:
+                held.setdefault(txn_id, []).append(stage_id)
+        return held
 
     def _check_append_schemas(self, plan: Plan, current: Mapping[str, Mapping[str, Any]]) -> None:
         """Before claiming: appended files only go onto a leaf version whose schema gives
@@ -821,11 +970,12 @@ class Committer:
         log.info("transaction %s was taken over by another committer; waiting", record.tag)
         deadline = time.monotonic() + self.options.swap_timeout
         while time.monotonic() < deadline:
-            now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
+            state = self.ctx.load_state()
+            now = resolve(self.ctx, state, record.txn_id)
             if now is None or now.incarnation != record.incarnation:
                 raise TransactionAborted(f"transaction {record.tag} was aborted")
             if now.state is TxnState.PUBLISHED:
-                return self.result(now)
+                return self.result(now, state)
             if now.state is TxnState.ABORTED:
                 raise TransactionAborted(f"transaction {record.tag} was aborted: {now.error}")
             time.sleep(0.1)
@@ -848,13 +998,23 @@ class Committer:
             log.warning("could not record the result of %s: %s", record.tag, exc)
         return result
 
-    def result(self, record: TxnRecord) -> CommitResult:
-        """The result of a published transaction: recorded, or rebuilt from its plan and
-        the manifest version where its row turned PUBLISHED (after a crash right after
-        the publish)."""
+    def result(self, record: TxnRecord, state: NamespaceState) -> CommitResult:
+        """The result of a published transaction, equal to the one its publish returned:
+        recorded, or rebuilt from its plan and the manifest version where its row turned
+        PUBLISHED (after a crash right after the publish, or a record that does not read).
+
+        The record keeps partition values as text; they get back the types of the
+        partition columns of ``state`` (a state read after the publish: it knows every
+        field the plan's spec version has, which later spec versions keep)."""
         raw = self.store.result(record.txn_id, record.incarnation)
         if raw is not None:
-            return CommitResult.from_dict(raw)
+            types = {f.name: f.type for f in state.partition_columns}
+            try:
+                return CommitResult.from_dict(raw, types)
+            except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
+                log.warning(
+                    "the recorded result of %s does not read (%s): rebuilt", record.tag, exc
+                )
         version = self._published_at(record)
         if record.plan is None:
             mode = record.mode or "append"

@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from .catalog import NamespaceState
-from .commit import TransactionContext, backoff, merge_stages
+from .commit import TransactionContext, backoff, check_staged_against, merge_stages
 from .errors import CommitConflict, LanceNamespaceError, StorageError
 from .failpoints import FailpointError, failpoint
 from .leaves import commit_leaf
@@ -113,7 +113,8 @@ def _publish(
         if any(row.get(CLAIM) for row in current.values()):
             log.info("partitions of %s are claimed: committing through the claim protocol", owner)
             return None
-        _check_bases(parts, current, overwrite)
+        # A stale stage is this write's: discarded below, and write() says "write again"
+        check_staged_against(parts, current, overwrite=overwrite, remedy=lambda stale: "")
 
         versions = _commit_leaves(ctx, leaf_schema, parts, current, overwrite, owner)
         if attempt:
@@ -218,26 +219,6 @@ def _check_files(ctx: TransactionContext, parts: dict[str, StagedPartition]) -> 
             "(maintain with an older_than shorter than the write?); nothing was published: "
             "write again",
             gone,
-        )
-
-
-def _check_bases(
-    parts: dict[str, StagedPartition], current: dict[str, dict[str, Any]], overwrite: bool
-) -> None:
-    """An overwrite (or a rewrite) replaces exactly the version it was staged against."""
-    gone = [oid for oid, p in parts.items() if p.existed and oid not in current]
-    if gone:
-        raise CommitConflict("staged partitions no longer exist", gone)
-    moved = [
-        oid
-        for oid, row in current.items()
-        if (overwrite or parts[oid].rewrite) and row[READ_VERSION] != parts[oid].base_read_version
-    ]
-    if moved:
-        raise CommitConflict(
-            "the write replaces partitions another writer published after it was staged; "
-            "nothing was published",
-            moved,
         )
 
 

@@ -116,6 +116,26 @@ class CommitConflict(LanceNamespaceError):
         super().__init__(message)
 
 
+class StaleStage(CommitConflict):
+    """Data was staged against partitions that changed since in a way no commit can mend:
+    a partition it appends to was dropped, a partition it replaces (overwrite, rewrite) got
+    a newer version, or two stages of one transaction saw one partition differently.
+
+    Committing the same stages again meets the same partitions, so a commit raising this
+    is not retryable (a retry loop would repeat it forever); the message names the stages
+    and what to do: discard them and stage their rows again, or abort the transaction and
+    begin it again. A write that stages its data itself (``write``, a Spark job that
+    commits) is retryable instead: its retry stages afresh (see :func:`stage_again`).
+    """
+
+    retryable = False
+
+    def __init__(self, problem: str, partitions: Iterable[str] = (), remedy: str = "") -> None:
+        #: What went stale, without the remedy (a write that stages again says its own).
+        self.problem = problem
+        super().__init__(f"{problem}; {remedy}" if remedy else problem, partitions)
+
+
 class TransactionAborted(LanceNamespaceError):
     """The transaction was aborted (by the user or by recovery); this incarnation can never
     commit. ``begin`` with the same id starts a new incarnation."""
@@ -161,6 +181,18 @@ def aborted_meanwhile(txn_id: str, cause: TransactionAborted) -> CommitConflict:
     return CommitConflict(
         f"transaction {txn_id} was aborted while this write ran (by recover() or an "
         f"operator: {cause}); nothing of it was published, write again"
+    )
+
+
+def stage_again(cause: StaleStage) -> CommitConflict:
+    """A *write* whose staged data went stale before it published: nothing of it was
+    published and its staged files are gone (discarded, or aborted with its transaction),
+    and a retry of the write stages the data again against the partitions as they are then
+    (e.g. creating a dropped one anew), so it is retryable."""
+    return CommitConflict(
+        f"{cause.problem}; nothing of the write was published and what it staged was "
+        "removed: write again (a retry stages the data afresh)",
+        cause.partitions,
     )
 
 

@@ -33,9 +33,11 @@ from .errors import (
     NamespaceNotFoundError,
     PartitionNotFoundError,
     PartitionSpecError,
+    StaleStage,
     TransactionAborted,
     VersionBeforeCreationError,
     aborted_meanwhile,
+    stage_again,
 )
 from .failpoints import FailpointError, failpoint
 from .history import History
@@ -678,7 +680,10 @@ class PartitionedNamespace:
             flush_bytes,
             create_leaves_as=owner,
         ).write(data)
-        result = publish_stage(self._txn, state, stage, owner=owner)
+        try:
+            result = publish_stage(self._txn, state, stage, owner=owner)
+        except StaleStage as exc:  # its files are discarded: a retry stages afresh
+            raise stage_again(exc) from exc
         if result is not None:
             return result
         try:  # recorded for the claim protocol, which commits the files itself
@@ -728,6 +733,8 @@ class PartitionedNamespace:
                 self._abort_quietly(txn.txn_id, exc, forget=txn.header.anonymous)
             if isinstance(exc, TransactionAborted):
                 raise aborted_meanwhile(txn.txn_id, exc) from exc
+            if isinstance(exc, StaleStage):  # aborted above: a retry begins and stages anew
+                raise stage_again(exc) from exc
             raise
 
     def _abort_quietly(self, txn_id: str, cause: BaseException, *, forget: bool) -> None:

@@ -8,7 +8,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from .catalog import value_text
+
+
+def text_value(text: str | None, dtype: pa.DataType) -> Any:
+    """A partition value back from its string form (:func:`~.catalog.value_text`), as the
+    Python value of the partition column's type ``dtype``: a ``datetime.date`` for a date,
+    an int for an int. Exact for every type ``value_text`` writes (its floats are
+    ``repr``s, its times and timestamps ISO, its binaries hex)."""
+    if text is None:
+        return None
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return bytes.fromhex(text)
+    if pa.types.is_time(dtype):  # Arrow casts no strings to times
+        return pa.scalar(dt.time.fromisoformat(text), dtype).as_py()
+    return pc.cast(pa.array([text], pa.utf8()), dtype)[0].as_py()
 
 
 @dataclass(frozen=True)
@@ -58,15 +75,29 @@ class CommitResult:
         }
 
     @classmethod
-    def from_dict(cls, obj: Mapping[str, Any]) -> CommitResult:
-        """The result as recorded (partition values in their string form)."""
+    def from_dict(
+        cls, obj: Mapping[str, Any], types: Mapping[str, pa.DataType] | None = None
+    ) -> CommitResult:
+        """The result as recorded by :meth:`to_dict`. The record keeps partition values in
+        their string form; ``types`` (the partition columns' types, by name) gives them
+        back their types, so that a retried commit returns a result equal to the first
+        one's (``datetime.date`` and int, not strings). Without it, or for a name it
+        lacks, a value stays a string."""
+        types = types or {}
+
+        def typed(values: Mapping[str, Any]) -> dict[str, Any]:
+            return {
+                k: text_value(v, types[k]) if k in types and isinstance(v, str) else v
+                for k, v in values.items()
+            }
+
         return cls(
             int(obj["manifest_version"]),
             str(obj["mode"]),
             [
                 PartitionCommit(
                     p["object_id"],
-                    dict(p["values"]),
+                    typed(p["values"]),
                     int(p["read_version"]),
                     int(p["rows"]),
                     bool(p["created"]),

@@ -43,7 +43,7 @@ from airflow_provider_lance.namespace import (
 from airflow_provider_lance.namespace import errors as project_errors
 from airflow_provider_lance.namespace.catalog import NamespaceState, value_text
 from airflow_provider_lance.namespace.commit import merge_stages
-from airflow_provider_lance.namespace.errors import aborted_meanwhile
+from airflow_provider_lance.namespace.errors import StaleStage, aborted_meanwhile, stage_again
 from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.lifecycle import TxnState
 from airflow_provider_lance.namespace.splitting import routing_keys
@@ -206,6 +206,8 @@ def _write(
         result = ns.commit(txn)
     except TransactionAborted as exc:
         raise aborted_meanwhile(txn.txn_id, exc) from exc
+    except StaleStage as exc:  # a retried job discards these stages and stages afresh
+        raise stage_again(exc) from exc
     log.info(
         "published %d rows into %d partitions (manifest v%d)",
         result.rows,
