@@ -638,6 +638,46 @@ OPERATIONS_WITH_ID: dict[str, Callable[[PartitionedNamespace, str], Any]] = {
 }
 
 
+#: The operations of the races above, named: each changes what :func:`fragmented` holds.
+NAMED: dict[str, Callable[[PartitionedNamespace], Any]] = {
+    "delete": lambda h: h.delete("id % 2 = 0", txn_id="op"),
+    "drop_partitions": lambda h: h.drop_partitions("part = 1", txn_id="op"),
+    "merge": lambda h: h.merge(
+        upserts([(0, 1), (5, 2), (100, 1), (101, 4)], "m"), ["id", "part"], txn_id="op"
+    ),
+    "optimize": lambda h: h.optimize(txn_id="op"),
+}
+
+
+@pytest.mark.parametrize(("kind", "point"), [(k, p) for k in NAMED for p in points(k)])
+def test_two_runs_of_one_named_operation_publish_it_once(root, kind, point) -> None:
+    """Run 1 of a named operation (``txn_id="op"``, a task and its retry, say) parks at
+    ``point``; run 2 with the same id runs whole and publishes; then an append puts rows
+    into partitions 1-3 that the operation would change if it ran again (even ids for the
+    delete, a re-created partition 1 for the drop, new fragments for optimize, a second
+    leaf version for the merge's partitions). Released, run 1 must return run 2's result
+    and change nothing: no partition's ``read_version`` moves and the appended rows stay."""
+    ns = fragmented(root)  # partition 2 in two fragments: something for optimize to do
+    with hold(point) as parked:
+        first = Worker(NAMED[kind], other(ns))
+        first.start()
+        parked.wait_reached()
+        second = NAMED[kind](other(ns))
+        assert state_of(ns, "op") == "published"
+        for n in range(2):  # two appends: two more fragments in each partition
+            ns.write(tagged_rows(f"after-{n}", [1, 2, 3], 1, first_id=200 + 10 * n))
+        published = {p.object_id: p.read_version for p in ns.partitions()}
+        rows = rows_at(ns)
+    result = first.outcome()
+    assert result.to_dict() == second.to_dict()
+    assert {p.object_id: p.read_version for p in ns.partitions()} == published
+    assert rows_at(ns) == rows
+    assert {200, 201, 202, 210, 211, 212} <= set(no_duplicates(ns))
+    assert state_of(ns, "op") == "published"
+    assert NAMED[kind](ns).to_dict() == second.to_dict()
+    healthy(ns, 1, 2, 3)
+
+
 # -- the orphan sweep and version cleanup next to operations in flight ------------------------
 def data_files(root: Path) -> set[Path]:
     """The data files of every leaf directory (not ``__manifest``'s)."""
