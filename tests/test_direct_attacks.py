@@ -44,6 +44,7 @@ from airflow_provider_lance.namespace.errors import is_retryable
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.lifecycle import all_records
 
+from .rows import by_id, no_duplicates
 from .test_direct_publish import data_files, referenced_files
 from .test_interleavings import (
     BY_PART,
@@ -111,12 +112,6 @@ def assert_all_or_nothing(ns: PartitionedNamespace, expected: dict[str, int], si
         for tag, count in counts.items():
             if tag in expected:
                 assert count == expected[tag], f"v{version}: {count} rows of {tag}"
-
-
-def no_duplicates(ns: PartitionedNamespace) -> list[int]:
-    found = ids(ns)
-    assert len(found) == len(set(found)), f"duplicated rows: {found}"
-    return found
 
 
 @contextmanager
@@ -404,7 +399,7 @@ def test_a_direct_write_swapped_after_a_schema_or_spec_change(evolving, change) 
     expected = expected_rows([seed, w_rows], {**rename, **dropped})
     for row in expected.values():
         row.update({k: None for k in names if k not in EVOLVING.names})  # added columns
-    got = {r["id"]: r for r in ns.to_table().to_pylist()}
+    got = by_id(ns.to_table())
     assert got == expected
     assert claims(ns) == []
     published_files_exist(ns)
@@ -418,7 +413,7 @@ def test_a_direct_write_swapped_after_a_schema_or_spec_change(evolving, change) 
     later_table = pa.Table.from_pydict(later, schema=ns.active_schema)
     ns.write(later_table)
     expected.update({r["id"]: r for r in later_table.to_pylist()})
-    got = {r["id"]: r for r in ns.to_table().to_pylist()}
+    got = by_id(ns.to_table())
     assert got == expected
     published_files_exist(ns)
 
@@ -462,12 +457,12 @@ def test_a_retried_direct_append_after_a_rewrite_under_a_new_schema(
     with pytest.raises(CommitConflict, match="another schema") as refused:
         writer.outcome()
     assert refused.value.retryable
-    got = {r["id"]: r for r in ns.to_table().to_pylist()}
+    got = by_id(ns.to_table())
     assert 200 not in got
     assert got[300] == row
     published_files_exist(ns)
     ns.write(w_rows.drop_columns([dropped]))  # the retry, with the schema as it is now
-    got = {r["id"]: r for r in ns.to_table().to_pylist()}
+    got = by_id(ns.to_table())
     expected = {
         r["id"]: {**{k: v for k, v in r.items() if k != dropped}, added.name: None}
         for r in w_rows.to_pylist()
@@ -505,10 +500,10 @@ def test_a_retried_direct_append_after_a_promoting_overwrite(evolving) -> None:
     with pytest.raises(CommitConflict, match="another schema"):
         writer.outcome()
     published_files_exist(ns)
-    assert {r["id"]: r["v"] for r in ns.to_table().to_pylist()} == {2: 20, 3: 30, 300: 2**40}
+    assert by_id(ns.to_table(), "v") == {2: 20, 3: 30, 300: 2**40}
     ns.write(w_rows)
     published_files_exist(ns)
-    rows = {r["id"]: r["v"] for r in ns.to_table().to_pylist()}
+    rows = by_id(ns.to_table(), "v")
     assert rows == {2: 20, 3: 30, 200: 2000, 201: 2010, 300: 2**40}
 
 
@@ -561,7 +556,7 @@ def test_a_handed_over_write_aborted_while_it_waits_for_a_claim(ns, operator) ->
     assert claims(ns) == []
     published_files_exist(ns)
     ns.write(tagged_rows("after", [1, 3], 1, first_id=500))
-    assert {500, 501} <= set(ids(ns))
+    assert {500, 501} <= set(no_duplicates(ns))
     published_files_exist(ns)
 
 

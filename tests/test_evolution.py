@@ -21,6 +21,7 @@ from airflow_provider_lance.namespace import (
 from airflow_provider_lance.namespace.schema import NamespaceSchema
 
 from .conftest import events, sort_rows, tree
+from .rows import by_id
 
 
 def spec_json(root: Path, version: int) -> list[dict]:
@@ -142,7 +143,7 @@ def test_append_to_a_partition_created_before_add_column(daily: PartitionedNames
     more = events(2, days=1, first_id=10).append_column("channel", pa.array(["web", "app"]))
     result = daily.write(more)
     assert [p.created for p in result.partitions] == [False]
-    got = {r["id"]: r["channel"] for r in daily.to_table().to_pylist()}
+    got = by_id(daily.to_table(), "channel")
     assert got == {0: None, 1: None, 2: None, 10: "web", 11: "app"}
 
 
@@ -246,7 +247,7 @@ def test_write_namespace_column_missing_in_table_evolves_the_table(
     small.write(pa.table({"id": pa.array([3], pa.int32()), "k": ["a"], "extra": pa.array([7])}))
     [p] = small.partitions()
     assert "extra" in lance.dataset(p.location, version=p.read_version).schema.names
-    assert {r["id"]: r["extra"] for r in small.to_table().to_pylist()} == {1: None, 2: None, 3: 7}
+    assert by_id(small.to_table(), "extra") == {1: None, 2: None, 3: 7}
 
 
 def test_write_table_column_missing_in_namespace_gets_null(small: PartitionedNamespace) -> None:
@@ -258,7 +259,7 @@ def test_write_table_column_missing_in_namespace_gets_null(small: PartitionedNam
     small.write(pa.table({"id": pa.array([3], pa.int32()), "k": ["a"]}))
     [p] = small.partitions()
     leaf = lance.dataset(p.location, version=p.read_version).to_table()
-    assert {r["id"]: r["foreign"] for r in leaf.to_pylist()} == {1: 1, 2: 2, 3: None}
+    assert by_id(leaf, "foreign") == {1: 1, 2: 2, 3: None}
 
 
 def test_write_table_column_missing_in_namespace_not_nullable_is_an_error(
@@ -331,7 +332,7 @@ def test_a_staged_append_never_lands_on_a_leaf_rewritten_under_another_schema(
     with pytest.raises(CommitConflict, match="another schema") as refused:
         daily.commit("X")
     assert refused.value.retryable
-    assert {r["id"]: r["score"] for r in daily.to_table().to_pylist()} == {
+    assert by_id(daily.to_table(), "score") == {
         0: None,
         1: None,
         20: 9.0,
@@ -339,7 +340,7 @@ def test_a_staged_append_never_lands_on_a_leaf_rewritten_under_another_schema(
     assert daily.transaction("X").info().state == "staged"  # nothing claimed
     daily.abort("X")
     daily.write(events(2, days=1, first_id=10).drop_columns(["amount"]), txn_id="X")
-    got = {r["id"]: r["score"] for r in daily.to_table().to_pylist()}
+    got = by_id(daily.to_table(), "score")
     assert got == {0: None, 1: None, 10: None, 11: None, 20: 9.0}
 
 
@@ -353,7 +354,7 @@ def test_a_staged_overwrite_commits_the_schema_it_was_written_with(
     daily.begin("overwrite", "X").stage(events(2, days=1, first_id=10))
     daily.add_column(pa.field("channel", pa.utf8()))
     daily.commit("X")
-    got = {r["id"]: (r["amount"], r["channel"]) for r in daily.to_table().to_pylist()}
+    got = {i: (r["amount"], r["channel"]) for i, r in by_id(daily.to_table()).items()}
     assert got == {10: (0.0, None), 11: (1.5, None)}
 
 

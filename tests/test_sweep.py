@@ -150,6 +150,38 @@ def test_a_recreated_partitions_young_files_keep_its_directory(ns, root) -> None
     all_readable(ns)
 
 
+def test_a_dropped_leaf_goes_whole_only_once_every_file_in_it_is_old(ns, root) -> None:
+    """Partition 2 is dropped and no retained ``__manifest`` version reads its leaf; every
+    file in the directory is two days old but one data file, fresh (a writer creating the
+    partition again right now). The sweep with the safe minimum age keeps the directory
+    whole; once that file is old too, the directory goes."""
+    dropped = ns.partition({"part": 2})
+    ns.drop_partitions("part = 2")
+    ns.maintain(older_than=NOW)  # no retained version reads the dropped leaf any more
+    leaf_dir = root / dropped.directory
+    files = sorted(p for p in leaf_dir.rglob("*") if p.is_file())
+    fresh = next(p for p in files if p.parent.name == "data")
+    for path in files:
+        if path != fresh:
+            age(path, dt.timedelta(days=2))
+    assert len(files) > 1
+    before = tree(leaf_dir)
+
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=MIN_SAFE_ORPHAN_AGE)
+    assert report.orphans is not None
+    assert report.orphans["leaf_tables_removed"] == 0
+    assert tree(leaf_dir) == before
+    assert lance.dataset(str(leaf_dir)).to_table().num_rows == 2  # still a whole table
+
+    age(fresh, dt.timedelta(days=2))
+    report = ns.maintain(sweep_orphans=True, orphan_min_age=MIN_SAFE_ORPHAN_AGE)
+    assert report.orphans is not None
+    assert report.orphans["leaf_tables_removed"] == 1
+    assert not [f for f in tree(root) if f.startswith(dropped.directory)]
+    assert ids(ns) == [0, 1]
+    all_readable(ns)
+
+
 def test_the_sweep_rejects_a_negative_age(ns) -> None:
     with pytest.raises(InvalidArgumentError):
         ns.maintain(sweep_orphans=True, orphan_min_age=dt.timedelta(seconds=-1))

@@ -11,7 +11,6 @@ with raw pylance and no claim is left behind.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import lance
@@ -21,6 +20,7 @@ import pytest
 from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace
 from airflow_provider_lance.namespace.failpoints import hold
 
+from .rows import by_id, no_duplicates
 from .test_interleavings import BY_PART, Worker, all_readable, claims, ids, other, state_of
 from .workers import TAGGED, tagged_rows
 
@@ -50,12 +50,6 @@ def serial_states_only(ns: PartitionedNamespace, since: int, *states: set[int]) 
     for version in versions_since(ns, since):
         assert ids_at(ns, version) in allowed, f"v{version} shows {ids_at(ns, version)}"
     assert ids(ns) == allowed[-1]
-
-
-def no_duplicates(ns: PartitionedNamespace) -> list[int]:
-    found = ids(ns)
-    assert len(found) == len(set(found)), Counter(found).most_common(3)
-    return found
 
 
 def healthy(ns: PartitionedNamespace) -> None:
@@ -235,7 +229,7 @@ def upserts(pairs: list[tuple[int, int]], tag: str) -> pa.Table:
 
 
 def tags(ns: PartitionedNamespace) -> dict[int, str]:
-    return {r["id"]: r["tag"] for r in ns.to_table(columns=["id", "tag"]).to_pylist()}
+    return by_id(ns.to_table(columns=["id", "tag"]), "tag")
 
 
 MERGE = upserts([(0, 1), (5, 2), (100, 2), (101, 8)], "m")  # 2 updates, 2 inserts (8 new)
@@ -410,8 +404,7 @@ def test_optimize_skips_a_partition_that_keeps_moving(fragmented) -> None:
     p1 = ns.partition({"part": 1})
     assert result.skipped == {p1.object_id: "kept_moving"}
     assert sorted(p.values["part"] for p in result.rewritten) == [2, 3]
-    assert set(appended) <= set(ids(ns))
-    no_duplicates(ns)
+    assert set(appended) <= set(no_duplicates(ns))
     healthy(ns)
 
 

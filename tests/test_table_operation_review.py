@@ -33,6 +33,7 @@ from airflow_provider_lance.namespace.failpoints import FailpointError, hold
 from airflow_provider_lance.namespace.manifest import row as manifest_row
 from airflow_provider_lance.namespace.spec_fence import INTENT_PREFIX, fence_id, new_intent_id
 
+from .rows import by_id, no_duplicates
 from .test_interleavings import BY_PART, Worker, claims, crashing, ids, other, state_of
 from .workers import TAGGED, tagged_rows
 
@@ -136,7 +137,7 @@ def test_an_operation_never_rolls_back_a_foreign_commit_to_a_read_latest_partiti
         lance.write_dataset(tagged_rows("foreign", [2], 2, first_id=700), location, mode="append")
         assert {700, 701} <= set(ids(ns))  # published: readers see them
     operation.outcome()
-    got = set(ids(ns))
+    got = no_duplicates(ns)
     assert 701 in got
     assert (700 in got) == (kind != "delete")
     published_readable(ns)
@@ -224,7 +225,7 @@ def test_a_merge_computed_before_a_schema_change_is_not_reused_after_it(root) ->
         changer.add_column(pa.field("note", pa.utf8()))
         changer.write(noted(tagged_rows("new", [2], 1, first_id=100), ["n"]))
     merger.outcome()
-    notes = {r["id"]: r["note"] for r in ns.to_table().to_pylist()}
+    notes = by_id(ns.to_table(), "note")
     assert notes[0] == notes[2] == "x"  # merged after the change, in both partitions
     assert notes == {0: "x", 1: None, 2: "x", 3: None, 100: "n"}
     published_readable(ns)
@@ -635,6 +636,46 @@ OPERATIONS_WITH_ID: dict[str, Callable[[PartitionedNamespace, str], Any]] = {
     "merge": lambda h, t: h.merge(upserts([(0, 1), (100, 4)], "m"), ["id", "part"], txn_id=t),
     "optimize": lambda h, t: h.optimize(txn_id=t, target_rows_per_fragment=2),
 }
+
+
+#: The operations of the races above, named: each changes what :func:`fragmented` holds.
+NAMED: dict[str, Callable[[PartitionedNamespace], Any]] = {
+    "delete": lambda h: h.delete("id % 2 = 0", txn_id="op"),
+    "drop_partitions": lambda h: h.drop_partitions("part = 1", txn_id="op"),
+    "merge": lambda h: h.merge(
+        upserts([(0, 1), (5, 2), (100, 1), (101, 4)], "m"), ["id", "part"], txn_id="op"
+    ),
+    "optimize": lambda h: h.optimize(txn_id="op"),
+}
+
+
+@pytest.mark.parametrize(("kind", "point"), [(k, p) for k in NAMED for p in points(k)])
+def test_two_runs_of_one_named_operation_publish_it_once(root, kind, point) -> None:
+    """Run 1 of a named operation (``txn_id="op"``, a task and its retry, say) parks at
+    ``point``; run 2 with the same id runs whole and publishes; then an append puts rows
+    into partitions 1-3 that the operation would change if it ran again (even ids for the
+    delete, a re-created partition 1 for the drop, new fragments for optimize, a second
+    leaf version for the merge's partitions). Released, run 1 must return run 2's result
+    and change nothing: no partition's ``read_version`` moves and the appended rows stay."""
+    ns = fragmented(root)  # partition 2 in two fragments: something for optimize to do
+    with hold(point) as parked:
+        first = Worker(NAMED[kind], other(ns))
+        first.start()
+        parked.wait_reached()
+        second = NAMED[kind](other(ns))
+        assert state_of(ns, "op") == "published"
+        for n in range(2):  # two appends: two more fragments in each partition
+            ns.write(tagged_rows(f"after-{n}", [1, 2, 3], 1, first_id=200 + 10 * n))
+        published = {p.object_id: p.read_version for p in ns.partitions()}
+        rows = rows_at(ns)
+    result = first.outcome()
+    assert result.to_dict() == second.to_dict()
+    assert {p.object_id: p.read_version for p in ns.partitions()} == published
+    assert rows_at(ns) == rows
+    assert {200, 201, 202, 210, 211, 212} <= set(no_duplicates(ns))
+    assert state_of(ns, "op") == "published"
+    assert NAMED[kind](ns).to_dict() == second.to_dict()
+    healthy(ns, 1, 2, 3)
 
 
 # -- the orphan sweep and version cleanup next to operations in flight ------------------------

@@ -27,6 +27,7 @@ from airflow_provider_lance.namespace import (
 from airflow_provider_lance.namespace.failpoints import FailpointError
 
 from .conftest import EVENTS_SCHEMA, events, tree
+from .rows import by_id
 from .test_interleavings import BY_PART, all_readable, claims, crashing, ids
 from .workers import TAGGED, tagged_rows
 
@@ -346,7 +347,7 @@ def test_results_are_small_and_json_friendly(ns) -> None:
 
 # -- merge -------------------------------------------------------------------------------------
 def rows_by_id(ns: PartitionedNamespace, version: int | None = None) -> dict[int, dict]:
-    return {r["id"]: r for r in ns.to_table(version=version).to_pylist()}
+    return by_id(ns.to_table(version=version))
 
 
 def upserts(pairs: list[tuple[int, int]], tag: str) -> pa.Table:
@@ -429,7 +430,7 @@ def test_merge_on_a_renamed_key_column(ns) -> None:
     result = ns.merge(data, on=["key", "part"])
     assert result.rows_updated == 1
     assert result.rows_inserted == 1
-    tags = {r["key"]: r["tag"] for r in ns.to_table().to_pylist()}
+    tags = by_id(ns.to_table(), "tag", key="key")
     assert tags[2] == "r"
     assert tags[300] == "r"
     assert len(tags) == 13
@@ -449,7 +450,7 @@ def test_merge_updates_keys_where_an_older_spec_version_holds_them(root) -> None
     # ids 0 and 1 live in v1 partitions: updated there, not inserted again under v2
     assert result.rows_updated == 2
     assert result.rows_inserted == 2
-    amounts = {r["id"]: r["amount"] for r in ns.to_table().to_pylist()}
+    amounts = by_id(ns.to_table(), "amount")
     assert sorted(amounts) == [0, 1, 2, 3, 4, 5, 50, 51]
     assert amounts[0] == 100.0
     assert amounts[1] == 101.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,22 @@ def leaf_versions(location: str) -> list[int]:
 
 def location_of(ns: PartitionedNamespace, part: int) -> str:
     return next(p.location for p in ns.partitions() if p.values["part"] == part)
+
+
+#: Zones a host's local time may be in: pylance gives commit times as naive local times.
+ZONES = ["UTC", "America/New_York", "Asia/Kolkata"]
+
+
+@pytest.fixture(params=ZONES)
+def local_zone(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The process's local time zone (``TZ``) set to each of :data:`ZONES` in turn."""
+    monkeypatch.setenv("TZ", request.param)
+    time.tzset()
+    offset = time.localtime(0).tm_gmtoff  # 1970-01-01: New York -5 h, Kolkata +5:30
+    assert (offset == 0) == (request.param == "UTC"), f"no zone data for {request.param}"
+    yield request.param
+    monkeypatch.undo()
+    time.tzset()
 
 
 # -- history -------------------------------------------------------------------------------
@@ -314,6 +331,7 @@ def test_reads_as_of_an_old_version_return_exactly_its_rows(ns: PartitionedNames
     ]
 
 
+@pytest.mark.usefixtures("local_zone")
 def test_as_of_a_moment_reads_the_version_current_then(ns: PartitionedNamespace) -> None:
     moments = []
     for i in range(3):
@@ -336,6 +354,27 @@ def test_as_of_a_moment_reads_the_version_current_then(ns: PartitionedNamespace)
         ns.to_table(as_of=1)  # the table existed, its partition spec came a version later
 
 
+@pytest.mark.usefixtures("local_zone")
+def test_as_of_a_versions_exact_commit_time_reads_that_version(ns: PartitionedNamespace) -> None:
+    """A moment equal to a version's commit time (as pylance reports it) names that
+    version ("at or before"); a microsecond earlier names the one before."""
+    for i in range(3):
+        time.sleep(0.01)
+        ns.write(tagged_rows(f"t{i}", [i], 1, first_id=i))
+    manifest = lance.dataset(ns.uri + "/__manifest")
+    committed = [
+        (int(v["version"]), v["timestamp"].astimezone(dt.timezone.utc))  # naive local
+        for v in manifest.versions()
+    ]
+    assert [v for v, _ in committed] == list(range(1, ns.version + 1))
+    for version, at in committed[-3:]:  # the three writes
+        assert ns.state(at).version == version
+        assert ids(ns.to_table(as_of=at)) == ids(ns.to_table(as_of=version))
+        assert ns.state(at.replace(tzinfo=None)).version == version  # naive = UTC
+        assert ns.state(at - dt.timedelta(microseconds=1)).version == version - 1
+
+
+@pytest.mark.usefixtures("local_zone")
 def test_tags_pin_a_version_by_name(ns: PartitionedNamespace) -> None:
     ns.write(tagged_rows("a", [1, 2], 1, first_id=0))
     info = ns.tag("first")
@@ -407,6 +446,7 @@ def test_maintain_keeps_tagged_versions_and_the_leaf_versions_they_read(
     assert rows(ns.to_table()) == latest_rows
 
 
+@pytest.mark.usefixtures("local_zone")
 def test_a_moment_whose_version_was_cleaned_up_is_refused(ns: PartitionedNamespace) -> None:
     ns.write(tagged_rows("a", [1], 1, first_id=0))
     ns.tag("early")
@@ -530,6 +570,7 @@ def test_tag_errors_change_nothing(populated: PartitionedNamespace, root: Path) 
 
 
 # -- the command line --------------------------------------------------------------------------
+@pytest.mark.usefixtures("local_zone")
 def test_cli_history_and_tags(
     populated: PartitionedNamespace, root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

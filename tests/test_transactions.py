@@ -148,6 +148,35 @@ def test_a_claimed_partition_blocks_until_recovery(ns: PartitionedNamespace, mon
     assert ids(ns) == [0, 20]
 
 
+LEASE = 3.0  # seconds: real time, no clock is mocked (a margin for a loaded host)
+
+
+def test_the_lease_runs_from_a_transactions_last_activity_not_its_creation(
+    ns: PartitionedNamespace,
+) -> None:
+    """``active`` and ``idle`` both begin and stage, then wait past the lease; ``active`` then
+    stages again. ``recover`` aborts only ``idle``: ``active`` was created more than a lease
+    ago but is idle for less (a long Spark job whose tasks still record stages), and it
+    commits everything it staged."""
+    ns.write(tagged_rows("seed", [1], 1, 0))
+    active = ns.begin("append", "active")
+    active.stage(tagged_rows("a", [1], 1, 10), stage_id="first")
+    ns.begin("append", "idle").stage(tagged_rows("i", [2], 1, 20))
+    time.sleep(LEASE + 1.0)
+    active.stage(tagged_rows("a", [2], 1, 11), stage_id="second")
+    assert ns.recover(lease_seconds=LEASE) == ["idle"]
+    states = {t.txn_id: t.state for t in ns.transactions()}
+    assert (states["active"], states["idle"]) == ("staged", "aborted")
+    ns.commit("active")
+    assert ids(ns) == [0, 10, 11]
+    # and once idle past the lease itself, it would have gone too
+    later = ns.begin("append", "later")
+    later.stage(tagged_rows("l", [1], 1, 30))
+    assert ns.recover(lease_seconds=LEASE) == []
+    time.sleep(LEASE + 1.0)
+    assert ns.recover(lease_seconds=LEASE) == ["later"]
+
+
 def test_abort_removes_staged_files_and_the_id_can_begin_again(
     ns: PartitionedNamespace, root: Path
 ) -> None:
