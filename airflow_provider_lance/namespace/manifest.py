@@ -107,8 +107,8 @@ class Manifest:
             raise NamespaceNotFoundError(
                 f"{self.root} is not a partitioned namespace: it has no __manifest table"
             ) from exc
-        except StorageError as exc:
-            raise StorageError(f"cannot read the __manifest of {self.root}: {exc}") from exc
+        except StorageError as exc:  # its own class: whether a retry helps stays decided
+            raise type(exc)(f"cannot read the __manifest of {self.root}: {exc}") from exc
 
     def _exists(self) -> bool:
         try:
