@@ -7,7 +7,7 @@ python -m airflow_provider_lance verify URI [FILTER] [--fix]
 python -m airflow_provider_lance tag create URI NAME [--version N | --at 2025-12-01T00:00]
 python -m airflow_provider_lance tag list URI
 python -m airflow_provider_lance tag delete URI NAME
-python -m airflow_provider_lance demo DIR
+python -m airflow_provider_lance demo [DIR] [--force]
 python -m airflow_provider_lance delete URI "user_id = 42" [--txn-id ID]
 python -m airflow_provider_lance drop-partitions URI "event_date < '2025-01-01'"
 python -m airflow_provider_lance merge URI updates.parquet --on id --on event_date
@@ -21,6 +21,10 @@ Exit codes (as the Spark write job's): 0 done, 1 a failure a retry may fix (stor
 unreachable, an unexpected error), 2 an error no retry can fix (not a namespace, bad filter,
 ...), 3 a conflict with a concurrent writer; ``verify`` exits 4 when rows lie outside the
 partition their values give (with ``--fix``: when they still do after moving them).
+
+``demo`` replaces DIR only when it made it (it leaves a ``.lance-demo`` marker there) and
+nothing else was put in it since; any other non-empty DIR is refused (exit 2) unless
+``--force`` is given.
 """
 
 from __future__ import annotations
@@ -49,7 +53,9 @@ from .namespace import (
 )
 from .namespace.catalog import Partition, value_text
 from .namespace.errors import is_retryable
-from .namespace.sweep import DEFAULT_MIN_AGE, MIN_SAFE_ORPHAN_AGE, check_min_age
+from .namespace.manifest import MANIFEST_NAME
+from .namespace.sweep import DEFAULT_MIN_AGE, LEAF_DIRECTORY, MIN_SAFE_ORPHAN_AGE, check_min_age
+from .namespace.txnstore import TXN_DIR
 
 DEMO_SCHEMA = pa.schema(
     [
@@ -103,14 +109,71 @@ def _print_partitions(ns: PartitionedNamespace, partitions: Sequence[Partition])
         print(f"  v{p.spec_version:<3}  {p.read_version!s:>12}  {rows:>8}  {values}")
 
 
-def run_demo(directory: Path) -> int:
-    if directory.exists():
-        shutil.rmtree(directory)
+#: The file the demo leaves in its directory: the proof, on the next run, that the demo made
+#: it and may replace it.
+DEMO_MARKER = ".lance-demo"
+
+
+def _made_by_demo(name: str) -> bool:
+    """Whether a top-level entry of a demo directory is one the demo writes: its marker or
+    part of the namespace (the ``__manifest``, transaction records, partition tables)."""
+    return name in (DEMO_MARKER, MANIFEST_NAME, TXN_DIR) or bool(LEAF_DIRECTORY.match(name))
+
+
+def prepare_demo_directory(directory: Path, force: bool) -> None:
+    """Make ``directory`` an empty directory for the demo, deleting only what the demo made.
+
+    An absent or empty directory is used as it is; one holding the demo's marker and
+    nothing but the demo's own entries is emptied; anything else (a user's files, a file
+    in place of the directory) is refused, so that a mistyped path never costs data.
+    ``force`` empties a directory whatever it holds. The directory itself is kept (it may
+    be the user's). The marker is written once the namespace exists
+    (:func:`mark_demo_directory`): creating one needs an empty directory.
+    """
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise InvalidArgumentError(
+            f"{directory} exists and is not a directory (a file or a symbolic link); give the "
+            "demo a directory that does not exist yet (e.g. .demo/events)"
+        )
+    if directory.is_dir():
+        entries = sorted(p.name for p in directory.iterdir())
+        if entries:
+            foreign = [name for name in entries if not _made_by_demo(name)]
+            if DEMO_MARKER not in entries:
+                foreign = entries
+            if foreign and not force:
+                shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+                raise InvalidArgumentError(
+                    f"{directory} is not empty and the demo did not make what it holds "
+                    f"({shown}); the demo replaces only a directory it made: give it a new "
+                    "or empty directory, or pass --force to delete this one and everything "
+                    "in it"
+                )
+            for entry in directory.iterdir():  # the directory itself stays (it may be the user's)
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+    directory.mkdir(parents=True, exist_ok=True)
+
+
+def mark_demo_directory(directory: Path) -> None:
+    """Leave the marker that lets the next demo replace ``directory``."""
+    (directory / DEMO_MARKER).write_text(
+        "Made by `python -m airflow_provider_lance demo`, which replaces this directory "
+        "when it runs again.\n"
+    )
+
+
+def run_demo(directory: Path, force: bool = False) -> int:
+    """The end-to-end demo in ``directory`` (see :func:`prepare_demo_directory`)."""
+    prepare_demo_directory(directory, force)
     started = time.monotonic()
     print(f"== creating a namespace partitioned by day at {directory}")
     ns = PartitionedNamespace.create(
         directory, schema=DEMO_SCHEMA, partition_fields=[PartitionField("event_date", "event_date")]
     )
+    mark_demo_directory(directory)
     days = [dt.date(2025, 12, 1) + dt.timedelta(days=i) for i in range(7)]
     first_id = 0
     for i, day in enumerate(days):
@@ -419,7 +482,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     demo_p = sub.add_parser("demo", help="end-to-end demo of the format on a local directory")
-    demo_p.add_argument("directory", nargs="?", default=".demo/events", type=Path)
+    demo_p.add_argument(
+        "directory",
+        nargs="?",
+        default=".demo/events",
+        type=Path,
+        metavar="DIR",
+        help="where to create the demo namespace (default %(default)s); must not exist, be "
+        "empty, or be a directory an earlier demo made",
+    )
+    demo_p.add_argument(
+        "--force",
+        action="store_true",
+        help="empty DIR first, deleting even files the demo did not make",
+    )
     describe_p = sub.add_parser("describe", help="schema, partition specs and partitions")
     describe_p.add_argument("uri")
     prune_p = sub.add_parser("prune", help="the partitions a filter needs, as JSON lines")
@@ -468,7 +544,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if done is not None:
             return done
         if args.command == "demo":
-            return run_demo(args.directory)
+            return run_demo(args.directory, args.force)
         if args.command == "describe":
             return describe(args.uri)
         if args.command == "transactions":

@@ -3,21 +3,58 @@
 # a local directory, then runs the Airflow daily backfill DAG (dags/examples) end to end with
 # local Spark through spark-submit on a local Airflow (SQLite under .demo/airflow), and prints
 # what was published.
+#
+#   bash scripts/demo.sh [--force] [DIR]
+#
+# DIR (default .demo/events) is where the format demo writes. The demo replaces only what it
+# made: DIR and .demo/{airflow,lance,landing} must be absent, empty or hold the marker file
+# an earlier demo left (.lance-demo); anything else is refused (exit 2) before anything is
+# installed or deleted, unless --force is given.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/bootstrap.sh test
+FORCE=()
+EVENTS=.demo/events
+for arg in "$@"; do
+    case "$arg" in
+        --force) FORCE=(--force) ;;
+        -*) echo "usage: bash scripts/demo.sh [--force] [DIR]" >&2; exit 2 ;;
+        *) EVENTS="$arg" ;;
+    esac
+done
 REPO="$(pwd)"
+DEMO="$REPO/.demo"
+MARKER=.lance-demo
+
+# Whether the demo may use (and replace) directory $1: absent, empty, made by the demo, or --force.
+demo_may_replace() {
+    [ ! -e "$1" ] && [ ! -L "$1" ] && return 0
+    [ -d "$1" ] && [ ! -L "$1" ] || return 1
+    [ -z "$(ls -A "$1")" ] || [ -f "$1/$MARKER" ] || [ "${#FORCE[@]}" -gt 0 ]
+}
+for dir in "$EVENTS" "$DEMO/airflow" "$DEMO/lance" "$DEMO/landing"; do
+    if ! demo_may_replace "$dir"; then
+        echo "error: $dir holds files the demo did not make (no $MARKER in it); the demo" \
+            "replaces only what it made: move them away, or run again with --force to delete" \
+            "them" >&2
+        exit 2
+    fi
+done
+
+bash scripts/bootstrap.sh test
 # pylance logs a WARN line for every new partition table it creates; LANCE_LOG=warn shows them
 export LANCE_LOG="${LANCE_LOG:-error}"
-DEMO="$REPO/.demo"
 
-echo "=== 1/2  the format: python -m airflow_provider_lance demo .demo/events"
-.venv/bin/python -m airflow_provider_lance demo "${1:-.demo/events}"
+echo "=== 1/2  the format: python -m airflow_provider_lance demo $EVENTS"
+.venv/bin/python -m airflow_provider_lance demo "$EVENTS" ${FORCE[@]+"${FORCE[@]}"}
 
 echo
 echo "=== 2/2  Airflow: the daily backfill DAG, three catchup days, local Spark"
-rm -rf "$DEMO/airflow" "$DEMO/lance" "$DEMO/landing"
-mkdir -p "$DEMO/airflow"
+for dir in "$DEMO/airflow" "$DEMO/lance" "$DEMO/landing"; do
+    rm -rf "$dir"  # checked above: absent, empty, made by the demo, or --force
+    mkdir -p "$dir"
+    echo "Made by scripts/demo.sh, which replaces this directory when it runs again." \
+        >"$dir/$MARKER"
+done
 export PATH="$REPO/.venv/bin:$PATH"  # spark-submit
 export AIRFLOW_HOME="$DEMO/airflow"
 export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags/examples"

@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_provider_lance.namespace.errors import LanceNamespaceError
+from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
 from airflow_provider_lance.namespace.naming import has_scheme, normalize_root
+from airflow_provider_lance.namespace.storage_options import option_text
 
 CONN_TYPE = "lance"
 #: Extras that are ours; everything else is either a storage option or rejected.
@@ -70,12 +71,16 @@ def is_secret_key(name: str) -> bool:
     return bool(_KEY_WORD.search(name)) and not name.lower().endswith("_id")
 
 
-def _as_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
+def _as_text(value: Any, key: str = "") -> str:
+    """An extra's value as a storage option: an object or list (e.g. a service account key)
+    as its JSON text, anything else as the core takes it (``True`` -> ``"true"``, a number
+    for a duration option -> seconds, ``"30s"``)."""
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"))
-    return str(value)
+    try:
+        return option_text(key, value)
+    except InvalidArgumentError as exc:
+        raise LanceConnectionError(f"the lance connection's {exc}") from None
 
 
 def _store_scheme(root: str) -> str:
@@ -91,7 +96,7 @@ def _convenience_options(
 
     def put(key: str, value: Any) -> None:
         if value not in (None, ""):
-            out[key] = _as_text(value)
+            out[key] = _as_text(value, key)
 
     if scheme in ("s3", "s3a"):
         put("aws_access_key_id", login)
@@ -129,7 +134,7 @@ def _parse_storage_options(raw: Any, name: str = FIELD_STORAGE_OPTIONS) -> dict[
         raise LanceConnectionError(
             f"the {name!r} extra must be a JSON object, got {type(raw).__name__}"
         )
-    return {str(k): _as_text(v) for k, v in raw.items() if v is not None}
+    return {str(k): _as_text(v, str(k)) for k, v in raw.items() if v is not None}
 
 
 def _parse_concurrency(raw: Any) -> int | None:
@@ -183,7 +188,7 @@ class LanceConnectionConfig:
             if value is not None and (
                 lowered.startswith(_OPTION_PREFIXES) or lowered in _GENERIC_OPTIONS
             ):
-                options[key] = _as_text(value)
+                options[key] = _as_text(value, key)
         for name in (FIELD_STORAGE_OPTIONS, FIELD_SECRET_STORAGE_OPTIONS):
             options.update(_parse_storage_options(extras.get(name), name))
         return cls(

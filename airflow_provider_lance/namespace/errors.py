@@ -6,8 +6,9 @@ pyarrow or DataFusion. ``LanceNamespaceError`` is the root so callers can catch 
 
 Whether retrying can help is decided here, once, by each class's :attr:`retryable`: storage
 errors and conflicts with concurrent writers are retryable (a later attempt may succeed),
-bad input and finished transactions are not. Airflow operators, the spark-submit job's exit
-codes and the CLI all ask :func:`is_retryable` instead of keeping their own lists.
+bad input, bad paths, denied access and finished transactions are not. Airflow operators,
+the spark-submit job's exit codes and the CLI all ask :func:`is_retryable` instead of
+keeping their own lists.
 """
 
 from __future__ import annotations
@@ -70,9 +71,21 @@ class MissingPartitionSourceError(DataValidationError):
 
 
 class StorageError(LanceNamespaceError):
-    """The storage could not be reached or refused access (credentials, endpoint, network)."""
+    """The storage could not be reached or failed (endpoint, network, an overloaded store)."""
 
     retryable = True
+
+
+class StorageAccessError(StorageError):
+    """The storage answered, and no retry will change its answer: the URI names no place a
+    namespace can be (a path through a plain file, a scheme no object store serves), access
+    is denied (file permissions, credentials the store refuses) or a storage option has a
+    value the store cannot parse. Fix the URI, the permissions or the storage options.
+
+    A :class:`StorageError`, so code that handles storage failures handles it too, but not
+    retryable: a task fails at once, the command line exits 2."""
+
+    retryable = False
 
 
 class TableNotFoundError(LanceNamespaceError):

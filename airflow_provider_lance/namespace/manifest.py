@@ -111,8 +111,8 @@ class Manifest:
                 "partition_fields=[...]) (in Airflow: LancePartitionedHook.create_or_open), "
                 "or check the URI and its storage options"
             ) from exc
-        except StorageError as exc:
-            raise StorageError(f"cannot read the __manifest of {self.root}: {exc}") from exc
+        except StorageError as exc:  # its own class: whether a retry helps stays decided
+            raise type(exc)(f"cannot read the __manifest of {self.root}: {exc}") from exc
 
     def _exists(self) -> bool:
         try:

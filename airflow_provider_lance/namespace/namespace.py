@@ -57,6 +57,7 @@ from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
 from .spec_fence import fence, needs_fence
 from .staging import FLUSH_BYTES, Stage, StagedPartition, Stager, discard_stage, list_fragments
 from .storage import Storage
+from .storage_options import StorageOptionValue
 from .sweep import DEFAULT_MIN_AGE, check_min_age
 from .sweep import sweep_orphans as sweep
 from .timetravel import (
@@ -78,7 +79,7 @@ log = logging.getLogger(__name__)
 #: Attempts of a schema or spec change against concurrent changes before giving up.
 EVOLVE_ATTEMPTS = 32
 
-StorageOptions = Mapping[str, str] | None
+StorageOptions = Mapping[str, StorageOptionValue | None] | None
 
 
 class PartitionedNamespace:

@@ -11,9 +11,11 @@ object stores and (written to a temporary file, then renamed) on local disks.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -36,11 +38,13 @@ from .errors import (
     CommitConflict,
     InvalidArgumentError,
     LanceNamespaceError,
+    StorageAccessError,
     StorageError,
     TableNotFoundError,
 )
 from .failpoints import failpoint
 from .naming import child_uri
+from .storage_options import StorageOptionValue, normalize_options
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +114,82 @@ def is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, FileNotFoundError) or ("was not found" in text and "Dataset" in text)
 
 
+#: Where in Lance's Rust sources an error was raised (``, /home/.../object_store.rs:1576:42``):
+#: nothing a user can act on.
+_RUST_LOCATION = re.compile(r",?\s*/[^\s,;]*\.rs:\d+:\d+")
+
+
 def first_line(exc: BaseException) -> str:
-    """The part of a library error worth showing: its first line, bounded."""
-    text = str(exc).strip()
+    """The part of a library error worth showing: its first line without Rust source
+    locations, bounded."""
+    text = _RUST_LOCATION.sub("", str(exc)).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+#: Lance's words for the failures no retry changes (see :func:`storage_error`).
+_UNKNOWN_SCHEME = re.compile(r"No object store provider found for scheme")
+_NOT_A_DIRECTORY = re.compile(r"Not a directory|os error 20\b")
+_DENIED = re.compile(r"Permission denied|Operation not permitted|os error 13\b")
+_READ_ONLY = re.compile(r"Read-only file system|os error 30\b")
+_REFUSED = re.compile(
+    r"status code: (40[13])\b|\b(AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|"
+    r"AuthorizationFailure|AuthorizationPermissionMismatch|AuthenticationFailed)\b"
+)
+_CONFIG = re.compile(r"\bConfig error: (.*)")
+
+
+def _user() -> str:
+    try:
+        return f" ({getpass.getuser()})"
+    except (KeyError, OSError):  # no name for this uid (e.g. in a container)
+        return ""
+
+
+def storage_error(action: str, uri: str, exc: BaseException, hint: str = "") -> StorageError:
+    """The project error for a storage call that failed with ``exc``.
+
+    :class:`StorageAccessError` (not retryable), saying what to fix, when the store's
+    answer cannot change: a scheme no object store serves, a path through a plain file,
+    denied access, an option the store cannot parse. Otherwise a retryable
+    :class:`StorageError` with Lance's first line and ``hint``. Lance's full text stays
+    the cause either way.
+    """
+    text = str(exc)
+    where = f"cannot {action} {uri}"
+    if _UNKNOWN_SCHEME.search(text):
+        scheme = uri.split("://", 1)[0] if "://" in uri else uri
+        return StorageAccessError(
+            f"{where}: no object store serves {scheme}:// URIs; give a local path or a URI "
+            "of a store Lance supports (e.g. s3://, gs://, az://, file://)"
+        )
+    if _NOT_A_DIRECTORY.search(text):
+        return StorageAccessError(
+            f"{where}: a part of that path is a plain file, not a directory; a namespace is "
+            "a directory: give a path that does not run through a file"
+        )
+    if _DENIED.search(text):
+        return StorageAccessError(
+            f"{where}: permission denied; give the user this runs as{_user()} read and write "
+            "access to it, or choose another path"
+        )
+    if _READ_ONLY.search(text):
+        return StorageAccessError(
+            f"{where}: the file system is read-only; choose a path on a writable one"
+        )
+    refused = _REFUSED.search(text)
+    if refused:
+        return StorageAccessError(
+            f"{where}: the store refused access ({refused.group(1) or refused.group(2)}); "
+            "check the credentials in the storage options and that they may read and write "
+            "this location"
+        )
+    config = _CONFIG.search(_RUST_LOCATION.sub("", text))
+    if config:
+        return StorageAccessError(
+            f"{where}: the store cannot use its storage options ({config.group(1).strip()}); "
+            "fix them (durations are written like '30s')"
+        )
+    return StorageError(f"{where}: {first_line(exc)}{hint}")
 
 
 @dataclass(frozen=True)
@@ -132,13 +208,14 @@ class Storage:
     def __init__(
         self,
         root: str,
-        options: Mapping[str, str] | None = None,
+        options: Mapping[str, StorageOptionValue | None] | None = None,
         *,
         concurrency: int | None = None,
     ) -> None:
         self.root = root
-        #: The storage options as Lance takes them (None: none given).
-        self.options: dict[str, str] | None = dict(options) if options else None
+        #: The storage options as Lance takes them, text only (None: none given); every
+        #: namespace, reader and Spark task gets its options from here.
+        self.options: dict[str, str] | None = normalize_options(options)
         if concurrency is not None and concurrency < 1:
             raise InvalidArgumentError(f"concurrency must be at least 1, got {concurrency}")
         #: Leaf tables worked on at once (see :func:`default_concurrency`).
@@ -243,9 +320,8 @@ class Storage:
             if is_not_found(exc):
                 at = "" if version is None else f" version {version}"
                 raise TableNotFoundError(f"no Lance table at {uri}{at}: {first_line(exc)}") from exc
-            raise StorageError(
-                f"cannot read {uri}: {first_line(exc)}; check the URI, credentials and endpoint "
-                "in the storage options"
+            raise storage_error(
+                "read", uri, exc, "; check the URI, credentials and endpoint in the storage options"
             ) from exc
 
     def table_to_write(self, uri: str, version: int | None = None) -> lance.LanceDataset:
@@ -427,7 +503,8 @@ class Storage:
         partitions: Sequence[str] = (),
     ) -> Iterator[None]:
         """Translate a storage failure of the enclosed call into a project error:
-        :class:`CommitConflict` (when ``conflict`` says what lost) or :class:`StorageError`."""
+        :class:`CommitConflict` (when ``conflict`` says what lost) or what
+        :func:`storage_error` makes of it."""
         try:
             yield
         except LanceNamespaceError:
@@ -435,7 +512,7 @@ class Storage:
         except (OSError, ValueError) as exc:
             if conflict is not None and is_conflict(exc):
                 raise CommitConflict(conflict, partitions) from exc
-            raise StorageError(f"cannot {action} {uri}: {first_line(exc)}") from exc
+            raise storage_error(action, uri, exc) from exc
 
     # -- files ---------------------------------------------------------------------------
     def _session(self, base: str | None = None) -> LanceFileSession:

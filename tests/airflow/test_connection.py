@@ -14,6 +14,9 @@ from airflow_provider_lance.hooks.connection import (
     LanceConnectionError,
     is_secret_key,
 )
+from airflow_provider_lance.namespace import PartitionedNamespace
+from airflow_provider_lance.namespace.errors import StorageError
+from tests.conftest import UNREACHABLE_OPTIONS
 
 
 def test_s3_fields_map_to_lance_storage_options() -> None:
@@ -39,10 +42,38 @@ def test_s3_fields_map_to_lance_storage_options() -> None:
         "aws_region": "us-east-1",  # the explicit JSON wins over the convenience field
         "allow_http": "true",
         "aws_virtual_hosted_style_request": "false",
-        "timeout": "30",
+        "timeout": "30s",  # a number for a duration is seconds ("30" is no duration to Lance)
     }
     assert sorted(k for k, _ in config.secrets()) == ["aws_secret_access_key", "aws_session_token"]
     assert config.redacted["storage_options"]["aws_secret_access_key"] == "***"
+
+
+@pytest.mark.usefixtures("no_aws_environment")
+@pytest.mark.parametrize("as_json_text", [False, True], ids=["object", "json-text"])
+def test_numbers_and_booleans_in_extras_reach_lance_as_it_parses_them(as_json_text: bool) -> None:
+    """Issue 25: ``{"timeout": 30}`` became ``"30"``, which S3 refuses as no duration (a
+    config error on every call); now it is 30 seconds, as in the core's own options."""
+    options = {**UNREACHABLE_OPTIONS, "allow_http": True, "timeout": 30, "client_max_retries": 0}
+    config = LanceConnectionConfig.from_fields(
+        extras={
+            "root": "s3://bucket/wh",
+            "aws_connect_timeout": 1.5,
+            "storage_options": json.dumps(options) if as_json_text else options,
+        }
+    )
+    assert config.storage_options["timeout"] == "30s"
+    assert config.storage_options["aws_connect_timeout"] == "1500ms"
+    assert config.storage_options["allow_http"] == "true"
+    assert config.storage_options["client_max_retries"] == "0"
+    with pytest.raises(StorageError) as raised:
+        PartitionedNamespace.open("s3://bucket/wh/events", config.storage_options)
+    assert type(raised.value) is StorageError  # nobody answers: retryable, not a config error
+    assert "Duration" not in str(raised.value)
+
+
+def test_an_extra_no_option_can_hold_is_refused_naming_it() -> None:
+    with pytest.raises(LanceConnectionError, match="storage option 'timeout' is a duration"):
+        LanceConnectionConfig.from_fields(extras={"root": "/x", "storage_options": {"timeout": -1}})
 
 
 def test_other_stores_and_local_roots() -> None:

@@ -20,6 +20,7 @@ from airflow_provider_lance.namespace import errors as project_errors
 from airflow_provider_lance.namespace.errors import (
     DataValidationError,
     LanceNamespaceError,
+    StorageAccessError,
     StorageError,
     TransactionAborted,
     is_retryable,
@@ -113,3 +114,19 @@ def test_every_project_error_maps_by_its_class(cls: type[LanceNamespaceError]) -
 def test_other_exceptions_pass_through_unchanged() -> None:
     error = RuntimeError("not ours")
     assert mapped(error) is error
+
+
+# -- bad paths (issue 25) -----------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["plain-file", "unknown-scheme"])
+def test_a_bad_path_fails_the_task_at_once(tmp_path: Path, kind: str) -> None:
+    """A plain file or a scheme no store serves is no storage outage: no retry is burnt."""
+    plain = tmp_path / "events.parquet"
+    plain.write_bytes(b"PAR1")
+    uri = str(plain) if kind == "plain-file" else "foo://bucket/events"
+    exc = raised_by(lambda: PartitionedNamespace.open(uri))
+    assert isinstance(exc, StorageAccessError)
+    failure = mapped(exc, f"pruning {uri}")
+    assert isinstance(failure, AirflowFailException)
+    assert str(failure).startswith(f"pruning {uri} failed: StorageAccessError: cannot read")
+    assert ".rs:" not in str(failure)
+    assert plain.read_bytes() == b"PAR1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -298,6 +299,24 @@ def test_commit_operator_retries_when_the_store_is_unreachable(run_dag: RunDag) 
     assert "failed: StorageError: cannot read the __manifest of s3://bucket/wh/events" in (
         run.output
     )
+
+
+def test_commit_operator_on_a_plain_file_fails_without_retry(
+    run_dag: RunDag, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: a connection root that is a plain file is no outage a retry outlasts."""
+    plain = tmp_path / "lance"
+    plain.write_text("not a directory")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LANCE_TEST",
+        json.dumps({"conn_type": "lance", "extra": {"root": str(plain)}}),
+    )
+    run = run_dag("lance_test_commit", conf={"transactions": ["w-0"]})
+    assert run.state == FAILED
+    assert run.tries["commit"] == 1  # StorageAccessError is not retryable
+    assert "failed: StorageAccessError: cannot read the __manifest of" in run.output
+    assert "plain file, not a directory" in run.output
+    assert plain.read_text() == "not a directory"
 
 
 def test_commit_operator_of_an_aborted_transaction_fails_without_retry(
