@@ -40,9 +40,22 @@ for dir in "$EVENTS" "$DEMO/airflow" "$DEMO/lance" "$DEMO/landing"; do
     fi
 done
 
-bash scripts/bootstrap.sh test
-# pylance logs a WARN line for every new partition table it creates; LANCE_LOG=warn shows them
-export LANCE_LOG="${LANCE_LOG:-error}"
+# Spark needs Java 17 or newer: say so now, not after the install, from a task log.
+if [ -n "${JAVA_HOME:-}" ]; then JAVA="$JAVA_HOME/bin/java"; else JAVA="$(command -v java || true)"; fi
+if [ -z "$JAVA" ] || ! [ -x "$JAVA" ]; then
+    echo "error: the demo runs Spark, which needs Java 17 or newer, and" \
+        "${JAVA_HOME:+JAVA_HOME=$JAVA_HOME has no bin/java}${JAVA_HOME:-no java is on PATH}:" \
+        "install a JDK or JRE (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME" >&2
+    exit 2
+fi
+JAVA_MAJOR="$("$JAVA" -version 2>&1 | sed -n 's/.* version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1)"
+if [ -n "$JAVA_MAJOR" ] && [ "$JAVA_MAJOR" -lt 17 ]; then
+    echo "error: the demo runs Spark 4, which needs Java 17 or newer; $JAVA is Java $JAVA_MAJOR" >&2
+    exit 2
+fi
+
+# What the demo runs: the core, PySpark and Airflow with the Spark provider (no test tools).
+bash scripts/bootstrap.sh apache-spark
 
 echo "=== 1/2  the format: python -m airflow_provider_lance demo $EVENTS"
 .venv/bin/python -m airflow_provider_lance demo "$EVENTS" ${FORCE[@]+"${FORCE[@]}"}

@@ -133,3 +133,31 @@ def test_demo_sh_refuses_a_directory_it_did_not_make(demo_sh: Path, where: str) 
     assert str(target) in done.stderr or where in done.stderr
     assert "--force" in done.stderr
     assert (target / "keep.txt").read_text() == "the user's"
+
+
+@pytest.mark.parametrize("without", ["JAVA_HOME", "PATH"])
+def test_demo_sh_checks_for_java_before_it_installs(
+    demo_sh: Path, tmp_path: Path, without: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    if without == "JAVA_HOME":
+        env["JAVA_HOME"] = str(tmp_path / "no-jdk")
+        expected = f"JAVA_HOME={tmp_path / 'no-jdk'} has no bin/java"
+    else:
+        tools = tmp_path / "tools"  # what the script needs, without java
+        tools.mkdir()
+        for tool in ("bash", "dirname", "ls", "sed", "head"):
+            (tools / tool).symlink_to(shutil.which(tool) or tool)
+        env["PATH"] = str(tools)
+        expected = "no java is on PATH"
+    done = subprocess.run(
+        ["bash", str(demo_sh / "scripts" / "demo.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "bootstrap ran" not in done.stderr
+    assert expected in done.stderr
+    assert "Java 17" in done.stderr
