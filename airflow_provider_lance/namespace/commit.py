@@ -44,7 +44,7 @@ from .errors import (
     TransactionAborted,
 )
 from .failpoints import failpoint
-from .leaves import check_append_schema, commit_leaf, schema_digest
+from .leaves import check_append_schema, check_staged_files, commit_leaf, schema_digest
 from .lifecycle import (
     TransitionRefused,
     TxnRecord,
@@ -726,6 +726,7 @@ class Committer:
             failpoint("commit.leaf_committed")
             return version
 
+        check_staged_files(self.ctx.storage, plan.partitions, record.tag, record.anonymous)
         ids = list(plan.partitions)
         return dict(zip(ids, self.ctx.storage.map(commit_one, ids), strict=True))
 
