@@ -21,7 +21,13 @@ from lance import LanceOperation, Transaction
 from lance.fragment import DataFile, FragmentMetadata
 from lance.schema import LanceSchema
 
-from .errors import CommitConflict, LanceNamespaceError, StagedFilesMissing, StorageError
+from .errors import (
+    CommitConflict,
+    LanceNamespaceError,
+    StagedFilesMissing,
+    StorageError,
+    TransactionAborted,
+)
 from .failpoints import failpoint
 from .storage import Storage
 
@@ -138,7 +144,11 @@ MISSING_SHOWN = 10
 
 
 def check_staged_files(
-    storage: Storage, parts: Mapping[str, StagedFiles], owner: str, anonymous: bool = False
+    storage: Storage,
+    parts: Mapping[str, StagedFiles],
+    owner: str,
+    anonymous: bool = False,
+    still_live: Callable[[], bool] | None = None,
 ) -> None:
     """Before staged files are committed into leaves: every one of them must still exist.
 
@@ -154,7 +164,10 @@ def check_staged_files(
     Raises :class:`StagedFilesMissing` (not retryable: committing again finds the same
     files gone; abort and stage again) naming the missing files, or, for ``anonymous``
     (a write nobody else knows: its retry stages its rows anew), a retryable
-    :class:`CommitConflict`. ``owner`` is the transaction's ``txn#k`` tag.
+    :class:`CommitConflict`. ``owner`` is the transaction's ``txn#k`` tag. ``still_live``
+    is asked once files are missing: False means the transaction was aborted meanwhile
+    (an abort fences it, then deletes its files), and :class:`TransactionAborted` is
+    raised instead: that is why they are gone.
     """
     ids = list(parts)
 
@@ -166,6 +179,11 @@ def check_staged_files(
     found = {oid: files for oid, files in zip(ids, storage.map(missing, ids), strict=True) if files}
     if not found:
         return
+    if still_live is not None and not still_live():
+        raise TransactionAborted(
+            f"transaction {owner} was aborted while it committed (its abort deleted its "
+            "staged files); nothing of it was published"
+        )
     files = [f for oid in sorted(found) for f in found[oid]]
     shown = ", ".join(files[:MISSING_SHOWN])
     more = f" and {len(files) - MISSING_SHOWN} more" if len(files) > MISSING_SHOWN else ""
