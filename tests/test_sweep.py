@@ -14,6 +14,7 @@ import pytest
 
 from airflow_provider_lance import cli
 from airflow_provider_lance.namespace import InvalidArgumentError, PartitionedNamespace
+from airflow_provider_lance.namespace.errors import StagedFilesMissing, is_retryable
 from airflow_provider_lance.namespace.failpoints import FailpointError, hold
 from airflow_provider_lance.namespace.sweep import (
     DEFAULT_MIN_AGE,
@@ -338,10 +339,13 @@ def test_a_write_in_flight_survives_a_sweep_with_the_default_age(ns, root) -> No
     all_readable(ns)
 
 
-def test_without_the_guard_a_zero_age_sweep_destroys_a_write_in_flight(ns, root) -> None:
+def test_without_the_guard_a_zero_age_sweep_fails_a_write_in_flight(ns, root) -> None:
     """The same race with ``enforce_min_age=False`` and age 0: the sweep deletes the
-    parked write's files, the write then publishes versions whose files are gone, and the
-    namespace can no longer be read. This is what the safe minimum refuses to do."""
+    parked write's files. The write used to publish versions whose files were gone (the
+    namespace could no longer be read: what the safe minimum refuses to risk); its commit
+    now checks its staged files first and fails, typed and not retryable, publishing
+    nothing (issue 24)."""
+    before = ids(ns)
     with hold("stage.written") as parked:
         writer = Worker(other(ns).write, NEW_ROWS, txn_id="T")
         writer.start()
@@ -351,13 +355,9 @@ def test_without_the_guard_a_zero_age_sweep_destroys_a_write_in_flight(ns, root)
         assert report.orphans is not None
         assert report.orphans["files_removed"] >= len(in_flight)
         assert not in_flight & data_files(root)
-    result = writer.outcome()  # the write does not notice: it publishes all three
-    assert sorted(p.rows for p in result.partitions) == [2, 2, 2]
-    assert not in_flight & data_files(root)
-    touched = ns.partitions()
-    assert sorted(p.values["part"] for p in touched) == [1, 2, 4]
-    for partition in touched:  # each published version names files that are gone
-        with pytest.raises(ValueError, match=r"(?i)not found"):
-            lance.dataset(partition.location, version=partition.read_version).to_table()
-    with pytest.raises(ValueError, match=r"(?i)not found"):
-        ns.to_table()
+    with pytest.raises(StagedFilesMissing, match="3 data file") as failed:
+        writer.outcome()
+    assert not is_retryable(failed.value)
+    assert sorted(len(files) for files in failed.value.missing.values()) == [1, 1, 1]
+    assert ids(ns) == before  # nothing of it was published, and everything reads
+    all_readable(ns)

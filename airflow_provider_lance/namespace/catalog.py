@@ -7,7 +7,8 @@ concurrent writers. It also plans the ``__manifest`` rows that create new partit
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from json.encoder import encode_basestring
@@ -17,7 +18,14 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import ManifestError, NamespaceNotFoundError, PartitionSpecError
+from .errors import (
+    LanceNamespaceError,
+    LatestVersionCleanedUp,
+    ManifestError,
+    NamespaceNotFoundError,
+    PartitionSpecError,
+    VersionCleanedUp,
+)
 from .manifest import (
     CLAIM,
     LOCATION,
@@ -55,12 +63,24 @@ _FULL_ROW_LOOKUPS = 1000
 
 
 @dataclass(frozen=True)
+class ReadAt:
+    """The ``__manifest`` version a read resolved, and whether the reader named it
+    (``as_of``: a version, a moment or a tag) or asked for the latest state. A read that
+    finds a version removed by retention says which, and only a read of the latest can
+    succeed when tried again (:func:`removed_by_retention`)."""
+
+    version: int
+    pinned: bool = False
+
+
+@dataclass(frozen=True)
 class Partition:
     """One leaf table of the namespace and where to read it.
 
     ``location`` is the absolute URI of the leaf table, ``values`` maps each partition field
     of the partition's spec version to its (Python) value, ``read_version`` is the published
-    table version readers use (None: read the latest).
+    table version readers use (None: read the latest). ``read_at`` is the manifest version
+    it was read from (None: not from a :class:`NamespaceState`), for errors only.
     """
 
     object_id: str
@@ -68,6 +88,7 @@ class Partition:
     spec_version: int
     values: Mapping[str, Any]
     read_version: int | None
+    read_at: ReadAt | None = field(default=None, compare=False, repr=False)
 
     @property
     def directory(self) -> str:
@@ -98,6 +119,52 @@ def value_text(value: Any) -> str | None:
     return str(value)
 
 
+def version_ranges(versions: Iterable[int]) -> str:
+    """``1-3, 7, 9-12``: a sorted set of versions, compactly."""
+    out: list[str] = []
+    run: list[int] = []
+    for v in sorted(versions):
+        if run and v == run[-1] + 1:
+            run.append(v)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [v]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ", ".join(out) or "none"
+
+
+def is_missing(exc: BaseException) -> bool:
+    """Whether a Lance error says a file or version is not there (pylance 14 raises
+    ``ValueError``/``OSError``/``ArrowInvalid`` saying "Not found: <path>", or "Dataset at
+    path ... was not found"); project errors are never library errors."""
+    return not isinstance(exc, LanceNamespaceError) and "not found" in str(exc).lower()
+
+
+def removed_by_retention(
+    subject: str, kept: Iterable[int], what_kept: str, read_at: ReadAt | None
+) -> VersionCleanedUp:
+    """The error of a read whose version (``subject``: what was removed) retention removed.
+
+    A read of the latest state (``read_at`` not pinned, or unknown: internal reads resolve
+    the latest) gets :class:`LatestVersionCleanedUp`, retryable: reading again resolves
+    the new latest version. A read that named its version gets :class:`VersionCleanedUp`:
+    the version is gone for good, and so is every retry."""
+    window = f"{what_kept} kept: {version_ranges(kept)}"
+    if read_at is None or not read_at.pinned:
+        return LatestVersionCleanedUp(
+            f"{subject} was cleaned up, by retention (maintain with older_than), while this read "
+            f"of the latest state used it; {window}. The data is intact: read again, which "
+            "reads the new latest version (and keep older_than above your longest read)"
+        )
+    return VersionCleanedUp(
+        f"{subject} was cleaned up by retention (maintain with older_than); {window}. It "
+        "cannot be read any more: read a retained version, and tag the versions you will "
+        "need to read later (PartitionedNamespace.tag keeps them and what they read)"
+    )
+
+
 @dataclass(frozen=True)
 class PartitionRows:
     """``__manifest`` rows that create partitions, and the leaves they point at."""
@@ -115,13 +182,19 @@ class NamespaceState:
     version: int
     schema: NamespaceSchema
     specs: dict[int, list[PartitionField]]
+    #: Resolved from an explicit ``as_of`` (else: as the latest state); see :class:`ReadAt`.
+    pinned: bool = False
     _tables: pa.Table | None = field(default=None, repr=False)
     _lookups: int = field(default=0, repr=False)
     #: Rows looked up by id (None: absent in this version), full columns.
     _looked_up: dict[str, dict[str, Any] | None] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, root: str, dataset: lance.LanceDataset) -> NamespaceState:
+    def load(
+        cls, root: str, dataset: lance.LanceDataset, *, pinned: bool = False
+    ) -> NamespaceState:
+        """The state ``dataset`` (``__manifest`` at one version) holds; ``pinned``: the
+        reader named that version (``as_of``) rather than asking for the latest."""
         metadata = dataset.metadata
         versions = spec_versions(metadata)
         if not versions:
@@ -139,7 +212,30 @@ class NamespaceState:
             raise ManifestError(f"{root}: the __manifest metadata has no 'schema' property")
         schema = NamespaceSchema.from_json(metadata[SCHEMA_KEY])
         specs = {v: spec_from_json(metadata[spec_key(v)], schema, v) for v in versions}
-        return cls(root, dataset, int(dataset.version), schema, specs)
+        return cls(root, dataset, int(dataset.version), schema, specs, pinned)
+
+    @cached_property
+    def read_at(self) -> ReadAt:
+        return ReadAt(self.version, self.pinned)
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Reads of this ``__manifest`` version: one that finds it removed by retention
+        (``maintain``: its version file or its data files, compacted into later versions,
+        are gone) raises :class:`VersionCleanedUp` saying so, not pylance's "Not found"."""
+        try:
+            yield
+        except (OSError, ValueError) as exc:
+            if not is_missing(exc):
+                raise
+            try:
+                kept = [int(v["version"]) for v in self.dataset.versions()]
+            except (OSError, ValueError):
+                raise exc from None
+            if self.version in kept:  # still there: something else is missing
+                raise
+            subject = f"__manifest version {self.version} of {self.root}"
+            raise removed_by_retention(subject, kept, "__manifest versions", self.read_at) from exc
 
     @property
     def spec_version(self) -> int:
@@ -167,9 +263,11 @@ class NamespaceState:
         derived ``__spec_version``. Loaded once per manifest version (the prune cache).
         """
         if self._tables is None:
-            self._tables = self._narrow(
-                self.dataset.to_table(columns=self._columns, filter=f"{OBJECT_TYPE} = '{TABLE}'")
-            )
+            with self._reading():
+                rows = self.dataset.to_table(
+                    columns=self._columns, filter=f"{OBJECT_TYPE} = '{TABLE}'"
+                )
+            self._tables = self._narrow(rows)
         return self._tables
 
     @cached_property
@@ -217,6 +315,7 @@ class NamespaceState:
         columns = {f.name: rows.column(f.name).to_pylist() for f in self.partition_columns}
         names = {v: [f.name for f in fields] for v, fields in self.specs.items()}
         prefix = self.root + "/"
+        read_at = self.read_at
         out = []
         for i, object_id in enumerate(ids):
             version, location = versions[i], locations[i]
@@ -228,6 +327,7 @@ class NamespaceState:
                     spec_version=version,
                     values={n: columns[n][i] for n in names.get(version, ())},
                     read_version=read_versions[i],
+                    read_at=read_at,
                 )
             )
         return out
@@ -263,7 +363,8 @@ class NamespaceState:
             if self._scan_is_cheaper(len(wanted)):
                 table = self._scanned(wanted)
             else:
-                table = self.dataset.to_table(filter=ids_filter(wanted))
+                with self._reading():
+                    table = self.dataset.to_table(filter=ids_filter(wanted))
             found = {r[OBJECT_ID]: r for r in table.to_pylist()}
             for i in wanted:
                 self._looked_up[i] = found.get(i)
@@ -271,7 +372,8 @@ class NamespaceState:
 
     def _scanned(self, object_ids: Sequence[str]) -> pa.Table:
         """The rows with these ids, found by reading the whole table."""
-        rows = self.dataset.to_table()
+        with self._reading():
+            rows = self.dataset.to_table()
         return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
 
     def _scan_is_cheaper(self, ids: int) -> bool:
@@ -280,11 +382,13 @@ class NamespaceState:
 
     @cached_property
     def _row_count(self) -> int:
-        return int(self.dataset.count_rows())
+        with self._reading():
+            return int(self.dataset.count_rows())
 
     @cached_property
     def object_ids(self) -> frozenset[str]:
-        ids = self.dataset.to_table(columns=[OBJECT_ID]).column(OBJECT_ID).to_pylist()
+        with self._reading():
+            ids = self.dataset.to_table(columns=[OBJECT_ID]).column(OBJECT_ID).to_pylist()
         return frozenset(ids)
 
     @cached_property

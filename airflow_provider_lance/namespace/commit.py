@@ -45,7 +45,7 @@ from .errors import (
     TransactionAborted,
 )
 from .failpoints import failpoint
-from .leaves import check_append_schema, commit_leaf, schema_digest
+from .leaves import check_append_schema, check_staged_files, commit_leaf, schema_digest
 from .lifecycle import (
     TransitionRefused,
     TxnRecord,
@@ -875,6 +875,17 @@ class Committer:
             failpoint("commit.leaf_committed")
             return version
 
+        check_staged_files(
+            self.ctx.storage,
+            plan.partitions,
+            record.tag,
+            record.anonymous,
+            lambda: (
+                (now := resolve(self.ctx, self.ctx.load_state(), record.txn_id)) is not None
+                and now.incarnation == record.incarnation
+                and not now.state.is_terminal
+            ),
+        )
         ids = list(plan.partitions)
         return dict(zip(ids, self.ctx.storage.map(commit_one, ids), strict=True))
 

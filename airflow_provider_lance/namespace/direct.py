@@ -43,7 +43,7 @@ from .catalog import NamespaceState
 from .commit import TransactionContext, backoff, check_staged_against, merge_stages
 from .errors import CommitConflict, LanceNamespaceError, StorageError
 from .failpoints import FailpointError, failpoint
-from .leaves import commit_leaf
+from .leaves import check_staged_files, commit_leaf
 from .lifecycle import collect_finished, publish_direct
 from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, ids_filter
@@ -192,6 +192,7 @@ def _commit_leaves(
 
     made = {oid: made_while_staging(oid) for oid in parts}  # no I/O: not in the threads
     todo = [oid for oid, version in made.items() if version is None]
+    check_staged_files(ctx.storage, {oid: parts[oid] for oid in todo}, owner, anonymous=True)
     committed = dict(zip(todo, ctx.storage.map(commit_one, todo), strict=True))
     return {oid: committed[oid] if version is None else version for oid, version in made.items()}
 

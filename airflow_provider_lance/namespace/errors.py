@@ -13,7 +13,7 @@ keeping their own lists.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 
 class LanceNamespaceError(Exception):
@@ -105,6 +105,36 @@ class VersionNotFoundError(LanceNamespaceError):
 class VersionBeforeCreationError(VersionNotFoundError):
     """A ``__manifest`` version from while the namespace was being created: it exists, but
     holds no namespace yet (its schema and spec were set at a later version)."""
+
+
+class VersionCleanedUp(VersionNotFoundError):
+    """A version a read had resolved (a ``__manifest`` version, or a leaf version it reads)
+    was removed by retention (``maintain(older_than=...)``) before or while it was read.
+
+    Not retryable: the read named that version itself (``as_of``, a moment or a tag that
+    resolved to it), and it is gone for good. A read of the latest state raises
+    :class:`LatestVersionCleanedUp` instead, which a retry resolves afresh."""
+
+
+class LatestVersionCleanedUp(VersionCleanedUp):
+    """A read of the *latest* state was outrun by retention: the version it resolved was
+    the latest when it started, and ``maintain`` removed it (or a leaf version it reads)
+    meanwhile. Retryable: reading again resolves the new latest version, which
+    retention keeps."""
+
+    retryable = True
+
+
+class StagedFilesMissing(LanceNamespaceError):
+    """Data files a transaction staged are gone (deleted by retention, the orphan sweep or
+    by hand) before its commit published them; nothing of the commit was published.
+
+    Not retryable: committing again finds the same files missing. Abort the transaction and
+    stage its rows again. ``missing`` maps each partition to its missing files."""
+
+    def __init__(self, message: str, missing: Mapping[str, Sequence[str]] | None = None) -> None:
+        self.missing = {k: list(v) for k, v in sorted((missing or {}).items())}
+        super().__init__(message)
 
 
 class ManifestError(LanceNamespaceError):

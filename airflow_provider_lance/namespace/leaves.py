@@ -12,8 +12,8 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import lance
 import pyarrow as pa
@@ -21,7 +21,13 @@ from lance import LanceOperation, Transaction
 from lance.fragment import DataFile, FragmentMetadata
 from lance.schema import LanceSchema
 
-from .errors import CommitConflict, LanceNamespaceError, StorageError
+from .errors import (
+    CommitConflict,
+    LanceNamespaceError,
+    StagedFilesMissing,
+    StorageError,
+    TransactionAborted,
+)
 from .failpoints import failpoint
 from .storage import Storage
 
@@ -122,6 +128,78 @@ def fragment_text(meta: FragmentMetadata) -> str:
             "created_at_version_meta": None,
             "last_updated_at_version_meta": None,
         }
+    )
+
+
+class StagedFiles(Protocol):
+    """What :func:`check_staged_files` needs of a staged partition (``StagedPartition``)."""
+
+    @property
+    def directory(self) -> str: ...
+
+    def fragment_metadata(self) -> list[FragmentMetadata]: ...
+
+
+#: Missing files named in the message of :func:`check_staged_files`, at most.
+MISSING_SHOWN = 10
+
+
+def check_staged_files(
+    storage: Storage,
+    parts: Mapping[str, StagedFiles],
+    owner: str,
+    anonymous: bool = False,
+    still_live: Callable[[], bool] | None = None,
+) -> None:
+    """Before staged files are committed into leaves: every one of them must still exist.
+
+    A leaf version is only as good as its data files, and Lance commits a fragment whose
+    files are gone without looking: the publish would succeed and every read of the
+    partition fail. Retention cannot always keep them (``maintain`` skips the leaves of
+    live transactions, but a stage recorded while it ran, from files older than Lance's
+    7-day threshold for unreferenced files, may lose them; so may a leaf version holding
+    them that was rolled back and cleaned up, or a file deleted by hand), so every commit
+    path asks here first. One existence check (a HEAD) per staged file, the partitions in
+    parallel (``storage.map``): a stage writes about one file per partition and flush.
+
+    Raises :class:`StagedFilesMissing` (not retryable: committing again finds the same
+    files gone; abort and stage again) naming the missing files, or, for ``anonymous``
+    (a write nobody else knows: its retry stages its rows anew), a retryable
+    :class:`CommitConflict`. ``owner`` is the transaction's ``txn#k`` tag. ``still_live``
+    is asked once files are missing: False means the transaction was aborted meanwhile
+    (an abort fences it, then deletes its files), and :class:`TransactionAborted` is
+    raised instead: that is why they are gone.
+    """
+    ids = list(parts)
+
+    def missing(oid: str) -> Sequence[str]:
+        part = parts[oid]
+        gone = storage.missing_data_files(storage.uri(part.directory), part.fragment_metadata())
+        return [f"{part.directory}/{path}" for path in gone]
+
+    found = {oid: files for oid, files in zip(ids, storage.map(missing, ids), strict=True) if files}
+    if not found:
+        return
+    if still_live is not None and not still_live():
+        raise TransactionAborted(
+            f"transaction {owner} was aborted while it committed (its abort deleted its "
+            "staged files); nothing of it was published"
+        )
+    files = [f for oid in sorted(found) for f in found[oid]]
+    shown = ", ".join(files[:MISSING_SHOWN])
+    more = f" and {len(files) - MISSING_SHOWN} more" if len(files) > MISSING_SHOWN else ""
+    what = (
+        f"{len(files)} data file(s) staged by {owner} are gone ({shown}{more}): removed by "
+        "retention (maintain), the orphan sweep or by hand before they were committed; "
+        "nothing was published"
+    )
+    if anonymous:
+        raise CommitConflict(f"{what}; write the rows again", found)
+    txn_id = owner.rpartition("#")[0] or owner
+    raise StagedFilesMissing(
+        f"{what}. Committing again cannot succeed: abort the transaction "
+        f"(PartitionedNamespace.abort({txn_id!r})) and stage its rows again",
+        found,
     )
 
 

@@ -7,7 +7,8 @@ by tests/test_pylance_facts.py::test_fact_each_merge_insert_adds_a_fragment). Pu
 therefore compact the manifest once it holds :data:`AUTO_COMPACT_FRAGMENTS` fragments, and
 :func:`maintain` does it on demand, together with version cleanup that never removes what a
 reader or a transaction still needs: whatever a retained ``__manifest`` version reads (those
-in the retention window, and tagged ones however old), and leaf versions not yet published.
+in the retention window, and tagged ones however old), leaf versions not yet published, and
+the leaves live transactions staged files into.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import lance
 
 from .catalog import NamespaceState
 from .errors import InvalidArgumentError, LanceNamespaceError
+from .failpoints import failpoint
 from .manifest import CLAIM, LOCATION, OBJECT_ID, OBJECT_TYPE, READ_VERSION, TABLE, Manifest
 from .spec_fence import stale_intents
+from .txnstore import TransactionStore
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ AUTO_COMPACT_FRAGMENTS = 16
 SKIP_CLAIMED = "claimed"  # a transaction holds it: its commit may be under way
 SKIP_READ_LATEST = "read_latest"  # a NULL read_version: no version to keep is known
 SKIP_CREATED_IN_WINDOW = "created_in_window"  # absent at the oldest retained version
+SKIP_STAGED = "staged"  # a live transaction staged files into it: its commit needs them
 
 
 @dataclass
@@ -124,8 +128,20 @@ def maintain(
     below it (and older than ``older_than``) are removed, except those a retained older
     version (a tagged one) reads. Versions after the published one are never
     touched, so an in-flight commit can still publish them. Left alone entirely: claimed
-    leaves, leaves read at their latest version (NULL ``read_version``), and, conservatively,
-    leaves absent at the oldest remaining manifest version (created inside the window).
+    leaves, leaves a live (staged or committing) transaction staged files into, leaves read
+    at their latest version (NULL ``read_version``), and, conservatively, leaves absent at
+    the oldest remaining manifest version (created inside the window).
+
+    Why leaves with live stages are skipped whole: Lance's cleanup deletes data files no
+    version references once they are older than its own threshold (7 days, whatever
+    ``older_than`` is), and files of removed versions at once; it cannot be told to keep
+    some. Staged files are referenced by no version until their commit, and a named
+    transaction may stay staged for days. The live stages are read after the
+    ``__manifest`` cleanup, right before the leaves are cleaned: a stage recorded before
+    that read is honoured. One recorded later (while this runs) is not, but its files
+    were written moments ago (unless its stager held them unrecorded for 7 days), and if
+    they are gone anyway its commit refuses to publish them
+    (:func:`~.leaves.check_staged_files`).
     """
     if older_than is not None and older_than < dt.timedelta(0):
         raise InvalidArgumentError(
@@ -160,11 +176,16 @@ def maintain(
     }
     at_oldest = _published(latest if oldest == latest.version else manifest.open(oldest))
     below = [_published(manifest.open(v)) for v in retained if v < oldest]
+    failpoint("maintain.before_live_stages")
+    staged_ids, staged_dirs = _live_stages(manifest, NamespaceState.load(state.root, latest))
+    failpoint("maintain.live_stages_read")
     for partition in partitions:
         object_id, published = partition.object_id, partition.read_version
         location, first = at_oldest.get(object_id, (None, None))
         if object_id in claimed:
             report._skip(object_id, SKIP_CLAIMED)
+        elif object_id in staged_ids or partition.directory in staged_dirs:
+            report._skip(object_id, SKIP_STAGED)
         elif location is None or location != at_state.get(object_id, (None, None))[0]:
             report._skip(object_id, SKIP_CREATED_IN_WINDOW)
         elif published is None or first is None:
@@ -244,6 +265,17 @@ def _published(ds: lance.LanceDataset) -> dict[str, tuple[str, int | None]]:
         for r in rows
         if r.get(READ_VERSION) is not None or r.get(CLAIM) is None
     }
+
+
+def _live_stages(manifest: Manifest, state: NamespaceState) -> tuple[set[str], set[str]]:
+    """The object ids and leaf directories live transactions staged files for (their rows
+    as of ``state``, read after the ``__manifest`` cleanup: the state read before it may
+    be gone; their records read from storage now; see :func:`maintain`)."""
+    # Imported here: the sweep reads plans through ``commit``, which imports this module.
+    from .sweep import live_staged_partitions
+
+    parts = live_staged_partitions(TransactionStore(manifest.storage), state)
+    return {p.object_id for p in parts}, {p.directory for p in parts}
 
 
 def _claimed(state: NamespaceState) -> set[str]:

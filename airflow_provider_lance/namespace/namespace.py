@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -179,11 +180,11 @@ class PartitionedNamespace:
         target = pick(as_of, version)
         if target is not None:
             number = resolve_as_of(self._manifest, target)
-            if number == self._state.version:
-                return self._state
+            if number == self._state.version:  # named: a read of it is never retried as latest
+                return dataclasses.replace(self._state, pinned=True)
             dataset = open_version(self._manifest, number)
             try:
-                return NamespaceState.load(self._root, dataset)
+                return NamespaceState.load(self._root, dataset, pinned=True)
             except NamespaceNotFoundError as exc:
                 raise VersionBeforeCreationError(
                     f"__manifest version {number} of {self._root} predates the namespace: "

@@ -5,13 +5,21 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import lance
 import pyarrow as pa
 
-from .catalog import Partition
-from .errors import DataValidationError, ExpressionError, FilterError, TableNotFoundError
+from .catalog import Partition, is_missing, removed_by_retention
+from .errors import (
+    DataValidationError,
+    ExpressionError,
+    FilterError,
+    LanceNamespaceError,
+    TableNotFoundError,
+    VersionCleanedUp,
+)
 from .expressions import BoundExpression, column_name, raw, walk
 from .schema import NamespaceSchema, ReadPlan
 from .storage import Storage
@@ -20,14 +28,46 @@ log = logging.getLogger(__name__)
 
 
 def open_leaf(storage: Storage, partition: Partition) -> lance.LanceDataset:
-    """The partition's table at its published ``read_version`` (latest when NULL)."""
+    """The partition's table at its published ``read_version`` (latest when NULL);
+    :class:`~.errors.VersionCleanedUp` if retention removed that version."""
     try:
         return storage.table(partition.location, partition.read_version)
     except TableNotFoundError as exc:
+        gone = leaf_cleaned_up(storage, partition, exc)
+        if gone is not None:
+            raise gone from exc
         raise TableNotFoundError(
             f"partition {partition.object_id} cannot be read at {partition.location} "
             f"version {partition.read_version}: {exc}"
         ) from exc
+
+
+def leaf_cleaned_up(
+    storage: Storage, partition: Partition, exc: BaseException
+) -> VersionCleanedUp | None:
+    """The error for a read of ``partition`` that failed with ``exc`` because retention
+    (``maintain``) removed its ``read_version`` (the version file, or data files only that
+    version referenced, deleted while it was read); None if that version is still there
+    (``exc`` means something else, and stands)."""
+    if partition.read_version is None or not (
+        isinstance(exc, TableNotFoundError) or is_missing(exc)
+    ):
+        return None
+    try:
+        kept = [int(v["version"]) for v in storage.table(partition.location).versions()]
+    except (LanceNamespaceError, OSError, ValueError):
+        return None  # no table at all: not a version retention removed
+    if partition.read_version in kept:
+        return None
+    read_at = partition.read_at
+    by = "" if read_at is None else f", which __manifest version {read_at.version} reads,"
+    return removed_by_retention(
+        f"version {partition.read_version} of the table of partition {partition.object_id} "
+        f"({partition.location}){by}",
+        kept,
+        "versions of that table",
+        read_at,
+    )
 
 
 def filter_columns(bound: BoundExpression) -> list[str]:
@@ -102,23 +142,40 @@ def read_partition(
     if residual is not None:
         needed += [c for c in filter_columns(residual) if c not in needed]
     leaf = open_leaf(storage, partition)
-    plan = schema.read_plan(leaf.schema, needed)
-    fragments = None if fragment_ids is None else [leaf.get_fragment(i) for i in fragment_ids]
-    batches, pushed = None, False
-    if residual is not None and _pushable(residual, plan, leaf.schema):
-        try:
-            batches = _leaf_batches(leaf, plan.leaf_columns, batch_size, residual.sql, fragments)
-            pushed = True
-        except ValueError as exc:  # Lance's planner is stricter (e.g. int column vs 2.5)
-            log.debug("filter %r not pushed down to Lance: %s", residual.sql, exc)
-    if batches is None:
-        batches = _leaf_batches(leaf, plan.leaf_columns, batch_size, None, fragments)
-    for batch in batches:
-        try:
-            table = plan.apply(batch)
-        except DataValidationError as exc:
-            raise DataValidationError(f"partition {partition.object_id}: {exc}") from exc
-        yield from output_batches(table, None if pushed else residual, output)
+    with _retention_checked(storage, partition):
+        plan = schema.read_plan(leaf.schema, needed)
+        fragments = None if fragment_ids is None else [leaf.get_fragment(i) for i in fragment_ids]
+        batches, pushed = None, False
+        if residual is not None and _pushable(residual, plan, leaf.schema):
+            try:
+                batches = _leaf_batches(
+                    leaf, plan.leaf_columns, batch_size, residual.sql, fragments
+                )
+                pushed = True
+            except ValueError as exc:  # Lance's planner is stricter (e.g. int column vs 2.5)
+                log.debug("filter %r not pushed down to Lance: %s", residual.sql, exc)
+        if batches is None:
+            batches = _leaf_batches(leaf, plan.leaf_columns, batch_size, None, fragments)
+        for batch in batches:
+            try:
+                table = plan.apply(batch)
+            except DataValidationError as exc:
+                raise DataValidationError(f"partition {partition.object_id}: {exc}") from exc
+            yield from output_batches(table, None if pushed else residual, output)
+
+
+@contextmanager
+def _retention_checked(storage: Storage, partition: Partition) -> Iterator[None]:
+    """A read of an opened leaf: a data file that vanished under it because retention
+    removed the version being read (and the files only it referenced) raises
+    :class:`~.errors.VersionCleanedUp` instead of pylance's "Not found"."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        gone = leaf_cleaned_up(storage, partition, exc)
+        if gone is not None:
+            raise gone from exc
+        raise
 
 
 def output_batches(

@@ -46,10 +46,10 @@ from .commit import Plan, TransactionContext, current_of, only
 from .errors import InvalidArgumentError, LanceNamespaceError, ManifestError
 from .lifecycle import TxnState, all_records
 from .manifest import LOCATION, MANIFEST_NAME, OBJECT_TYPE, TABLE
-from .staging import Stage
+from .staging import Stage, StagedPartition
 from .storage import FileEntry, Storage
 from .transactions import DEFAULT_LEASE_SECONDS
-from .txnstore import TXN_DIR
+from .txnstore import TXN_DIR, TransactionStore
 
 log = logging.getLogger(__name__)
 
@@ -281,29 +281,32 @@ def _unread(ctx: TransactionContext, directories: Iterable[str]) -> set[str]:
 
 def _named_by_live_transactions(ctx: TransactionContext, state: NamespaceState) -> set[str]:
     """Files (root-relative) that stage records or plans of live transactions name."""
-    rows = {r.txn_id: r for r in all_records(state)}
     out: set[str] = set()
-    for header in ctx.store.headers():
+    for part in live_staged_partitions(ctx.store, state):
+        for meta in part.fragment_metadata():
+            out.update(
+                f"{part.directory}/data/{f['path']}" for f in meta.to_json().get("files", [])
+            )
+    return out
+
+
+def live_staged_partitions(store: TransactionStore, state: NamespaceState) -> list[StagedPartition]:
+    """Every partition a live (staged or committing) transaction has staged files for, as
+    its stage records and its plan name them (read from storage now: a transaction with
+    no row yet is live through its header alone). What the orphan sweep keeps, and the
+    leaves ``maintain`` leaves uncleaned."""
+    rows = {r.txn_id: r for r in all_records(state)}
+    out: list[StagedPartition] = []
+    for header in store.headers():
         record = current_of(header.txn_id, rows.get(header.txn_id), only(header))
         if record is None or record.state not in (TxnState.STAGED, TxnState.COMMITTING):
             continue
-        stages = [
-            Stage.from_json(raw)
-            for raw in ctx.store.stages(header.txn_id, record.incarnation).values()
-        ]
+        for raw in store.stages(header.txn_id, record.incarnation).values():
+            out.extend(Stage.from_json(raw).partitions.values())
         if record.plan is not None:
             try:
-                plan = Plan.from_json(
-                    ctx.store.plan(header.txn_id, record.incarnation, record.plan)
-                )
-                stages.append(Stage("plan", "plan", plan.mode, plan.spec_version, plan.partitions))
+                plan = Plan.from_json(store.plan(header.txn_id, record.incarnation, record.plan))
             except LanceNamespaceError:
-                pass
-        for stage in stages:
-            for part in stage.partitions.values():
-                for meta in part.fragment_metadata():
-                    out.update(
-                        f"{part.directory}/data/{f['path']}"
-                        for f in meta.to_json().get("files", [])
-                    )
+                continue
+            out.extend(plan.partitions.values())
     return out

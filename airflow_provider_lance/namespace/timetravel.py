@@ -17,10 +17,10 @@ from __future__ import annotations
 import datetime as dt
 import operator
 import re
-from collections.abc import Iterable
 
 import lance
 
+from .catalog import ReadAt, removed_by_retention
 from .errors import (
     InvalidArgumentError,
     ManifestError,
@@ -77,7 +77,8 @@ def resolve_as_of(manifest: Manifest, as_of: object) -> int:
 
 def open_version(manifest: Manifest, version: int) -> lance.LanceDataset:
     """``__manifest`` at ``version``; :class:`VersionNotFoundError` saying why it is not
-    there (not yet committed, or cleaned up)."""
+    there (not yet committed), or :class:`~.errors.VersionCleanedUp` (not retryable: the
+    caller named the version) when retention removed it."""
     if version < 1:
         raise InvalidArgumentError(f"__manifest versions start at 1, got {version}")
     try:
@@ -88,10 +89,11 @@ def open_version(manifest: Manifest, version: int) -> lance.LanceDataset:
             raise VersionNotFoundError(
                 f"{manifest.root} has no __manifest version {version}: the latest is {latest}"
             ) from None
-        raise VersionNotFoundError(
-            f"__manifest version {version} of {manifest.root} was cleaned up (maintain removes "
-            f"versions older than its retention window unless they are tagged); retained: "
-            f"{_ranges(v for v, _ in version_times(manifest))}"
+        raise removed_by_retention(
+            f"__manifest version {version} of {manifest.root}",
+            (v for v, _ in version_times(manifest)),
+            "__manifest versions (older ones only if tagged)",
+            ReadAt(version, pinned=True),
         ) from exc
 
 
@@ -217,19 +219,3 @@ def delete_tag(manifest: Manifest, name: str) -> None:
                 f"tag {name!r} of {manifest.root} was deleted concurrently"
             ) from exc
         raise StorageError(f"cannot delete tag {name!r} of {manifest.uri}: {text}") from exc
-
-
-def _ranges(versions: Iterable[int]) -> str:
-    """``1-3, 7, 9-12``: a sorted set of versions, compactly."""
-    out: list[str] = []
-    run: list[int] = []
-    for v in sorted(versions):
-        if run and v == run[-1] + 1:
-            run.append(v)
-            continue
-        if run:
-            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [v]
-    if run:
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ", ".join(out) or "none"
