@@ -522,6 +522,15 @@ class Storage:
             session = self._sessions[base] = LanceFileSession(base, storage_options=self.options)
         return session
 
+    def _table_files(self, table_uri: str) -> tuple[LanceFileSession, str]:
+        """A file session and the prefix of ``table_uri``'s files in it: the root's session
+        for a table inside the root (one session, not one kept per leaf table touched,
+        which a long-lived process writing to many partitions would pile up)."""
+        inside = self.root.rstrip("/") + "/"
+        if table_uri.startswith(inside):
+            return self._session(), table_uri[len(inside) :].rstrip("/") + "/"
+        return self._session(table_uri), ""
+
     def put_json(self, path: str, obj: Any, *, indent: int | None = None) -> None:
         """Write ``obj`` as the JSON document at ``path`` (relative to the root), whole."""
         # dumps, not dump: only the one-shot encoder is the C one (5-10x faster for a
@@ -639,9 +648,9 @@ class Storage:
         self, table_uri: str, fragments: Sequence[FragmentMetadata]
     ) -> Sequence[str]:
         """The data files of ``fragments`` that are not in the table's directory."""
-        session = self._session(table_uri)
+        session, prefix = self._table_files(table_uri)
         with self.failures("read", table_uri):
-            return [p for p in _data_paths(fragments) if not session.contains(p)]
+            return [p for p in _data_paths(fragments) if not session.contains(prefix + p)]
 
     def delete_data_files(self, table_uri: str, fragments: Sequence[FragmentMetadata]) -> int:
         """Delete the data files of fragments no table version references (staged, never
@@ -649,11 +658,11 @@ class Storage:
         for the orphan sweep: nothing references it, so it is only wasted space."""
         if not fragments:
             return 0
-        session = self._session(table_uri)
+        session, prefix = self._table_files(table_uri)
         deleted = 0
         for path in _data_paths(fragments):
             try:
-                session.delete_file(path)
+                session.delete_file(prefix + path)
                 deleted += 1
             except (OSError, ValueError) as exc:
                 log.warning(
