@@ -106,3 +106,23 @@ def events_of(asset_name: str) -> list[tuple[str | None, dict[str, Any]]]:
             .all()
         )
         return [(r.partition_key, dict(r.extra)) for r in rows]
+
+
+def consumers_of(asset_name: str) -> dict[int, tuple[dict[str, Any], list[str]]]:
+    """Every event of the asset named so, by id (oldest first): its extra and the run_ids
+    of the runs that consumed it (Airflow's ``dagrun_asset_event`` association: what the
+    scheduler gave each asset-triggered run as its ``triggering_asset_events``)."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == asset_name)
+            .order_by(AssetEvent.id)
+            .all()
+        )
+        return {
+            r.id: (dict(r.extra), sorted(run.run_id for run in r.created_dagruns)) for r in rows
+        }

@@ -1,10 +1,11 @@
 """``LanceManifestTrigger`` driven for real: its async ``run()`` loop polls a real namespace
 while another thread publishes into it.
 
-Each publish fires exactly one event, in manifest order, naming the version and the
-partitions it published, however the publishes fall between polls; changes readers do not
-see fire nothing; a trigger built again from its serialised kwargs and the watermark (what
-the triggerer does after a restart) neither repeats nor skips a publish.
+Every publish is reported exactly once, in manifest order, naming its version; what one
+poll found is one event whose top level sums its publishes up (every partition published,
+once, at its latest read_version), bounded however far behind the trigger was; changes
+readers do not see are not reported; a trigger built again from its serialised kwargs and
+the watermark (what the triggerer does after a restart) neither repeats nor skips a publish.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import CommitResult, PartitionedNamespace, PartitionField
+from airflow_provider_lance.triggers import manifest
 from airflow_provider_lance.triggers.manifest import LanceManifestTrigger, watermark_key
 from tests.conftest import EVENTS_SCHEMA, events
 
@@ -62,8 +64,8 @@ def watch(
     quiet: float = 6 * POLL,
 ) -> tuple[list[dict[str, Any]], list[CommitResult]]:
     """Run the trigger's loop while ``meanwhile`` publishes in another thread; return the
-    event payloads (waiting ``quiet`` seconds past the ``expected``-th for any extra one)
-    and the publishes ``meanwhile`` reported."""
+    event payloads (waiting ``quiet`` seconds past the ``expected``-th publish reported for
+    any extra one) and the publishes ``meanwhile`` reported."""
     published: list[CommitResult] = []
     errors: list[BaseException] = []
 
@@ -86,7 +88,9 @@ def watch(
         thread = threading.Thread(target=writer)
         thread.start()
         deadline = time.monotonic() + 120
-        while (thread.is_alive() or len(seen) < expected) and time.monotonic() < deadline:
+        while (thread.is_alive() or len(reported(seen)) < expected) and (
+            time.monotonic() < deadline
+        ):
             assert not consumer.done(), consumer.exception()
             await asyncio.sleep(0.05)
         await asyncio.sleep(quiet)  # nothing more comes
@@ -102,17 +106,36 @@ def watch(
     return seen, published
 
 
+def reported(payloads: list[dict[str, Any]]) -> list[int]:
+    """The manifest versions of the publishes the events reported, in the order reported
+    (an event without ``publishes`` is one publish, as the trigger fired them before)."""
+    return [
+        p["manifest_version"] for payload in payloads for p in payload.get("publishes", [payload])
+    ]
+
+
 def as_published(payload: dict[str, Any]) -> tuple[int, set[tuple[str, int]]]:
     return payload["manifest_version"], {
         (p["object_id"], p["read_version"]) for p in payload["partitions"]
     }
 
 
-def of(result: CommitResult) -> tuple[int, set[tuple[str, int]]]:
-    return result.manifest_version, {(p.object_id, p.read_version) for p in result.partitions}
+def of(*results: CommitResult) -> tuple[int, set[tuple[str, int]]]:
+    """What an event reporting ``results`` says: the last version, and every partition they
+    published once, at its latest read_version."""
+    latest = {p.object_id: p.read_version for r in results for p in r.partitions}
+    return results[-1].manifest_version, set(latest.items())
 
 
-def test_each_publish_fires_one_event_in_order_and_nothing_else_fires(
+def expected(
+    payloads: list[dict[str, Any]], results: list[CommitResult]
+) -> list[tuple[int, set[tuple[str, int]]]]:
+    """What ``payloads`` should say, grouping ``results`` as the events reported them."""
+    by_version = {r.manifest_version: r for r in results}
+    return [of(*(by_version[p["manifest_version"]] for p in e["publishes"])) for e in payloads]
+
+
+def test_every_publish_is_reported_once_in_order_and_nothing_else_is(
     lance_test_root: Path,
 ) -> None:
     ns = make_namespace(lance_test_root)
@@ -124,7 +147,7 @@ def test_each_publish_fires_one_event_in_order_and_nothing_else_fires(
     def publishes() -> list[CommitResult]:
         out = [ns.write(events(8, start=day(1), days=2, first_id=100))]  # day 1 again + day 2
         out.append(ns.write(events(4, start=day(3), days=1, first_id=200), mode="overwrite"))
-        # back to back: several publishes between two polls, each its own event
+        # back to back: several publishes between two polls, reported together
         out += [ns.write(events(2, start=day(4 + i), days=1, first_id=300 + i)) for i in range(3)]
         ns.add_column(pa.field("note", pa.utf8()))  # a schema change: nothing published
         txn = ns.begin("append", txn_id="left-staged")  # staged, never committed
@@ -137,30 +160,98 @@ def test_each_publish_fires_one_event_in_order_and_nothing_else_fires(
 
     def and_an_empty_partition() -> list[CommitResult]:
         out = publishes()
+        time.sleep(4 * POLL)
         created.extend(ns.create_partitions([{"event_date": day(7), "country": "IT"}]))
+        created_at.append(ns.version)
         return out
 
     created: list[Any] = []
+    created_at: list[int] = []
     seen, published = watch(trigger, and_an_empty_partition, expected=7)
-    assert (len(published), len(seen)) == (6, 7)  # the schema change, abort, compaction: none
-    assert [as_published(e) for e in seen[:6]] == [of(r) for r in published]
+    # the schema change, abort and compaction: not reported
+    assert reported(seen) == [r.manifest_version for r in published] + created_at
     (partition,) = created  # created empty, and published: readers see it
-    assert as_published(seen[6])[1] == {(partition.object_id, partition.read_version)}
-    versions = [e["manifest_version"] for e in seen]
-    assert versions == sorted(set(versions))
-    assert before.manifest_version < versions[0]  # history before the watch: not reported
-    first = seen[0]
-    assert first["namespace"] == ns.uri
-    assert first["previous_version"] < first["manifest_version"]
-    assert first["partition_count"] == len(first["partitions"]) == 4
-    assert first["truncated"] is False
-    assert first["history_lost"] is False
-    keys = {p["key"] for p in first["partitions"]}
-    assert keys == {
-        f"{p['values']['event_date']}|{p['values']['country'] or '%null'}"
-        for p in first["partitions"]
+    # (the creation as a result: the version and the partition it published)
+    published.append(CommitResult(created_at[0], "create", [partition]))  # type: ignore[list-item]
+    assert [as_published(e) for e in seen] == expected(seen, published)
+    for event in seen:  # the top level sums the publishes up
+        assert event["namespace"] == ns.uri
+        assert event["previous_version"] == event["publishes"][0]["previous_version"]
+        assert event["manifest_version"] == event["publishes"][-1]["manifest_version"]
+        assert event["publish_count"] == len(event["publishes"])
+        assert event["partition_count"] == len(event["partitions"])
+        assert event["publishes_truncated"] is event["truncated"] is event["history_lost"] is False
+        previous = event["previous_version"]
+        for entry in event["publishes"]:
+            assert previous <= entry["previous_version"] < entry["manifest_version"]
+            previous = entry["manifest_version"]
+    assert before.manifest_version == seen[0]["previous_version"]  # history before: not reported
+    first = seen[0]["partitions"]
+    assert {p["key"] for p in first} == {
+        f"{p['values']['event_date']}|{p['values']['country'] or '%null'}" for p in first
     }
-    assert {p["key"] for p in seen[-1]["partitions"]} == {"2025-12-08|IT"}
+    assert "2025-12-08|IT" in {p["key"] for p in seen[-1]["partitions"]}
+
+
+def test_publishes_found_in_one_poll_are_one_event(lance_test_root: Path) -> None:
+    """What one poll finds is one event: Airflow makes one run of the events queued between
+    two scheduler loops and consumes only those up to the first (see the module docstring
+    of ``triggers.manifest``), so events yielded back to back would strand all but one."""
+    ns = make_namespace(lance_test_root)
+    ns.write(events(4, start=day(0), days=1))
+    watermark = ns.version
+    # while no trigger runs: day 1, day 1 again with day 2, day 3 (10 partitions, 2 of them twice)
+    published = [
+        ns.write(events(4, start=day(1), days=1)),
+        ns.write(events(8, start=day(1), days=2, first_id=10)),
+        ns.write(events(4, start=day(3), days=1, first_id=20)),
+    ]
+    trigger = LanceManifestTrigger(
+        namespace="watched", lance_conn_id=CONN, poll_interval=30.0, after_version=watermark
+    )
+    seen, _ = watch(trigger, list, expected=3, quiet=3 * POLL)
+    (event,) = seen
+    assert reported(seen) == [r.manifest_version for r in published]
+    assert as_published(event) == of(*published)
+    assert (event["previous_version"], event["publish_count"], event["partition_count"]) == (
+        watermark,
+        3,
+        len({p.object_id for r in published for p in r.partitions}),
+    )
+    assert [p["partition_count"] for p in event["publishes"]] == [
+        len(r.partitions) for r in published
+    ]
+
+
+def test_an_event_stays_small_however_far_behind_the_trigger_is(
+    lance_test_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ns = make_namespace(lance_test_root)
+    ns.write(events(4, start=day(0), days=1))
+    watermark = ns.version
+    published = [ns.write(events(2, start=day(1 + i), days=1, first_id=10 * i)) for i in range(9)]
+    monkeypatch.setattr(manifest, "VERSIONS_PER_POLL", 2)  # behind: read 2 versions a time
+    trigger = LanceManifestTrigger(
+        namespace="watched",
+        lance_conn_id=CONN,
+        poll_interval=30.0,
+        after_version=watermark,
+        max_partitions=3,
+        max_publishes=4,
+    )
+    seen, _ = watch(trigger, list, expected=4, quiet=3 * POLL)
+    (event,) = seen  # caught up within a poll interval: one event
+    partitions = [(p.object_id, p.read_version) for r in published for p in r.partitions]
+    assert reported(seen) == [r.manifest_version for r in published[:4]]
+    assert event["publish_count"] == 9
+    assert event["publishes_truncated"] is True
+    assert (event["previous_version"], event["manifest_version"]) == (
+        watermark,
+        published[-1].manifest_version,
+    )
+    assert event["partition_count"] == len(partitions) == 18
+    assert [(p["object_id"], p["read_version"]) for p in event["partitions"]] == partitions[:3]
+    assert event["truncated"] is True
 
 
 def _staged(ns: PartitionedNamespace, txn_id: str, start: dt.date, first_id: int) -> str:
@@ -182,7 +273,8 @@ def test_a_restarted_trigger_neither_repeats_nor_skips(lance_test_root: Path) ->
         return [ns.write(events(2, start=day(1 + i), days=1, first_id=10 * i)) for i in range(3)]
 
     seen, published = watch(first, three, expected=3)
-    assert [as_published(e) for e in seen] == [of(r) for r in published]
+    assert reported(seen) == [r.manifest_version for r in published]
+    assert [as_published(e) for e in seen] == expected(seen, published)
     watermark = seen[-1]["manifest_version"]
 
     # the triggerer is down: two publishes happen meanwhile
@@ -191,10 +283,13 @@ def test_a_restarted_trigger_neither_repeats_nor_skips(lance_test_root: Path) ->
     restarted = rebuilt(first, after_version=watermark)
 
     def one_more() -> list[CommitResult]:
+        time.sleep(4 * POLL)  # after the restart's first poll
         return [ns.write(events(2, start=day(9), days=1, first_id=90))]
 
     again, after = watch(restarted, one_more, expected=3)
-    assert [as_published(e) for e in again] == [of(r) for r in [*down, *after]]
+    assert reported(again) == [r.manifest_version for r in [*down, *after]]
+    # the publishes made while it was down: found by one poll, one event
+    assert [as_published(e) for e in again] == [of(*down), of(*after)]
     assert again[0]["previous_version"] == watermark
 
 
@@ -206,7 +301,7 @@ def test_the_first_start_watches_from_the_latest_version(lance_test_root: Path) 
     seen, published = watch(
         trigger, lambda: [ns.write(events(2, start=day(8), days=1, first_id=80))], expected=1
     )
-    assert [as_published(e) for e in seen] == [of(r) for r in published]
+    assert [as_published(e) for e in seen] == [of(*published)]
 
 
 def test_a_namespace_created_while_watched_reports_every_publish(lance_test_root: Path) -> None:
@@ -217,7 +312,8 @@ def test_a_namespace_created_while_watched_reports_every_publish(lance_test_root
         return [ns.write(events(2, start=day(i), days=1, first_id=10 * i)) for i in range(2)]
 
     seen, published = watch(trigger, create_and_publish, expected=2)
-    assert [as_published(e) for e in seen] == [of(r) for r in published]
+    assert reported(seen) == [r.manifest_version for r in published]
+    assert [as_published(e) for e in seen] == expected(seen, published)
 
 
 def test_versions_removed_before_they_were_read_are_reported_as_lost_history(
@@ -236,6 +332,7 @@ def test_versions_removed_before_they_were_read_are_reported_as_lost_history(
     seen, _ = watch(trigger, list, expected=1)
     assert len(seen) == 1
     assert seen[0]["history_lost"] is True
+    assert [p["history_lost"] for p in seen[0]["publishes"]] == [True]
     assert seen[0]["manifest_version"] == ns.version
     assert {p["object_id"] for p in seen[0]["partitions"]} == {p.object_id for p in ns.partitions()}
 
@@ -251,7 +348,12 @@ def test_the_watermark_key_names_the_namespace() -> None:
 @pytest.mark.parametrize("poll", [0.0, POLL])
 def test_serialize_round_trips(poll: float) -> None:
     trigger = LanceManifestTrigger(
-        namespace="n", lance_conn_id=CONN, poll_interval=poll, after_version=7, max_partitions=3
+        namespace="n",
+        lance_conn_id=CONN,
+        poll_interval=poll,
+        after_version=7,
+        max_partitions=3,
+        max_publishes=5,
     )
     again = rebuilt(trigger)
     assert again.serialize() == trigger.serialize()
