@@ -54,6 +54,7 @@ from .namespace import (
 from .namespace.catalog import Partition, value_text
 from .namespace.errors import is_retryable
 from .namespace.manifest import MANIFEST_NAME
+from .namespace.schema import field_id, is_deprecated
 from .namespace.sweep import DEFAULT_MIN_AGE, LEAF_DIRECTORY, MIN_SAFE_ORPHAN_AGE, check_min_age
 from .namespace.txnstore import TXN_DIR
 
@@ -243,17 +244,26 @@ def run_demo(directory: Path, force: bool = False) -> int:
 def describe(uri: str) -> int:
     ns = PartitionedNamespace.open(uri)
     print(f"namespace {ns.uri}  manifest v{ns.version}")
-    print("schema:")
-    for f in ns.schema:
-        meta = {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}
-        print(f"  {f.name}: {f.type}{'' if f.nullable else ' not null'}  {meta}")
     state = ns.state()
+    # The columns reads return and writes take; dropped ones apart (their field ids are
+    # never reused, and a name added again is a new column: two lines of one name under
+    # "schema" read as one column twice).
+    print("columns:")
+    for f in state.schema.active:
+        print(f"  {f.name}: {f.type}{'' if f.nullable else ' not null'}  [id {field_id(f)}]")
+    dropped = [f for f in state.schema.arrow if is_deprecated(f)]
+    if dropped:
+        print("dropped columns (not read or written; ids never reused):")
+        for f in dropped:
+            print(f"  {f.name}: {f.type}  [id {field_id(f)}]")
     for version in sorted(state.specs):
         print(f"partition_spec_v{version}:")
         for field in state.specs[version]:
+            gone = is_deprecated(state.schema.field_by_id(field.source_id or 0))
             print(
                 f"  [{field.field_id}] {field.name} = {field.expression} over "
-                f"{field.source} -> {field.result_type}"
+                f"{field.source}{' (dropped)' if gone else ''} [id {field.source_id}] "
+                f"-> {field.result_type}"
             )
     print("partitions:")
     _print_partitions(ns, ns.partitions())

@@ -291,17 +291,26 @@ def test_write_table_column_missing_in_namespace_not_nullable_is_an_error(
 
 
 def test_write_type_difference_converts_to_table_type(small: PartitionedNamespace) -> None:
-    small.promote_column("id", pa.int64())
-    small.write(pa.table({"id": pa.array([3], pa.int64()), "k": ["a"]}))
+    """A leaf column of another type than the namespace's, not a narrower one (a foreign
+    writer's): values are converted to the leaf's type, an error if one does not fit. (A
+    leaf narrower than the namespace, one written before a promote_column, is rewritten in
+    the promoted type instead: tests/test_column_lifecycle.py.)"""
     [p] = small.partitions()
-    assert lance.dataset(p.location, version=p.read_version).schema.field("id").type == pa.int32()
+    wide = pa.schema([SMALL.field("id"), SMALL.field("k"), pa.field("v", pa.int8())])
+    stored = pa.table({"id": pa.array([1], pa.int32()), "k": ["a"], "v": pa.array([5], pa.int8())})
+    lance.write_dataset(stored.cast(wide), p.location, mode="overwrite")
+    _publish_latest(small, p.object_id)
+    small.write(pa.table({"id": pa.array([3], pa.int32()), "k": ["a"], "v": pa.array([7.0])}))
+    [p] = small.partitions()
+    assert lance.dataset(p.location, version=p.read_version).schema.field("v").type == pa.int8()
+    assert by_id(small.to_table(), "v") == {1: 5.0, 3: 7.0}
     version = small.version
-    with pytest.raises(DataValidationError, match=r"column .id.*cannot be written as int32"):
-        small.write(pa.table({"id": pa.array([2**40], pa.int64()), "k": ["a"]}))
+    with pytest.raises(DataValidationError, match=r"column .v.*cannot be written as int8"):
+        small.write(pa.table({"id": pa.array([4], pa.int32()), "k": ["a"], "v": [2.5]}))
     assert small.version == version
-    # A new partition is created with the namespace types, so big values fit there.
-    small.write(pa.table({"id": pa.array([2**40], pa.int64()), "k": ["b"]}))
-    assert sorted(small.to_table().column("id").to_pylist()) == [1, 2, 3, 2**40]
+    # A new partition is created with the namespace types, so such values fit there.
+    small.write(pa.table({"id": pa.array([4], pa.int32()), "k": ["b"], "v": [2.5]}))
+    assert by_id(small.to_table(), "v") == {1: 5.0, 3: 7.0, 4: 2.5}
 
 
 def _publish_latest(ns: PartitionedNamespace, object_id: str) -> None:

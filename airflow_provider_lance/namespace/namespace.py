@@ -201,15 +201,20 @@ class PartitionedNamespace:
 
     @property
     def schema(self) -> pa.Schema:
-        """The namespace schema: every column ever defined, each with ``lance:field_id``.
+        """The namespace schema as the format stores it: every column ever defined, each
+        with ``lance:field_id``.
 
-        Dropped columns stay, marked ``lance:deprecated``; :attr:`active_schema` leaves them out.
+        Dropped columns stay, marked ``lance:deprecated`` (their ids are never reused), so
+        a name dropped and added again appears twice, under two ids. What reads return and
+        writes take is :attr:`active_schema`; a past version's is
+        ``state(as_of).schema.active``.
         """
         return self.state().schema.arrow
 
     @property
     def active_schema(self) -> pa.Schema:
-        """The columns reads return and writes accept."""
+        """The columns reads return and writes accept (dropped ones left out): the schema
+        a user works with, as Iceberg's current schema."""
         return self.state().schema.active
 
     @property

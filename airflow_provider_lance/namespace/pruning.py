@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -46,7 +47,7 @@ from .expressions import (
     root_cause,
     to_sql,
 )
-from .schema import NamespaceSchema, cast_losslessly, field_id
+from .schema import NamespaceSchema, cast_losslessly, field_id, is_deprecated
 from .spec import PartitionField, bound_expression, evaluator
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
@@ -83,7 +84,7 @@ def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pr
     try:
         bound = bind(sql, schema.active, "filter")
     except ExpressionError as exc:
-        raise FilterError(str(exc)) from exc
+        raise FilterError(f"{exc}{_dropped_hint(str(exc), schema)}") from exc
     if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
         raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
     _check_literals(sql, bound)
@@ -91,6 +92,25 @@ def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pr
         return bound, _translate(raw(bound.expr), negate=False, schema=schema)
     except InvalidLiteralError as exc:
         raise InvalidLiteralError(f"filter {sql!r}: {exc}", exc.literal) from exc
+
+
+_NO_FIELD = re.compile(r'No field named (?:"((?:[^"]|"")*)"|([^\s".]+))')
+
+
+def _dropped_hint(message: str, schema: NamespaceSchema) -> str:
+    """For DataFusion's "No field named X" about a column that was dropped: say so (its
+    data is not read any more), rather than leave the user to guess at a typo."""
+    match = _NO_FIELD.search(message)
+    if match is None:
+        return ""
+    name = match.group(1).replace('""', '"') if match.group(1) is not None else match.group(2)
+    dropped = {f.name for f in schema.arrow if is_deprecated(f)} - set(schema.active.names)
+    if name not in dropped:
+        return ""
+    return (
+        f" (column {name!r} was dropped: filters, like reads, see only the columns "
+        f"{', '.join(schema.active.names)}; read an earlier version with as_of to filter on it)"
+    )
 
 
 _LITERAL_HINT = (
@@ -324,7 +344,12 @@ def holds_for_kept_partitions(
     for f in fields:
         try:
             source = schema.field_by_id(f.source_id)  # type: ignore[arg-type]
-        except SchemaError:  # partitioned by a column dropped since
+        except SchemaError:  # an unknown source: nothing to rely on
+            continue
+        if is_deprecated(source):
+            # Partitioned by a column dropped since: its partition values are the dropped
+            # column's, not those of a column that has its name now (added again, or
+            # renamed to it): a filter on that name must be evaluated on the rows.
             continue
         if _is_identity(f, source.type) and not pa.types.is_floating(source.type):
             identity.add(source.name)

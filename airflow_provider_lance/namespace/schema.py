@@ -148,7 +148,11 @@ class NamespaceSchema:
             if f.name == name and not is_deprecated(f):
                 return f
         dropped = any(f.name == name for f in self.arrow)
-        hint = " (it was dropped)" if dropped else ""
+        hint = (
+            " (it was dropped; reads at a version before the drop, as_of, still have it)"
+            if dropped
+            else ""
+        )
         raise SchemaError(
             f"unknown column {name!r}{hint}; the namespace columns are "
             f"{', '.join(self.active.names)}"
@@ -169,6 +173,15 @@ class NamespaceSchema:
     def add_column(self, field: pa.Field) -> NamespaceSchema:
         if not isinstance(field, pa.Field):
             raise SchemaError(f"add_column needs a pyarrow.Field, got {type(field).__name__}")
+        existing = _active_by_name(self.arrow, field.name)
+        if existing is not None:
+            raise SchemaError(
+                f"cannot add column {field.name!r}: a column of that name exists "
+                f"({existing.type}, field id {field_id(existing)}), a duplicate column name. "
+                "Widen its type with promote_column, free the name with rename_column, or "
+                "drop_column it first (a column added again is new and empty: the dropped "
+                "column's values never come back)"
+            )
         _check_names([*self.active.names, field.name])
         if not field.nullable:
             raise SchemaError(
@@ -193,6 +206,11 @@ class NamespaceSchema:
         f = self.field(old)
         if old == new:
             return self
+        if _active_by_name(self.arrow, new) is not None:
+            raise SchemaError(
+                f"cannot rename {old!r} to {new!r}: a column {new!r} exists (a duplicate column "
+                f"name); rename or drop_column {new!r} first"
+            )
         _check_names([n for n in self.active.names if n != old] + [new])
         return NamespaceSchema(self.arrow.set(self._active_index(old), f.with_name(new)))
 
@@ -229,11 +247,16 @@ class NamespaceSchema:
         dropped = {f.name for f in self.arrow if is_deprecated(f)} - known
         for name in table.column_names:
             if name in dropped:
-                raise DataValidationError(f"column {name!r} was dropped from the namespace")
+                raise DataValidationError(
+                    f"column {name!r} was dropped from the namespace: leave it out of the data "
+                    f"(the columns are {', '.join(active.names)}), or add_column it again, as "
+                    "a new column (the dropped column's values do not come back)"
+                )
             if name not in known:
                 raise DataValidationError(
                     f"column {name!r} is not in the namespace schema "
-                    f"(columns: {', '.join(active.names)}); add it with add_column first"
+                    f"(columns: {', '.join(active.names)}); add it with add_column first, or "
+                    "rename it in the data if the namespace column was renamed"
                 )
         if len(set(table.column_names)) != table.num_columns:
             raise DataValidationError(f"duplicate column names in data: {table.column_names}")
@@ -342,9 +365,23 @@ class NamespaceSchema:
         return shape
 
     def missing_in_leaf(self, leaf: pa.Schema) -> list[pa.Field]:
-        """Active namespace columns a leaf table does not have yet (as leaf fields)."""
-        mapped = {f.name for f in self._leaf_mapping(leaf).values()}
-        return [_leaf_field(f) for f in self.active if f.name not in mapped]
+        """Active namespace columns a leaf table cannot take rows of as they are (as leaf
+        fields): columns it does not have yet (added since), and columns it holds in a
+        narrower type than the namespace's (promoted since).
+
+        A write to such a leaf rewrites it in the namespace's leaf schema, so what
+        :attr:`active` shows can be written to every partition: after ``int32 -> int64``,
+        an int64 value beyond int32 is accepted by a partition made before the promotion
+        too (as Iceberg writes new files in the promoted type). A leaf column of another,
+        not narrower type (a foreign writer's) keeps the spec's rule: values are converted
+        to the leaf's type, an error if one does not fit.
+        """
+        stored = {f.name: leaf.field(name).type for name, f in self._leaf_mapping(leaf).items()}
+        return [
+            _leaf_field(f)
+            for f in self.active
+            if f.name not in stored or _narrower(stored[f.name], f.type)
+        ]
 
     def read_plan(self, leaf: pa.Schema, columns: Iterable[str] | None = None) -> ReadPlan:
         """How to read a leaf into the namespace schema: which leaf columns, renamed how."""
@@ -404,6 +441,15 @@ def _active_by_name(schema: pa.Schema, name: str) -> pa.Field | None:
         if f.name == name and not is_deprecated(f):
             return f
     return None
+
+
+def _narrower(stored: pa.DataType, wanted: pa.DataType) -> bool:
+    """A leaf column of type ``stored`` holds a narrower type than the namespace's
+    ``wanted`` (a promotion since the leaf was written). Compared normalized: a type Lance
+    hands back spelled otherwise is not a promotion (it would rewrite the leaf at every
+    write)."""
+    stored, wanted = normalize_type(stored), normalize_type(wanted)
+    return stored != wanted and is_widening(stored, wanted)
 
 
 def _leaf_field(f: pa.Field) -> pa.Field:
