@@ -47,7 +47,8 @@ from .leaves import check_staged_files, commit_leaf
 from .lifecycle import collect_finished, publish_direct
 from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, ids_filter
-from .results import CommitResult, PartitionCommit
+from .publish_result import commit_result, empty_result
+from .results import CommitResult
 from .staging import Stage, StagedPartition, discard_stage
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def _publish(
     failpoint("direct.staged")
     parts = merge_stages([stage])
     if not parts:
-        return CommitResult(state.version, stage.mode, [], stage.txn_id)
+        return empty_result(state.version, stage.mode, stage.txn_id)
     overwrite = stage.mode == "overwrite"
     leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
     for attempt in range(DIRECT_ATTEMPTS):
@@ -138,15 +139,8 @@ def _publish(
             continue
         except StorageError as exc:
             version = _published_after_all(ctx, state, parts, versions, exc)
-        return CommitResult(
-            version,
-            stage.mode,
-            [
-                PartitionCommit(oid, p.values, versions[oid], p.rows, oid not in current)
-                for oid, p in parts.items()
-            ],
-            txn_id=stage.txn_id,
-        )
+        before = {oid: row[READ_VERSION] for oid, row in current.items()}
+        return commit_result(version, stage.mode, stage.txn_id, parts, versions, before)
     log.info(
         "publish of %s lost %d races: committing through the claim protocol", owner, DIRECT_ATTEMPTS
     )
