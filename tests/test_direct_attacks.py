@@ -13,7 +13,7 @@ written against: ``leaves._check_schema``); a failure after the swap deleting th
 had just published (nothing is discarded once published; post-publish compaction is best
 effort); an operator's ``abort``/``recover`` of a write handed to the claim protocol not
 fencing it (only the writer's own abort skips the fence); ``maintain`` removing the files
-of a write that lost a race before it retried (``direct._check_files``); and a lost race
+of a write that lost a race before it retried (``leaves.check_staged_files``); and a lost race
 against ``maintain`` reported as a non-retryable error (the swap's base version was
 cleaned up: a ``CommitConflict``).
 """

@@ -66,6 +66,7 @@ from .errors import (
     StorageError,
     TableNotFoundError,
     TransactionAborted,
+    VersionCleanedUp,
 )
 from .failpoints import failpoint
 from .leaves import (
@@ -456,7 +457,14 @@ class OperationRunner:
         ``"ordered"`` (a merge fenced its spec or registered its intent: go again)."""
         try:
             prepared = self._prepare(state, deadline)
-        except (StorageError, TableNotFoundError, ManifestError, OSError, ValueError) as exc:
+        except (
+            StorageError,
+            TableNotFoundError,
+            ManifestError,
+            VersionCleanedUp,
+            OSError,
+            ValueError,
+        ) as exc:
             if isinstance(exc, InvalidArgumentError) or not self._stale(state):
                 raise
             # What it read was published over, then removed by ``maintain``: a lost race.
