@@ -1,6 +1,6 @@
 """The command line of partitioned Lance namespaces: inspect, read, operate, or run the demo.
 
-Installed as ``lance-partitioned`` (and ``python -m airflow_provider_lance``):
+Installed as lance-partitioned (the same as python -m airflow_provider_lance):
 
   lance-partitioned describe URI [--partitions N|all] [--as-of V|TIME|TAG]
   lance-partitioned head URI [-n 10] [--filter SQL] [--columns a,b] [--as-of ...]
