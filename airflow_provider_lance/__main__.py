@@ -1,4 +1,5 @@
-"""Command line: ``python -m airflow_provider_lance {demo,describe,prune} ...``."""
+"""Command line: ``python -m airflow_provider_lance COMMAND ...`` (installed as
+``lance-partitioned``; see :mod:`airflow_provider_lance.cli`)."""
 
 from airflow_provider_lance.cli import main
 

@@ -578,7 +578,7 @@ def test_cli_history_and_tags(
     populated.write(tagged_rows("b", [1], 1, first_id=10), mode="overwrite")
     capsys.readouterr()
 
-    assert cli.main(["history", uri]) == 0
+    assert cli.main(["history", uri, "--json"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(e["operation"], e["mode"]) for e in lines] == [
         ("write", "overwrite"),
@@ -586,9 +586,9 @@ def test_cli_history_and_tags(
         ("create", None),
     ]
     assert (lines[1]["tags"], lines[1]["rows"]) == (["there"], 4)
-    assert cli.main(["history", uri, "--limit", "1"]) == 0
+    assert cli.main(["history", uri, "--limit", "1", "--json"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
-    assert cli.main(["history", uri, "--all"]) == 0
+    assert cli.main(["history", uri, "--all", "--json"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == populated.version
 
     assert cli.main(["tag", "create", uri, "v2", "--version", "2"]) == 0
@@ -598,7 +598,7 @@ def test_cli_history_and_tags(
     moment = dt.datetime.now(dt.timezone.utc).isoformat()
     assert cli.main(["tag", "create", uri, "moment", "--at", moment]) == 0
     assert json.loads(capsys.readouterr().out)["version"] == populated.version
-    assert cli.main(["tag", "list", uri]) == 0
+    assert cli.main(["tag", "list", uri, "--json"]) == 0
     listed = [json.loads(line)["name"] for line in capsys.readouterr().out.splitlines()]
     assert sorted(listed) == ["moment", "now", "there", "v2"]
 

@@ -1,0 +1,105 @@
+"""What operators pass besides a command: storage options and the past state to read.
+
+Storage options reach an object store the way the Spark write job's do: a JSON object in
+``LANCE_STORAGE_OPTIONS`` (the same variable, the same format), and per call
+``--storage-option KEY=VALUE``, which wins over the variable key by key. Without them the CLI
+could reach S3-compatible stores only through ``AWS_*`` variables, which also reach every
+other AWS tool of the shell; a secret is better kept in the variable than on a command line
+(``ps`` shows command lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+from airflow_provider_lance.namespace import InvalidArgumentError
+from airflow_provider_lance.namespace.storage_options import StorageOptionValue, option_text
+from airflow_provider_lance.namespace.timetravel import AsOf
+from airflow_provider_lance.spark.jobs import STORAGE_OPTIONS_ENV
+
+__all__ = ["STORAGE_OPTIONS_ENV", "as_of", "moment", "storage_option", "storage_options"]
+
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
+
+
+def storage_option(text: str) -> tuple[str, str]:
+    """``--storage-option KEY=VALUE``, split (argparse refuses anything else, exit 2)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not KEY=VALUE (e.g. aws_endpoint=http://localhost:9000)"
+        )
+    return key.strip(), value
+
+
+def flag_value(key: str, value: str) -> StorageOptionValue:
+    """A flag's value as the core takes it: text, except a bare number for a duration
+    option, which the core turns into seconds (``timeout=30`` is ``30s``, as in Python)."""
+    if not _NUMBER.fullmatch(value):
+        return value
+    number = float(value)
+    return number if option_text(key, number) != str(number) else value
+
+
+def storage_options(
+    flags: Sequence[tuple[str, str]], environ: Mapping[str, str] = os.environ
+) -> dict[str, StorageOptionValue | None] | None:
+    """The storage options of a command: :data:`STORAGE_OPTIONS_ENV` (a JSON object whose
+    values are text, booleans, numbers or null: unset), then each ``--storage-option`` over
+    it. The core checks and normalises the values (``namespace/storage_options.py``); errors
+    name the option, never its value (it may be a secret)."""
+    options: dict[str, StorageOptionValue | None] = {}
+    raw = environ.get(STORAGE_OPTIONS_ENV, "").strip()
+    if raw:
+        try:
+            parsed = json.loads(raw)
+        except ValueError as exc:
+            raise InvalidArgumentError(
+                f"{STORAGE_OPTIONS_ENV} is not valid JSON ({exc.args[0].split(':')[0]}); it "
+                'must be a JSON object, e.g. {"aws_endpoint": "http://localhost:9000", '
+                '"allow_http": true}'
+            ) from None
+        if not isinstance(parsed, dict):
+            raise InvalidArgumentError(
+                f"{STORAGE_OPTIONS_ENV} must be a JSON object of option names to values, "
+                f"got a JSON {type(parsed).__name__}"
+            )
+        options.update(parsed)
+    for key, value in flags:
+        options[key] = flag_value(key, value)
+    return options or None
+
+
+def as_of(text: str) -> AsOf:
+    """``--as-of``: a ``__manifest`` version (digits), an ISO 8601 date or time (without an
+    offset: UTC; ``Z`` accepted) or else a tag name; the core resolves it and says when
+    that state does not exist."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        return _iso(text)
+    except ValueError:
+        return text
+
+
+def moment(text: str) -> dt.datetime:
+    """An ISO 8601 moment for ``--at`` (without an offset: UTC)."""
+    try:
+        return _iso(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 date and time (e.g. 2025-12-01T06:00:00+00:00)"
+        ) from None
+
+
+def _iso(text: str) -> dt.datetime:
+    """``fromisoformat`` that also takes a ``Z`` suffix (Python 3.10's does not)."""
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"
+    return dt.datetime.fromisoformat(text)
