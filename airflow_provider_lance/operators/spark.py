@@ -23,10 +23,10 @@ from airflow.providers.common.compat.sdk import (
 
 try:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-except ImportError as exc:  # the provider is an optional extra
+except ImportError as exc:  # a dependency of the package: only a --no-deps install lacks it
     raise AirflowOptionalProviderFeatureException(
-        "LanceSparkWriteOperator needs the Apache Spark provider: "
-        "pip install 'airflow-provider-lance[apache-spark]'"
+        "LanceSparkWriteOperator needs the Apache Spark provider, a dependency of "
+        "airflow-provider-lance: pip install airflow-provider-lance (without --no-deps)"
     ) from exc
 
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
