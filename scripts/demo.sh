@@ -55,7 +55,7 @@ if [ -n "$JAVA_MAJOR" ] && [ "$JAVA_MAJOR" -lt 17 ]; then
 fi
 
 # What the demo runs: the core, PySpark and Airflow with the Spark provider (no test tools).
-bash scripts/bootstrap.sh apache-spark
+bash scripts/bootstrap.sh spark
 
 echo "=== 1/2  the format: python -m airflow_provider_lance demo $EVENTS"
 .venv/bin/python -m airflow_provider_lance demo "$EVENTS" ${FORCE[@]+"${FORCE[@]}"}
