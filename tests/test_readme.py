@@ -3,7 +3,8 @@
 The README's ```python blocks run in one fresh interpreter, one after another in one global
 namespace (a doctest session: a block may use what earlier ones defined), with a temporary
 directory as the working directory, so relative paths such as ``lake/events`` land there.
-Its ```bash blocks that run the project's command line (``python -m airflow_provider_lance``)
+Its ```bash blocks that run the project's command line (``python -m airflow_provider_lance``,
+or ``lance-partitioned``)
 run at their place in that sequence, in the same directory, against what the blocks before
 them made. A failure names the block by its README line; tracebacks point into README.md.
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 FENCE = re.compile(r"^```(\S*)\s*$")
-CLI = "-m airflow_provider_lance"
+CLI = ("-m airflow_provider_lance", "lance-partitioned ")
 
 #: The first command of bash blocks that are not run here, and why.
 NOT_RUN = {
@@ -85,7 +86,7 @@ def runs(block: Block) -> bool:
     if block.lang == "python":
         return True
     if block.lang == "bash":
-        if CLI in block.code:
+        if any(command in block.code for command in CLI):
             return True
         first = block.code.lstrip()
         assert any(first.startswith(prefix) for prefix in NOT_RUN), (
@@ -138,12 +139,16 @@ def test_every_readme_snippet_runs_as_written(tmp_path: Path) -> None:
 
     work = tmp_path / "work"
     work.mkdir()
-    # `python` and `.venv/bin/python`, as the README spells them, are this interpreter
+    # `python` and `.venv/bin/python`, as the README spells them, are this interpreter, and
+    # `lance-partitioned` the console script pip makes of the package's entry point
     for bindir in (tmp_path / "bin", work / ".venv" / "bin"):
         bindir.mkdir(parents=True)
         wrapper = bindir / "python"
         wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         wrapper.chmod(0o755)
+    script = tmp_path / "bin" / "lance-partitioned"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m airflow_provider_lance "$@"\n')
+    script.chmod(0o755)
     (tmp_path / "blocks.json").write_text(json.dumps([asdict(b) for b in selected]))
     env = {
         **os.environ,
