@@ -1,15 +1,20 @@
-"""The one retry helper of the core (namespace/retry.py): nothing is retried forever
-(invariant 8)."""
+"""The one retry helper of the core (namespace/retry.py), and the bound it gives the
+seal's lost-race loop, which had none (invariant 8: nothing is retried forever)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import airflow_provider_lance.namespace.commit as commit_module
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace.commit import CommitOptions, Committer
 from airflow_provider_lance.namespace.errors import CommitConflict
+from airflow_provider_lance.namespace.lifecycle import bump
 from airflow_provider_lance.namespace.retry import (
     Budget,
     Outcome,
@@ -17,6 +22,8 @@ from airflow_provider_lance.namespace.retry import (
     backoff,
     retry_until,
 )
+
+from .workers import TAGGED, tagged_rows
 
 
 class Clock:
@@ -189,3 +196,44 @@ def test_backoff_grows_to_a_second_with_jitter(monkeypatch: pytest.MonkeyPatch) 
     assert 0.02 <= second <= 0.06
     assert 0.5 <= sixth <= 1.5
     assert 0.5 <= later <= 1.5
+
+
+def test_commit_re_exports_backoff_for_its_importers() -> None:
+    assert commit_module.backoff is backoff
+
+
+# -- the seal's lost races: bounded by the swap timeout --------------------------------------
+def test_a_seal_that_keeps_losing_gives_up_after_the_swap_timeout(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a seal whose compare-and-swap kept losing retried without end. Here a
+    stager records into the transaction right before every seal swap (its epoch bump
+    changes the transaction row at the state the seal read), so every seal loses."""
+    ns = PartitionedNamespace.create(
+        root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
+    )
+    ns.begin("append", "T").stage(tagged_rows("T", [1, 2], 3, 0))
+    real_seal = commit_module.seal
+    raced: list[int] = []
+
+    def losing_seal(manifest: Any, state: Any, record: Any, **kwargs: Any) -> Any:
+        bump(manifest, state, record)  # the concurrent stager wins the row first
+        raced.append(state.version)
+        return real_seal(manifest, state, record, **kwargs)
+
+    monkeypatch.setattr(commit_module, "seal", losing_seal)
+    started = time.monotonic()
+    with pytest.raises(CommitConflict, match=r"could not seal transaction T within 0.5s") as caught:
+        Committer(ns._txn, CommitOptions(swap_timeout=0.5)).commit("T")
+    elapsed = time.monotonic() - started
+    assert caught.value.retryable
+    assert "commit it again" in str(caught.value)
+    assert len(raced) >= 2  # it did retry
+    assert elapsed < 0.5 + 10  # one attempt past the deadline at most (a loaded host's)
+    assert {t.txn_id: t.state for t in ns.transactions()}["T"] == "staged"  # nothing sealed
+    assert ns.to_table().num_rows == 0
+
+    monkeypatch.setattr(commit_module, "seal", real_seal)  # the stager is done: commit again
+    result = ns.commit("T")
+    assert sorted(p.rows for p in result.partitions) == [3, 3]
+    assert sorted(ns.to_table().column("id").to_pylist()) == list(range(6))
