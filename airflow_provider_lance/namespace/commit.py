@@ -65,7 +65,8 @@ from .lifecycle import (
 )
 from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
-from .results import CommitResult, PartitionCommit
+from .publish_result import commit_result, empty_result, rebuilt_result
+from .results import CommitResult
 from .retry import Budget, Outcome, retry_until
 from .retry import backoff as backoff  # re-exported: the modules using it import it here
 from .staging import Stage, StagedPartition
@@ -258,32 +259,6 @@ def common_leaf_schema(stages: Sequence[Stage]) -> pa.Schema | None:
     return next(iter(schemas.values()), None)
 
 
-def published_at(load_state: Callable[..., NamespaceState], record: TxnRecord) -> int:
-    """The first ``__manifest`` version where ``record``'s row is PUBLISHED in its
-    incarnation (a binary search: once published, a row stays so until collected)."""
-
-    def published(version: int) -> bool:
-        try:
-            state = load_state(version)
-        except LanceNamespaceError:  # cleaned up: long before the publish
-            return False
-        found = load_records(state, [record.txn_id]).get(record.txn_id)
-        return (
-            found is not None
-            and found.incarnation == record.incarnation
-            and found.state is TxnState.PUBLISHED
-        )
-
-    low, high = 1, load_state().version
-    while low < high:
-        mid = (low + high) // 2
-        if published(mid):
-            high = mid
-        else:
-            low = mid + 1
-    return low
-
-
 def stage_digest(raw: Mapping[str, Any]) -> str:
     """Identifies one recorded content of a stage (a re-recorded stage has another)."""
     text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
@@ -432,34 +407,6 @@ def publishing(record: TxnRecord) -> Iterator[None]:
         with _PUBLISH_TRIED_LOCK:
             _PUBLISH_TRIED.pop(record.tag, None)
         raise
-
-
-def rebuilt_result(
-    ctx: TransactionContext,
-    record: TxnRecord,
-    version: int,
-    mode: str,
-    partitions: Mapping[str, StagedPartition],
-) -> CommitResult:
-    """The result of ``record``, published as manifest ``version`` with ``partitions`` (a
-    plan's, or the stage a writer holds): read versions as published, and which partitions
-    the publish created."""
-    ids = list(partitions)
-    after = ctx.load_state(version).full_rows(ids).to_pylist()
-    before = {
-        r[OBJECT_ID]: r[READ_VERSION]
-        for r in ctx.load_state(version - 1).full_rows(ids).to_pylist()
-    }
-    read_versions = {r[OBJECT_ID]: r[READ_VERSION] for r in after}
-    return CommitResult(
-        version,
-        mode,
-        [
-            PartitionCommit(oid, p.values, int(read_versions[oid]), p.rows, before.get(oid) is None)
-            for oid, p in partitions.items()
-        ],
-        txn_id=record.txn_id,
-    )
 
 
 #: What the seal hands on: the state it read, the partition rows it wrote (by id) and the
@@ -701,7 +648,7 @@ class Committer:
                     version = publish_empty(self.manifest, state, record, sources)
             except CommitConflict:
                 return Outcome.LOST
-            return self._save_result(record, CommitResult(version, plan.mode, [], record.txn_id))
+            return self._save_result(record, empty_result(version, plan.mode, record.txn_id))
         claims = self._claims(state, record, plan, current)
         if claims is None:
             return Outcome.CLAIMED
@@ -940,7 +887,7 @@ class Committer:
                 raise TransactionAborted(f"transaction {record.tag} was aborted")
             if now.state is not TxnState.COMMITTING or now.owner != self.token:
                 return self._await_outcome(record)
-            created = {r[OBJECT_ID] for r in rows if r[READ_VERSION] is None}
+            before = {r[OBJECT_ID]: r[READ_VERSION] for r in rows}
             for r in rows:
                 if r.get(CLAIM) != record.tag:
                     raise ManifestError(
@@ -954,14 +901,8 @@ class Committer:
             except (CommitConflict, TransitionRefused):
                 return Outcome.LOST
             failpoint("commit.after_publish")
-            result = CommitResult(
-                version,
-                plan.mode,
-                [
-                    PartitionCommit(oid, p.values, versions[oid], p.rows, oid in created)
-                    for oid, p in plan.partitions.items()
-                ],
-                txn_id=record.txn_id,
+            result = commit_result(
+                version, plan.mode, record.txn_id, plan.partitions, versions, before
             )
             self._save_result(record, result)
             self._drop_superseded(plan)
@@ -1054,14 +995,7 @@ class Committer:
                 log.warning(
                     "the recorded result of %s does not read (%s): rebuilt", record.tag, exc
                 )
-        version = self._published_at(record)
-        if record.plan is None:
-            mode = record.mode or "append"
-            return self._save_result(record, CommitResult(version, mode, [], record.txn_id))
-        plan = self.load_plan(record)
-        result = rebuilt_result(self.ctx, record, version, plan.mode, plan.partitions)
-        return self._save_result(record, result)
-
-    def _published_at(self, record: TxnRecord) -> int:
-        """The first manifest version where the row is PUBLISHED in this incarnation."""
-        return published_at(self.ctx.load_state, record)
+        plan = None if record.plan is None else self.load_plan(record)
+        mode = (record.mode or "append") if plan is None else plan.mode
+        parts = None if plan is None else plan.partitions
+        return self._save_result(record, rebuilt_result(self.ctx.load_state, record, mode, parts))

@@ -34,7 +34,6 @@ Delta or Iceberg write does: wasted space, never read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -47,7 +46,8 @@ from .leaves import check_staged_files, commit_leaf
 from .lifecycle import collect_finished, publish_direct
 from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, ids_filter
-from .results import CommitResult, PartitionCommit
+from .publish_result import commit_result, empty_result
+from .results import CommitResult
 from .retry import Budget, Outcome, Spent, retry_until
 from .staging import Stage, StagedPartition, discard_stage
 
@@ -101,7 +101,7 @@ def _publish(
     failpoint("direct.staged")
     parts = merge_stages([stage])
     if not parts:
-        return CommitResult(state.version, stage.mode, [], stage.txn_id)
+        return empty_result(state.version, stage.mode, stage.txn_id)
     overwrite = stage.mode == "overwrite"
     leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
 
@@ -120,7 +120,11 @@ def _publish(
 
         versions = _commit_leaves(ctx, leaf_schema, parts, current, overwrite, owner)
         if attempt:
-            _check_files(ctx, parts)
+            # A lost race's winner rolled back the leaf versions of the first attempt, and
+            # ``maintain`` may remove what lies below a published version, their files too:
+            # checked once committed again (above the published version nothing is removed;
+            # once a publish passes them, the swap fails and this runs again).
+            check_staged_files(ctx.storage, parts, owner, anonymous=True)
         rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
         new = [p for oid, p in parts.items() if oid not in current]
         if new:
@@ -140,15 +144,8 @@ def _publish(
             return Outcome.LOST
         except StorageError as exc:
             version = _published_after_all(ctx, state, parts, versions, exc)
-        return CommitResult(
-            version,
-            stage.mode,
-            [
-                PartitionCommit(oid, p.values, versions[oid], p.rows, oid not in current)
-                for oid, p in parts.items()
-            ],
-            txn_id=stage.txn_id,
-        )
+        before = {oid: row[READ_VERSION] for oid, row in current.items()}
+        return commit_result(version, stage.mode, stage.txn_id, parts, versions, before)
 
     try:
         if DIRECT_ATTEMPTS < 1:  # none at all: every write takes the claim protocol
@@ -205,32 +202,6 @@ def _commit_leaves(
     check_staged_files(ctx.storage, {oid: parts[oid] for oid in todo}, owner, anonymous=True)
     committed = dict(zip(todo, ctx.storage.map(commit_one, todo), strict=True))
     return {oid: committed[oid] if version is None else version for oid, version in made.items()}
-
-
-def _check_files(ctx: TransactionContext, parts: dict[str, StagedPartition]) -> None:
-    """After a lost race, the staged files must still be there before they are published.
-
-    The leaf versions of the first attempt were rolled back by the winner and lie below
-    its published version, where ``maintain`` may remove them, and their files with them.
-    Checked once the leaves are committed again: versions above the published one are
-    never removed, and once a publish passes them the swap fails and this runs again.
-    """
-
-    def missing(oid: str) -> Sequence[str]:
-        part = parts[oid]
-        return ctx.storage.missing_data_files(
-            ctx.storage.uri(part.directory), part.fragment_metadata()
-        )
-
-    found = ctx.storage.map(missing, list(parts))
-    gone = [oid for oid, files in zip(parts, found, strict=True) if files]
-    if gone:
-        raise CommitConflict(
-            "the write's staged files were removed while it waited for another publish "
-            "(maintain with an older_than shorter than the write?); nothing was published: "
-            "write again",
-            gone,
-        )
 
 
 def _published_after_all(

@@ -18,8 +18,6 @@ from .commit import (
     CommitOptions,
     TransactionContext,
     backoff,
-    published_at,
-    rebuilt_result,
     refuse_if_maybe_published,
     resolve,
 )
@@ -49,6 +47,7 @@ from .merging import MergeRows
 from .naming import leaf_directory, normalize_root, spec_namespace_id
 from .operations import TableOperation, run_operation
 from .pruning import holds_for_kept_partitions, parse_filter
+from .publish_result import rebuilt_result
 from .repair import RepairReport
 from .repair import repair as repair_manifest
 from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
@@ -722,8 +721,8 @@ class PartitionedNamespace:
         try:
             record = resolve(ctx, ctx.load_state(), txn.txn_id)
             if record is not None and record.state is TxnState.PUBLISHED:
-                version = published_at(ctx.load_state, record)
-                result = rebuilt_result(ctx, record, version, stage.mode, stage.partitions)
+                result = rebuilt_result(ctx.load_state, record, stage.mode, stage.partitions)
+                version = result.manifest_version
                 log.warning("the write was published (v%d) although its commit failed", version)
                 return result
         except LanceNamespaceError as exc:  # cannot tell: the commit's own error stands

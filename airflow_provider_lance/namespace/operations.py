@@ -56,7 +56,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState, Partition
-from .commit import CommitOptions, TransactionContext, backoff, published_at, resolve
+from .commit import CommitOptions, TransactionContext, backoff, resolve
 from .errors import (
     CommitConflict,
     InvalidArgumentError,
@@ -89,6 +89,7 @@ from .lifecycle import (
 from .maintenance import maybe_compact
 from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION, ids_filter
 from .naming import leaf_directory
+from .publish_result import operation_result, published_at
 from .results import OperationResult, PartitionOutcome
 from .retry import Budget, Outcome, retry_until
 from .spec_fence import fence, needs_fence, new_intent_id, register_intent
@@ -444,25 +445,22 @@ class OperationRunner:
         doc = None
         if token is not None:
             doc = self.ctx.store.outcome(self.txn_id, record.incarnation, token)
-        if doc is None:
+        if doc is not None:
+            result = OperationResult.from_dict(doc)
+        else:
             log.warning(
                 "the outcome of %s %s is missing: reported without its partitions",
                 self.op.kind,
                 self.txn_id,
             )
-            doc = {"operation": self.op.kind, "txn_id": self.txn_id, "manifest_version": None}
-        result = OperationResult.from_dict(doc)
+            result = operation_result(self.op.kind, [], self.txn_id, {})
         if result.manifest_version is None:
-            result = replace(result, manifest_version=self._published_at(record))
+            result = replace(result, manifest_version=published_at(self.ctx.load_state, record))
             if token is not None:
                 self.ctx.store.save_outcome(
                     self.txn_id, record.incarnation, token, result.to_dict()
                 )
         return result
-
-    def _published_at(self, record: TxnRecord) -> int:
-        """The first manifest version where the row is PUBLISHED in this incarnation."""
-        return published_at(self.ctx.load_state, record)
 
     # -- one attempt -----------------------------------------------------------------------
     def _attempt(self, state: NamespaceState) -> OperationResult | Outcome:
@@ -535,7 +533,7 @@ class OperationRunner:
         selection.skipped.update((o, w.skip) for o, w in attempt.works.items() if w.skip)
         changed = {oid: w for oid, w in attempt.works.items() if w.operation is not None}
         if not changed and not selection.drops and not attempt.created and not txn_row:
-            return OperationResult(self.op.kind, None, [], None, selection.skipped)
+            return operation_result(self.op.kind, [], None, selection.skipped)
         failpoint(f"{self.op.kind}.computed")
         if self.op.reads_keys and not self._ordered(state):
             self._previous = attempt
@@ -548,13 +546,8 @@ class OperationRunner:
             self._note_moves(attempt)
             return Outcome.LOST
         rows = self._rows(state, current, changed, attempt.created)
-        result = OperationResult(
-            self.op.kind,
-            None,
-            self._changes(selection, changed, attempt.created),
-            self.txn_id,
-            selection.skipped,
-        )
+        changes = self._changes(selection, changed, attempt.created)
+        result = operation_result(self.op.kind, changes, self.txn_id, selection.skipped)
         if self.txn_id is not None:  # named by the row the swap writes: durable before it
             self.ctx.store.save_outcome(self.txn_id, self.incarnation, self.token, result.to_dict())
             rows.append(self._record_row(result))
