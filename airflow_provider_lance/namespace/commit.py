@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 import threading
 import time
 from collections import OrderedDict
@@ -68,6 +67,8 @@ from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
 from .publish_result import commit_result, empty_result, rebuilt_result
 from .results import CommitResult
+from .retry import Budget, Outcome, retry_until
+from .retry import backoff as backoff  # re-exported: the modules using it import it here
 from .staging import Stage, StagedPartition
 from .storage import Storage
 from .txnstore import TransactionHeader, TransactionStore
@@ -438,10 +439,6 @@ class Background:
             raise self._error
 
 
-def backoff(attempt: int) -> None:
-    time.sleep(min(0.02 * 2 ** min(attempt, 6), 1.0) * (0.5 + random.random()))
-
-
 class Committer:
     """Runs the seal / commit leaves / publish protocol for one transaction."""
 
@@ -454,23 +451,33 @@ class Committer:
         #: The plan of the last seal attempt, reused while the stages are the same.
         self._planned: Plan | None = None
         self._saved_plans: set[str] = set()
+        #: Partitions the last seal attempt found claimed by others, and their holders
+        #: (named by the error once the claim timeout is spent).
+        self._blocked: tuple[dict[str, str], Mapping[str, TxnRecord]] = ({}, {})
 
     # -- entry -----------------------------------------------------------------------------
     def commit(self, txn_id: str) -> CommitResult:
-        """Publish ``txn_id`` (or finish or return an earlier commit of it)."""
-        claim_deadline = time.monotonic() + self.options.claim_timeout
+        """Publish ``txn_id`` (or finish or return an earlier commit of it).
+
+        Waits for partitions claimed by others up to ``claim_timeout``, and retries a seal
+        that loses races (to stagers still recording into the transaction, to another
+        committer) up to ``swap_timeout``: each spent bound is a retryable CommitConflict
+        that says what to do, never a loop without end."""
         known = self.store.newest_known(txn_id)
-        for attempt in range(1_000_000):
+
+        def attempt(n: int) -> CommitResult | Outcome:
             state = self.ctx.load_state()
-            if attempt == 0 and known is not None and not known.sources:
+            if n == 0 and known is not None and not known.sources:
                 # This process began it: list its stages and read its row together with
                 # the partition rows (one scan); any surprise falls back to the general path.
-                sealed = self._seal(state, None, claim_deadline, attempt, header=known)
+                sealed = self._seal(state, None, header=known)
                 if isinstance(sealed, CommitResult):
+                    return sealed
+                if isinstance(sealed, Outcome):
                     return sealed
                 if sealed is not None:
                     return self._finish(sealed[0], sealed[1], (state, sealed[2], sealed[3]))
-                continue
+                state = self.ctx.load_state()  # not as this process knew it: look properly
             record = resolve(self.ctx, state, txn_id)
             if record is None and known is not None:  # began here: its records went since
                 gone = tag(known.txn_id, known.incarnation)
@@ -502,34 +509,59 @@ class Committer:
                 try:
                     record = steal(self.manifest, state, record, self.token)
                 except CommitConflict:
-                    backoff(attempt)
-                    continue
+                    return Outcome.LOST
                 if record.plan is None:
                     raise ManifestError(f"transaction {record.tag} is committing without a plan")
                 log.info("transaction %s: taking over an unfinished commit", record.tag)
                 return self._finish(record, self.load_plan(record))
-            sealed = self._seal(state, record, claim_deadline, attempt)
-            if sealed is None:
-                continue
+            sealed = self._seal(state, record)
+            if isinstance(sealed, Outcome):
+                return sealed
+            assert sealed is not None  # (None only without a record)
             if isinstance(sealed, CommitResult):  # nothing was staged
                 return sealed
             record, plan, claimed, version = sealed
             return self._finish(record, plan, (state, claimed, version))
-        raise AssertionError("unreachable")
+
+        seconds = self.options.swap_timeout
+        return retry_until(
+            attempt,
+            {
+                Outcome.CLAIMED: Budget(self._claims_timed_out, seconds=self.options.claim_timeout),
+                Outcome.LOST: Budget(
+                    lambda: CommitConflict(
+                        f"could not seal transaction {txn_id} within {seconds:g}s (the swap "
+                        "timeout): concurrent commits to its row or its partitions kept "
+                        "winning (stages still being recorded into it, or another committer); "
+                        "nothing was published: commit it again once they are done"
+                    ),
+                    seconds=seconds,
+                ),
+            },
+        )
+
+    def _claims_timed_out(self) -> CommitConflict:
+        blocked, holders = self._blocked
+        held = claim_holders(blocked.values(), holders)
+        return CommitConflict(
+            f"partitions are held by other transactions {held} for longer than "
+            f"the claim timeout ({self.options.claim_timeout:g}s); they are still "
+            "committing, or crashed: PartitionedNamespace.recover() releases them",
+            blocked,
+        )
 
     # -- 1. seal -----------------------------------------------------------------------------
     def _seal(
         self,
         state: NamespaceState,
         record: TxnRecord | None,
-        deadline: float,
-        attempt: int,
         *,
         header: TransactionHeader | None = None,
-    ) -> tuple[TxnRecord, Plan, dict[str, dict[str, Any]], int] | CommitResult | None:
-        """Seal and claim in one swap; None when the swap lost a race or the row was not
-        as expected (try again). Returns the sealed record, its plan, the partition rows as
-        the swap wrote them and the manifest version it made.
+    ) -> tuple[TxnRecord, Plan, dict[str, dict[str, Any]], int] | CommitResult | Outcome | None:
+        """Seal and claim in one swap; an Outcome when the swap lost a race or others hold
+        partitions, None when the row was not as expected (only without ``record``: look
+        properly). Returns the sealed record, its plan, the partition rows as the swap
+        wrote them and the manifest version it made.
 
         Without ``record`` (only ``header``, of a transaction without sources) the row is
         read in the same scan as the partition rows, after the stages were listed: still
@@ -560,7 +592,7 @@ class Committer:
         plan_id = None if txn.anonymous else plan.plan_id
         saving = None if plan_id is None or not plan.partitions else self._save_plan(txn, plan)
         try:
-            prepared = self._prepare(state, record, txn, header, plan, sources, deadline, attempt)
+            prepared = self._prepare(state, record, txn, header, plan, sources)
             if not isinstance(prepared, tuple):
                 return prepared
             record, claims = prepared
@@ -577,8 +609,7 @@ class Committer:
                     sources=sources,
                 )
             except CommitConflict:
-                backoff(attempt)
-                return None
+                return Outcome.LOST
         finally:
             if saving is not None:
                 saving.join()
@@ -595,12 +626,11 @@ class Committer:
         header: TransactionHeader,
         plan: Plan,
         sources: list[TxnRecord],
-        deadline: float,
-        attempt: int,
-    ) -> tuple[TxnRecord, list[dict[str, Any]]] | CommitResult | None:
-        """The record to seal and its claims, as of ``state``; None: look again (after a
-        backoff when others hold the partitions); a result: nothing was staged and the
-        empty publish is done."""
+    ) -> tuple[TxnRecord, list[dict[str, Any]]] | CommitResult | Outcome | None:
+        """The record to seal and its claims, as of ``state``; an Outcome: others hold the
+        partitions, or the empty publish lost a race; None: the row is not the staged
+        incarnation this process knows (look properly); a result: nothing was staged and
+        the empty publish is done."""
         stored, current = record_and_rows(state, header.txn_id, plan.partitions)
         if record is None:
             found = current_of(header.txn_id, stored, stored_header(self.store, header.txn_id))
@@ -617,13 +647,11 @@ class Committer:
                 with publishing(record):
                     version = publish_empty(self.manifest, state, record, sources)
             except CommitConflict:
-                backoff(attempt)
-                return None
+                return Outcome.LOST
             return self._save_result(record, empty_result(version, plan.mode, record.txn_id))
-        claims = self._claims(state, record, plan, current, deadline)
+        claims = self._claims(state, record, plan, current)
         if claims is None:
-            backoff(attempt)
-            return None
+            return Outcome.CLAIMED
         return record, claims
 
     def _save_plan(self, record: TxnRecord, plan: Plan) -> Background | None:
@@ -679,10 +707,10 @@ class Committer:
         record: TxnRecord,
         plan: Plan,
         current: Mapping[str, dict[str, Any]],
-        deadline: float,
     ) -> list[dict[str, Any]] | None:
         """The claimed and created rows for the seal (``current``: the plan's partition rows
-        as of ``state``); None while other transactions hold partitions."""
+        as of ``state``); None while other transactions hold partitions (kept in
+        ``_blocked`` for the error once the claim timeout is spent)."""
         tag, overwrite = record.tag, plan.mode == "overwrite"
         check_staged_against(
             plan.partitions,
@@ -704,14 +732,7 @@ class Committer:
             rows.append(dict(row, **{CLAIM: tag}))
         if blocked:
             failpoint("commit.claim_blocked")
-            if time.monotonic() > deadline:
-                held = claim_holders(blocked.values(), holders)
-                raise CommitConflict(
-                    f"partitions are held by other transactions {held} for longer than "
-                    f"the claim timeout ({self.options.claim_timeout:g}s); they are still "
-                    "committing, or crashed: PartitionedNamespace.recover() releases them",
-                    blocked,
-                )
+            self._blocked = (blocked, holders)
             return None
         new = [p for oid, p in plan.partitions.items() if oid not in current]
         if not overwrite:
@@ -853,8 +874,8 @@ class Committer:
         ``sealed`` (this committer sealed ``record``): while the manifest is still at the
         version its seal made, the row and partition rows are as the seal wrote them, so
         they are not read again."""
-        deadline = time.monotonic() + self.options.swap_timeout
-        for attempt in range(1_000_000):
+
+        def attempt(_: int) -> CommitResult | Outcome:
             state = self.ctx.load_state()
             now: TxnRecord | None
             if sealed is not None and state.version == sealed[2]:
@@ -878,15 +899,7 @@ class Committer:
                 with publishing(record):
                     version = publish(self.manifest, state, now, self.token, rows)
             except (CommitConflict, TransitionRefused):
-                if time.monotonic() > deadline:
-                    raise CommitConflict(
-                        f"could not publish transaction {record.tag} within "
-                        f"{self.options.swap_timeout:.0f}s of concurrent commits; commit again "
-                        "to finish it",
-                        list(plan.partitions),
-                    ) from None
-                backoff(attempt)
-                continue
+                return Outcome.LOST
             failpoint("commit.after_publish")
             result = commit_result(
                 version, plan.mode, record.txn_id, plan.partitions, versions, before
@@ -906,7 +919,17 @@ class Committer:
                 version,
             )
             return result
-        raise AssertionError("unreachable")
+
+        lost = Budget(
+            lambda: CommitConflict(
+                f"could not publish transaction {record.tag} within "
+                f"{self.options.swap_timeout:.0f}s of concurrent commits; commit again "
+                "to finish it",
+                list(plan.partitions),
+            ),
+            seconds=self.options.swap_timeout,
+        )
+        return retry_until(attempt, {Outcome.LOST: lost})
 
     def _drop_superseded(self, plan: Plan) -> None:
         """Delete the extra copies of published rows that rewriting stages made (see
@@ -920,8 +943,8 @@ class Committer:
     def _await_outcome(self, record: TxnRecord) -> CommitResult:
         """Another committer took this transaction over: return its outcome."""
         log.info("transaction %s was taken over by another committer; waiting", record.tag)
-        deadline = time.monotonic() + self.options.swap_timeout
-        while time.monotonic() < deadline:
+
+        def poll(_: int) -> CommitResult | Outcome:
             state = self.ctx.load_state()
             now = resolve(self.ctx, state, record.txn_id)
             if now is None or now.incarnation != record.incarnation:
@@ -930,11 +953,16 @@ class Committer:
                 return self.result(now, state)
             if now.state is TxnState.ABORTED:
                 raise TransactionAborted(f"transaction {record.tag} was aborted: {now.error}")
-            time.sleep(0.1)
-        raise CommitConflict(
-            f"transaction {record.tag} is being committed by another process; its outcome is "
-            "not known yet: commit it again later"
+            return Outcome.TAKEN_OVER
+
+        pending = Budget(
+            lambda: CommitConflict(
+                f"transaction {record.tag} is being committed by another process; its outcome "
+                "is not known yet: commit it again later"
+            ),
+            seconds=self.options.swap_timeout,
         )
+        return retry_until(poll, {Outcome.TAKEN_OVER: pending}, sleep=lambda _: time.sleep(0.1))
 
     # -- results -------------------------------------------------------------------------------
     def load_plan(self, record: TxnRecord) -> Plan:

@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from .catalog import NamespaceState
-from .commit import TransactionContext, backoff, check_staged_against, merge_stages
+from .commit import TransactionContext, check_staged_against, merge_stages
 from .errors import CommitConflict, LanceNamespaceError, StorageError
 from .failpoints import FailpointError, failpoint
 from .leaves import check_staged_files, commit_leaf
@@ -48,6 +48,7 @@ from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, ids_filter
 from .publish_result import commit_result, empty_result
 from .results import CommitResult
+from .retry import Budget, Outcome, Spent, retry_until
 from .staging import Stage, StagedPartition, discard_stage
 
 log = logging.getLogger(__name__)
@@ -103,9 +104,10 @@ def _publish(
         return empty_result(state.version, stage.mode, stage.txn_id)
     overwrite = stage.mode == "overwrite"
     leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
-    for attempt in range(DIRECT_ATTEMPTS):
+
+    def attempt_publish(attempt: int) -> CommitResult | Outcome | None:
+        nonlocal state
         if attempt:
-            backoff(attempt - 1)
             state = ctx.load_state()
         current = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
         # (read even for partitions staged as new: one a transaction is creating exists,
@@ -139,15 +141,23 @@ def _publish(
             version = publish_direct(ctx.manifest, state, rows)
         except CommitConflict:
             log.info("publish of %s lost a race (attempt %d); trying again", owner, attempt + 1)
-            continue
+            return Outcome.LOST
         except StorageError as exc:
             version = _published_after_all(ctx, state, parts, versions, exc)
         before = {oid: row[READ_VERSION] for oid, row in current.items()}
         return commit_result(version, stage.mode, stage.txn_id, parts, versions, before)
-    log.info(
-        "publish of %s lost %d races: committing through the claim protocol", owner, DIRECT_ATTEMPTS
-    )
-    return None
+
+    try:
+        if DIRECT_ATTEMPTS < 1:  # none at all: every write takes the claim protocol
+            raise Spent
+        return retry_until(attempt_publish, {Outcome.LOST: Budget(Spent, attempts=DIRECT_ATTEMPTS)})
+    except Spent:
+        log.info(
+            "publish of %s lost %d races: committing through the claim protocol",
+            owner,
+            DIRECT_ATTEMPTS,
+        )
+        return None
 
 
 def _commit_leaves(

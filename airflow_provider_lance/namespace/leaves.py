@@ -29,6 +29,7 @@ from .errors import (
     TransactionAborted,
 )
 from .failpoints import failpoint
+from .retry import Budget, Outcome, retry_until
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -392,7 +393,8 @@ def commit_leaf(
         if _created(storage, uri, fragments, schema, properties):
             return 1
     mine = sorted(_signature(f) for f in fragments)
-    for _attempt in range(LEAF_ATTEMPTS):
+
+    def attempt(_: int) -> int | Outcome:
         ds = storage.table_or_none(uri)
         if ds is None:
             if exists and published is not None:
@@ -413,7 +415,7 @@ def commit_leaf(
             if base_v is not None and not overwrite and latest != base_v:
                 restored = _roll_back(storage, uri, ds, base_v)
                 if restored is None:
-                    continue
+                    return Outcome.AGAIN
                 latest = restored
             base = latest
         if overwrite:
@@ -424,12 +426,16 @@ def commit_leaf(
             else LanceOperation.Append(list(fragments))
         )
         version = _commit_on(storage, uri, base, operation, properties)
-        if version is not None:
-            return version
-    raise CommitConflict(
-        f"partition table {uri} kept changing under the commit (concurrent committers of "
-        "an aborted or taken-over transaction?); retry the commit"
+        return Outcome.AGAIN if version is None else version
+
+    changing = Budget(
+        lambda: CommitConflict(
+            f"partition table {uri} kept changing under the commit (concurrent committers of "
+            "an aborted or taken-over transaction?); retry the commit"
+        ),
+        attempts=LEAF_ATTEMPTS,
     )
+    return retry_until(attempt, {Outcome.AGAIN: changing})
 
 
 def commit_change(
@@ -472,7 +478,9 @@ def commit_change(
     """
     properties = owner_properties(owner, operation_kind)
     expected: list[str] | None = None
-    for attempt in range(LEAF_ATTEMPTS):
+
+    def commit_once(attempt: int) -> int | Outcome:
+        nonlocal expected
         try:
             if attempt == 0 and opened is not None and _still_latest(storage, opened, base):
                 ds = opened  # the usual case: nothing above base
@@ -490,7 +498,7 @@ def commit_change(
                     raise _moved(uri)
                 restored = _roll_back(storage, uri, ds, base)
                 if restored is None:
-                    continue
+                    return Outcome.AGAIN
                 latest, on = restored, None
             version = _commit_on(storage, uri, latest, operation, properties, on=on)
         except CommitConflict:
@@ -499,12 +507,16 @@ def commit_change(
             if still_base is not None and not still_base():
                 raise _moved(uri) from exc
             raise
-        if version is not None:
-            return version
-    raise CommitConflict(
-        f"partition table {uri} kept changing under the commit (concurrent writers of the "
-        "same partition?); nothing was published, try again"
+        return Outcome.AGAIN if version is None else version
+
+    changing = Budget(
+        lambda: CommitConflict(
+            f"partition table {uri} kept changing under the commit (concurrent writers of the "
+            "same partition?); nothing was published, try again"
+        ),
+        attempts=LEAF_ATTEMPTS,
     )
+    return retry_until(commit_once, {Outcome.AGAIN: changing})
 
 
 def _still_latest(storage: Storage, ds: lance.LanceDataset, base: int) -> bool:

@@ -36,9 +36,13 @@ from .errors import (
 )
 from .failpoints import failpoint
 from .naming import local_path
+from .retry import Budget, Outcome, retry_until
 from .storage import Storage, first_line
 
 log = logging.getLogger(__name__)
+
+#: Looks at a root that concurrent creators keep changing before create gives up.
+CREATE_ATTEMPTS = 16
 
 MANIFEST_NAME = "__manifest"
 PRIMARY_KEY_METADATA = {"lance-schema:unenforced-primary-key:position": "0"}
@@ -129,7 +133,8 @@ class Manifest:
         create and is finished, and one that already holds exactly ``metadata`` is returned
         as it is. Anything else at the root raises :class:`NamespaceExistsError`.
         """
-        for _attempt in range(16):
+
+        def attempt(_: int) -> lance.LanceDataset | Outcome:
             try:
                 ds: lance.LanceDataset | None = self.open()
             except NamespaceNotFoundError:
@@ -138,7 +143,7 @@ class Manifest:
                 self._check_empty_root()
                 self.storage.create_table(first_rows, self.uri)
                 failpoint("create.after_table")
-                continue  # created (by us or a concurrent creator): look again
+                return Outcome.AGAIN  # created (by us or a concurrent creator): look again
             present = {k: ds.metadata.get(k) for k in metadata}
             if present == dict(metadata):
                 self._ensure_index(ds)
@@ -159,9 +164,17 @@ class Manifest:
             try:
                 self.commit_metadata(metadata, int(ds.version))
             except CommitConflict:
-                continue  # a concurrent create finished it first: compare again
+                return Outcome.AGAIN  # a concurrent create finished it first: compare again
             failpoint("create.after_metadata")
-        raise NamespaceExistsError(f"{self.root}: concurrent creators kept changing __manifest")
+            return Outcome.AGAIN  # set: index it and return it
+
+        racing = Budget(
+            lambda: NamespaceExistsError(
+                f"{self.root}: concurrent creators kept changing __manifest"
+            ),
+            attempts=CREATE_ATTEMPTS,
+        )
+        return retry_until(attempt, {Outcome.AGAIN: racing})
 
     def _check_empty_root(self) -> None:
         """A local root must be empty or missing; a ``__manifest`` without a table (the

@@ -51,6 +51,7 @@ from .publish_result import rebuilt_result
 from .repair import RepairReport
 from .repair import repair as repair_manifest
 from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
+from .retry import Budget, Outcome, Spent, retry_until
 from .scan import filter_columns, open_leaf, scan_batches
 from .schema import NamespaceSchema, cast_losslessly
 from .spec import PartitionField, resolve_spec, spec_key, spec_to_json
@@ -237,7 +238,8 @@ class PartitionedNamespace:
         evolution or schema change makes it recompute (a new version number and field ids),
         so two concurrent evolutions both apply, in some order, and no field id is reused.
         """
-        for attempt in range(EVOLVE_ATTEMPTS):
+
+        def attempt(_: int) -> int | Outcome:
             state = self.state()
             resolved = resolve_spec(fields, state.schema, state.specs, RESERVED_COLUMNS)
             version = state.spec_version + 1
@@ -253,18 +255,20 @@ class PartitionedNamespace:
                 try:
                     self._manifest.add_columns(columns)
                 except CommitConflict:  # a concurrent commit won: read again and retry
-                    backoff(attempt)
-                continue
+                    return Outcome.LOST
+                return Outcome.AGAIN  # added: the spec naming them, on the state with them
             values = {spec_key(version): spec_to_json(resolved), SCHEMA_KEY: state.schema.to_json()}
-            if not self._swap_metadata(values, state, attempt):
-                continue
+            if not self._swap_metadata(values, state):
+                return Outcome.LOST
             self._manifest.insert_absent(
                 self.state().rows_table([row(spec_namespace_id(version), NAMESPACE, metadata="{}")])
             )
             self._fence_spec(version)
             log.info("partition spec v%d: %s", version, [f.name for f in resolved])
             return version
-        raise _evolution_lost("evolve_partition_spec")
+
+        spent = _evolution_budget("evolve_partition_spec")  # shared: 32 attempts in all
+        return retry_until(attempt, {Outcome.LOST: spent, Outcome.AGAIN: spent}, sleep=backoff)
 
     def add_column(self, field: pa.Field) -> None:
         """Add a nullable column (a new field id above every earlier one)."""
@@ -314,33 +318,39 @@ class PartitionedNamespace:
         """Apply a schema change computed from the latest state, as a compare-and-swap on
         the manifest version it read; a concurrent change makes it recompute (so a new
         column gets a field id above the concurrent one's, or a clear error)."""
-        for attempt in range(EVOLVE_ATTEMPTS):
+
+        def attempt(_: int) -> Outcome | None:
             state = self.state()
             schema = change(state)
-            if self._swap_metadata({SCHEMA_KEY: schema.to_json()}, state, attempt):
-                return
-        raise _evolution_lost(what)
+            return (
+                None if self._swap_metadata({SCHEMA_KEY: schema.to_json()}, state) else Outcome.LOST
+            )
+
+        retry_until(attempt, {Outcome.LOST: _evolution_budget(what)}, sleep=backoff)
 
     def _fence_spec(self, version: int) -> None:
         """Fence merges still computing under older specs (see :mod:`.spec_fence`); if
         this keeps losing races, the first merge under ``version`` fences instead."""
-        for attempt in range(EVOLVE_ATTEMPTS):
+
+        def attempt(_: int) -> Outcome | None:
             state = self.state()
             if state.spec_version != version or not needs_fence(state):
-                return
-            if fence(self._manifest, state, version):
-                return
-            backoff(attempt)
+                return None
+            return None if fence(self._manifest, state, version) else Outcome.LOST
 
-    def _swap_metadata(
-        self, values: Mapping[str, str], state: NamespaceState, attempt: int
-    ) -> bool:
+        try:
+            retry_until(
+                attempt, {Outcome.LOST: Budget(Spent, attempts=EVOLVE_ATTEMPTS)}, sleep=backoff
+            )
+        except Spent:
+            log.info("partition spec v%d: not fenced yet, its first merge fences it", version)
+
+    def _swap_metadata(self, values: Mapping[str, str], state: NamespaceState) -> bool:
         """Commit metadata against ``state``'s version; False if a concurrent change won."""
         failpoint("evolve.before_commit")
         try:
             self._manifest.commit_metadata(values, state.version)
         except CommitConflict:
-            backoff(attempt)
             return False
         return True
 
@@ -939,8 +949,12 @@ class PartitionedNamespace:
         return transactions.listing(self._txn)
 
 
-def _evolution_lost(what: str) -> CommitConflict:
-    return CommitConflict(
-        f"{what}: concurrent schema or partition spec changes kept winning "
-        f"({EVOLVE_ATTEMPTS} attempts); nothing was changed, try again"
+def _evolution_budget(what: str) -> Budget:
+    """The attempts of a schema or spec change, then the error saying it lost them all."""
+    return Budget(
+        lambda: CommitConflict(
+            f"{what}: concurrent schema or partition spec changes kept winning "
+            f"({EVOLVE_ATTEMPTS} attempts); nothing was changed, try again"
+        ),
+        attempts=EVOLVE_ATTEMPTS,
     )

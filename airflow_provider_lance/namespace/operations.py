@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -93,6 +92,7 @@ from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION, ids_filter
 from .naming import leaf_directory
 from .publish_result import operation_result, published_at
 from .results import OperationResult, PartitionOutcome
+from .retry import Budget, Outcome, retry_until
 from .spec_fence import fence, needs_fence, new_intent_id, register_intent
 from .storage import Storage
 from .txnstore import TransactionHeader, check_txn_id
@@ -302,6 +302,9 @@ class OperationRunner:
         self._moves: dict[str, int] = {}
         #: The id of this run's intent row while it has one (see :mod:`.spec_fence`).
         self._intent: str | None = None
+        #: Partitions the last attempt found held by live transactions, and their holders
+        #: (named by the error once the claim timeout is spent).
+        self._blocked: tuple[dict[str, str], Mapping[str, TxnRecord]] = ({}, {})
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> OperationResult:
@@ -316,39 +319,49 @@ class OperationRunner:
             self._withdraw_intent()
 
     def _run(self) -> OperationResult:
-        deadline = time.monotonic() + self.claim_timeout
-        lost = waited = ordered = 0
-        while True:
-            outcome = self._attempt(self.ctx.load_state(), deadline)
-            if isinstance(outcome, OperationResult):
-                log.info(
-                    "%s published %d partition change(s) (manifest v%s)",
-                    self.op.kind,
-                    len(outcome.partitions),
-                    outcome.manifest_version,
-                )
-                return outcome
-            if outcome == "claimed":
-                waited += 1
-                backoff(waited)
-                continue
-            if outcome == "ordered":  # fenced or registered: compute on the newer version
-                ordered += 1
-                if ordered > 2 * OPERATION_ATTEMPTS:
-                    raise CommitConflict(
-                        f"{self.op.kind}: could not order itself against concurrent "
-                        "partition spec changes; nothing was published, try again"
-                    )
-                if ordered > 1:  # the first is this run registering itself: no wait
-                    backoff(ordered - 2)  # then spec changes are racing it: let them pass
-                continue
-            lost += 1
-            if lost >= OPERATION_ATTEMPTS:
-                raise CommitConflict(
-                    f"{self.op.kind}: concurrent writers kept publishing the same partitions "
+        kind = self.op.kind
+        budgets = {
+            Outcome.LOST: Budget(
+                lambda: CommitConflict(
+                    f"{kind}: concurrent writers kept publishing the same partitions "
                     f"({OPERATION_ATTEMPTS} attempts); nothing was published, try again"
-                )
-            backoff(lost)
+                ),
+                attempts=OPERATION_ATTEMPTS,
+            ),
+            Outcome.CLAIMED: Budget(self._claims_timed_out, seconds=self.claim_timeout),
+            # Fenced or registered: compute on the newer version. The first is this run
+            # registering itself (no wait), then spec changes are racing it: let them pass.
+            Outcome.ORDERED: Budget(
+                lambda: CommitConflict(
+                    f"{kind}: could not order itself against concurrent partition spec "
+                    "changes; nothing was published, try again"
+                ),
+                attempts=1 + 2 * OPERATION_ATTEMPTS,
+                free=1,
+            ),
+        }
+        # backoff(1) first, as the waits after a lost race or a claim always were
+        outcome = retry_until(
+            lambda _: self._attempt(self.ctx.load_state()), budgets, sleep=lambda n: backoff(n + 1)
+        )
+        log.info(
+            "%s published %d partition change(s) (manifest v%s)",
+            kind,
+            len(outcome.partitions),
+            outcome.manifest_version,
+        )
+        return outcome
+
+    def _claims_timed_out(self) -> CommitConflict:
+        live, holders = self._blocked
+        held = claim_holders(live.values(), holders)
+        return CommitConflict(
+            f"{self.op.kind}: partitions are held by other transactions {held} for "
+            f"longer than the claim timeout ({self.claim_timeout:g}s); they are still "
+            "committing, or crashed: PartitionedNamespace.recover() releases them; "
+            "nothing was changed",
+            live,
+        )
 
     # -- ordering against spec changes (see spec_fence) --------------------------------------
     def _ordered(self, state: NamespaceState) -> bool:
@@ -451,12 +464,12 @@ class OperationRunner:
         return result
 
     # -- one attempt -----------------------------------------------------------------------
-    def _attempt(self, state: NamespaceState, deadline: float) -> OperationResult | str:
+    def _attempt(self, state: NamespaceState) -> OperationResult | Outcome:
         """Select, check claims, compute, commit leaves, swap. Returns the result, or
-        ``"claimed"`` (wait for a holder), ``"lost"`` (a concurrent publish won) or
-        ``"ordered"`` (a merge fenced its spec or registered its intent: go again)."""
+        CLAIMED (wait for a holder), LOST (a concurrent publish won) or ORDERED (a merge
+        fenced its spec or registered its intent: go again)."""
         try:
-            prepared = self._prepare(state, deadline)
+            prepared = self._prepare(state)
         except (
             StorageError,
             TableNotFoundError,
@@ -469,7 +482,7 @@ class OperationRunner:
                 raise
             # What it read was published over, then removed by ``maintain``: a lost race.
             log.info("%s: %s; the namespace moved on meanwhile: computing again", self.op.kind, exc)
-            return "lost"
+            return Outcome.LOST
         if not isinstance(prepared, _Prepared):
             return prepared
         selection, attempt, changed, rows, result = prepared
@@ -485,7 +498,7 @@ class OperationRunner:
             log.info("%s lost a race to a concurrent publish; computing again", self.op.kind)
             self._previous = attempt
             self._note_moves(attempt)
-            return "lost"
+            return Outcome.LOST
         except StorageError as exc:
             version = self._published_after_all(state, changed, attempt.created, exc)
         self._intent = None  # deleted by the swap
@@ -506,7 +519,7 @@ class OperationRunner:
         )
         return result
 
-    def _prepare(self, state: NamespaceState, deadline: float) -> _Prepared | OperationResult | str:
+    def _prepare(self, state: NamespaceState) -> _Prepared | OperationResult | Outcome:
         """Everything before the swap (nothing of it visible): what to swap in, or the
         outcome of the attempt without one."""
         failpoint(f"{self.op.kind}.selected")
@@ -522,8 +535,8 @@ class OperationRunner:
             done = self._check_record(state, current.pop(row_id(self.txn_id), None))
             if done is not None:
                 return done
-        if self._claimed(state, selection, current, deadline):
-            return "claimed"
+        if self._claimed(state, selection, current):
+            return Outcome.CLAIMED
         attempt = self._compute(state, selection)
         selection.skipped.update((o, w.skip) for o, w in attempt.works.items() if w.skip)
         changed = {oid: w for oid, w in attempt.works.items() if w.operation is not None}
@@ -532,14 +545,14 @@ class OperationRunner:
         failpoint(f"{self.op.kind}.computed")
         if self.op.reads_keys and not self._ordered(state):
             self._previous = attempt
-            return "ordered"
+            return Outcome.ORDERED
         try:
             self._commit_leaves(changed, attempt.created)
         except CommitConflict as exc:  # a partition moved under the leaf commits
             log.info("%s: %s; computing again", self.op.kind, exc)
             self._previous = attempt
             self._note_moves(attempt)
-            return "lost"
+            return Outcome.LOST
         rows = self._rows(state, current, changed, attempt.created)
         changes = self._changes(selection, changed, attempt.created)
         result = operation_result(self.op.kind, changes, self.txn_id, selection.skipped)
@@ -594,12 +607,10 @@ class OperationRunner:
         state: NamespaceState,
         selection: Selection,
         current: dict[str, dict[str, Any]],
-        deadline: float,
     ) -> bool:
-        """Whether a live committing transaction holds a touched partition (True: wait).
-
-        Past ``deadline`` a :class:`CommitConflict` names the holders; an operation that
-        skips busy partitions drops them from ``selection`` instead."""
+        """Whether a live committing transaction holds a touched partition (True: wait;
+        the holders are kept for the error once the claim timeout is spent). An operation
+        that skips busy partitions drops them from ``selection`` instead."""
         claimed = {oid: r[CLAIM] for oid, r in current.items() if r.get(CLAIM)}
         if not claimed:
             return False
@@ -613,15 +624,7 @@ class OperationRunner:
                 selection.skipped[oid] = SKIP_CLAIMED
             return False
         failpoint(f"{self.op.kind}.claim_blocked")
-        if time.monotonic() > deadline:
-            held = claim_holders(live.values(), holders)
-            raise CommitConflict(
-                f"{self.op.kind}: partitions are held by other transactions {held} for "
-                f"longer than the claim timeout ({self.claim_timeout:g}s); they are still "
-                "committing, or crashed: PartitionedNamespace.recover() releases them; "
-                "nothing was changed",
-                live,
-            )
+        self._blocked = (live, holders)
         return True
 
     def _compute(self, state: NamespaceState, selection: Selection) -> _Attempt:

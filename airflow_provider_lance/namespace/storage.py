@@ -44,6 +44,7 @@ from .errors import (
 )
 from .failpoints import failpoint
 from .naming import child_uri
+from .retry import Budget, Outcome, retry_until
 from .storage_options import StorageOptionValue, normalize_options
 
 log = logging.getLogger(__name__)
@@ -561,20 +562,31 @@ class Storage:
         session = self._session()
         fd, local = tempfile.mkstemp(suffix=".json")
         os.close(fd)
+        failed: list[Exception] = []
+
+        def read(_: int) -> Any:
+            try:
+                session.download_file(path, local)
+                with open(local) as f:
+                    return json.load(f)
+            except (OSError, ValueError) as exc:
+                failpoint("txnstore.read_failed")
+                if not self.contains(path):
+                    raise KeyError(path) from exc
+                failed.append(exc)
+                return Outcome.LOST  # written meanwhile: read it again
+
+        def unreadable() -> StorageError:
+            error = StorageError(f"{self.uri(path)} is unreadable: {failed[-1]}")
+            error.__cause__ = failed[-1]
+            return error
+
         try:
-            for attempt in range(READ_ATTEMPTS):
-                try:
-                    session.download_file(path, local)
-                    with open(local) as f:
-                        return json.load(f)
-                except (OSError, ValueError) as exc:
-                    failpoint("txnstore.read_failed")
-                    if not self.contains(path):
-                        raise KeyError(path) from exc
-                    if attempt == READ_ATTEMPTS - 1:
-                        raise StorageError(f"{self.uri(path)} is unreadable: {exc}") from exc
-                    time.sleep(0.05 * (attempt + 1))  # written meanwhile: read it again
-            raise AssertionError("unreachable")
+            return retry_until(
+                read,
+                {Outcome.LOST: Budget(unreadable, attempts=READ_ATTEMPTS)},
+                sleep=lambda n: time.sleep(0.05 * (n + 1)),
+            )
         finally:
             os.unlink(local)
 

@@ -35,7 +35,6 @@ from .commit import (
     Committer,
     Plan,
     TransactionContext,
-    backoff,
     current_of,
     only,
     resolve,
@@ -67,6 +66,7 @@ from .lifecycle import (
 )
 from .manifest import CLAIM, READ_VERSION, sql_literal
 from .results import CommitResult
+from .retry import Budget, Outcome, Spent, retry_until
 from .staging import FLUSH_BYTES, Stage, Stager, discard_stage
 from .txnstore import TransactionHeader, TransactionStore, check_txn_id
 from .types import MODES, ArrowData, WriteMode
@@ -80,6 +80,8 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE_SECONDS = 6 * 3600.0
 #: How long abort and record keep retrying compare-and-swaps lost to unrelated commits.
 SWAP_TIMEOUT = 120.0
+#: Swaps ``release_dead_claims`` may lose before it leaves the claims to a later recover.
+RELEASE_ATTEMPTS = 64
 
 __all__ = ["MODES", "Transaction", "TransactionInfo"]
 
@@ -218,25 +220,27 @@ class Transaction:
 
     def _fence_stages(self, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]) -> None:
         """Order recorded stages before any seal (the epoch bump), or learn the seal's plan."""
-        deadline = time.monotonic() + SWAP_TIMEOUT
-        for attempt in range(1_000_000):
+
+        def attempt(_: int) -> Outcome | None:
             state = self._ctx.load_state()
             record = current(self._ctx, self.header)
             if record.state is TxnState.STAGED:
                 try:
                     bump(self._ctx.manifest, state, record)
-                    return
                 except (CommitConflict, TransitionRefused):
-                    if time.monotonic() > deadline:
-                        raise CommitConflict(
-                            f"could not record stages of {self.txn_id}: concurrent commits kept "
-                            "winning"
-                        ) from None
-                    backoff(attempt)
-                    continue
+                    return Outcome.LOST
+                return None
             self._withdraw_excluded(record, recorded)
-            return
-        raise AssertionError("unreachable")
+            return None
+
+        lost = Budget(
+            lambda: CommitConflict(
+                f"could not record stages of {self.txn_id}: concurrent commits kept winning "
+                f"for {SWAP_TIMEOUT:.0f}s"
+            ),
+            seconds=SWAP_TIMEOUT,
+        )
+        retry_until(attempt, {Outcome.LOST: lost})
 
     def _withdraw_excluded(
         self, record: TxnRecord, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]
@@ -486,8 +490,9 @@ def abort(
     no fence. Anyone else (an operator, :func:`recover`) fences it like any other: its
     writer may be waiting for a claim and seal it any moment.
     """
-    deadline = time.monotonic() + SWAP_TIMEOUT
-    for attempt in range(1_000_000):
+
+    def attempt(_: int) -> TxnRecord | Outcome | None:
+        """The fenced record (None: nothing is left to clean up), or LOST."""
         state = ctx.load_state()
         record = resolve(ctx, state, check_txn_id(txn_id))
         if record is None and own_write:  # aborted and collected meanwhile
@@ -496,7 +501,7 @@ def abort(
             for raw in ctx.store.stages_of_every_incarnation(txn_id):
                 discard_stage(Stage.from_json(raw), ctx.storage)
             log.info("transaction %s was aborted and its records removed meanwhile", txn_id)
-            return
+            return None
         if record is None:
             raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
         if record.state is TxnState.PUBLISHED:
@@ -506,10 +511,10 @@ def abort(
                 f"transaction {txn_id} was merged into {record.merged_into}; abort that one"
             )
         if record.state is TxnState.ABORTED:
-            break
+            return record
         header = ctx.store.load(txn_id, record.incarnation)
         if own_write and not record.stored and header is not None and header.anonymous:
-            break  # its own writer's commit failed: nobody else could seal it
+            return record  # its own writer's commit failed: nobody else could seal it
         source_ids = list(record.sources) or (header.sources if header else [])
         sources = list(load_records(state, source_ids).values())
         try:
@@ -518,17 +523,21 @@ def abort(
                 ctx.manifest, state, record, reason, _claimed_rows(state, record.tag), sources
             )
         except (CommitConflict, TransitionRefused):
-            if time.monotonic() > deadline:
-                raise CommitConflict(
-                    f"could not abort transaction {txn_id}: concurrent commits kept winning "
-                    f"for {SWAP_TIMEOUT:.0f}s; nothing was aborted"
-                ) from None
-            backoff(attempt)
-            continue
+            return Outcome.LOST
         log.info("transaction %s aborted: %s", record.tag, reason)
-        break
+        return record
+
+    lost = Budget(
+        lambda: CommitConflict(
+            f"could not abort transaction {txn_id}: concurrent commits kept winning "
+            f"for {SWAP_TIMEOUT:.0f}s; nothing was aborted"
+        ),
+        seconds=SWAP_TIMEOUT,
+    )
+    record = retry_until(attempt, {Outcome.LOST: lost})
+    if record is None:
+        return
     failpoint("abort.after_fence")
-    assert record is not None
     _clean_up(ctx, record)
 
 
@@ -614,8 +623,11 @@ def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECOND
 
 
 def release_dead_claims(ctx: TransactionContext) -> int:
-    """Clear claims whose holder can no longer publish; returns how many were released."""
-    for attempt in range(64):
+    """Clear claims whose holder can no longer publish; returns how many were released
+    (0 too when concurrent commits kept winning: ``recover`` is best effort and a later
+    one releases them)."""
+
+    def attempt(_: int) -> int | Outcome:
         state = ctx.load_state()
         if CLAIM not in state.dataset.schema.names:
             return 0
@@ -630,11 +642,19 @@ def release_dead_claims(ctx: TransactionContext) -> int:
             swap(ctx.manifest, state, [], keep)
             drop_pending(ctx.manifest, state, pending)
         except CommitConflict:
-            backoff(attempt)
-            continue
+            return Outcome.LOST
         log.info("released %d claims of finished transactions", len(dead))
         return len(dead)
-    return 0
+
+    try:
+        return retry_until(attempt, {Outcome.LOST: Budget(Spent, attempts=RELEASE_ATTEMPTS)})
+    except Spent:
+        log.warning(
+            "could not release dead claims: concurrent commits won %d times; recover() "
+            "again releases them",
+            RELEASE_ATTEMPTS,
+        )
+        return 0
 
 
 def info(store: TransactionStore, header: TransactionHeader, record: TxnRecord) -> TransactionInfo:
