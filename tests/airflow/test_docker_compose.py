@@ -99,7 +99,7 @@ def test_image_is_built_from_this_repository(compose: dict[str, Any]) -> None:
         assert (REPO / source).exists(), source
     # the package with the Spark provider (LanceSparkWriteOperator) from this checkout
     assert re.search(
-        r'pip install .*apache-airflow\[postgres\]==\$\{AIRFLOW_VERSION\}.* "\.\[apache-spark\]"',
+        r'pip install .*apache-airflow\[postgres\]==\$\{AIRFLOW_VERSION\}.* "\.\[spark\]"',
         text,
     )
     assert "openjdk-17" in text  # spark-submit needs Java

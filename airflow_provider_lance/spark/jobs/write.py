@@ -24,8 +24,9 @@ Exit codes, decided by the error's class (``is_retryable`` of the project's erro
   or an unexpected error;
 * 2 bad input no retry can fix: arguments, source, SQL, namespace, schema or data, an
   aborted or closed transaction (every project error that is not retryable);
-* 3 the commit conflicted with another writer (``CommitConflict``; nothing of it was
-  published, a retry may succeed).
+* 3 the commit conflicted with another writer (a retryable ``CommitConflict``; nothing of
+  it was published, a retry may succeed; ``StaleStage``, whose stages can never be
+  published, is a 2).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class BadInput(Exception):
 
 def exit_code(exc: BaseException) -> int:
     """The exit code for a failed run (see the module docstring)."""
-    if isinstance(exc, CommitConflict):
+    if isinstance(exc, CommitConflict) and exc.retryable:  # StaleStage is for good
         return EXIT_CONFLICT
     if isinstance(exc, BadInput) or _is_analysis_error(exc):
         return EXIT_BAD_INPUT
