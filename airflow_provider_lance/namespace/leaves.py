@@ -138,7 +138,7 @@ class StagedFiles(Protocol):
     @property
     def directory(self) -> str: ...
 
-    def fragment_metadata(self) -> list[FragmentMetadata]: ...
+    def data_files(self) -> list[str]: ...
 
 
 #: Missing files named in the message of :func:`check_staged_files`, at most.
@@ -160,8 +160,9 @@ def check_staged_files(
     live transactions, but a stage recorded while it ran, from files older than Lance's
     7-day threshold for unreferenced files, may lose them; so may a leaf version holding
     them that was rolled back and cleaned up, or a file deleted by hand), so every commit
-    path asks here first. One existence check (a HEAD) per staged file, the partitions in
-    parallel (``storage.map``): a stage writes about one file per partition and flush.
+    path asks here first. One existence check per staged file (a stat on a local disk; on
+    an object store a HEAD, the partitions in parallel): a stage writes about one file per
+    partition and flush.
 
     Raises :class:`StagedFilesMissing` (not retryable: committing again finds the same
     files gone; abort and stage again) naming the missing files, or, for ``anonymous``
@@ -175,10 +176,12 @@ def check_staged_files(
 
     def missing(oid: str) -> Sequence[str]:
         part = parts[oid]
-        gone = storage.missing_data_files(storage.uri(part.directory), part.fragment_metadata())
+        gone = storage.missing_files(part.directory, part.data_files())
         return [f"{part.directory}/{path}" for path in gone]
 
-    found = {oid: files for oid, files in zip(ids, storage.map(missing, ids), strict=True) if files}
+    # On a local disk a check is a stat: threads would cost more than they save.
+    checked = [missing(oid) for oid in ids] if storage.local else storage.map(missing, ids)
+    found = {oid: files for oid, files in zip(ids, checked, strict=True) if files}
     if not found:
         return
     if still_live is not None and not still_live():

@@ -9,6 +9,7 @@ one transaction may come from many processes (Spark tasks); the commit gathers t
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -92,6 +93,16 @@ class StagedPartition:
 
     def fragment_metadata(self) -> list[FragmentMetadata]:
         return [FragmentMetadata.from_json(f) for f in self.fragments]
+
+    def data_files(self) -> list[str]:
+        """The data files of :attr:`fragments`, relative to the leaf's directory, read from
+        their JSON (building ``FragmentMetadata`` objects and listing them again costs a
+        parse and a deep copy each: a tenth of a 1,000-partition commit)."""
+        return [
+            f"data/{file['path']}"
+            for text in self.fragments
+            for file in json.loads(text).get("files", [])
+        ]
 
     @property
     def staged_on(self) -> int | None:
