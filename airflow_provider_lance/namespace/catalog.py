@@ -40,7 +40,6 @@ from .manifest import (
 from .naming import (
     LEAF_TABLE_NAME,
     SEPARATOR,
-    child_uri,
     join_id,
     leaf_directory,
     partition_name,
@@ -48,6 +47,7 @@ from .naming import (
 )
 from .schema import NamespaceSchema
 from .spec import PartitionField, spec_from_json, spec_key, spec_versions
+from .uri import child_uri
 
 SCHEMA_KEY = "schema"
 PARTITION_PROPERTY_PREFIX = "partition."

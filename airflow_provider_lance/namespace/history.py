@@ -61,13 +61,14 @@ from .manifest import (
     Manifest,
     ids_filter,
 )
-from .naming import LEAF_TABLE_NAME, SEPARATOR, child_uri
+from .naming import LEAF_TABLE_NAME, SEPARATOR
 from .results import HistoryEntry, PartitionChange
 from .schema import NamespaceSchema, field_id, is_deprecated
 from .spec import SPEC_KEY_PREFIX, spec_key
 from .spec_fence import FENCE_PREFIX, INTENT_PREFIX
 from .storage import Storage, first_line
 from .timetravel import list_tags, version_times
+from .uri import child_uri
 
 log = logging.getLogger(__name__)
 

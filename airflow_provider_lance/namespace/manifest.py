@@ -35,9 +35,9 @@ from .errors import (
     TableNotFoundError,
 )
 from .failpoints import failpoint
-from .naming import local_path
 from .retry import Budget, Outcome, retry_until
 from .storage import Storage, first_line
+from .uri import local_path
 
 log = logging.getLogger(__name__)
 

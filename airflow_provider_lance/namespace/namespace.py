@@ -44,7 +44,7 @@ from .lifecycle import TxnState, collect_finished, tag
 from .maintenance import MaintenanceReport, maintain
 from .manifest import CLAIM, NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
 from .merging import MergeRows
-from .naming import leaf_directory, normalize_root, spec_namespace_id
+from .naming import leaf_directory, spec_namespace_id
 from .operations import TableOperation, run_operation
 from .pruning import holds_for_kept_partitions, parse_filter
 from .publish_result import rebuilt_result
@@ -73,6 +73,7 @@ from .timetravel import (
 from .transactions import Transaction, TransactionInfo
 from .txnstore import TransactionStore
 from .types import ArrowData, WriteMode
+from .uri import normalize_root
 from .verification import RelocateRows, VerifyReport, verify_partitions
 
 log = logging.getLogger(__name__)

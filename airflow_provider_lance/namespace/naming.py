@@ -1,4 +1,4 @@
-"""Object ids, partition namespace names, leaf locations and URIs.
+"""Object ids, partition namespace names and leaf locations.
 
 Partition namespace names are 16-character base36 strings, as the spec requires. They are
 drawn from a BLAKE2b digest of the parent object id and the partition values rather than from
@@ -15,11 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
-from urllib.parse import urlparse
-
-from .errors import LanceNamespaceError
 
 #: Transaction and stage ids: safe as object-store path segments.
 TXN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:+-]{0,199}$")
@@ -53,40 +49,3 @@ def join_id(*parts: str) -> str:
 def leaf_directory(object_id: str) -> str:
     """The directory of a leaf table, relative to the namespace root: ``<8 hex>_<id>``."""
     return f"{hashlib.blake2b(object_id.encode(), digest_size=4).hexdigest()}_{object_id}"
-
-
-def has_scheme(uri: str) -> bool:
-    parsed = urlparse(uri)
-    return len(parsed.scheme) > 1  # a Windows drive letter is not a scheme
-
-
-def normalize_root(uri: str | os.PathLike[str]) -> str:
-    """A canonical root URI: local paths become absolute ``file://`` URIs; no trailing slash."""
-    text = os.fspath(uri)
-    if not text:
-        raise LanceNamespaceError("the namespace URI must not be empty")
-    if not has_scheme(text):
-        text = "file://" + os.path.abspath(os.path.expanduser(text))
-    return text.rstrip("/") if not text.endswith(":///") else text
-
-
-def local_path(uri: str) -> str | None:
-    """The filesystem path of a ``file://`` URI, else None (object stores)."""
-    parsed = urlparse(uri)
-    return parsed.path if parsed.scheme == "file" else None
-
-
-def child_uri(root: str, relative: str) -> str:
-    """``root/relative``, refusing locations that would escape the root."""
-    if relative and "/" not in relative and ":" not in relative and relative not in (".", ".."):
-        return f"{root}/{relative}"  # a plain child name, as every leaf directory is
-    if (
-        not relative
-        or relative.startswith("/")
-        or has_scheme(relative)
-        or any(part in ("..", ".") for part in relative.split("/"))
-    ):
-        raise LanceNamespaceError(
-            f"table location {relative!r} does not resolve inside the namespace root {root!r}"
-        )
-    return f"{root}/{relative}"

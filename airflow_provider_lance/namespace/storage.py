@@ -43,9 +43,9 @@ from .errors import (
     TableNotFoundError,
 )
 from .failpoints import failpoint
-from .naming import child_uri, local_path
 from .retry import Budget, Outcome, retry_until
 from .storage_options import StorageOptionValue, normalize_options
+from .uri import child_uri, local_path
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.connection import is_secret_key
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.namespace.errors import StorageError
-from airflow_provider_lance.namespace.naming import has_scheme
+from airflow_provider_lance.namespace.uri import has_scheme
 from airflow_provider_lance.operators.commit import (
     DEFAULT_MAX_PARTITION_KEYS,
     add_partition_keys,
