@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_core_imports_no_airflow_or_spark() -> None:
@@ -15,3 +17,99 @@ def test_core_imports_no_airflow_or_spark() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+#: Modules that still query ``__manifest`` themselves: the publish paths, whose queries move
+#: into the publish kernel (docs/plans/commit-kernel.md, increments 3-5); nothing else may.
+RAW_MANIFEST_QUERIES_ALLOWED = frozenset({"commit.py", "direct.py", "operations.py", "leaves.py"})
+#: Lance calls that read (or delete) rows, and the only writers of a filter string.
+_ROW_QUERIES = frozenset({"to_table", "to_batches", "scanner", "count_rows", "take", "delete"})
+_FILTER_WRITERS = frozenset({"ids_filter", "_sql_literal", "sql_literal"})
+_MANIFEST_COLUMNS = frozenset({"OBJECT_ID", "OBJECT_TYPE", "CLAIM", "READ_VERSION", "LOCATION"})
+
+
+def _opens_manifest(node: ast.AST) -> bool:
+    """``<...>manifest.open(...)``, ``open_version(...)``, ``<...>.last_swapped``, a
+    ``.dataset`` or a view's ``._ds``: an expression giving a raw ``__manifest`` dataset."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in ("last_swapped", "dataset", "_ds")
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id == "open_version"
+    if isinstance(func, ast.Attribute) and func.attr == "open":
+        owner = func.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        return name.lower().endswith("manifest")
+    return False
+
+
+def raw_manifest_queries(source: str) -> list[tuple[int, str]]:
+    """``(line, what)`` of every raw ``__manifest`` query in a module: a row query on a
+    raw dataset (or on a name bound to one anywhere in the module: conservative), a
+    filter-string writer used, or an f-string of SQL on a ``__manifest`` column."""
+    tree = ast.parse(source)
+    raw: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.NamedExpr) and _opens_manifest(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            raw.update(t.id for t in targets if isinstance(t, ast.Name))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = node.func.value
+            is_raw = _opens_manifest(receiver) or (
+                isinstance(receiver, ast.Name) and receiver.id in raw
+            )
+            if is_raw and (
+                node.func.attr in _ROW_QUERIES or any(k.arg == "filter" for k in node.keywords)
+            ):
+                found.append((node.lineno, f"{ast.unparse(node.func)}(...)"))
+        elif isinstance(node, ast.Name) and node.id in _FILTER_WRITERS:
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names if a.name in _FILTER_WRITERS]
+            found.extend((node.lineno, f"import {name}") for name in names)
+        elif isinstance(node, ast.JoinedStr) and _is_manifest_sql(node):
+            found.append((node.lineno, f"a filter string {ast.unparse(node)}"))
+    return sorted(set(found))
+
+
+def _is_manifest_sql(text: ast.JoinedStr) -> bool:
+    """An f-string naming a ``__manifest`` column in SQL (not an error message naming one)."""
+    names = {n.id for n in ast.walk(text) if isinstance(n, ast.Name)}
+    words = "".join(str(c.value) for c in text.values if isinstance(c, ast.Constant))
+    sql = ("=", " IN ", " IS ", "starts_with(", " LIKE ")
+    return bool(names & _MANIFEST_COLUMNS) and any(s in words for s in sql)
+
+
+def test_manifest_queried_by_name() -> None:
+    """Only manifest.py (its ManifestView) queries ``__manifest`` rows; everything else asks
+    a named question, so what a leaf, a transaction row or a claim is is written once."""
+    package = Path(__file__).resolve().parents[1] / "airflow_provider_lance"
+    bad = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "namespace" / "manifest.py":
+            continue
+        if path.parent == package / "namespace" and path.name in RAW_MANIFEST_QUERIES_ALLOWED:
+            continue
+        for line, what in raw_manifest_queries(path.read_text()):
+            bad.append(f"{path.relative_to(package.parent)}:{line}: {what}")
+    assert not bad, "query __manifest through a ManifestView method instead:\n" + "\n".join(bad)
+
+
+def test_a_raw_manifest_query_is_found() -> None:
+    """The check above sees each kind of raw query (it would pass vacuously otherwise)."""
+    source = """
+def leaves(ctx, state):
+    ds = ctx.manifest.open(3)
+    a = ds.to_table(columns=["object_id"])
+    b = state.view._ds.to_table()
+    c = self._manifest.open().scanner(filter="x")
+    d = ctx.manifest.latest().leaf_rows(["object_id"])  # named: fine
+    e = leaf.to_table(filter=f"{other} = 1")  # a leaf table: fine
+    return ids_filter(["a"]), f"{CLAIM} IS NOT NULL"
+"""
+    found = [line for line, _ in raw_manifest_queries(source)]
+    assert found == [4, 5, 6, 9, 9]

@@ -54,7 +54,7 @@ class CountingStorage(Storage):
 def counted(root: Path) -> tuple[PartitionedNamespace, CountingStorage]:
     storage = CountingStorage(str(root))
     manifest = Manifest(storage)
-    state = NamespaceState.load(str(root), manifest.open())
+    state = NamespaceState.load(str(root), manifest.latest())
     return PartitionedNamespace(str(root), manifest, state), storage
 
 

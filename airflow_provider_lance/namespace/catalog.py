@@ -14,7 +14,6 @@ from functools import cached_property
 from json.encoder import encode_basestring
 from typing import Any
 
-import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -31,10 +30,11 @@ from .manifest import (
     LOCATION,
     NAMESPACE,
     OBJECT_ID,
-    OBJECT_TYPE,
+    POINT_LOOKUP_IDS,
     READ_VERSION,
     TABLE,
-    ids_filter,
+    ManifestRow,
+    ManifestView,
     row,
 )
 from .naming import (
@@ -54,9 +54,6 @@ PARTITION_PROPERTY_PREFIX = "partition."
 SPEC_COLUMN = "__spec_version"
 #: Lookups by scanning before NamespaceState.find builds an id index.
 _SCAN_LOOKUPS = 16
-#: Ids looked up by an ``object_id IN (...)`` filter, at most, before the partition rows
-#: are loaded.
-_POINT_LOOKUP_IDS = 64
 #: Ids whose full rows a state's first lookup may read (NamespaceState.full_rows reads
 #: more than this many by one scan of its own).
 _FULL_ROW_LOOKUPS = 1000
@@ -178,7 +175,7 @@ class NamespaceState:
     """The namespace as of one ``__manifest`` version."""
 
     root: str
-    dataset: lance.LanceDataset  # read-only: never commit through it (commits advance it)
+    view: ManifestView  # the rows of this version, queried by name
     version: int
     schema: NamespaceSchema
     specs: dict[int, list[PartitionField]]
@@ -186,16 +183,12 @@ class NamespaceState:
     pinned: bool = False
     _tables: pa.Table | None = field(default=None, repr=False)
     _lookups: int = field(default=0, repr=False)
-    #: Rows looked up by id (None: absent in this version), full columns.
-    _looked_up: dict[str, dict[str, Any] | None] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(
-        cls, root: str, dataset: lance.LanceDataset, *, pinned: bool = False
-    ) -> NamespaceState:
-        """The state ``dataset`` (``__manifest`` at one version) holds; ``pinned``: the
+    def load(cls, root: str, view: ManifestView, *, pinned: bool = False) -> NamespaceState:
+        """The state ``view`` (``__manifest`` at one version) holds; ``pinned``: the
         reader named that version (``as_of``) rather than asking for the latest."""
-        metadata = dataset.metadata
+        metadata = view.metadata
         versions = spec_versions(metadata)
         if not versions:
             hint = (
@@ -212,7 +205,7 @@ class NamespaceState:
             raise ManifestError(f"{root}: the __manifest metadata has no 'schema' property")
         schema = NamespaceSchema.from_json(metadata[SCHEMA_KEY])
         specs = {v: spec_from_json(metadata[spec_key(v)], schema, v) for v in versions}
-        return cls(root, dataset, int(dataset.version), schema, specs, pinned)
+        return cls(root, view, view.version, schema, specs, pinned)
 
     @cached_property
     def read_at(self) -> ReadAt:
@@ -229,7 +222,7 @@ class NamespaceState:
             if not is_missing(exc):
                 raise
             try:
-                kept = [int(v["version"]) for v in self.dataset.versions()]
+                kept = self.view.retained_versions()
             except (OSError, ValueError):
                 raise exc from None
             if self.version in kept:  # still there: something else is missing
@@ -264,16 +257,14 @@ class NamespaceState:
         """
         if self._tables is None:
             with self._reading():
-                rows = self.dataset.to_table(
-                    columns=self._columns, filter=f"{OBJECT_TYPE} = '{TABLE}'"
-                )
+                rows = self.view.leaf_rows(self._columns)
             self._tables = self._narrow(rows)
         return self._tables
 
     @cached_property
     def _columns(self) -> list[str]:
         wanted = [OBJECT_ID, LOCATION, READ_VERSION, *(f.name for f in self.partition_columns)]
-        missing = set(wanted) - set(self.dataset.schema.names)
+        missing = set(wanted) - set(self.view.column_types)
         if missing:
             raise ManifestError(
                 f"{self.root}: the __manifest table lacks columns {sorted(missing)}; it was "
@@ -281,7 +272,7 @@ class NamespaceState:
                 "pylance's DirectoryNamespace). Run PartitionedNamespace.repair() (or "
                 "`python -m airflow_provider_lance repair URI`) to restore them."
             )
-        return [*wanted, CLAIM] if CLAIM in self.dataset.schema.names else wanted
+        return [*wanted, CLAIM] if self.view.has_claim_column else wanted
 
     def _narrow(self, rows: pa.Table) -> pa.Table:
         """Leaf rows of the partitioned dataset only, with their spec version.
@@ -343,53 +334,34 @@ class NamespaceState:
     def full_rows(self, object_ids: Sequence[str]) -> pa.Table:
         """Every manifest column of the rows with these ids (to rewrite them in a commit)."""
         if not object_ids:
-            return pa.Table.from_pylist([], schema=self.dataset.schema)
+            return pa.Table.from_pylist([], schema=self.view.schema)
         if len(object_ids) <= _FULL_ROW_LOOKUPS:
             found = self._rows(object_ids)
             return self.rows_table([r for r in (found.get(i) for i in object_ids) if r])
         # Many ids: one scan and a hash lookup beat a 1000-term IN list. Every row type
         # (leaves, namespaces, transactions) may be asked for.
-        return self._scanned(object_ids)
-
-    def _rows(self, object_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The rows with these ids, by an ``object_id IN (...)`` filter, or by reading the
-        whole table when it is small next to the ids (measured with pylance 14.0.2, a
-        timing that no test pins: an ``IN`` list costs ~5 us an id to plan, a scan ~0.2 us
-        a row; 1,000 ids of a new namespace's load took 4.9 ms by an ``IN`` list, 0.5 ms
-        by a scan; either reads the same rows). Each id is
-        read once per state (a write looks up its partitions, their parents, commits)."""
-        wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
-        if wanted:
-            if self._scan_is_cheaper(len(wanted)):
-                table = self._scanned(wanted)
-            else:
-                with self._reading():
-                    table = self.dataset.to_table(filter=ids_filter(wanted))
-            found = {r[OBJECT_ID]: r for r in table.to_pylist()}
-            for i in wanted:
-                self._looked_up[i] = found.get(i)
-        return {i: r for i in object_ids if (r := self._looked_up[i]) is not None}
-
-    def _scanned(self, object_ids: Sequence[str]) -> pa.Table:
-        """The rows with these ids, found by reading the whole table."""
         with self._reading():
-            rows = self.dataset.to_table()
-        return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
+            return self.view.scan_by_id(object_ids)
+
+    def _rows(self, object_ids: Sequence[str]) -> dict[str, ManifestRow]:
+        """The rows with these ids (see :meth:`ManifestView.rows_by_id`)."""
+        with self._reading():
+            return self.view.rows_by_id(object_ids)
 
     def _scan_is_cheaper(self, ids: int) -> bool:
-        """Whether reading the whole table finds ``ids`` rows faster than an ``IN`` list."""
-        return self._row_count <= 20 * ids + 2000
-
-    @cached_property
-    def _row_count(self) -> int:
         with self._reading():
-            return int(self.dataset.count_rows())
+            return self.view.scan_is_cheaper(ids)
 
-    @cached_property
+    @property
     def object_ids(self) -> frozenset[str]:
         with self._reading():
-            ids = self.dataset.to_table(columns=[OBJECT_ID]).column(OBJECT_ID).to_pylist()
-        return frozenset(ids)
+            return self.view.object_ids
+
+    def read_versions(self) -> list[tuple[str, int | None]]:
+        """``(object_id, read_version)`` of every partition of this version, in the order
+        of :attr:`tables`."""
+        ids = self.tables.column(OBJECT_ID).to_pylist()
+        return list(zip(ids, self.tables.column(READ_VERSION).to_pylist(), strict=True))
 
     @cached_property
     def _positions(self) -> dict[str, int]:
@@ -408,7 +380,7 @@ class NamespaceState:
         once and builds an id index.
         """
         self._lookups += 1
-        few = len(object_ids) <= _POINT_LOOKUP_IDS
+        few = len(object_ids) <= POINT_LOOKUP_IDS
         first = self._lookups == 1 and len(object_ids) <= _FULL_ROW_LOOKUPS
         by_id = self._tables is None and (few or first)
         if by_id:
@@ -429,12 +401,8 @@ class NamespaceState:
 
     def existing(self, object_ids: Sequence[str]) -> frozenset[str]:
         """Which of ``object_ids`` (of any row type) exist in this version."""
-        looked_up = self._looked_up
-        if all(i in looked_up for i in object_ids):
-            return frozenset(i for i in object_ids if looked_up[i] is not None)
-        if "object_ids" in self.__dict__ or len(object_ids) > _POINT_LOOKUP_IDS:
-            return self.object_ids & frozenset(object_ids)
-        return frozenset(self._rows(object_ids))
+        with self._reading():
+            return self.view.existing(object_ids)
 
     # -- creating partitions -------------------------------------------------------------
     def leaf_id(self, values: Sequence[Any], spec_version: int | None = None) -> str:
@@ -520,7 +488,7 @@ class NamespaceState:
         return PartitionRows(list(rows.values()), partitions)
 
     def rows_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-        return pa.Table.from_pylist(rows, schema=self.dataset.schema)
+        return pa.Table.from_pylist(rows, schema=self.view.schema)
 
 
 def _prefixes(object_id: str) -> list[str]:

@@ -43,7 +43,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import lance
 import pyarrow as pa
 
 from .catalog import SCHEMA_KEY
@@ -52,6 +51,7 @@ from .leaves import OPERATION_PROPERTY, TXN_PROPERTY
 from .lifecycle import TxnRecord, TxnState
 from .manifest import (
     CLAIM,
+    INTENT_PREFIX,
     LOCATION,
     OBJECT_ID,
     OBJECT_TYPE,
@@ -59,13 +59,13 @@ from .manifest import (
     TABLE,
     TXN_PREFIX,
     Manifest,
-    ids_filter,
+    ManifestView,
 )
 from .naming import LEAF_TABLE_NAME, SEPARATOR
 from .results import HistoryEntry, PartitionChange
 from .schema import NamespaceSchema, field_id, is_deprecated
 from .spec import SPEC_KEY_PREFIX, spec_key
-from .spec_fence import FENCE_PREFIX, INTENT_PREFIX
+from .spec_fence import FENCE_PREFIX
 from .storage import Storage, first_line
 from .timetravel import list_tags, version_times
 from .uri import child_uri
@@ -196,9 +196,9 @@ class History:
 
     # -- one version ---------------------------------------------------------------------
     def _describe(self, version: int, retained: set[int]) -> _Described:
-        ds = self.manifest.open(version)
+        ds = self.manifest.at(version)
         try:
-            txn = ds.read_transaction(version)
+            txn = ds.transaction()
         except TypeError as exc:
             # pylance cannot turn a compaction that rewrote the object_type index into
             # Python ("RewrittenIndex.__init__() missing 3 arguments"; pinned by
@@ -211,7 +211,7 @@ class History:
         before = None
         if version - 1 in retained:
             try:
-                before = self.manifest.open(version - 1)
+                before = self.manifest.at(version - 1)
             except ManifestError:  # cleaned up since it was listed
                 before = None
         if kind == "Overwrite":
@@ -240,20 +240,16 @@ class History:
             return _Described(names[kind])
         return _Described("other", details={"lance_operation": kind})
 
-    def _row_change(
-        self, ds: lance.LanceDataset, op: Any, before: lance.LanceDataset | None
-    ) -> _Described:
+    def _row_change(self, ds: ManifestView, op: Any, before: ManifestView | None) -> _Described:
         """An ``Update``: classified by the rows it wrote (its new fragments, nothing else)."""
         paths = {f.path for frag in op.new_fragments for f in frag.files}
-        fragments = [
-            f for f in ds.get_fragments() if any(d.path in paths for d in f.metadata.files)
-        ]
+        fragments = [f for f in ds.fragments() if any(d.path in paths for d in f.metadata.files)]
         if not fragments:
             dropped = _dropped_leaves(ds, before)
             if dropped:  # a drop only, without a transaction row
                 return _Described("drop_partitions", details={"dropped": dropped})
             return _Described("drop_rows")
-        rows = ds.scanner(fragments=fragments).to_table().to_pylist()
+        rows = ds.rows_in_fragments(fragments)
         records = [TxnRecord.from_row(r) for r in rows if r[OBJECT_ID].startswith(TXN_PREFIX)]
         leaves = [r for r in rows if _is_leaf(r)]
         claimed = {r.get(CLAIM) for r in leaves if r.get(CLAIM)}
@@ -301,8 +297,8 @@ class History:
 
     def _published(
         self,
-        ds: lance.LanceDataset,
-        before: lance.LanceDataset | None,
+        ds: ManifestView,
+        before: ManifestView | None,
         leaves: Sequence[Mapping[str, Any]],
     ) -> tuple[_Published, ...]:
         """The published partition rows among ``leaves``, with their previous read_version."""
@@ -311,11 +307,7 @@ class History:
             return ()
         previous: dict[str, int | None] = {}
         if before is not None:
-            names = before.schema.names
-            columns = [c for c in (OBJECT_ID, READ_VERSION, CLAIM) if c in names]
-            wanted = ids_filter([r[OBJECT_ID] for r in rows])
-            found = before.to_table(columns=columns, filter=wanted)
-            previous = {r[OBJECT_ID]: r.get(READ_VERSION) for r in found.to_pylist()}
+            previous = before.read_versions([r[OBJECT_ID] for r in rows])
         fields = _spec_fields(ds.metadata)
         return tuple(
             _Published(
@@ -426,19 +418,18 @@ def _entry(
     )
 
 
-def _dropped_leaves(ds: lance.LanceDataset, before: lance.LanceDataset | None) -> list[str]:
+def _dropped_leaves(ds: ManifestView, before: ManifestView | None) -> list[str]:
     """Leaf rows of ``before`` that ``ds`` no longer has (partitions a publish dropped)."""
     if before is None:
         return []
 
-    def leaf_ids(at: lance.LanceDataset) -> set[str]:
-        ids = at.to_table(columns=[OBJECT_ID], filter=f"{OBJECT_TYPE} = '{TABLE}'")
-        return {i for i in ids.column(OBJECT_ID).to_pylist() if _is_leaf_id(i)}
+    def leaf_ids(at: ManifestView) -> set[str]:
+        return {i for i in at.leaf_ids() if _is_leaf_id(i)}
 
     return sorted(leaf_ids(before) - leaf_ids(ds))
 
 
-def _dropped_details(ds: lance.LanceDataset, before: lance.LanceDataset | None) -> dict[str, Any]:
+def _dropped_details(ds: ManifestView, before: ManifestView | None) -> dict[str, Any]:
     """``details`` of a publish: the partitions it dropped, if any."""
     dropped = _dropped_leaves(ds, before)
     return {"dropped": dropped} if dropped else {}
@@ -481,7 +472,7 @@ def _rows(leaf: _LeafCommit | None, mode: str | None, created: bool) -> int | No
 
 
 # -- schema and spec changes ---------------------------------------------------------------
-def _config_change(op: Any, before: lance.LanceDataset | None) -> _Described:
+def _config_change(op: Any, before: ManifestView | None) -> _Described:
     updates = getattr(op, "table_metadata_updates", None)
     values: dict[str, str] = dict(getattr(updates, "updates", None) or {})
     old: Mapping[str, str] | None = None if before is None else before.metadata
@@ -529,7 +520,7 @@ def _schema_change(old: NamespaceSchema, new: NamespaceSchema) -> _Described:
     return _Described("change_schema", details={"changes": [dict(c[1], op=c[0]) for c in changes]})
 
 
-def _schema(ds: lance.LanceDataset | None) -> NamespaceSchema | None:
+def _schema(ds: ManifestView | None) -> NamespaceSchema | None:
     if ds is None or SCHEMA_KEY not in ds.metadata:
         return None
     return NamespaceSchema.from_json(ds.metadata[SCHEMA_KEY])

@@ -45,8 +45,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import pyarrow as pa
-
 from .catalog import NamespaceState
 from .errors import CommitConflict
 from .manifest import CLAIM, NAMESPACE, OBJECT_ID, READ_VERSION, TXN_PREFIX, Manifest, row
@@ -187,8 +185,7 @@ def record_and_rows(
 
 def all_records(state: NamespaceState) -> list[TxnRecord]:
     """Every stored transaction row as of ``state``."""
-    table = state.dataset.to_table(filter=f"starts_with({OBJECT_ID}, '{TXN_PREFIX}')")
-    return [TxnRecord.from_row(r) for r in table.to_pylist()]
+    return [TxnRecord.from_row(r) for r in state.view.txn_rows()]
 
 
 def claim_is_live(claim: str, records: Mapping[str, TxnRecord]) -> bool:
@@ -246,7 +243,7 @@ def drop_pending(
     committer may have taken the dead claim over meanwhile: then they stay)."""
     if rows:
         manifest.compare_and_swap(
-            pa.Table.from_pylist([dict(r) for r in rows], schema=state.dataset.schema),
+            state.rows_table([dict(r) for r in rows]),
             state.version,
             delete=True,
         )

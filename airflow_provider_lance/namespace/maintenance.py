@@ -23,7 +23,7 @@ import lance
 from .catalog import NamespaceState
 from .errors import InvalidArgumentError, LanceNamespaceError
 from .failpoints import failpoint
-from .manifest import CLAIM, LOCATION, OBJECT_ID, OBJECT_TYPE, READ_VERSION, TABLE, Manifest
+from .manifest import Manifest, ManifestView
 from .spec_fence import stale_intents
 from .txnstore import TransactionStore
 
@@ -160,13 +160,15 @@ def maintain(
     if older_than is None:
         return report
     # Read ``state`` before the cleanup: its own version may be among those removed.
-    claimed, partitions, at_state = _claimed(state), state.partitions(), _published(state.dataset)
+    claimed, partitions = state.view.claimed_ids(), state.partitions()
+    at_state = state.view.published_leaves()
     with manifest.storage.failures("clean up", manifest.uri):
         stats = manifest.open().cleanup_old_versions(
             older_than=older_than, error_if_tagged_old_versions=False
         )
     report.manifest_versions_removed = int(stats.old_versions)
     latest = manifest.open()
+    view = ManifestView(latest)
     # Read after the cleanup: whatever it kept (a tag created meanwhile too) is honoured.
     retained = sorted(int(v["version"]) for v in latest.versions())
     oldest = _window_start(retained)
@@ -174,10 +176,10 @@ def maintain(
     report.tagged_manifest_versions = {
         name: int(t["version"]) for name, t in sorted(latest.tags.list().items())
     }
-    at_oldest = _published(latest if oldest == latest.version else manifest.open(oldest))
-    below = [_published(manifest.open(v)) for v in retained if v < oldest]
+    at_oldest = (view if oldest == view.version else manifest.at(oldest)).published_leaves()
+    below = [manifest.at(v).published_leaves() for v in retained if v < oldest]
     failpoint("maintain.before_live_stages")
-    staged_ids, staged_dirs = _live_stages(manifest, NamespaceState.load(state.root, latest))
+    staged_ids, staged_dirs = _live_stages(manifest, NamespaceState.load(state.root, view))
     failpoint("maintain.live_stages_read")
     for partition in partitions:
         object_id, published = partition.object_id, partition.read_version
@@ -251,22 +253,6 @@ def _remove_below(
     return int(stats.old_versions)
 
 
-def _published(ds: lance.LanceDataset) -> dict[str, tuple[str, int | None]]:
-    """Leaf object id -> (stored location, read_version) at one manifest version.
-
-    Rows a transaction is still creating (claimed, no ``read_version``) are not published.
-    Without a ``read_version`` column (a clobbered version) every leaf reads its latest.
-    """
-    names = ds.schema.names
-    columns = [c for c in (OBJECT_ID, LOCATION, READ_VERSION, CLAIM) if c in names]
-    rows = ds.to_table(columns=columns, filter=f"{OBJECT_TYPE} = '{TABLE}'").to_pylist()
-    return {
-        r[OBJECT_ID]: (r[LOCATION], r.get(READ_VERSION))
-        for r in rows
-        if r.get(READ_VERSION) is not None or r.get(CLAIM) is None
-    }
-
-
 def _live_stages(manifest: Manifest, state: NamespaceState) -> tuple[set[str], set[str]]:
     """The object ids and leaf directories live transactions staged files for (their rows
     as of ``state``, read after the ``__manifest`` cleanup: the state read before it may
@@ -276,10 +262,3 @@ def _live_stages(manifest: Manifest, state: NamespaceState) -> tuple[set[str], s
 
     parts = live_staged_partitions(TransactionStore(manifest.storage), state)
     return {p.object_id for p in parts}, {p.directory for p in parts}
-
-
-def _claimed(state: NamespaceState) -> set[str]:
-    if CLAIM not in state.dataset.schema.names:
-        return set()
-    rows = state.dataset.to_table(columns=[OBJECT_ID], filter=f"{CLAIM} IS NOT NULL")
-    return set(rows.column(OBJECT_ID).to_pylist())

@@ -42,7 +42,7 @@ from .failpoints import FailpointError, failpoint
 from .history import History
 from .lifecycle import TxnState, collect_finished, tag
 from .maintenance import MaintenanceReport, maintain
-from .manifest import CLAIM, NAMESPACE, RESERVED_COLUMNS, Manifest, manifest_schema, row
+from .manifest import NAMESPACE, RESERVED_COLUMNS, Manifest, ManifestView, manifest_schema, row
 from .merging import MergeRows
 from .naming import leaf_directory, spec_namespace_id
 from .operations import TableOperation, run_operation
@@ -141,7 +141,7 @@ class PartitionedNamespace:
         ``concurrency``: see :meth:`create`."""
         root = normalize_root(uri)
         manifest = Manifest(Storage(root, storage_options, concurrency=concurrency))
-        return cls(root, manifest, NamespaceState.load(root, manifest.open()))
+        return cls(root, manifest, NamespaceState.load(root, manifest.latest()))
 
     @classmethod
     def exists(cls, uri: str | os.PathLike[str], storage_options: StorageOptions = None) -> bool:
@@ -183,16 +183,16 @@ class PartitionedNamespace:
             number = resolve_as_of(self._manifest, target)
             if number == self._state.version:  # named: a read of it is never retried as latest
                 return dataclasses.replace(self._state, pinned=True)
-            dataset = open_version(self._manifest, number)
+            view = ManifestView(open_version(self._manifest, number))
             try:
-                return NamespaceState.load(self._root, dataset, pinned=True)
+                return NamespaceState.load(self._root, view, pinned=True)
             except NamespaceNotFoundError as exc:
                 raise VersionBeforeCreationError(
                     f"__manifest version {number} of {self._root} predates the namespace: "
                     "its creation was finished at a later version"
                 ) from exc
-        if self._state.dataset.latest_version != self._state.version:
-            self._state = NamespaceState.load(self._root, self._manifest.open())
+        if not self._state.view.is_latest():
+            self._state = NamespaceState.load(self._root, self._manifest.latest())
         return self._state
 
     @property
@@ -244,7 +244,7 @@ class PartitionedNamespace:
             state = self.state()
             resolved = resolve_spec(fields, state.schema, state.specs, RESERVED_COLUMNS)
             version = state.spec_version + 1
-            existing = {f.name: f.type for f in state.dataset.schema}
+            existing = state.view.column_types
             for f in resolved:
                 if f.name in existing and existing[f.name] != f.result_type:
                     raise PartitionSpecError(
@@ -685,7 +685,7 @@ class PartitionedNamespace:
         if mode not in transactions.MODES:
             raise InvalidArgumentError(f"mode must be one of {transactions.MODES}, got {mode!r}")
         state = self.state()
-        if CLAIM not in state.dataset.schema.names:
+        if not state.view.has_claim_column:
             self._manifest.ensure_claim_column()
             state = self.state()
         txn_id = uuid.uuid4().hex
@@ -869,7 +869,7 @@ class PartitionedNamespace:
             collect_finished(self._manifest, self.state, self._store.delete)
             report = maintain(
                 self._manifest,
-                NamespaceState.load(self._root, self._manifest.open()),
+                NamespaceState.load(self._root, self._manifest.latest()),
                 compact=compact,
                 older_than=older_than,
             )
@@ -881,7 +881,7 @@ class PartitionedNamespace:
                 enforce_min_age=enforce_min_age,
             )
             report.orphans = swept.to_dict()
-        self._state = NamespaceState.load(self._root, self._manifest.open())
+        self._state = NamespaceState.load(self._root, self._manifest.latest())
         return report
 
     # -- history and tags ----------------------------------------------------------------
@@ -942,7 +942,7 @@ class PartitionedNamespace:
     def repair(self) -> RepairReport:
         """Restore the ``__manifest`` columns a foreign writer dropped (see ``repair``)."""
         report = repair_manifest(self._manifest, self._root)
-        self._state = NamespaceState.load(self._root, self._manifest.open())
+        self._state = NamespaceState.load(self._root, self._manifest.latest())
         return report
 
     def transactions(self) -> list[TransactionInfo]:

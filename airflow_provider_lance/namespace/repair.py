@@ -30,7 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -44,6 +43,7 @@ from .manifest import (
     READ_VERSION,
     TABLE,
     Manifest,
+    ManifestView,
     manifest_schema,
 )
 from .naming import LEAF_TABLE_NAME, SEPARATOR, spec_namespace_id
@@ -70,7 +70,7 @@ class RepairReport:
     manifest_version: int | None = None
 
 
-def missing_columns(dataset: lance.LanceDataset, state: NamespaceState) -> list[str]:
+def missing_columns(dataset: ManifestView, state: NamespaceState) -> list[str]:
     """Columns a foreign rewrite dropped (the claim column alone is just an older format)."""
     wanted = [READ_VERSION, *(f.name for f in state.partition_columns)]
     return [c for c in wanted if c not in dataset.schema.names]
@@ -78,16 +78,16 @@ def missing_columns(dataset: lance.LanceDataset, state: NamespaceState) -> list[
 
 def repair(manifest: Manifest, root: str) -> RepairReport:
     """Restore the dropped columns, or refuse (changing nothing) where that would guess."""
-    current = manifest.open()
+    current = manifest.latest()
     refuse_foreign_dialect(current, root)
     state = NamespaceState.load(root, current)
     if not missing_columns(current, state):
-        had_claims = CLAIM in current.schema.names
+        had_claims = current.has_claim_column
         manifest.ensure_claim_column()
         return RepairReport(not had_claims, manifest_version=int(manifest.open().version))
     good = _last_good_version(manifest, state, int(current.version))
     refuse_foreign_dialect(good, root)
-    plan = plan_repair(current.to_table().to_pylist(), good.to_table().to_pylist(), state)
+    plan = plan_repair(current.all_rows(), good.all_rows(), state)
     refuse_unresolved(plan, root, int(good.version))
     table = pa.Table.from_pylist(plan.rows, schema=manifest_schema(state.partition_columns))
     meta: dict[str, str | None] = dict(current.metadata)
@@ -108,7 +108,7 @@ def repair(manifest: Manifest, root: str) -> RepairReport:
 
 
 # -- refusing another dialect ----------------------------------------------------------------
-def foreign_dialect_markers(dataset: lance.LanceDataset) -> list[str]:
+def foreign_dialect_markers(dataset: ManifestView) -> list[str]:
     """Signs that another implementation of the format wrote this ``__manifest`` version.
 
     We never write Arrow schema metadata, and our partition columns are named after their
@@ -130,7 +130,7 @@ def foreign_dialect_markers(dataset: lance.LanceDataset) -> list[str]:
     return found
 
 
-def refuse_foreign_dialect(dataset: lance.LanceDataset, root: str) -> None:
+def refuse_foreign_dialect(dataset: ManifestView, root: str) -> None:
     """Raise if ``dataset`` carries another dialect's markers: its values cannot be mapped."""
     markers = foreign_dialect_markers(dataset)
     if markers:
@@ -288,12 +288,10 @@ def refuse_unresolved(plan: RepairPlan, root: str, good_version: int) -> None:
     )
 
 
-def _last_good_version(
-    manifest: Manifest, state: NamespaceState, latest: int
-) -> lance.LanceDataset:
+def _last_good_version(manifest: Manifest, state: NamespaceState, latest: int) -> ManifestView:
     for version in range(latest - 1, 0, -1):
         try:
-            candidate = manifest.open(version)
+            candidate = manifest.at(version)
         except ManifestError:
             break  # cleaned up: nothing older is left either
         if SCHEMA_KEY in candidate.metadata and not missing_columns(candidate, state):

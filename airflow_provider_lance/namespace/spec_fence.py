@@ -44,13 +44,10 @@ import uuid
 from .catalog import NamespaceState
 from .errors import CommitConflict
 from .failpoints import failpoint
-from .manifest import METADATA, NAMESPACE, OBJECT_ID, Manifest, row
+from .manifest import INTENT_PREFIX, METADATA, NAMESPACE, OBJECT_ID, Manifest, row
 
 log = logging.getLogger(__name__)
 
-#: ``object_id`` prefix of a running merge's intent row (object_type ``namespace``, like
-#: transaction rows: outside every spec-version namespace, so no partition listing shows it).
-INTENT_PREFIX = "__merge$"
 #: ``object_id`` prefix of the fence row of a spec version (``__fence$v3``).
 FENCE_PREFIX = "__fence$v"
 #: Intents older than this are taken for those of merges that died (see the docstring).
@@ -90,7 +87,7 @@ def fence(manifest: Manifest, state: NamespaceState, spec_version: int) -> bool:
     """Insert the fence of ``spec_version`` and rewrite every intent row of ``state``, in
     one commit against ``state``'s version. False if a concurrent commit changed one of
     those rows (read the namespace again: the fence may be there now)."""
-    intents = intent_rows(state)
+    intents = state.view.intent_rows()
     for r in intents:
         payload = json.loads(str(r.get(METADATA) or "{}"))
         payload["fenced_by"] = spec_version
@@ -106,17 +103,11 @@ def fence(manifest: Manifest, state: NamespaceState, spec_version: int) -> bool:
     return True
 
 
-def intent_rows(state: NamespaceState) -> list[dict[str, object]]:
-    """Every intent row of ``state``, all columns."""
-    table = state.dataset.to_table(filter=f"starts_with({OBJECT_ID}, '{INTENT_PREFIX}')")
-    return list(table.to_pylist())
-
-
 def stale_intents(state: NamespaceState, max_age: dt.timedelta = INTENT_MAX_AGE) -> list[str]:
     """Ids of intent rows older than ``max_age`` (their merges died, or run that long)."""
     cutoff = time.time() - max_age.total_seconds()
     out = []
-    for r in intent_rows(state):
+    for r in state.view.intent_rows():
         started = json.loads(str(r.get(METADATA) or "{}")).get("started_at", 0.0)
         if float(started) < cutoff:
             out.append(str(r[OBJECT_ID]))

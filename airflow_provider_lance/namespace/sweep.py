@@ -39,13 +39,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import lance
-
 from .catalog import NamespaceState
 from .commit import Plan, TransactionContext, current_of, only
-from .errors import InvalidArgumentError, LanceNamespaceError, ManifestError
+from .errors import InvalidArgumentError, LanceNamespaceError
 from .lifecycle import TxnState, all_records
-from .manifest import LOCATION, MANIFEST_NAME, OBJECT_TYPE, TABLE
+from .manifest import MANIFEST_NAME
 from .staging import Stage, StagedPartition
 from .storage import FileEntry, Storage
 from .transactions import DEFAULT_LEASE_SECONDS
@@ -145,7 +143,7 @@ def sweep_orphans(
         top = entry.path.split("/", 1)[0]
         if top not in (MANIFEST_NAME, TXN_DIR) and LEAF_DIRECTORY.match(top):
             listed.setdefault(top, []).append(entry)
-    locations = _locations(state.dataset)
+    locations = state.view.leaf_locations()
     unlisted = [d for d in listed if d not in locations]
     unread = _unread(ctx, unlisted) if unlisted else set()
     started = time.monotonic()
@@ -252,30 +250,18 @@ def _referenced(storage: Storage, directory: str) -> set[str] | None:
     return out
 
 
-def _locations(ds: lance.LanceDataset) -> set[str]:
-    """The leaf locations one ``__manifest`` version points at (every table row)."""
-    if LOCATION not in ds.schema.names:
-        raise ManifestError(
-            f"__manifest version {ds.version} has no {LOCATION} column; the orphan sweep "
-            "cannot tell which leaf tables it reads (repair the namespace first)"
-        )
-    rows = ds.to_table(columns=[LOCATION], filter=f"{OBJECT_TYPE} = '{TABLE}'")
-    return {loc for loc in rows.column(LOCATION).to_pylist() if loc}
-
-
 def _unread(ctx: TransactionContext, directories: Iterable[str]) -> set[str]:
     """Those of ``directories`` no retained ``__manifest`` version points at (newest
     versions first; stops as soon as every one was found)."""
     left = set(directories)
-    latest = ctx.manifest.open()
-    for version in sorted((int(v["version"]) for v in latest.versions()), reverse=True):
+    for version in sorted(ctx.manifest.latest().retained_versions(), reverse=True):
         if not left:
             break
         try:
-            at = ctx.manifest.open(version)
+            at = ctx.manifest.at(version)
         except LanceNamespaceError:  # removed meanwhile: older versions are gone too
             break
-        left -= _locations(at)
+        left -= at.leaf_locations()
     return left
 
 

@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .catalog import NamespaceState
 from .commit import (
     CommitOptions,
     Committer,
@@ -64,7 +63,7 @@ from .lifecycle import (
     released,
     swap,
 )
-from .manifest import CLAIM, READ_VERSION, sql_literal
+from .manifest import CLAIM, READ_VERSION
 from .results import CommitResult
 from .retry import Budget, Outcome, Spent, retry_until
 from .staging import FLUSH_BYTES, Stage, Stager, discard_stage
@@ -520,7 +519,7 @@ def abort(
         try:
             failpoint("abort.before_fence")
             record = fence(
-                ctx.manifest, state, record, reason, _claimed_rows(state, record.tag), sources
+                ctx.manifest, state, record, reason, state.view.claimed_by(record.tag), sources
             )
         except (CommitConflict, TransitionRefused):
             return Outcome.LOST
@@ -539,15 +538,6 @@ def abort(
         return
     failpoint("abort.after_fence")
     _clean_up(ctx, record)
-
-
-def _claimed_rows(state: NamespaceState, tag: str) -> list[dict[str, Any]]:
-    if CLAIM not in state.dataset.schema.names:
-        return []
-    rows: list[dict[str, Any]] = state.dataset.to_table(
-        filter=f"{CLAIM} = {sql_literal(tag)}"
-    ).to_pylist()
-    return rows
 
 
 def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
@@ -575,7 +565,7 @@ def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
     for txn_id, k in doomed:
         for stage_id in ctx.store.stages(txn_id, k):
             ctx.store.delete_stage(txn_id, k, stage_id)
-    rows = [r for r in _claimed_rows(state, record.tag) if r[READ_VERSION] is None]
+    rows = [r for r in state.view.claimed_by(record.tag) if r[READ_VERSION] is None]
     if rows:
         try:
             drop_pending(ctx.manifest, state, rows)
@@ -629,9 +619,7 @@ def release_dead_claims(ctx: TransactionContext) -> int:
 
     def attempt(_: int) -> int | Outcome:
         state = ctx.load_state()
-        if CLAIM not in state.dataset.schema.names:
-            return 0
-        claimed = state.dataset.to_table(filter=f"{CLAIM} IS NOT NULL").to_pylist()
+        claimed = state.view.claimed_rows()
         holders = load_records(state, claim_owners(claimed))
         dead = [r for r in claimed if not claim_is_live(r[CLAIM], holders)]
         if not dead:

@@ -122,24 +122,15 @@ class Publish:
     history_lost: bool = False
 
 
-def _read_versions(state: NamespaceState) -> list[tuple[str, int | None]]:
-    """``(object_id, read_version)`` of every partition row of a state, in row order."""
-    from airflow_provider_lance.namespace.manifest import OBJECT_ID, READ_VERSION
-
-    tables = state.tables
-    ids = tables.column(OBJECT_ID).to_pylist()
-    return list(zip(ids, tables.column(READ_VERSION).to_pylist(), strict=True))
-
-
 def published_between(before: NamespaceState | None, after: NamespaceState) -> list[Partition]:
     """The partitions ``after`` published: new ones, and those with another
     ``read_version`` than in ``before`` (None: every published partition)."""
     import pyarrow as pa
 
-    old = dict(_read_versions(before)) if before is not None else {}
+    old = dict(before.read_versions()) if before is not None else {}
     changed = [
         row
-        for row, (oid, rv) in enumerate(_read_versions(after))
+        for row, (oid, rv) in enumerate(after.read_versions())
         if rv is not None and (before is None or old.get(oid) != rv)
     ]
     return after.partitions_from_rows(after.tables.take(pa.array(changed, pa.int64())))

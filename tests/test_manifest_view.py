@@ -1,0 +1,137 @@
+"""ManifestView: the named questions asked of one ``__manifest`` version, on real tables.
+
+The rows are written through :class:`Manifest` directly, so each row kind is exactly what
+a question must tell apart: a published leaf, a leaf a transaction is still creating
+(claimed, no ``read_version``), a published one under a claim, one that reads its latest,
+and the bookkeeping rows of transactions, merges and fences.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+from airflow_provider_lance.namespace.errors import ManifestError
+from airflow_provider_lance.namespace.manifest import (
+    BASE_FIELDS,
+    MANIFEST_NAME,
+    NAMESPACE,
+    OBJECT_ID,
+    READ_VERSION,
+    READ_VERSION_FIELD,
+    TABLE,
+    Manifest,
+    ManifestView,
+    manifest_schema,
+    row,
+)
+from airflow_provider_lance.namespace.storage import Storage
+
+PUBLISHED, CREATING, CLAIMED, LATEST = (f"v1$a={i}$dataset" for i in range(1, 5))
+#: A transaction id with a quote: a claim value a filter must quote.
+CLAIM_OF_T = "it's#1"
+
+
+def rows() -> list[dict[str, object]]:
+    return [
+        row(PUBLISHED, TABLE, location="a1", read_version=3),
+        row(CREATING, TABLE, location="a2", claim=CLAIM_OF_T),
+        row(CLAIMED, TABLE, location="a3", read_version=5, claim=CLAIM_OF_T),
+        row(LATEST, TABLE, location="a4"),
+        row("__txn$it's", NAMESPACE, metadata="{}"),
+        row("__merge$m1", NAMESPACE, metadata="{}"),
+        row("__fence$v2", NAMESPACE, metadata="{}"),
+    ]
+
+
+def build(root: Path, schema: pa.Schema) -> Manifest:
+    manifest = Manifest(Storage(str(root)))
+    first = pa.Table.from_pylist([row("v1", NAMESPACE, metadata="{}")], schema=schema)
+    manifest.create({"purpose": "test"}, first)
+    manifest.insert_absent(pa.Table.from_pylist(rows(), schema=manifest_schema([])))
+    return manifest
+
+
+@pytest.fixture
+def manifest(tmp_path: Path) -> Manifest:
+    return build(tmp_path, manifest_schema([]))
+
+
+def test_claims_are_found_by_holder_and_quoted(manifest: Manifest) -> None:
+    view = manifest.latest()
+    assert sorted(r[OBJECT_ID] for r in view.claimed_by(CLAIM_OF_T)) == [CREATING, CLAIMED]
+    assert view.claimed_by("it#1") == []
+    assert sorted(r[OBJECT_ID] for r in view.claimed_rows()) == [CREATING, CLAIMED]
+    assert view.claimed_ids() == {CREATING, CLAIMED}
+
+
+def test_published_leaves_leave_out_the_ones_being_created(manifest: Manifest) -> None:
+    assert manifest.latest().published_leaves() == {
+        PUBLISHED: ("a1", 3),
+        CLAIMED: ("a3", 5),
+        LATEST: ("a4", None),
+    }
+
+
+def test_rows_by_kind(manifest: Manifest) -> None:
+    view = manifest.latest()
+    assert view.leaf_ids() == {PUBLISHED, CREATING, CLAIMED, LATEST}
+    assert view.leaf_locations() == {"a1", "a2", "a3", "a4"}
+    assert [r[OBJECT_ID] for r in view.txn_rows()] == ["__txn$it's"]
+    assert [r[OBJECT_ID] for r in view.intent_rows()] == ["__merge$m1"]
+    assert len(view.all_rows()) == 1 + len(rows())
+    assert view.read_versions([PUBLISHED, LATEST, "absent"]) == {PUBLISHED: 3, LATEST: None}
+    assert view.read_versions([]) == {}
+
+
+def test_a_view_is_one_version(manifest: Manifest) -> None:
+    """A commit after a view was taken changes nothing it answers; the rows that commit
+    wrote are those of the fragments it added."""
+    old = manifest.latest()
+    assert old.is_latest()
+    moved = pa.Table.from_pylist(
+        [row(PUBLISHED, TABLE, location="a1", read_version=4)], schema=manifest_schema([])
+    )
+    manifest.compare_and_swap(moved, old.version)
+    new = manifest.latest()
+    assert not old.is_latest()
+    assert new.version == old.version + 1
+    assert old.read_versions([PUBLISHED]) == {PUBLISHED: 3}
+    assert manifest.at(old.version).read_versions([PUBLISHED]) == {PUBLISHED: 3}
+    assert new.read_versions([PUBLISHED]) == {PUBLISHED: 4}
+    assert new.version in new.retained_versions()
+    assert old.version in new.retained_versions()
+    added = {f.path for frag in new.transaction().operation.new_fragments for f in frag.files}
+    written = [f for f in new.fragments() if any(d.path in added for d in f.metadata.files)]
+    assert [r[OBJECT_ID] for r in new.rows_in_fragments(written)] == [PUBLISHED]
+
+
+def test_a_manifest_from_before_transactions_has_no_claims(tmp_path: Path) -> None:
+    """Without the claim column no row is claimed, and every leaf with or without a
+    ``read_version`` is published."""
+    manifest = build(tmp_path, pa.schema([*BASE_FIELDS, READ_VERSION_FIELD]))
+    view = manifest.latest()
+    assert not view.has_claim_column
+    assert view.claimed_by(CLAIM_OF_T) == []
+    assert view.claimed_rows() == []
+    assert view.claimed_ids() == set()
+    assert view.published_leaves()[CREATING] == ("a2", None)
+
+
+def test_a_clobbered_manifest(tmp_path: Path) -> None:
+    """A version a foreign writer rewrote without our columns: every leaf reads its latest,
+    and the sweep cannot tell what a version without locations reads."""
+    leaves = pa.table({OBJECT_ID: [PUBLISHED], "object_type": [TABLE], "location": ["a1"]})
+    uri = str(tmp_path / MANIFEST_NAME)
+    view = ManifestView(lance.write_dataset(leaves, uri))
+    assert READ_VERSION not in view.column_types
+    assert view.published_leaves() == {PUBLISHED: ("a1", None)}
+    assert view.read_versions([PUBLISHED]) == {PUBLISHED: None}
+    bare = ManifestView(
+        lance.write_dataset(leaves.drop_columns(["location"]), uri, mode="overwrite")
+    )
+    with pytest.raises(ManifestError, match="no location column"):
+        bare.leaf_locations()
