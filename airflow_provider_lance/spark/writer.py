@@ -365,13 +365,12 @@ class WriteJob:
             self.drop([task])  # the attempt failed after staging: never committed
             raise
 
-    def drop(self, tasks: Iterable[TaskStage]) -> None:
+    def drop(self, tasks: Iterable[TaskStage], txn: Transaction | None = None) -> None:
         """Delete the data files of stages that were never recorded."""
-        txn = None
         for task in tasks:
             stage = task.parsed()
             if stage is not None:
-                txn = txn or self.namespace().transaction(stage.txn_id)
+                txn = txn or self.namespace().transaction(self.txn_id)
                 txn.drop(stage)
 
     # -- on the driver ----------------------------------------------------------------
@@ -413,18 +412,23 @@ class WriteJob:
         return result
 
     def fail(self, exc: BaseException, tasks: Iterable[TaskStage] = ()) -> Exception:
-        """Clean up after a failed job (it leaves nothing staged; an id nobody knows leaves
-        no record at all) and return the error to raise: a project error raised on an
-        executor comes back under its own class."""
-        ns = self.namespace()
+        """Clean up after a failed job and return the error to raise (a project error
+        raised on an executor comes back under its own class).
+
+        A failed job leaves nothing staged (an id nobody knows leaves no record at all).
+        The files of ``tasks`` are deleted only once the transaction can no longer publish
+        them: if it was sealed or published meanwhile (e.g. Spark retries a commit whose
+        first try published), the transaction refuses to be undone and they stay.
+        """
         try:
-            self.drop(tasks)
-            if self.finished:
-                pass
-            elif self.anonymous:
-                ns.abort(self.txn_id, reason="the Spark job failed", forget=True)
-            else:
-                ns.transaction(self.txn_id).discard()
+            if not self.finished:
+                ns = self.namespace()
+                txn = ns.transaction(self.txn_id)
+                if self.anonymous:
+                    ns.abort(self.txn_id, reason="the Spark job failed", forget=True)
+                else:
+                    txn.discard()
+                self.drop(tasks, txn)
         except LanceNamespaceError as cleanup:
             log.warning("could not clean up after the failed write %s: %s", self.txn_id, cleanup)
         error = _project_error(exc) if isinstance(exc, Exception) else exc
