@@ -5,12 +5,16 @@ same generated DataFrame (``spark.range`` + expressions: an id, an ``event_date`
 key, a country, an amount and a ~40-byte string) is
 
 * written with ``write_partitioned`` (``distribution="hash"``, the default, and ``"none"``),
+* written with ``df.write.format("lance_partitioned")`` as it comes (each task writes every
+  partition it sees, as ``"none"``) and after ``df.repartition("event_date")`` (each
+  partition from one task, as ``"hash"``),
 * written with ``df.write.partitionBy("event_date").parquet(...)`` (the baseline),
 * written straight from one Python process with pylance, one ``lance.write_dataset`` per
   partition from pre-grouped Arrow data (the floor: no routing, no transactions),
 
 after an untimed warm-up of every path (JIT, Python workers, first-job costs), then read
-back with a filter selecting 1% of the partitions, by ``read_partitioned`` and by
+back with a filter selecting 1% of the partitions, by ``read_partitioned``, by
+``spark.read.format("lance_partitioned").load(uri).where(...)`` (the filter pushed down) and by
 ``spark.read.parquet(...).filter(...)`` (partition pruning on the Parquet layout), each fully
 materialised with ``.count()`` over all columns (``noop`` writes would skip columns).
 
@@ -41,7 +45,7 @@ import pyarrow.compute as pc
 from _common import DATA_DIR, print_environment, print_table, write_results
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.spark import read_partitioned, write_partitioned
+from airflow_provider_lance.spark import FORMAT, read_partitioned, register, write_partitioned
 from airflow_provider_lance.spark.session import get_session
 
 SCHEMA = pa.schema(
@@ -120,6 +124,16 @@ def run_case(spark: Any, rows: int, partitions: int, work: Path) -> dict[str, An
         assert result.rows == rows
         assert len(result.partitions) == partitions
         out[f"lance_{distribution}_write_s"] = seconds
+    for name, frame in (("format", df), ("format_repartitioned", df.repartition("event_date"))):
+        uri = work / f"lance-{name}"
+        ns = PartitionedNamespace.create(
+            uri, schema=SCHEMA, partition_fields=[PartitionField("event_date", "event_date")]
+        )
+        out[f"{name}_write_s"], _ = timed(
+            lambda uri=uri, f=frame: f.write.format(FORMAT).mode("append").save(str(uri))
+        )
+        assert ns.count_rows() == rows
+        assert len(ns.partitions()) == partitions
     floor_dir = work / "floor"
     floor_dir.mkdir()
     out["driver_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -134,6 +148,10 @@ def run_case(spark: Any, rows: int, partitions: int, work: Path) -> dict[str, An
     out["lance_read_s"], lance_rows = timed(
         lambda: read_partitioned(spark, str(work / "lance-hash"), filter=sql).count()
     )
+    out["format_read_s"], format_rows = timed(
+        lambda: spark.read.format(FORMAT).load(str(work / "lance-hash")).where(sql).count()
+    )
+    assert format_rows == lance_rows
     out["parquet_read_s"], parquet_rows = timed(
         lambda: spark.read.parquet(str(parquet)).filter(sql).count()
     )
@@ -161,6 +179,7 @@ def main() -> None:
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
     warm = DATA_DIR / "spark" / "warm-up"  # JIT, Python workers, first-job costs: untimed
     shutil.rmtree(warm, ignore_errors=True)
     warm.mkdir(parents=True)
@@ -185,9 +204,13 @@ def main() -> None:
                 f"{base:.1f}",
                 f"{r['lance_hash_write_s']:.1f} ({r['lance_hash_write_s'] / base:.2f}x)",
                 f"{r['lance_none_write_s']:.1f} ({r['lance_none_write_s'] / base:.2f}x)",
+                f"{r['format_repartitioned_write_s']:.1f} "
+                f"({r['format_repartitioned_write_s'] / base:.2f}x)",
+                f"{r['format_write_s']:.1f} ({r['format_write_s'] / base:.2f}x)",
                 f"{r['pylance_floor_write_s']:.1f} ({r['pylance_floor_write_s'] / base:.2f}x)",
                 f"{r['parquet_read_s']:.2f}",
                 f"{r['lance_read_s']:.2f} ({r['lance_read_s'] / r['parquet_read_s']:.2f}x)",
+                f"{r['format_read_s']:.2f} ({r['format_read_s'] / r['parquet_read_s']:.2f}x)",
             ]
         )
     print_table(
@@ -196,9 +219,12 @@ def main() -> None:
             "parquet partitionBy s",
             "write_partitioned hash s",
             "write_partitioned none s",
+            "format repartition(event_date) s",
+            "format as is s",
             "pylance floor s",
             "parquet 1% read s",
             "read_partitioned 1% s",
+            "format 1% read s",
         ],
         rows_out,
         title=f"Spark ({args.master}); driver peak RSS {driver_peak / 2**20:.0f} MiB",

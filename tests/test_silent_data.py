@@ -30,7 +30,7 @@ from airflow_provider_lance.namespace import (
     PartitionSpecError,
     is_retryable,
 )
-from airflow_provider_lance.spark.writer import _StageTask
+from airflow_provider_lance.spark.writer import WriteJob
 
 from .conftest import events, leaf_files, sort_rows, tree
 
@@ -88,7 +88,7 @@ def test_a_write_without_a_partition_source_column_is_refused_on_every_path(
     staged = _refused(ns, root, lambda: txn.stage(data, stage_id="task-1"))
     assert isinstance(staged, MissingPartitionSourceError)
     # the Spark writer's routing on an executor (the same check, before any key is computed)
-    task = _StageTask(str(root), None, "spark-1", ns.version, 1 << 20)
+    task = WriteJob(str(root), None, "spark-1", ns.version, 1 << 20)
     with pytest.raises(MissingPartitionSourceError, match="'event_date'"):
         list(task.route(iter(data.to_batches())))
     # merge routes its inserts by the same spec

@@ -14,12 +14,13 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from airflow_provider_lance.namespace import DataValidationError, Partition, PartitionedNamespace
+from airflow_provider_lance.namespace.catalog import NamespaceState
 from airflow_provider_lance.namespace.pruning import parse_filter
 from airflow_provider_lance.namespace.scan import open_leaf, read_partition
 from airflow_provider_lance.namespace.storage import Storage
@@ -54,37 +55,24 @@ def read_partitioned(
     ``as_of`` reads a past state: a ``__manifest`` version, a moment (naive = UTC) or a
     tag (``version`` is the older name of an int ``as_of``). The driver resolves it to one
     manifest version, which every task reads. Bad filters, unknown columns and states that
-    do not exist raise here, before any task runs.
+    do not exist raise here, before any task runs. ``spark.read.format("lance_partitioned")``
+    plans and reads with the same :class:`LeafScan`.
     """
     check_pyspark(spark)
-    ns = PartitionedNamespace.open(uri, storage_options)
-    state = ns.state(as_of, version=version)
-    output = state.schema.project(columns)
-    if filter is not None:
-        parse_filter(filter, state.schema)
-    spark_schema = spark_schema_of(output)
-    partitions = ns.prune(filter, version=state.version)
-    slots = default_parallelism(spark)
-    tasks = plan_tasks(partitions, ns.storage, slots)
-    log.info(
-        "reading %d of %d partitions in %d tasks (manifest v%d)",
-        len(partitions),
-        len(state.partitions()),
-        len(tasks),
-        state.version,
+    scan, state = LeafScan.resolve(
+        uri, storage_options, as_of=as_of, version=version, columns=columns, filter=filter
     )
+    spark_schema = scan.spark_schema(state)
+    tasks = scan.plan(default_parallelism(spark))
     if not tasks:
         return spark.createDataFrame([], spark_schema)
-    reader = _ReadTask(
-        ns.uri, ns.storage_options, state.version, list(columns) if columns else None, filter
-    )
     rows = [(t,) for t in tasks]
     if is_connect(spark):  # no sparkContext: a local relation split into one task per row
         descriptors = spark.createDataFrame(rows, "task string").repartition(len(tasks))
     else:
         rdd = spark.sparkContext.parallelize(rows, len(tasks))
         descriptors = spark.createDataFrame(rdd, "task string")
-    return descriptors.mapInArrow(reader.read, spark_schema)
+    return descriptors.mapInArrow(scan.read_descriptors, spark_schema)
 
 
 def default_parallelism(spark: SparkSession) -> int:
@@ -140,8 +128,14 @@ def spark_schema_of(schema: pa.Schema) -> StructType:
 
 
 @dataclass(frozen=True)
-class _ReadTask:
-    """What runs on the executors: read the leaves named by the task descriptors."""
+class LeafScan:
+    """One read, resolved on the driver to ONE ``__manifest`` version: what its tasks need.
+
+    Small and picklable. :meth:`plan` prunes with the core and describes the tasks;
+    :meth:`read` reads one task's leaf (or fragment) at its pinned version with the
+    projection and the filter pushed to Lance where Lance can evaluate it (else applied by
+    the core's DataFusion residual), conformed to the namespace schema.
+    """
 
     uri: str
     storage_options: dict[str, str] | None
@@ -149,31 +143,81 @@ class _ReadTask:
     columns: list[str] | None
     filter: str | None
 
-    def read(self, descriptors: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    @classmethod
+    def resolve(
+        cls,
+        uri: str,
+        storage_options: Mapping[str, str] | None,
+        *,
+        as_of: AsOf | None = None,
+        version: int | None = None,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+    ) -> tuple[LeafScan, NamespaceState]:
+        """Pin the state ``as_of`` (now by default); check the columns and the filter."""
+        ns = PartitionedNamespace.open(uri, storage_options)
+        state = ns.state(as_of, version=version)
+        state.schema.project(columns)
+        if filter is not None:
+            parse_filter(filter, state.schema)
+        scan = cls(
+            ns.uri, ns.storage_options, state.version, list(columns) if columns else None, filter
+        )
+        return scan, state
+
+    def with_filter(self, extra: str | None) -> LeafScan:
+        """This scan with ``extra`` ANDed to its filter (e.g. filters Spark pushed down)."""
+        if not extra:
+            return self
+        combined = f"({self.filter}) AND ({extra})" if self.filter else extra
+        return replace(self, filter=combined)
+
+    def spark_schema(self, state: NamespaceState | None = None) -> StructType:
+        state = state or pinned_state(self.uri, self.storage_options, self.manifest_version)
+        return spark_schema_of(state.schema.project(self.columns))
+
+    def plan(self, slots: int) -> list[str]:
+        """JSON descriptors of the tasks reading what the filter does not prune away."""
+        ns = PartitionedNamespace.open(self.uri, self.storage_options)
+        partitions = ns.prune(self.filter, version=self.manifest_version)
+        tasks = plan_tasks(partitions, ns.storage, slots)
+        log.info(
+            "reading %d of %d partitions in %d tasks (manifest v%d)",
+            len(partitions),
+            len(ns.state(version=self.manifest_version).partitions()),
+            len(tasks),
+            self.manifest_version,
+        )
+        return tasks
+
+    def read(self, descriptor: str) -> Iterator[pa.RecordBatch]:
+        """The rows of one task (on an executor)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         state = pinned_state(self.uri, self.storage_options, self.manifest_version)
         residual = parse_filter(self.filter, state.schema)[0] if self.filter else None
         storage = Storage(self.uri, self.storage_options)
-        target = to_arrow_schema(
-            spark_schema_of(state.schema.project(self.columns)), timezone="UTC"
+        target = to_arrow_schema(self.spark_schema(state), timezone="UTC")
+        task: dict[str, Any] = json.loads(descriptor)
+        partition = Partition(
+            object_id=task["object_id"],
+            location=task["location"],
+            spec_version=task["spec_version"],
+            values={},
+            read_version=task["read_version"],
         )
-        for batch in descriptors:
+        for out in read_partition(
+            storage,
+            partition,
+            state.schema,
+            columns=self.columns,
+            residual=residual,
+            fragment_ids=task["fragments"],
+        ):
+            yield out.cast(target) if out.schema != target else out
+
+    def read_descriptors(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """:meth:`read` as a ``mapInArrow`` function over a column of descriptors."""
+        for batch in batches:
             for text in batch.column("task").to_pylist():
-                task: dict[str, Any] = json.loads(text)
-                partition = Partition(
-                    object_id=task["object_id"],
-                    location=task["location"],
-                    spec_version=task["spec_version"],
-                    values={},
-                    read_version=task["read_version"],
-                )
-                for out in read_partition(
-                    storage,
-                    partition,
-                    state.schema,
-                    columns=self.columns,
-                    residual=residual,
-                    fragment_ids=task["fragments"],
-                ):
-                    yield out.cast(target) if out.schema != target else out
+                yield from self.read(text)

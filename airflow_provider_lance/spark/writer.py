@@ -24,8 +24,8 @@ import json
 import logging
 import re
 import resource
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -39,13 +39,13 @@ from airflow_provider_lance.namespace import (
     Stage,
     Transaction,
     TransactionAborted,
+    TxnState,
 )
 from airflow_provider_lance.namespace import errors as project_errors
 from airflow_provider_lance.namespace.catalog import NamespaceState, value_text
 from airflow_provider_lance.namespace.commit import merge_stages
 from airflow_provider_lance.namespace.errors import StaleStage, aborted_meanwhile, stage_again
 from airflow_provider_lance.namespace.failpoints import failpoint
-from airflow_provider_lance.namespace.lifecycle import TxnState
 from airflow_provider_lance.namespace.splitting import routing_keys
 from airflow_provider_lance.namespace.staging import FLUSH_BYTES
 from airflow_provider_lance.namespace.txnstore import TransactionStore
@@ -56,6 +56,7 @@ from .session import check_pyspark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -159,62 +160,42 @@ def _write(
 ) -> CommitResult | StagedWrite:
     if distribution not in DISTRIBUTIONS:
         raise InvalidArgumentError(f"distribution must be one of {DISTRIBUTIONS}")
-    if flush_bytes <= 0:
-        raise InvalidArgumentError("flush_bytes must be positive")
     check_pyspark(df.sparkSession)
-    ns = PartitionedNamespace.open(uri, storage_options)
-    check_dataframe_schema(df, ns.state())
-    txn = ns.begin(mode, txn_id, anonymous=txn_id is None)  # only this driver records
-    if txn.state is not TxnState.STAGED:  # an earlier run got as far as committing
-        log.info("transaction %s is %s already", txn.txn_id, txn.state.value)
-        return ns.commit(txn) if commit else staged_write(ns, txn)
-    if discarded := txn.discard():
-        log.info("discarded %d stages an earlier run of %s left", len(discarded), txn.txn_id)
-    state = ns.state()
-    task = _StageTask(ns.uri, ns.storage_options, txn.txn_id, state.version, flush_bytes)
+    timezone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    job = WriteJob.begin(uri, storage_options, mode, txn_id, flush_bytes, df.schema, timezone)
+    if job.finished:  # an earlier run got as far as committing
+        return job.finish([], commit=commit)
     source = df
-    if distribution == "hash" and state.current_spec:
+    if distribution == "hash" and job.partitioned:
         from pyspark.sql.types import LongType, StructField, StructType
 
         keyed = StructType([*df.schema.fields, StructField(ROUTING_KEY, LongType(), False)])
-        source = df.mapInArrow(task.route, keyed).repartition(ROUTING_KEY)
+        source = df.mapInArrow(job.route, keyed).repartition(ROUTING_KEY)
     from pyspark.sql.pandas.types import from_arrow_schema
 
     try:
-        summaries = source.mapInArrow(task.stage, from_arrow_schema(_STAGE_SUMMARY)).collect()
-        # collect() returns the output of the successful attempt of each task only
-        stages = [Stage.from_json(json.loads(r["stage"])) for r in summaries if r["stage"]]
-        txn.record_all(stages)
-    except Exception as exc:
-        _cleanup_failed(ns, txn, forget=txn_id is None)
-        error = _project_error(exc)
-        if isinstance(error, TransactionAborted):
-            raise aborted_meanwhile(txn.txn_id, error) from exc
-        raise error from exc
-    peak = max((r["peak_rss_bytes"] for r in summaries), default=0)
-    log.info(
-        "staged %d rows into %d data files from %d tasks (peak worker RSS %.0f MiB)",
-        sum(r["rows"] for r in summaries),
-        sum(r["files"] for r in summaries),
-        len(summaries),
-        peak / 2**20,
-    )
-    if not commit:
-        recorded = {s.stage_id: s for s in stages}
-        return staged_write(ns, txn, stages=recorded, tasks=len(summaries), peak_rss=peak)
-    try:
-        result = ns.commit(txn)
-    except TransactionAborted as exc:
-        raise aborted_meanwhile(txn.txn_id, exc) from exc
-    except StaleStage as exc:  # a retried job discards these stages and stages afresh
-        raise stage_again(exc) from exc
-    log.info(
-        "published %d rows into %d partitions (manifest v%d)",
-        result.rows,
-        len(result.partitions),
-        result.manifest_version,
-    )
-    return result
+        summaries = source.mapInArrow(job.stage, from_arrow_schema(_STAGE_SUMMARY)).collect()
+    except Exception as exc:  # collect() returns the successful attempt of each task only
+        raise job.fail(exc) from exc
+    tasks = [TaskStage(**r.asDict()) for r in summaries]
+    return job.finish(tasks, commit=commit)
+
+
+@dataclass(frozen=True)
+class TaskStage:
+    """What one successful task attempt staged: a stage (as JSON, no rows) and figures.
+
+    Spark hands the driver exactly one of these per task (``collect()``'s rows, a data
+    source's commit messages), so failed and speculative attempts never count."""
+
+    stage_id: str
+    stage: str | None
+    rows: int
+    files: int
+    peak_rss_bytes: int
+
+    def parsed(self) -> Stage | None:
+        return Stage.from_json(json.loads(self.stage)) if self.stage else None
 
 
 def staged_write(
@@ -251,28 +232,83 @@ def staged_write(
     )
 
 
-def check_dataframe_schema(df: DataFrame, state: NamespaceState) -> None:
-    """Fail on the driver, before any task runs, if ``df`` cannot go into the namespace."""
+def check_spark_schema(schema: StructType, state: NamespaceState, timezone: str = "UTC") -> None:
+    """Fail on the driver, before any task runs, if rows of ``schema`` cannot go into the
+    namespace."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     try:
-        timezone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-        arrow = to_arrow_schema(df.schema, timezone=timezone)
+        arrow = to_arrow_schema(schema, timezone=timezone)
     except (TypeError, ValueError) as exc:
         raise DataValidationError(f"the DataFrame has a column Arrow cannot carry: {exc}") from exc
     state.schema.conform_input(arrow.empty_table(), spec=state.current_spec)
 
 
 @dataclass(frozen=True)
-class _StageTask:
-    """What runs on the executors; small and picklable (no namespace objects inside)."""
+class WriteJob:
+    """One Spark write, begun on the driver: what its tasks and its commit need.
+
+    Small and picklable (no namespace objects inside): ``write_partitioned`` ships it to
+    ``mapInArrow`` tasks and collects their :class:`TaskStage` rows; the
+    ``lance_partitioned`` data source ships it to its writer tasks and gets the same
+    :class:`TaskStage`\\ s back as commit messages. Either way :meth:`finish` records
+    exactly those stages and publishes them in one ``__manifest`` commit.
+    """
 
     uri: str
     storage_options: dict[str, str] | None
     txn_id: str
     manifest_version: int
     flush_bytes: int
+    mode: str = "append"
+    #: Begun without a ``txn_id``: nobody else knows it, so a failed job forgets it.
+    anonymous: bool = False
+    #: An earlier run with this ``txn_id`` got as far as committing: nothing to stage.
+    finished: bool = False
+    #: The namespace has a partition spec (rows can be routed by partition).
+    partitioned: bool = True
 
+    @classmethod
+    def begin(
+        cls,
+        uri: str,
+        storage_options: Mapping[str, str] | None,
+        mode: WriteMode,
+        txn_id: str | None,
+        flush_bytes: int,
+        schema: StructType,
+        timezone: str = "UTC",
+    ) -> WriteJob:
+        """Check ``schema``, then begin (or resume) the transaction and pin the
+        ``__manifest`` version every task stages against. A retried job (same ``txn_id``)
+        first discards what an earlier run staged, so it never duplicates rows."""
+        if flush_bytes <= 0:
+            raise InvalidArgumentError("flush_bytes must be positive")
+        ns = PartitionedNamespace.open(uri, storage_options)
+        check_spark_schema(schema, ns.state(), timezone)
+        txn = ns.begin(mode, txn_id, anonymous=txn_id is None)  # only the driver records
+        finished = txn.state is not TxnState.STAGED
+        if finished:
+            log.info("transaction %s is %s already", txn.txn_id, txn.state.value)
+        elif discarded := txn.discard():
+            log.info("discarded %d stages an earlier run of %s left", len(discarded), txn.txn_id)
+        state = ns.state()
+        return cls(
+            ns.uri,
+            ns.storage_options,
+            txn.txn_id,
+            state.version,
+            flush_bytes,
+            mode=mode,
+            anonymous=txn_id is None,
+            finished=finished,
+            partitioned=bool(state.current_spec),
+        )
+
+    def namespace(self) -> PartitionedNamespace:
+        return PartitionedNamespace.open(self.uri, self.storage_options)
+
+    # -- on the executors -------------------------------------------------------------
     def route(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Tag every row with its partition's routing key (computed by the core)."""
         state = pinned_state(self.uri, self.storage_options, self.manifest_version)
@@ -283,8 +319,9 @@ class _StageTask:
             keys = routing_keys(conformed, state.current_spec, state.schema)
             yield batch.append_column(ROUTING_KEY, keys)
 
-    def stage(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Stage this task's rows; the stage (named after the attempt) goes to the driver.
+    def stage_task(self, batches: Iterator[pa.RecordBatch]) -> TaskStage:
+        """Stage this task attempt's rows; the stage (named after the attempt) goes to the
+        driver.
 
         Nothing is recorded here: only the driver records, and only the stages of attempts
         Spark reports successful, so a speculative or failed attempt can never add rows.
@@ -294,7 +331,11 @@ class _StageTask:
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx else 0
         stage_id = f"spark-{ctx.stageId()}-{ctx.partitionId()}-{attempt}" if ctx else "spark"
-        txn = PartitionedNamespace.open(self.uri, self.storage_options).transaction(self.txn_id)
+        if self.finished:
+            for _ in batches:  # an earlier run published these rows
+                pass
+            return TaskStage(stage_id, None, 0, 0, 0)
+        txn = self.namespace().transaction(self.txn_id)
         stage = txn.stage(
             (_without_key(b) for b in batches),
             stage_id,
@@ -304,38 +345,102 @@ class _StageTask:
         )
         try:
             failpoint(f"spark.task.staged.attempt{attempt}")
-            yield pa.RecordBatch.from_pylist(
-                [
-                    {
-                        "stage_id": stage_id,
-                        "stage": json.dumps(stage.to_json()) if stage.partitions else None,
-                        "rows": stage.rows,
-                        "files": sum(len(p.fragments) for p in stage.partitions.values()),
-                        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                    }
-                ],
-                schema=_STAGE_SUMMARY,
-            )
         except BaseException:
             txn.drop(stage)  # this attempt failed: its files will never be committed
             raise
+        return TaskStage(
+            stage_id=stage_id,
+            stage=json.dumps(stage.to_json()) if stage.partitions else None,
+            rows=stage.rows,
+            files=sum(len(p.fragments) for p in stage.partitions.values()),
+            peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        )
+
+    def stage(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """:meth:`stage_task` as a ``mapInArrow`` function: one summary row per task."""
+        task = self.stage_task(batches)
+        try:
+            yield pa.RecordBatch.from_pylist([asdict(task)], schema=_STAGE_SUMMARY)
+        except BaseException:
+            self.drop([task])  # the attempt failed after staging: never committed
+            raise
+
+    def drop(self, tasks: Iterable[TaskStage], txn: Transaction | None = None) -> None:
+        """Delete the data files of stages that were never recorded."""
+        for task in tasks:
+            stage = task.parsed()
+            if stage is not None:
+                txn = txn or self.namespace().transaction(self.txn_id)
+                txn.drop(stage)
+
+    # -- on the driver ----------------------------------------------------------------
+    def finish(self, tasks: Sequence[TaskStage], *, commit: bool) -> CommitResult | StagedWrite:
+        """Record the stages of ``tasks`` (one per task: the successful attempts') and
+        publish them in one ``__manifest`` commit, or leave them staged."""
+        ns = self.namespace()
+        txn = ns.transaction(self.txn_id)
+        if self.finished:
+            return ns.commit(txn) if commit else staged_write(ns, txn)
+        stages = [s for s in (t.parsed() for t in tasks) if s is not None]
+        try:
+            txn.record_all(stages)
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        peak = max((t.peak_rss_bytes for t in tasks), default=0)
+        log.info(
+            "staged %d rows into %d data files from %d tasks (peak worker RSS %.0f MiB)",
+            sum(t.rows for t in tasks),
+            sum(t.files for t in tasks),
+            len(tasks),
+            peak / 2**20,
+        )
+        if not commit:
+            recorded = {s.stage_id: s for s in stages}
+            return staged_write(ns, txn, stages=recorded, tasks=len(tasks), peak_rss=peak)
+        try:
+            result = ns.commit(txn)
+        except TransactionAborted as exc:
+            raise aborted_meanwhile(txn.txn_id, exc) from exc
+        except StaleStage as exc:  # a retried job discards these stages and stages afresh
+            raise stage_again(exc) from exc
+        log.info(
+            "published %d rows into %d partitions (manifest v%d)",
+            result.rows,
+            len(result.partitions),
+            result.manifest_version,
+        )
+        return result
+
+    def fail(self, exc: BaseException, tasks: Iterable[TaskStage] = ()) -> Exception:
+        """Clean up after a failed job and return the error to raise (a project error
+        raised on an executor comes back under its own class).
+
+        A failed job leaves nothing staged (an id nobody knows leaves no record at all).
+        The files of ``tasks`` are deleted only once the transaction can no longer publish
+        them: if it was sealed or published meanwhile (e.g. Spark retries a commit whose
+        first try published), the transaction refuses to be undone and they stay.
+        """
+        try:
+            if not self.finished:
+                ns = self.namespace()
+                txn = ns.transaction(self.txn_id)
+                if self.anonymous:
+                    ns.abort(self.txn_id, reason="the Spark job failed", forget=True)
+                else:
+                    txn.discard()
+                self.drop(tasks, txn)
+        except LanceNamespaceError as cleanup:
+            log.warning("could not clean up after the failed write %s: %s", self.txn_id, cleanup)
+        error = _project_error(exc) if isinstance(exc, Exception) else exc
+        if isinstance(error, TransactionAborted):
+            return aborted_meanwhile(self.txn_id, error)
+        return error if isinstance(error, Exception) else RuntimeError(str(error))
 
 
 def _without_key(batch: pa.RecordBatch) -> pa.RecordBatch:
     if ROUTING_KEY in batch.schema.names:
         return batch.drop_columns([ROUTING_KEY])
     return batch
-
-
-def _cleanup_failed(ns: PartitionedNamespace, txn: Transaction, *, forget: bool) -> None:
-    """A failed job leaves nothing staged; an id nobody knows leaves no record at all."""
-    try:
-        if forget:
-            ns.abort(txn.txn_id, reason="the Spark job failed", forget=True)
-        else:
-            txn.discard()
-    except LanceNamespaceError as exc:
-        log.warning("could not clean up after the failed write %s: %s", txn.txn_id, exc)
 
 
 #: Project errors raised on executors, re-raised on the driver under their own class (so

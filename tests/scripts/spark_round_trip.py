@@ -1,5 +1,9 @@
 """Create a namespace, write it with Spark, read it back; print what happened as JSON.
 
+Twice: with ``write_partitioned``/``read_partitioned`` at URI, and with
+``format("lance_partitioned")`` at URI-format (the Python data source: on Spark Connect its
+planning, tasks and commit run in the server's Python workers).
+
 Run as a script in an interpreter of its own (a plain-pip venv, a Spark Connect client), so it
 imports nothing from the tests:
 
@@ -15,7 +19,7 @@ import json
 import pyarrow as pa
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.spark import read_partitioned, write_partitioned
+from airflow_provider_lance.spark import FORMAT, read_partitioned, register, write_partitioned
 
 DAYS = 3
 ROWS = 600
@@ -46,6 +50,13 @@ def main() -> None:
     df = spark.createDataFrame(rows, "id long, event_date date, country string")
     result = write_partitioned(df, args.uri)
     day = read_partitioned(spark, args.uri, filter=f"event_date = DATE '{first.isoformat()}'")
+    register(spark)
+    formatted = f"{args.uri}-format"
+    PartitionedNamespace.create(formatted, SCHEMA, [PartitionField("d", "event_date")])
+    df.write.format(FORMAT).mode("append").option("txn_id", "round-trip").save(formatted)
+    df.write.format(FORMAT).mode("append").option("txn_id", "round-trip").save(formatted)
+    loaded = spark.read.format(FORMAT).load(formatted)
+    format_day = loaded.where(f"event_date = DATE '{first.isoformat()}'")
     print(
         json.dumps(
             {
@@ -53,6 +64,8 @@ def main() -> None:
                 "published_partitions": len(result.partitions),
                 "read_rows": day.count(),
                 "read_ids": sorted(r["id"] for r in day.select("id").collect()),
+                "format_rows": loaded.count(),
+                "format_read_ids": sorted(r["id"] for r in format_day.select("id").collect()),
                 "session": type(spark).__module__,
                 "spark_version": spark.version,
             }

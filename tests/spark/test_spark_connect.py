@@ -82,6 +82,10 @@ def test_write_and_read_on_a_spark_connect_session(connect_url: str, tmp_path: P
     assert report["published_rows"] == 600
     assert report["published_partitions"] == 3
     assert report["read_ids"] == list(range(0, 600, 3))  # one pruned date, every row once
+    # format("lance_partitioned") registered on the Connect session: written twice under one
+    # txn_id (published once), read back with a filter Spark pushed down
+    assert report["format_rows"] == 600
+    assert report["format_read_ids"] == list(range(0, 600, 3))
     ns = PartitionedNamespace.open(uri)
     assert ns.count_rows() == 600
     assert len(ns.prune(None)) == 3

@@ -126,6 +126,24 @@ def test_csv_source_sql_transform_and_rerun(
     assert ns.count_rows() == len(expected)
 
 
+def test_a_namespace_source_read_with_the_format(
+    spark: SparkSession, ns: PartitionedNamespace, tmp_path: Path
+) -> None:
+    """The job registers ``lance_partitioned``: a namespace is a source like Parquet."""
+    source = PartitionedNamespace.create(
+        tmp_path / "raw", schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
+    )
+    source.write(events(300))
+    result_path = tmp_path / "result.json"
+    argv = ["--uri", ns.uri, "--source", source.uri, "--format", "lance_partitioned"]
+    argv += ["--sql", "SELECT * FROM source WHERE event_date = DATE '2025-12-11'"]
+    assert main([*argv, "--commit", "--result-path", str(result_path)]) == 0
+    assert json.loads(result_path.read_text())["rows"] == 100
+    assert sort_rows(ns.to_table()) == sort_rows(
+        source.to_table(filter="event_date = DATE '2025-12-11'")
+    )
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

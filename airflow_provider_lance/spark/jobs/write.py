@@ -48,6 +48,7 @@ from airflow_provider_lance.namespace import (
 from airflow_provider_lance.namespace.errors import is_retryable
 from airflow_provider_lance.namespace.json_files import write_json
 from airflow_provider_lance.namespace.types import MODES
+from airflow_provider_lance.spark.datasource import register
 from airflow_provider_lance.spark.jobs import (
     EXIT_BAD_INPUT,
     EXIT_CONFLICT,
@@ -214,6 +215,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     storage_options = storage_options_of(args)
     owned = SparkSession.getActiveSession() is None  # else it belongs to the caller
     spark = get_session(f"lance-write {args.txn_id or args.uri}")
+    register(spark)  # a source or a --sql transform may read format("lance_partitioned")
     try:
         df = read_source(spark, args)
         staged = stage_partitioned(
