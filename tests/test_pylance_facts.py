@@ -701,6 +701,19 @@ def test_fact_lance_filter_planner_rejects_what_datafusion_coerces(tmp_path, pre
         lance.dataset(uri).get_fragments()[0].delete(predicate)
 
 
+def test_fact_lance_filter_reads_a_double_quoted_name_as_a_string(tmp_path):
+    """``scan._backtick_identifiers``: pylance's filter parser takes ``"country"`` for the
+    string 'country' (SQL and DataFusion: the column), and backticks for the column. So every
+    filter pushed to Lance names columns in backticks; a double-quoted one sent as it is
+    would match nothing (or, under ``<>``, everything: a delete would remove every row)."""
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"country": ["DE", "FR"]}), uri)
+    ds = lance.dataset(uri)
+    assert ds.count_rows("\"country\" = 'DE'") == 0
+    assert ds.count_rows("\"country\" <> 'DE'") == 2
+    assert ds.count_rows("`country` = 'DE'") == 1
+
+
 def test_fact_schema_from_pyarrow_equals_the_schema_of_a_table_created_from_it(tmp_path):
     """``leaves.schema_digest`` (a ``pa.Schema`` stands for a table created from it):
     ``LanceSchema.from_pyarrow(s)`` renders exactly as the schema of a table written from

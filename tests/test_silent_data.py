@@ -268,3 +268,38 @@ def test_a_timestamp_against_a_date_column_prunes_and_reads_what_sql_says(
         kept = {p.values["event_date"] for p in ns.prune(where)}
         days = {dt.date(2024, 12, 31) + dt.timedelta(days=i) for i in ids}
         assert days <= kept, where
+
+
+def test_a_double_quoted_column_reads_the_rows_sql_says(
+    make_ns: Callable[..., PartitionedNamespace],
+) -> None:
+    """In SQL, ``"country"`` names a column. Before: the filter went to pylance as it was,
+    and pylance reads a double-quoted name as a string, so ``"country" = 'DE'`` compared two
+    strings and every read returned no rows (and ``"amount" > 1`` failed to cast)."""
+    ns = make_ns()
+    ns.write(events(40))
+    for bare, quoted in [
+        ("country = 'DE'", "\"country\" = 'DE'"),
+        ("amount > 10", '"amount" > 10'),
+        ("country = 'it''s \"x\"' OR id < 3", '"country" = \'it\'\'s "x"\' OR "id" < 3'),
+        (
+            "event_date = DATE '2025-12-11' AND country = 'FR'",
+            "\"event_date\" = DATE '2025-12-11' AND \"country\" = 'FR'",
+        ),
+    ]:
+        expected = sorted(ns.to_table(filter=bare).column("id").to_pylist())
+        assert expected, bare
+        assert sorted(ns.to_table(filter=quoted).column("id").to_pylist()) == expected, quoted
+        assert ns.count_rows(filter=quoted) == len(expected), quoted
+
+
+def test_a_delete_with_a_double_quoted_column_removes_only_matching_rows(
+    make_ns: Callable[..., PartitionedNamespace],
+) -> None:
+    """Before: the filter reached pylance as it was, ``"country" <> 'DE'`` compared the
+    string 'country' with 'DE' (always true), and the delete removed every row."""
+    ns = make_ns()
+    ns.write(events(40))
+    kept = sorted(ns.to_table(filter="country = 'DE'").column("id").to_pylist())
+    ns.delete('"country" <> \'DE\' OR "country" IS NULL')
+    assert sorted(ns.to_table().column("id").to_pylist()) == kept

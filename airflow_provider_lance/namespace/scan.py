@@ -146,14 +146,13 @@ def read_partition(
         plan = schema.read_plan(leaf.schema, needed)
         fragments = None if fragment_ids is None else [leaf.get_fragment(i) for i in fragment_ids]
         batches, pushed = None, False
-        if residual is not None and _pushable(residual, plan, leaf.schema):
+        pushdown = None if residual is None else lance_filter(residual, plan, leaf.schema)
+        if pushdown is not None:
             try:
-                batches = _leaf_batches(
-                    leaf, plan.leaf_columns, batch_size, residual.sql, fragments
-                )
+                batches = _leaf_batches(leaf, plan.leaf_columns, batch_size, pushdown, fragments)
                 pushed = True
             except ValueError as exc:  # Lance's planner is stricter (e.g. int column vs 2.5)
-                log.debug("filter %r not pushed down to Lance: %s", residual.sql, exc)
+                log.debug("filter %r not pushed down to Lance: %s", pushdown, exc)
         if batches is None:
             batches = _leaf_batches(leaf, plan.leaf_columns, batch_size, None, fragments)
         for batch in batches:
@@ -198,7 +197,42 @@ _HASH_CALL = re.compile(r"\bhash\s*\(", re.IGNORECASE)
 def lance_filter(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> str | None:
     """``residual`` as a filter Lance can evaluate on the leaf itself (every column it
     names stored under its namespace name and type, no ``hash()``), or None."""
-    return residual.sql if _pushable(residual, plan, leaf) else None
+    if not _pushable(residual, plan, leaf):
+        return None
+    return _backtick_identifiers(residual.sql)
+
+
+def _backtick_identifiers(sql: str) -> str | None:
+    """``sql`` with its double-quoted identifiers in backticks, or None if one cannot be.
+
+    In SQL (and DataFusion) ``"country"`` names a column; pylance's filter parser reads it
+    as a string, so ``"country" = 'DE'`` would compare two strings and match nothing
+    (tests/test_pylance_facts.py). String literals are copied as they are."""
+    out: list[str] = []
+    i = 0
+    while i < len(sql):
+        char = sql[i]
+        if char not in "'\"":
+            out.append(char)
+            i += 1
+            continue
+        end = i + 1
+        while True:  # the closing quote; a doubled quote is an escaped one
+            end = sql.find(char, end)
+            if end < 0:
+                return None
+            if sql[end + 1 : end + 2] != char:
+                break
+            end += 2
+        body = sql[i + 1 : end]
+        if char == "'":
+            out.append(sql[i : end + 1])
+        elif "`" in body:
+            return None
+        else:
+            out.append("`" + body.replace('""', '"') + "`")
+        i = end + 1
+    return "".join(out)
 
 
 def _pushable(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> bool:

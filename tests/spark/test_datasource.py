@@ -205,12 +205,3 @@ def test_bad_input_is_refused_before_any_task(spark: SparkSession, root: Path) -
         unknown.write.format(FORMAT).mode("append").save(ns.uri)
     with pytest.raises(Exception, match="FilterError"):
         spark.read.format(FORMAT).option("filter", "event_date >").load(ns.uri).collect()
-
-
-def test_a_double_quoted_column_in_a_filter_reads_no_rows_so_pushdown_uses_backticks(
-    ns: PartitionedNamespace,
-) -> None:
-    """A fact of the core today (pylance takes ``"country"`` in a scan filter for a string):
-    pushed filters name columns in backticks. When this fails, double quotes work too."""
-    assert ns.count_rows(filter="`country` = 'DE'") == ns.count_rows(filter="country = 'DE'") > 0
-    assert ns.count_rows(filter="\"country\" = 'DE'") == 0
