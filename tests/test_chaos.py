@@ -577,7 +577,8 @@ def test_a_header_saved_while_another_process_reads_it_is_not_unreadable(tmp_pat
 
     from airflow_provider_lance.namespace.failpoints import hold
     from airflow_provider_lance.namespace.storage import Storage
-    from airflow_provider_lance.namespace.txnstore import TransactionHeader, TransactionStore
+    from airflow_provider_lance.namespace.txn_row import TransactionHeader
+    from airflow_provider_lance.namespace.txnstore import TransactionStore
 
     reader = TransactionStore(Storage(str(tmp_path)))
     writer = TransactionStore(Storage(str(tmp_path)))

@@ -23,11 +23,11 @@ from lance.fragment import FragmentMetadata
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.catalog import NamespaceState
 from airflow_provider_lance.namespace.deletion import live_rows
+from airflow_provider_lance.namespace.leaf_version import committed_by
 from airflow_provider_lance.namespace.leaves import (
     _commit_on,
     _signature,
     commit_change,
-    committed_by,
     content_after,
 )
 from airflow_provider_lance.namespace.manifest import Manifest

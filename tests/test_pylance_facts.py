@@ -255,7 +255,7 @@ def test_fact_execute_uncommitted_then_commit_drops_the_primary_key_check(keyed)
 
 
 def test_fact_each_merge_insert_adds_a_fragment(keyed):
-    """``maintenance`` (``AUTO_COMPACT_FRAGMENTS``): every ``merge_insert`` commit adds a
+    """``manifest_compaction`` (``AUTO_COMPACT_FRAGMENTS``): every ``merge_insert`` commit adds a
     fragment to the table (an update also leaves a deletion file in the fragment that held
     the row; a fragment all of whose rows are deleted goes), so ``__manifest`` grows by
     one fragment a publish until compacted. (The slowdown this causes, ~100 ms -> ~700 ms a

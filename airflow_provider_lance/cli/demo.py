@@ -24,8 +24,9 @@ from airflow_provider_lance.namespace import (
     PartitionedNamespace,
     PartitionField,
 )
-from airflow_provider_lance.namespace.catalog import Partition, value_text
+from airflow_provider_lance.namespace.catalog import Partition
 from airflow_provider_lance.namespace.manifest import MANIFEST_NAME
+from airflow_provider_lance.namespace.results import value_text
 from airflow_provider_lance.namespace.sweep import LEAF_DIRECTORY
 from airflow_provider_lance.namespace.txnstore import TXN_DIR
 

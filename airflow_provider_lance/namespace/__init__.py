@@ -40,7 +40,6 @@ if TYPE_CHECKING:
         is_retryable,
     )
     from .hashing import hash_array
-    from .lifecycle import TxnState
     from .namespace import PartitionedNamespace
     from .results import (
         CommitResult,
@@ -58,6 +57,7 @@ if TYPE_CHECKING:
         Transaction,
         TransactionInfo,
     )
+    from .txn_row import TxnState
     from .types import ArrowData, WriteMode
     from .verification import MisplacedRows, VerifyReport
 
@@ -91,7 +91,7 @@ _EXPORTS = {
     "VersionNotFoundError": "errors",
     "is_retryable": "errors",
     "hash_array": "hashing",
-    "TxnState": "lifecycle",
+    "TxnState": "txn_row",
     "PartitionedNamespace": "namespace",
     "CommitResult": "results",
     "PartitionCommit": "results",

@@ -45,6 +45,7 @@ from .naming import (
     partition_name,
     spec_namespace_id,
 )
+from .results import value_text
 from .schema import NamespaceSchema
 from .spec import PartitionField, spec_from_json, spec_key, spec_versions
 from .uri import child_uri
@@ -101,19 +102,6 @@ class Partition:
             "values": {k: value_text(v) for k, v in self.values.items()},
             "read_version": self.read_version,
         }
-
-
-def value_text(value: Any) -> str | None:
-    """The string form of a partition value (the spec's ``partition.<name>`` property)."""
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if hasattr(value, "isoformat"):
-        return str(value.isoformat())
-    return str(value)
 
 
 def version_ranges(versions: Iterable[int]) -> str:

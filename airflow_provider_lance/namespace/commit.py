@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
-from .catalog import NamespaceState, value_text
+from .catalog import NamespaceState
 from .errors import (
     CommitConflict,
     InvalidArgumentError,
@@ -47,31 +47,27 @@ from .failpoints import failpoint
 from .leaves import check_append_schema, check_staged_files, commit_leaf, schema_digest
 from .lifecycle import (
     TransitionRefused,
-    TxnRecord,
-    TxnState,
     claim_holders,
     claim_is_live,
     claim_owners,
     collect_finished,
     load_records,
-    new_token,
-    parse_tag,
     publish,
     publish_empty,
     record_and_rows,
     seal,
     steal,
-    tag,
 )
-from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
+from .manifest_compaction import maybe_compact
 from .publish_result import commit_result, empty_result, rebuilt_result
-from .results import CommitResult
+from .results import CommitResult, value_text
 from .retry import Budget, Outcome, retry_until
 from .retry import backoff as backoff  # re-exported: the modules using it import it here
 from .staging import Stage, StagedPartition
 from .storage import Storage
-from .txnstore import TransactionHeader, TransactionStore
+from .txn_row import TransactionHeader, TxnRecord, TxnState, new_token, parse_tag, tag
+from .txnstore import TransactionStore
 
 log = logging.getLogger(__name__)
 

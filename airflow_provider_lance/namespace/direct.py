@@ -44,8 +44,8 @@ from .errors import CommitConflict, LanceNamespaceError, StorageError
 from .failpoints import FailpointError, failpoint
 from .leaves import check_staged_files, commit_leaf
 from .lifecycle import collect_finished, publish_direct
-from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, ids_filter
+from .manifest_compaction import maybe_compact
 from .publish_result import commit_result, empty_result
 from .results import CommitResult
 from .retry import Budget, Outcome, Spent, retry_until

@@ -47,10 +47,10 @@ import pyarrow as pa
 
 from .catalog import SCHEMA_KEY
 from .errors import LanceNamespaceError, ManifestError
-from .leaves import OPERATION_PROPERTY, TXN_PROPERTY
-from .lifecycle import TxnRecord, TxnState
+from .leaf_version import OPERATION_PROPERTY, TXN_PROPERTY
 from .manifest import (
     CLAIM,
+    FENCE_PREFIX,
     INTENT_PREFIX,
     LOCATION,
     OBJECT_ID,
@@ -65,9 +65,9 @@ from .naming import LEAF_TABLE_NAME, SEPARATOR
 from .results import HistoryEntry, PartitionChange
 from .schema import NamespaceSchema, field_id, is_deprecated
 from .spec import SPEC_KEY_PREFIX, spec_key
-from .spec_fence import FENCE_PREFIX
 from .storage import Storage, first_line
 from .timetravel import list_tags, version_times
+from .txn_row import TxnRecord, TxnState
 from .uri import child_uri
 
 log = logging.getLogger(__name__)

@@ -29,17 +29,12 @@ from .errors import (
     TransactionAborted,
 )
 from .failpoints import failpoint
+from .leaf_version import committed_by, owner_properties
 from .retry import Budget, Outcome, retry_until
 from .storage import Storage
 
 log = logging.getLogger(__name__)
 
-#: Leaf-commit properties naming the transaction (and its incarnation) that made a version.
-TXN_PROPERTY = "partitioned-namespace.txn_id"
-INCARNATION_PROPERTY = "partitioned-namespace.incarnation"
-#: The table operation (``merge``, ``delete``, ``optimize``) a leaf version was made by:
-#: what ``history()`` names a publish without a transaction row after.
-OPERATION_PROPERTY = "partitioned-namespace.operation"
 #: Commit attempts on one leaf before giving up (each lost only to a concurrent zombie).
 LEAF_ATTEMPTS = 16
 
@@ -268,18 +263,6 @@ def check_append_schema(
             "staged (a concurrent write after a schema change); nothing was published: "
             "stage them again"
         )
-
-
-def committed_by(ds: lance.LanceDataset, version: int) -> str | None:
-    """The tag (``txn_id#incarnation``) recorded on a leaf version (None: not ours, as a
-    restore is: pinned by tests/test_pylance_facts.py::
-    test_fact_transaction_properties_are_read_back_per_version_and_restore_has_none)."""
-    txn = ds.read_transaction(version)
-    props = (txn.transaction_properties or {}) if txn is not None else {}
-    txn_id = props.get(TXN_PROPERTY)
-    if txn_id is None:
-        return None
-    return f"{txn_id}#{props.get(INCARNATION_PROPERTY, '0')}"
 
 
 def _signature(fragment: FragmentMetadata | dict[str, Any]) -> str:
@@ -536,16 +519,6 @@ def _moved(uri: str) -> CommitConflict:
         f"partition table {uri} was published or claimed anew while this change was "
         "computed; nothing was published"
     )
-
-
-def owner_properties(owner: str, operation: str | None = None) -> dict[str, str]:
-    """The transaction properties tagging a leaf version with ``owner`` (``txn#k``) and,
-    for a table operation's, its kind."""
-    txn_id, _, incarnation = owner.rpartition("#")
-    out = {TXN_PROPERTY: txn_id, INCARNATION_PROPERTY: incarnation}
-    if operation is not None:
-        out[OPERATION_PROPERTY] = operation
-    return out
 
 
 def content_after(

@@ -37,132 +37,13 @@ unclaimed and unchanged (:func:`publish_direct`, see :mod:`.direct`).
 
 from __future__ import annotations
 
-import enum
-import json
-import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .catalog import NamespaceState
 from .errors import CommitConflict
-from .manifest import CLAIM, NAMESPACE, OBJECT_ID, READ_VERSION, TXN_PREFIX, Manifest, row
-from .txnstore import TransactionHeader
-
-
-class TxnState(str, enum.Enum):
-    """The state of one incarnation of a transaction (see the module docstring)."""
-
-    STAGED = "staged"
-    COMMITTING = "committing"
-    PUBLISHED = "published"
-    ABORTED = "aborted"
-    MERGED = "merged"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (TxnState.PUBLISHED, TxnState.ABORTED)
-
-    @property
-    def takes_stages(self) -> bool:
-        return self is TxnState.STAGED
-
-    @property
-    def holds_claims(self) -> bool:
-        return self is TxnState.COMMITTING
-
-
-def tag(txn_id: str, incarnation: int) -> str:
-    """The name of one incarnation: in claims, leaf-version properties and records."""
-    return f"{txn_id}#{incarnation}"
-
-
-def parse_tag(text: str) -> tuple[str, int]:
-    """``(txn_id, incarnation)`` of a tag (claims written before incarnations: 0)."""
-    txn_id, sep, number = text.rpartition("#")
-    if not sep or not number.isdigit():
-        return text, 0
-    return txn_id, int(number)
-
-
-def row_id(txn_id: str) -> str:
-    return f"{TXN_PREFIX}{txn_id}"
-
-
-def new_token() -> str:
-    return uuid.uuid4().hex
-
-
-@dataclass(frozen=True)
-class TxnRecord:
-    """One transaction's ``__manifest`` row, parsed. ``stored`` is False for the implicit
-    STAGED record of an incarnation that has no row yet."""
-
-    txn_id: str
-    incarnation: int
-    state: TxnState
-    mode: str | None = None
-    #: The fence token of the committer allowed to publish (COMMITTING).
-    owner: str | None = None
-    #: The plan a sealed transaction publishes (``plan-<id>.json`` of its incarnation).
-    plan: str | None = None
-    #: MERGED: the tag of the combined transaction that commits its stages.
-    merged_into: str | None = None
-    #: A combined transaction: the ids of its sources.
-    sources: tuple[str, ...] = ()
-    #: Bumped by every recorded batch of stages (orders stagers against the seal).
-    epoch: int = 0
-    updated_at: float = field(default_factory=time.time)
-    error: str | None = None
-    anonymous: bool = False
-    stored: bool = True
-
-    @property
-    def tag(self) -> str:
-        return tag(self.txn_id, self.incarnation)
-
-    @property
-    def age(self) -> float:
-        return max(0.0, time.time() - self.updated_at)
-
-    def moved(self, state: TxnState, **changes: Any) -> TxnRecord:
-        """This record in ``state`` (a new row version to compare-and-swap in)."""
-        return replace(self, state=state, updated_at=time.time(), stored=True, **changes)
-
-    def to_row(self) -> dict[str, Any]:
-        payload = asdict(self)
-        payload.pop("txn_id")
-        payload.pop("stored")
-        payload["state"] = self.state.value
-        payload["sources"] = list(self.sources)
-        return row(
-            row_id(self.txn_id),
-            NAMESPACE,
-            metadata=json.dumps(payload, separators=(",", ":"), sort_keys=True),
-        )
-
-    @classmethod
-    def from_row(cls, raw: Mapping[str, Any]) -> TxnRecord:
-        payload = json.loads(raw.get("metadata") or "{}")
-        known = {k: payload[k] for k in cls.__dataclass_fields__ if k in payload}
-        known["state"] = TxnState(known.get("state", TxnState.ABORTED.value))
-        known["sources"] = tuple(known.get("sources") or ())
-        return cls(txn_id=str(raw[OBJECT_ID])[len(TXN_PREFIX) :], **known)
-
-    @classmethod
-    def staged(cls, header: TransactionHeader) -> TxnRecord:
-        """The staged incarnation ``header`` describes, before it has a row (a fence
-        writes its row with the header's mode and ``anonymous``: only anonymous rows are
-        collected)."""
-        return cls(
-            header.txn_id,
-            header.incarnation,
-            TxnState.STAGED,
-            mode=header.mode,
-            stored=False,
-            anonymous=header.anonymous,
-        )
+from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
+from .txn_row import TxnRecord, TxnState, parse_tag, row_id
 
 
 def load_records(state: NamespaceState, txn_ids: Iterable[str]) -> dict[str, TxnRecord]:

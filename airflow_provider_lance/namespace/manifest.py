@@ -77,6 +77,8 @@ TXN_PREFIX = "__txn$"
 #: transaction rows: outside every spec-version namespace, so no partition listing shows
 #: it; see ``spec_fence``).
 INTENT_PREFIX = "__merge$"
+#: ``object_id`` prefix of the fence row of a spec version (``__fence$v3``, see ``spec_fence``).
+FENCE_PREFIX = "__fence$v"
 #: Column names a partition field may not take (``__``-prefixed names are reserved too).
 RESERVED_COLUMNS = frozenset(f.name for f in (*BASE_FIELDS, READ_VERSION_FIELD, CLAIM_FIELD))
 

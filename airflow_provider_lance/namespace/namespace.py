@@ -40,7 +40,7 @@ from .errors import (
 )
 from .failpoints import FailpointError, failpoint
 from .history import History
-from .lifecycle import TxnState, collect_finished, tag
+from .lifecycle import collect_finished
 from .maintenance import MaintenanceReport, maintain
 from .manifest import NAMESPACE, RESERVED_COLUMNS, Manifest, ManifestView, manifest_schema, row
 from .merging import MergeRows
@@ -71,6 +71,7 @@ from .timetravel import (
     resolve_as_of,
 )
 from .transactions import Transaction, TransactionInfo
+from .txn_row import TxnState, tag
 from .txnstore import TransactionStore
 from .types import ArrowData, WriteMode
 from .uri import normalize_root

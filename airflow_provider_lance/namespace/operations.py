@@ -68,34 +68,19 @@ from .errors import (
     VersionCleanedUp,
 )
 from .failpoints import failpoint
-from .leaves import (
-    base_version,
-    commit_change,
-    commit_leaf,
-    committed_by,
-    schema_digest,
-    stage_fragments,
-)
-from .lifecycle import (
-    TxnRecord,
-    TxnState,
-    claim_holders,
-    claim_is_live,
-    claim_owners,
-    collect_finished,
-    load_records,
-    row_id,
-    tag,
-)
-from .maintenance import maybe_compact
+from .leaf_version import committed_by
+from .leaves import base_version, commit_change, commit_leaf, schema_digest, stage_fragments
+from .lifecycle import claim_holders, claim_is_live, claim_owners, collect_finished, load_records
 from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION, ids_filter
+from .manifest_compaction import maybe_compact
 from .naming import leaf_directory
 from .publish_result import operation_result, published_at
 from .results import OperationResult, PartitionOutcome
 from .retry import Budget, Outcome, retry_until
 from .spec_fence import fence, needs_fence, new_intent_id, register_intent
 from .storage import Storage
-from .txnstore import TransactionHeader, check_txn_id
+from .txn_row import TransactionHeader, TxnRecord, TxnState, row_id, tag
+from .txnstore import check_txn_id
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,11 @@ from collections.abc import Callable, Mapping
 
 from .catalog import NamespaceState
 from .errors import LanceNamespaceError
-from .lifecycle import TxnRecord, TxnState, load_records
+from .lifecycle import load_records
 from .manifest import OBJECT_ID, READ_VERSION
 from .results import CommitResult, OperationResult, PartitionCommit, PartitionOutcome
 from .staging import StagedPartition
+from .txn_row import TxnRecord, TxnState
 
 
 def commit_result(

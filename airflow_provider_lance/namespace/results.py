@@ -11,11 +11,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .catalog import value_text
+
+def value_text(value: Any) -> str | None:
+    """The string form of a partition value (the spec's ``partition.<name>`` property)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat())
+    return str(value)
 
 
 def text_value(text: str | None, dtype: pa.DataType) -> Any:
-    """A partition value back from its string form (:func:`~.catalog.value_text`), as the
+    """A partition value back from its string form (:func:`value_text`), as the
     Python value of the partition column's type ``dtype``: a ``datetime.date`` for a date,
     an int for an int. Exact for every type ``value_text`` writes (its floats are
     ``repr``s, its times and timestamps ISO, its binaries hex)."""

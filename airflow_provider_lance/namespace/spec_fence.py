@@ -44,12 +44,10 @@ import uuid
 from .catalog import NamespaceState
 from .errors import CommitConflict
 from .failpoints import failpoint
-from .manifest import INTENT_PREFIX, METADATA, NAMESPACE, OBJECT_ID, Manifest, row
+from .manifest import FENCE_PREFIX, INTENT_PREFIX, METADATA, NAMESPACE, OBJECT_ID, Manifest, row
 
 log = logging.getLogger(__name__)
 
-#: ``object_id`` prefix of the fence row of a spec version (``__fence$v3``).
-FENCE_PREFIX = "__fence$v"
 #: Intents older than this are taken for those of merges that died (see the docstring).
 INTENT_MAX_AGE = dt.timedelta(hours=6)
 

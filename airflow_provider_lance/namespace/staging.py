@@ -30,7 +30,8 @@ from .errors import (
     TableNotFoundError,
 )
 from .failpoints import failpoint
-from .leaves import fragment_text, owner_properties, schema_digest, stage_fragments
+from .leaf_version import owner_properties
+from .leaves import fragment_text, schema_digest, stage_fragments
 from .naming import leaf_directory
 from .scan import open_leaf
 from .splitting import split

@@ -42,11 +42,12 @@ from dataclasses import dataclass, field
 from .catalog import NamespaceState
 from .commit import Plan, TransactionContext, current_of, only
 from .errors import InvalidArgumentError, LanceNamespaceError
-from .lifecycle import TxnState, all_records
+from .lifecycle import all_records
 from .manifest import MANIFEST_NAME
 from .staging import Stage, StagedPartition
 from .storage import FileEntry, Storage
 from .transactions import DEFAULT_LEASE_SECONDS
+from .txn_row import TxnState
 from .txnstore import TXN_DIR, TransactionStore
 
 log = logging.getLogger(__name__)

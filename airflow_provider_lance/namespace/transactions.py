@@ -50,8 +50,6 @@ from .errors import (
 from .failpoints import failpoint
 from .lifecycle import (
     TransitionRefused,
-    TxnRecord,
-    TxnState,
     all_records,
     bump,
     claim_is_live,
@@ -59,7 +57,6 @@ from .lifecycle import (
     drop_pending,
     fence,
     load_records,
-    parse_tag,
     released,
     swap,
 )
@@ -67,7 +64,8 @@ from .manifest import CLAIM, READ_VERSION
 from .results import CommitResult
 from .retry import Budget, Outcome, Spent, retry_until
 from .staging import FLUSH_BYTES, Stage, Stager, discard_stage
-from .txnstore import TransactionHeader, TransactionStore, check_txn_id
+from .txn_row import TransactionHeader, TxnRecord, TxnState, parse_tag
+from .txnstore import TransactionStore, check_txn_id
 from .types import MODES, ArrowData, WriteMode
 
 if TYPE_CHECKING:

@@ -21,15 +21,15 @@ compare-and-swap. Files are written whole in one PUT through Lance's object-stor
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from .errors import InvalidArgumentError, LanceNamespaceError
 from .naming import TXN_ID_PATTERN
 from .storage import Storage
+from .txn_row import TransactionHeader
 
 TXN_DIR = "_transactions"
 HEADER = "txn.json"
@@ -45,27 +45,6 @@ def check_txn_id(txn_id: str) -> str:
             "starting with a letter or digit"
         )
     return txn_id
-
-
-@dataclass
-class TransactionHeader:
-    """What ``txn.json`` holds: the description of one incarnation of a transaction."""
-
-    txn_id: str
-    mode: str
-    incarnation: int = 1
-    base_version: int = 0
-    spec_version: int = 1
-    created_at: float = field(default_factory=time.time)
-    #: For a combined transaction: the transactions whose stages it commits.
-    sources: list[str] = field(default_factory=list)
-    #: Begun without an id by ``write()``: nobody else can stage into it or retry it.
-    anonymous: bool = False
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> TransactionHeader:
-        known = {k: obj[k] for k in cls.__dataclass_fields__ if k in obj}
-        return cls(**known)
 
 
 class TransactionStore:

@@ -28,11 +28,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance import LanceOperation
 
-from .catalog import NamespaceState, Partition, value_text
+from .catalog import NamespaceState, Partition
 from .errors import SchemaError
 from .leaves import stage_fragments
 from .operations import LeafWork, NewLeaf, Selection, TableOperation
-from .results import PartitionOutcome
+from .results import PartitionOutcome, value_text
 from .schema import is_deprecated
 from .spec import PartitionField
 from .splitting import partition_values, split

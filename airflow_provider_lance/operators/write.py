@@ -308,7 +308,7 @@ class LanceWriteOperator(BaseOperator):
 def _staged_partitions(txn: Transaction) -> tuple[int, int, list[dict[str, Any]]]:
     """``(rows, data files, partitions)`` a transaction's stages hold, partitions as
     ``{"values", "rows"}`` with values in their string form."""
-    from airflow_provider_lance.namespace.catalog import value_text
+    from airflow_provider_lance.namespace.results import value_text
 
     by_id: dict[str, dict[str, Any]] = {}
     files = 0

@@ -42,10 +42,11 @@ from airflow_provider_lance.namespace import (
     TxnState,
 )
 from airflow_provider_lance.namespace import errors as project_errors
-from airflow_provider_lance.namespace.catalog import NamespaceState, value_text
+from airflow_provider_lance.namespace.catalog import NamespaceState
 from airflow_provider_lance.namespace.commit import merge_stages
 from airflow_provider_lance.namespace.errors import StaleStage, aborted_meanwhile, stage_again
 from airflow_provider_lance.namespace.failpoints import failpoint
+from airflow_provider_lance.namespace.results import value_text
 from airflow_provider_lance.namespace.splitting import routing_keys
 from airflow_provider_lance.namespace.staging import FLUSH_BYTES
 from airflow_provider_lance.namespace.txnstore import TransactionStore

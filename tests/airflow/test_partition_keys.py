@@ -237,7 +237,7 @@ def test_values_round_trip_through_keys(case: tuple[list[PartitionField], dict[s
 @given(st.sampled_from(TYPES).flatmap(lambda t: st.tuples(st.just(t), values_of(t))))
 def test_the_text_of_a_partition_summary_gives_the_same_key(case: tuple[pa.DataType, Any]) -> None:
     """XCom and commit results carry values as ``Partition.to_dict`` spells them."""
-    from airflow_provider_lance.namespace.catalog import value_text
+    from airflow_provider_lance.namespace.results import value_text
 
     dtype, value = case
     key = value_key(value, dtype)
