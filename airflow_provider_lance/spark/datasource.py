@@ -273,12 +273,12 @@ def filter_sql(f: Filter, types: dict[str, str]) -> str | None:
     if isinstance(f, IsNotNull):
         return f"{column} IS NOT NULL"
     if isinstance(f, In):
-        values = [sql_literal(v, types[name]) for v in f.value]
+        values = [filter_literal(v, types[name]) for v in f.value]
         if not values or any(v is None for v in values):
             return None
         return f"{column} IN ({', '.join(str(v) for v in values)})"
     if isinstance(f, EqualNullSafe):  # never NULL itself, also under a NOT
-        literal = sql_literal(f.value, types[name]) if f.value is not None else None
+        literal = filter_literal(f.value, types[name]) if f.value is not None else None
         if f.value is None:
             return f"{column} IS NULL"
         return None if literal is None else f"({column} IS NOT NULL AND {column} = {literal})"
@@ -290,13 +290,13 @@ def filter_sql(f: Filter, types: dict[str, str]) -> str | None:
         LessThanOrEqual: "<=",
     }
     op = operators.get(type(f))
-    literal = sql_literal(getattr(f, "value", None), types[name])
+    literal = filter_literal(getattr(f, "value", None), types[name])
     if op is None or literal is None:
         return None
     return f"{column} {op} {literal}"
 
 
-def sql_literal(value: Any, type_name: str) -> str | None:
+def filter_literal(value: Any, type_name: str) -> str | None:
     """``value`` as a SQL literal of the column's type, or None if it is not one."""
     if type_name == "boolean":
         return ("TRUE" if value else "FALSE") if isinstance(value, bool) else None
