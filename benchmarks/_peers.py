@@ -13,6 +13,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from bench_floor import SCHEMA
@@ -35,6 +36,13 @@ class System(Protocol):
 def canonical(table: pa.Table, schema: pa.Schema = SCHEMA) -> pa.Table:
     """The rows in one shape and order, to compare systems."""
     return table.select(schema.names).cast(schema).sort_by("id").combine_chunks()
+
+
+def updates(data: pa.Table, k: int) -> pa.Table:
+    """1% of ``data`` (``id % 100 == k``) with new values: the source of a wide merge."""
+    picked = data.filter(pa.array(data.column("id").to_numpy() % 100 == k))
+    values = pa.array(np.random.default_rng(k).random(picked.num_rows))
+    return picked.set_column(picked.schema.get_field_index("value"), "value", values)
 
 
 class Ours:

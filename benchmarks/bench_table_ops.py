@@ -47,7 +47,7 @@ from _common import (
     summarize,
     write_results,
 )
-from _peers import Delta, Ours, canonical
+from _peers import Delta, Ours, canonical, updates
 from bench_floor import SCHEMA, rows
 
 BUCKET_SCHEMA = pa.schema([*SCHEMA, pa.field("bucket", pa.int32())])
@@ -113,13 +113,6 @@ def same_rows(live: dict[str, Any], schema: pa.Schema, what: str) -> int:
             )
     print(f"  checked: both hold the same {first.num_rows:,} rows", flush=True)
     return first.num_rows
-
-
-def updates(data: pa.Table, k: int) -> pa.Table:
-    """1% of ``data`` (``id % 100 == k``) with new values."""
-    picked = data.filter(pa.array(data.column("id").to_numpy() % 100 == k))
-    values = pa.array(np.random.default_rng(k).random(picked.num_rows))
-    return picked.set_column(picked.schema.get_field_index("value"), "value", values)
 
 
 def scenario_rows(run: Run, tmp: Path, partitions: int, per: int, reps: int) -> list[str]:
