@@ -90,8 +90,9 @@ def by_date(table: pa.Table) -> list[tuple[dt.date, pa.Table]]:
     return [(keys[s].as_py(), table.slice(s, e - s)) for s, e in zip(starts, ends, strict=True)]
 
 
-def leaf_uri(root: Path, day: dt.date) -> str:
-    return str(root / f"event_date={day.isoformat()}.lance")
+def leaf_uri(root: Path | str, day: dt.date) -> str:
+    """The leaf of ``day`` under ``root`` (a directory or an object-store URI)."""
+    return f"{root}/event_date={day.isoformat()}.lance"
 
 
 def parallel(fn: Any, items: Sequence[Any], threads: int = THREADS) -> list[Any]:

@@ -32,10 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
@@ -47,151 +44,26 @@ from _common import (
     summarize,
     write_results,
 )
-from bench_floor import EPOCH, SCHEMA, Floor, dates, rows
-
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-
-
-class System(Protocol):
-    """One table format driven through the measured operations (a fresh handle each)."""
-
-    name: str
-
-    def load(self, data: pa.Table) -> None: ...
-    def append(self, data: pa.Table) -> None: ...
-    def overwrite(self, data: pa.Table) -> None: ...
-    def plan(self, day: dt.date) -> int: ...
-    def read(self, first: dt.date, last: dt.date) -> pa.Table: ...
-
-
-class Ours:
-    name = "ours"
-
-    def __init__(self, root: Path) -> None:
-        self.uri = str(root)
-
-    def load(self, data: pa.Table) -> None:
-        ns = PartitionedNamespace.create(
-            self.uri, schema=SCHEMA, partition_fields=[PartitionField("event_date", "event_date")]
-        )
-        ns.write(data)
-
-    def append(self, data: pa.Table) -> None:
-        PartitionedNamespace.open(self.uri).write(data)
-
-    def overwrite(self, data: pa.Table) -> None:
-        PartitionedNamespace.open(self.uri).write(data, "overwrite")
-
-    def plan(self, day: dt.date) -> int:
-        return len(PartitionedNamespace.open(self.uri).prune(f"event_date = DATE '{day}'"))
-
-    def read(self, first: dt.date, last: dt.date) -> pa.Table:
-        where = f"event_date BETWEEN DATE '{first}' AND DATE '{last}'"
-        return PartitionedNamespace.open(self.uri).to_table(filter=where)
+from _peers import Delta, Iceberg, Ours, System, canonical
+from bench_floor import EPOCH, Floor, dates, rows
 
 
 class FloorSystem(Floor):
     name = "floor"
 
 
-class Delta:
-    name = "delta-rs"
-
-    def __init__(self, root: Path) -> None:
-        self.uri = str(root)
-
-    def load(self, data: pa.Table) -> None:
-        from deltalake import write_deltalake
-
-        write_deltalake(self.uri, data, partition_by=["event_date"], mode="error")
-
-    def append(self, data: pa.Table) -> None:
-        from deltalake import write_deltalake
-
-        write_deltalake(self.uri, data, mode="append")
-
-    def overwrite(self, data: pa.Table) -> None:
-        """Replace exactly the dates in ``data`` (a contiguous range here)."""
-        from deltalake import write_deltalake
-
-        low, high = pc.min_max(data.column("event_date")).values()
-        where = f"event_date >= '{low.as_py()}' AND event_date <= '{high.as_py()}'"
-        write_deltalake(self.uri, data, mode="overwrite", predicate=where)
-
-    def plan(self, day: dt.date) -> int:
-        from deltalake import DeltaTable
-
-        where = [("event_date", "=", day.isoformat())]
-        return len(DeltaTable(self.uri).file_uris(file_pruning_predicate=where))
-
-    def read(self, first: dt.date, last: dt.date) -> pa.Table:
-        """Through delta-rs's DataFusion ``QueryBuilder``: its fastest read here (pruned by
-        the partition values; ``to_pyarrow_table(filters=...)`` takes 8x longer)."""
-        from deltalake import DeltaTable, QueryBuilder
-
-        sql = f"SELECT * FROM t WHERE event_date BETWEEN DATE '{first}' AND DATE '{last}'"
-        return pa.table(QueryBuilder().register("t", DeltaTable(self.uri)).execute(sql))
-
-
-class Iceberg:
-    name = "pyiceberg"
-    TABLE = "bench.events"
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def catalog(self) -> Any:
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        return SqlCatalog(
-            "bench",
-            uri=f"sqlite:///{self.root}/catalog.db",
-            warehouse=f"file://{self.root}/warehouse",
-        )
-
-    def load(self, data: pa.Table) -> None:
-        self.root.mkdir(parents=True)
-        catalog = self.catalog()
-        catalog.create_namespace("bench")
-        table = catalog.create_table(self.TABLE, schema=SCHEMA)
-        with table.update_spec() as spec:
-            spec.add_identity("event_date")
-        table.append(data)
-
-    def append(self, data: pa.Table) -> None:
-        self.catalog().load_table(self.TABLE).append(data)
-
-    def overwrite(self, data: pa.Table) -> None:
-        self.catalog().load_table(self.TABLE).dynamic_partition_overwrite(data)
-
-    def plan(self, day: dt.date) -> int:
-        from pyiceberg.expressions import EqualTo
-
-        table = self.catalog().load_table(self.TABLE)
-        return len(list(table.scan(row_filter=EqualTo("event_date", day.isoformat())).plan_files()))
-
-    def read(self, first: dt.date, last: dt.date) -> pa.Table:
-        from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
-
-        table = self.catalog().load_table(self.TABLE)
-        where = And(
-            GreaterThanOrEqual("event_date", first.isoformat()),
-            LessThanOrEqual("event_date", last.isoformat()),
-        )
-        return table.scan(row_filter=where).to_arrow()
-
-
 SYSTEMS: dict[str, Callable[[Path], System]] = {
-    "ours": Ours,
+    "ours": lambda root: Ours(str(root)),
     "floor": FloorSystem,
-    "delta": Delta,
+    "delta": lambda root: Delta(str(root)),
     "iceberg": Iceberg,
 }
-
-
-def canonical(table: pa.Table) -> pa.Table:
-    """The rows in one shape and order, to compare systems."""
-    return table.select(SCHEMA.names).cast(SCHEMA).sort_by("id").combine_chunks()
+LABELS = {
+    "ours": Ours.name,
+    "floor": FloorSystem.name,
+    "delta": Delta.name,
+    "iceberg": Iceberg.name,
+}
 
 
 class Run:
@@ -252,8 +124,8 @@ class Run:
 
     def report(self, title: str, operations: list[str]) -> list[list[str]]:
         others = [n for n in self.names if n != "ours"]
-        headers = ["operation", *[SYSTEMS[n].name for n in self.names]]
-        headers += [f"ours/{SYSTEMS[n].name}" for n in others] if "ours" in self.names else []
+        headers = ["operation", *[LABELS[n] for n in self.names]]
+        headers += [f"ours/{LABELS[n]}" for n in others] if "ours" in self.names else []
         table: list[list[str]] = []
         for operation in operations:
             med = {n: summarize(s)["median_ms"] for n, s in self.samples[operation].items()}

@@ -47,105 +47,16 @@ from _common import (
     summarize,
     write_results,
 )
+from _peers import Delta, Ours, canonical, updates
 from bench_floor import SCHEMA, rows
-
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 
 BUCKET_SCHEMA = pa.schema([*SCHEMA, pa.field("bucket", pa.int32())])
 
 
-class Ours:
-    name = "ours"
-
-    def __init__(self, root: Path, by: str) -> None:
-        self.uri, self.by = str(root), by
-
-    def ns(self) -> PartitionedNamespace:
-        return PartitionedNamespace.open(self.uri)
-
-    def load(self, data: pa.Table) -> None:
-        PartitionedNamespace.create(
-            self.uri, schema=data.schema, partition_fields=[PartitionField(self.by, self.by)]
-        ).write(data)
-
-    def append(self, data: pa.Table) -> None:
-        self.ns().write(data)
-
-    def delete(self, where: str) -> int:
-        return self.ns().delete(where).rows_removed
-
-    def merge(self, data: pa.Table) -> int:
-        result = self.ns().merge(data, on=["id", self.by])
-        return result.rows_updated + result.rows_inserted
-
-    def optimize(self) -> tuple[int, int]:
-        result = self.ns().optimize()
-        return result.fragments_before, result.fragments_after
-
-    def files(self) -> int:
-        ns = self.ns()
-        return sum(
-            len(ns.storage.table(p.location, p.read_version).get_fragments())
-            for p in ns.partitions()
-        )
-
-    def rows(self) -> pa.Table:
-        return self.ns().to_table()
-
-
-class Delta:
-    name = "delta-rs"
-
-    def __init__(self, root: Path, by: str) -> None:
-        self.uri, self.by = str(root), by
-
-    def table(self) -> Any:
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.uri)
-
-    def load(self, data: pa.Table) -> None:
-        from deltalake import write_deltalake
-
-        write_deltalake(self.uri, data, partition_by=[self.by], mode="error")
-
-    def append(self, data: pa.Table) -> None:
-        from deltalake import write_deltalake
-
-        write_deltalake(self.uri, data, mode="append")
-
-    def delete(self, where: str) -> int:
-        return int(self.table().delete(where)["num_deleted_rows"])
-
-    def merge(self, data: pa.Table) -> int:
-        metrics = (
-            self.table()
-            .merge(
-                data,
-                predicate=f"t.id = s.id AND t.{self.by} = s.{self.by}",
-                source_alias="s",
-                target_alias="t",
-            )
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
-        return int(metrics["num_target_rows_updated"]) + int(metrics["num_target_rows_inserted"])
-
-    def optimize(self) -> tuple[int, int]:
-        metrics = self.table().optimize.compact()
-        return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
-
-    def files(self) -> int:
-        return len(self.table().file_uris())
-
-    def rows(self) -> pa.Table:
-        from deltalake import QueryBuilder
-
-        return pa.table(QueryBuilder().register("t", self.table()).execute("SELECT * FROM t"))
-
-
-SYSTEMS: dict[str, Callable[[Path, str], Any]] = {"ours": Ours, "delta": Delta}
+SYSTEMS: dict[str, Callable[[Path, str], Any]] = {
+    "ours": lambda root, by: Ours(str(root), by=by),
+    "delta": lambda root, by: Delta(str(root), by=by),
+}
 
 
 class Run:
@@ -192,10 +103,7 @@ class Run:
 
 
 def same_rows(live: dict[str, Any], schema: pa.Schema, what: str) -> int:
-    tables = {
-        n: s.rows().select(schema.names).cast(schema).sort_by("id").combine_chunks()
-        for n, s in live.items()
-    }
+    tables = {n: canonical(s.rows(), schema) for n, s in live.items()}
     first_name, first = next(iter(tables.items()))
     for name, table in tables.items():
         if not table.equals(first):
@@ -205,13 +113,6 @@ def same_rows(live: dict[str, Any], schema: pa.Schema, what: str) -> int:
             )
     print(f"  checked: both hold the same {first.num_rows:,} rows", flush=True)
     return first.num_rows
-
-
-def updates(data: pa.Table, k: int) -> pa.Table:
-    """1% of ``data`` (``id % 100 == k``) with new values."""
-    picked = data.filter(pa.array(data.column("id").to_numpy() % 100 == k))
-    values = pa.array(np.random.default_rng(k).random(picked.num_rows))
-    return picked.set_column(picked.schema.get_field_index("value"), "value", values)
 
 
 def scenario_rows(run: Run, tmp: Path, partitions: int, per: int, reps: int) -> list[str]:
