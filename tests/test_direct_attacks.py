@@ -42,6 +42,7 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace.errors import is_retryable
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
+from airflow_provider_lance.namespace.leaves import committed_by
 from airflow_provider_lance.namespace.lifecycle import all_records
 
 from .rows import by_id, no_duplicates
@@ -845,13 +846,24 @@ def test_a_leaf_commit_failing_on_the_retry_after_a_lost_swap(ns) -> None:
 
 # -- a claim holder's roll back racing a writer without a claim ------------------------------
 def test_a_roll_back_never_adopts_an_unclaimed_writers_version(ns, monkeypatch) -> None:
-    """Partition 1 has an unpublished version above its published one (a crashed write).
-    X, holding its claim, rolls the leaf back and is parked right after the restore; W, a
-    direct write that read the rows before X's seal, commits its own leaf version on top
-    of that restore. X must not append onto W's version (its published version would hold
-    W's rows, and W, publishing after X, would add them again): it looks again, rolls back
-    once more and commits on the published version. Found by the chaos test; relies on the
-    content check after the restore in ``leaves.commit_leaf``."""
+    """Partition 1 is published as "read the latest" (a foreign writer appended F), and a
+    crashed write left an unpublished version above F. X, holding its claim, rolls the leaf
+    back and is parked right after the restore; W, a direct write that read the rows
+    before X's seal, builds on the newest version no writer of ours made, which is X's
+    restore, and commits its own leaf version on top of it (no roll-back: nothing to ask
+    the guard). X must not append onto W's version (its published version would hold W's
+    rows, and W, publishing after X, would add them again): it looks again, rolls back
+    once more and commits on F. Found by the chaos test (then on a partition with a
+    read_version: since the leaf guard, W no longer rolls back a claimed partition, and
+    only a "read the latest" one gets here); relies on the content check after the restore
+    in ``leaves.commit_leaf``."""
+    p1 = ns.partition({"part": 1})
+    foreign = pa.table(
+        {"id": pa.array([300], pa.int64()), "part": pa.array([1], pa.int32()), "tag": ["foreign"]},
+        schema=lance.dataset(p1.location).schema,
+    )
+    lance.write_dataset(foreign, p1.location, mode="append")
+    publish_latest(ns, p1.object_id)
     with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
         ns.write(tagged_rows("crashed", [1], 2, first_id=50))
     ns.begin("append", "X").stage(X_ROWS.filter(pc.equal(X_ROWS["part"], 1)))
@@ -869,11 +881,88 @@ def test_a_roll_back_never_adopts_an_unclaimed_writers_version(ns, monkeypatch) 
                 x.release()
                 committer.outcome()
     writer.outcome()
-    assert tag_counts(ns) == Counter({"seed": 4, "x": 2, "w": 2})
+    assert tag_counts(ns) == Counter({"seed": 4, "foreign": 1, "x": 2, "w": 2})
     no_duplicates(ns)
     assert claims(ns) == []
     published_files_exist(ns)
     all_readable(ns)
+
+
+def leaf_restores(location: str) -> list[tuple[int, str | None]]:
+    """Each roll-back (Restore commit) of the leaf at ``location``, with the tag of the
+    version it rolled back (None: a version no transaction of ours made)."""
+    leaf = lance.dataset(location)
+    out = []
+    for v in (int(r["version"]) for r in leaf.versions()):
+        txn = leaf.read_transaction(v)
+        if txn is not None and type(txn.operation).__name__ == "Restore":
+            out.append((v, committed_by(leaf, v - 1)))
+    return out
+
+
+@pytest.mark.parametrize("other_writer", ["committing", "foreign"])
+def test_a_direct_write_never_rolls_back_a_concurrent_publishers_or_a_foreign_version(
+    ns, monkeypatch, other_writer
+) -> None:
+    """A crashed write left an unpublished version above partition 1's published one P, so
+    W (a direct append) stages files and parks before it reads the rows (at S: unclaimed,
+    read_version P). Then another writer puts a version above P that is not W's to roll
+    back: ``committing``: X seals partition 1, rolls the crashed version back, commits its
+    own and parks before its publish; ``foreign``: a foreign tool rolls the crashed version
+    back, appends, and publishes "read the latest" (read_version NULL). W's leaf commit must
+    not restore P over that version (X is about to publish it; readers already read the
+    foreign rows): it loses the attempt and goes again on what is published now. Relies on
+    the leaf guard (``may_roll_back``) of the kernel's leaf fan-out."""
+    with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
+        ns.write(tagged_rows("crashed", [1], 2, first_id=50))
+    p1 = ns.partition({"part": 1})
+    if other_writer == "committing":
+        ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    with ExitStack() as stack:
+        w_staged = stack.enter_context(hold("direct.staged"))
+        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer.start()
+        w_staged.wait_reached()  # W staged files (a version lies above P) and read S
+        if other_writer == "committing":
+            x_parked = stack.enter_context(hold("commit.before_publish"))
+            committer = Worker(other(ns).commit, "X")
+            committer.start()
+            x_parked.wait_reached()  # X's leaf version is above P, X holds the claim
+        else:
+            lance.dataset(p1.location, version=p1.read_version).restore()
+            foreign = pa.table(
+                {
+                    "id": pa.array([300], pa.int64()),
+                    "part": pa.array([1], pa.int32()),
+                    "tag": ["foreign"],
+                },
+                schema=lance.dataset(p1.location).schema,
+            )
+            lance.write_dataset(foreign, p1.location, mode="append")
+            publish_latest(ns, p1.object_id)
+        w_staged.release()
+        if other_writer == "committing":
+            writer.join(1.0)
+            assert writer.is_alive()  # handed over: waiting for X's claim
+            x_parked.release()
+            committer.outcome()
+        writer.outcome()
+    rolled_back = leaf_restores(p1.location)
+    assert [tag for _, tag in rolled_back if tag is None or tag.startswith("X#")] == []
+    expected = {"committing": {"x": 2}, "foreign": {"foreign": 1}}[other_writer]
+    assert tag_counts(ns) == Counter({"seed": 4, "w": 2, **expected})
+    no_duplicates(ns)
+    assert claims(ns) == []
+    published_files_exist(ns)
+
+
+def publish_latest(ns: PartitionedNamespace, object_id: str) -> None:
+    """What a foreign writer does: publish a partition as "read the latest" (NULL)."""
+    manifest = lance.dataset(ns.uri + "/__manifest")
+    rows = manifest.to_table(filter=f"object_id = '{object_id}'")
+    at = rows.schema.get_field_index("read_version")
+    rows = rows.set_column(at, "read_version", pa.nulls(1, rows.schema.field(at).type))
+    manifest.merge_insert("object_id").when_matched_update_all().execute(rows)
 
 
 def test_a_swap_reported_failed_and_published_over_is_still_found(ns, monkeypatch) -> None:

@@ -44,7 +44,10 @@ from .errors import (
     TransactionAborted,
 )
 from .failpoints import failpoint
-from .leaves import check_append_schema, check_staged_files, commit_leaf, schema_digest
+from .kernel import CommitOptions as CommitOptions  # re-exported: its users import it here
+from .kernel import HeldClaim, check_works_files, commit_leaves, staged_work
+from .kernel import TransactionContext as TransactionContext  # re-exported, as above
+from .leaves import LeafMoved, check_append_schema, schema_digest
 from .lifecycle import (
     TransitionRefused,
     TxnRecord,
@@ -64,34 +67,15 @@ from .lifecycle import (
     tag,
 )
 from .maintenance import maybe_compact
-from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
+from .manifest import CLAIM, OBJECT_ID, READ_VERSION
 from .publish_result import commit_result, empty_result, rebuilt_result
 from .results import CommitResult
 from .retry import Budget, Outcome, retry_until
 from .retry import backoff as backoff  # re-exported: the modules using it import it here
 from .staging import Stage, StagedPartition
-from .storage import Storage
 from .txnstore import TransactionHeader, TransactionStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CommitOptions:
-    #: How long to wait for partitions claimed by other live transactions (seconds).
-    claim_timeout: float = 120.0
-    #: How long to retry compare-and-swaps that lose to unrelated concurrent commits.
-    swap_timeout: float = 120.0
-
-
-@dataclass(frozen=True)
-class TransactionContext:
-    """What transaction code needs of a namespace: its manifest, records and storage."""
-
-    manifest: Manifest
-    store: TransactionStore
-    load_state: Callable[..., NamespaceState]  # (version: int | None = None)
-    storage: Storage
 
 
 def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, StagedPartition]:
@@ -817,45 +801,36 @@ class Committer:
             state, rows, _ = sealed
         lost = [oid for oid in plan.partitions if (rows.get(oid) or {}).get(CLAIM) != record.tag]
         if lost:
-            now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
-            if now is None or now.incarnation != record.incarnation or now.state.is_terminal:
+            if not self._still_mine(record):
                 return None  # finished by another committer, or aborted: its outcome
             raise ManifestError(
                 f"transaction {record.tag} is committing but does not hold its claims (was "
                 "__manifest rewritten by another tool?)",
             )
         schema = plan.leaf_schema or state.schema.leaf_schema()
-
-        def commit_one(oid: str) -> int:
-            part, row = plan.partitions[oid], rows[oid]
-            version = commit_leaf(
-                self.ctx.storage,
-                self.ctx.storage.uri(row["location"]),
-                part.fragment_metadata(),
-                replace=plan.mode == "overwrite" or part.rewrite,
-                schema=schema,
-                published=row[READ_VERSION],
-                exists=part.existed or row[READ_VERSION] is not None,
-                owner=record.tag,
-                staged_schema=part.schema,
-                staged_on=part.staged_on,
-            )
-            failpoint("commit.leaf_committed")
-            return version
-
-        check_staged_files(
-            self.ctx.storage,
-            plan.partitions,
-            record.tag,
-            record.anonymous,
-            lambda: (
-                (now := resolve(self.ctx, self.ctx.load_state(), record.txn_id)) is not None
-                and now.incarnation == record.incarnation
-                and not now.state.is_terminal
-            ),
+        storage, overwrite = self.ctx.storage, plan.mode == "overwrite"
+        works = [
+            staged_work(storage, part, dict(rows[oid]), schema, replace=overwrite or part.rewrite)
+            for oid, part in plan.partitions.items()
+        ]
+        check_works_files(
+            storage, works, record.tag, record.anonymous, lambda: self._still_mine(record)
         )
-        ids = list(plan.partitions)
-        return dict(zip(ids, self.ctx.storage.map(commit_one, ids), strict=True))
+        guard = HeldClaim(self.manifest, record.tag)
+        try:
+            return commit_leaves(storage, works, writer=record.tag, guard=guard, name="commit")
+        except LeafMoved:  # the claim went meanwhile: finished or aborted by another
+            if self._still_mine(record):
+                raise
+            return None
+
+    def _still_mine(self, record: TxnRecord) -> bool:
+        """Whether ``record``'s incarnation is still being committed (not finished by
+        another committer, not aborted)."""
+        now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
+        return (
+            now is not None and now.incarnation == record.incarnation and not now.state.is_terminal
+        )
 
     # -- 3. publish ------------------------------------------------------------------------------
     def _finish(self, record: TxnRecord, plan: Plan, sealed: Sealed | None = None) -> CommitResult:

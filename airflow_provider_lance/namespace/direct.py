@@ -34,15 +34,15 @@ Delta or Iceberg write does: wasted space, never read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
-
-import pyarrow as pa
 
 from .catalog import NamespaceState
 from .commit import TransactionContext, check_staged_against, merge_stages
 from .errors import CommitConflict, LanceNamespaceError, StorageError
 from .failpoints import FailpointError, failpoint
-from .leaves import check_staged_files, commit_leaf
+from .kernel import StillPublished, check_works_files, commit_leaves, staged_work
+from .leaves import LeafMoved
 from .lifecycle import collect_finished, publish_direct
 from .maintenance import maybe_compact
 from .manifest import CLAIM, OBJECT_ID, READ_VERSION, ids_filter
@@ -118,13 +118,27 @@ def _publish(
         # A stale stage is this write's: discarded below, and write() says "write again"
         check_staged_against(parts, current, overwrite=overwrite, remedy=lambda stale: "")
 
-        versions = _commit_leaves(ctx, leaf_schema, parts, current, overwrite, owner)
+        works = [
+            staged_work(
+                ctx.storage, p, current.get(oid), leaf_schema, replace=overwrite or p.rewrite
+            )
+            for oid, p in parts.items()
+        ]
+        for work in works:  # a version the stager made, if still exactly right to publish
+            work.committed = _made_while_staging(parts[work.object_id], current)
+        check_works_files(ctx.storage, [w for w in works if w.committed is None], owner, True)
+        try:
+            guard = StillPublished(ctx.manifest, ctx.storage)
+            versions = commit_leaves(ctx.storage, works, writer=owner, guard=guard, name="direct")
+        except LeafMoved as exc:  # another writer's version lies above: not ours to undo
+            log.info("publish of %s: %s; trying again", owner, exc)
+            return Outcome.LOST
         if attempt:
             # A lost race's winner rolled back the leaf versions of the first attempt, and
             # ``maintain`` may remove what lies below a published version, their files too:
             # checked once committed again (above the published version nothing is removed;
             # once a publish passes them, the swap fails and this runs again).
-            check_staged_files(ctx.storage, parts, owner, anonymous=True)
+            check_works_files(ctx.storage, works, owner, True)
         rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
         new = [p for oid, p in parts.items() if oid not in current]
         if new:
@@ -160,48 +174,14 @@ def _publish(
         return None
 
 
-def _commit_leaves(
-    ctx: TransactionContext,
-    leaf_schema: pa.Schema,
-    parts: dict[str, StagedPartition],
-    current: dict[str, dict[str, Any]],
-    overwrite: bool,
-    owner: str,
-) -> dict[str, int]:
-    """Each leaf committed on its published version, in parallel. New and replaced leaves
-    get ``leaf_schema``: the one their files were staged with, whatever the namespace's
-    schema is now (a reader conforms them like any leaf older than a schema change)."""
-
-    def made_while_staging(oid: str) -> int | None:
-        """The leaf version the stager committed, if it is exactly right to publish: made
-        on the version still published (a new partition: still new)."""
-        part, row = parts[oid], current.get(oid)
-        published = None if row is None else row[READ_VERSION]
-        if (row is not None) == part.existed and published == part.staged_on:
-            return part.committed_version
-        return None
-
-    def commit_one(oid: str) -> int:
-        part, row = parts[oid], current.get(oid)
-        published = None if row is None else row[READ_VERSION]
-        return commit_leaf(
-            ctx.storage,
-            ctx.storage.uri(part.directory),
-            part.fragment_metadata(),
-            replace=overwrite or part.rewrite,
-            schema=leaf_schema,
-            published=published,
-            exists=part.existed or published is not None,
-            owner=owner,
-            staged_schema=part.schema,
-            staged_on=part.staged_on,
-        )
-
-    made = {oid: made_while_staging(oid) for oid in parts}  # no I/O: not in the threads
-    todo = [oid for oid, version in made.items() if version is None]
-    check_staged_files(ctx.storage, {oid: parts[oid] for oid in todo}, owner, anonymous=True)
-    committed = dict(zip(todo, ctx.storage.map(commit_one, todo), strict=True))
-    return {oid: committed[oid] if version is None else version for oid, version in made.items()}
+def _made_while_staging(part: StagedPartition, current: Mapping[str, Any]) -> int | None:
+    """The leaf version the stager committed, if it is exactly right to publish: made on
+    the version still published (a new partition: still new)."""
+    row = current.get(part.object_id)
+    published = None if row is None else row[READ_VERSION]
+    if (row is not None) == part.existed and published == part.staged_on:
+        return part.committed_version
+    return None
 
 
 def _published_after_all(

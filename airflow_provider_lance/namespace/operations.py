@@ -68,14 +68,9 @@ from .errors import (
     VersionCleanedUp,
 )
 from .failpoints import failpoint
-from .leaves import (
-    base_version,
-    commit_change,
-    commit_leaf,
-    committed_by,
-    schema_digest,
-    stage_fragments,
-)
+from .kernel import ApplyChange, ReplaceLeaf, StillPublished, commit_leaves
+from .kernel import LeafWork as PublishWork  # this module's LeafWork is the computed change
+from .leaves import base_version, schema_digest, stage_fragments
 from .lifecycle import (
     TxnRecord,
     TxnState,
@@ -88,7 +83,7 @@ from .lifecycle import (
     tag,
 )
 from .maintenance import maybe_compact
-from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION, ids_filter
+from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION
 from .naming import leaf_directory
 from .publish_result import operation_result, published_at
 from .results import OperationResult, PartitionOutcome
@@ -677,55 +672,42 @@ class OperationRunner:
 
     def _commit_leaves(self, changed: dict[str, LeafWork], created: dict[str, NewLeaf]) -> None:
         """Each change as exactly the next version of its base, each new partition as a
-        new leaf, in parallel."""
+        new leaf: all in one fan-out (:func:`~.kernel.commit_leaves`)."""
         storage = self.ctx.storage
-
-        def commit_one(work: LeafWork) -> None:
-            assert work.operation is not None
-
-            def still_base() -> bool:  # read again only when the leaf moved
-                row = self.ctx.manifest.open().to_table(
-                    columns=[READ_VERSION, CLAIM], filter=ids_filter([work.partition.object_id])
-                )
-                now = row.to_pylist()
-                if not now or now[0][CLAIM] is not None:
-                    return False
-                published = now[0][READ_VERSION]
-                if published is None and work.partition.read_version is None:
-                    # "Read the latest": a foreign writer's commit above the base is its
-                    # publish (readers see it), never an unpublished version to roll back.
-                    return not _foreign_above(storage, work.partition.location, work.base)
-                return published in (work.base, work.partition.read_version)
-
-            work.committed = commit_change(
-                storage,
-                work.partition.location,
-                work.operation,
-                base=work.base,
-                owner=self.owner,
-                still_base=still_base,
-                operation_kind=self.op.kind,
-                opened=work.leaf,
+        works = [
+            PublishWork(
+                oid,
+                w.partition.location,
+                w.partition.read_version,
+                True,
+                ApplyChange(w.operation, w.base, w.leaf),
             )
-            work.leaf = None  # committed: a later attempt reusing the change opens it anew
-            failpoint(f"{self.op.kind}.leaf_committed")
-
-        def create_one(leaf: NewLeaf) -> None:
-            leaf.committed = commit_leaf(
-                storage,
+            for oid, w in changed.items()
+            if w.operation is not None
+        ]
+        works += [
+            PublishWork(
+                oid,
                 storage.uri(leaf.directory),
-                leaf.fragments,
-                replace=True,
-                schema=leaf.leaf_schema,
-                published=None,
-                exists=False,
-                owner=self.owner,
-                staged_schema=schema_digest(leaf.leaf_schema),
-                operation_kind=self.op.kind,
+                None,
+                False,
+                ReplaceLeaf(leaf.fragments, leaf.leaf_schema, schema_digest(leaf.leaf_schema)),
             )
-
-        storage.map(commit_one, list(changed.values()))
-        storage.map(create_one, list(created.values()))
+            for oid, leaf in created.items()
+        ]
+        guard = StillPublished(self.ctx.manifest, storage)
+        try:
+            versions = commit_leaves(
+                storage, works, writer=self.owner, guard=guard, name=self.op.kind, kind=self.op.kind
+            )
+        finally:
+            for w in changed.values():  # a later attempt reusing the change opens it anew
+                w.leaf = None
+        for oid, version in versions.items():
+            if oid in changed:
+                changed[oid].committed = version
+            else:
+                created[oid].committed = version
 
     def _rows(
         self,
@@ -818,13 +800,6 @@ class OperationRunner:
         except LanceNamespaceError as exc:
             log.warning("could not look for the publish after %s: %s", error, exc)
         raise error
-
-
-def _foreign_above(storage: Storage, location: str, base: int) -> bool:
-    """Whether a version above ``base`` of the leaf at ``location`` was committed by a
-    writer that is none of ours (no transaction tag)."""
-    ds = storage.table(location)
-    return any(committed_by(ds, v) is None for v in range(base + 1, int(ds.version) + 1))
 
 
 def run_operation(
