@@ -21,6 +21,7 @@ cleaned up: a ``CommitConflict``).
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -36,14 +37,16 @@ import pytest
 from airflow_provider_lance.namespace import (
     CommitConflict,
     LanceNamespaceError,
+    OutcomeUnknown,
     PartitionedNamespace,
     PartitionField,
     TransactionAborted,
 )
-from airflow_provider_lance.namespace.errors import is_retryable
+from airflow_provider_lance.namespace.errors import StorageError, is_retryable
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.leaves import committed_by
 from airflow_provider_lance.namespace.lifecycle import all_records
+from airflow_provider_lance.namespace.manifest import Manifest
 
 from .rows import by_id, no_duplicates
 from .test_direct_publish import data_files, referenced_files
@@ -985,3 +988,55 @@ def test_a_swap_reported_failed_and_published_over_is_still_found(ns, monkeypatc
     assert tag_counts(ns) == Counter({"seed": 4, "w": 2, "a": 2})
     published_files_exist(ns)
     all_readable(ns)
+
+
+@pytest.mark.parametrize("publisher", ["direct", "delete", "commit"])
+def test_a_swap_whose_outcome_cannot_be_told_is_outcome_unknown_and_keeps_its_files(
+    ns, monkeypatch, publisher
+) -> None:
+    """The publishing swap commits, the store reports an error, and ``__manifest`` cannot
+    be read back (the store is down). Every publish path says the same (the kernel's
+    ``published_after_all``): the outcome is unknown (not retryable: a retry could publish
+    the rows twice), and the files the swap may have published are kept. A table
+    operation used to raise the retryable storage error itself."""
+    before = data_files(ns)
+    broken = threading.Event()
+    opened = Manifest.open
+
+    def open_manifest(self: Manifest, version: int | None = None) -> Any:
+        if broken.is_set():
+            raise StorageError("injected: the store is unreachable")
+        return opened(self, version)
+
+    monkeypatch.setattr(Manifest, "open", open_manifest)
+    if publisher == "commit":
+        ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    call = {
+        "direct": lambda: ns.write(tagged_rows("w", [1], 2, first_id=100)),
+        "delete": lambda: ns.delete("id = 0"),
+        "commit": lambda: ns.commit("X"),
+    }[publisher]
+
+    def arm() -> bool:  # the publishing swap fails (a commit's seal swap before it passes)
+        monkeypatch.setenv(ENV, "manifest.after_swap=error")
+        return False
+
+    def down() -> bool:  # once that swap committed, the store is unreachable
+        if ENV in os.environ:
+            broken.set()
+        return False
+
+    with ExitStack() as stack:
+        stack.enter_context(hold("commit.before_publish", when=arm))
+        stack.enter_context(hold("manifest.after_swap", when=down, times=None))
+        if publisher != "commit":
+            arm()
+        with pytest.raises(OutcomeUnknown, match="cannot be told") as info:
+            call()
+    monkeypatch.delenv(ENV)
+    assert not is_retryable(info.value)
+    broken.clear()
+    expected = {"direct": [0, 1, 2, 3, 100, 101], "delete": [1, 2, 3]}
+    assert no_duplicates(ns) == expected.get(publisher, [0, 1, 2, 3, 100, 101])
+    assert set(before) <= set(data_files(ns))
+    published_files_exist(ns)

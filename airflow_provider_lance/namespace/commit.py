@@ -41,11 +41,27 @@ from .errors import (
     ManifestError,
     OutcomeUnknown,
     StaleStage,
+    StorageError,
     TransactionAborted,
 )
 from .failpoints import failpoint
+from .kernel import (
+    ClaimedBy,
+    HeldClaim,
+    NoLiveClaim,
+    ReadVersionIs,
+    Requirement,
+    RowExists,
+    Swap,
+    check_works_files,
+    commit_leaves,
+    names_versions,
+    published_after_all,
+    requirements_unmet,
+    staged_requirements,
+    staged_work,
+)
 from .kernel import CommitOptions as CommitOptions  # re-exported: its users import it here
-from .kernel import HeldClaim, check_works_files, commit_leaves, staged_work
 from .kernel import TransactionContext as TransactionContext  # re-exported, as above
 from .leaves import LeafMoved, check_append_schema, schema_digest
 from .lifecycle import (
@@ -53,7 +69,6 @@ from .lifecycle import (
     TxnRecord,
     TxnState,
     claim_holders,
-    claim_is_live,
     claim_owners,
     collect_finished,
     load_records,
@@ -145,14 +160,13 @@ def seen_as(part: StagedPartition) -> str:
 
 def check_staged_against(
     parts: Mapping[str, StagedPartition],
-    current: Mapping[str, Mapping[str, Any]],
-    *,
-    overwrite: bool,
+    unmet: Sequence[Requirement],
     remedy: Callable[[list[str]], str],
 ) -> None:
     """The one rule for what staged files may be published onto, for the claim
-    protocol's seal and the direct publish alike (``current``: the partitions' rows now,
-    claimed ones included; absent: no such partition).
+    protocol's seal and the direct publish alike: ``unmet``, the
+    :func:`~.kernel.staged_requirements` the partitions' rows now do not meet (claimed
+    ones included; absent: no such partition).
 
     * A partition the data was staged into as existing that has no row now was dropped
       since. The commit fails rather than create it anew: the user dropped the partition
@@ -167,15 +181,8 @@ def check_staged_against(
     Neither heals by waiting or committing again, so this raises :class:`StaleStage` (not
     retryable), with ``remedy(stale partition ids)``: how to stage again.
     """
-    dropped: list[StagedPartition] = []
-    moved: list[StagedPartition] = []
-    for oid, part in parts.items():
-        row = current.get(oid)
-        if row is None:
-            if part.existed:
-                dropped.append(part)
-        elif (overwrite or part.rewrite) and row[READ_VERSION] != part.base_read_version:
-            moved.append(part)
+    dropped = [parts[r.object_id] for r in unmet if isinstance(r, RowExists)]
+    moved = [parts[r.object_id] for r in unmet if isinstance(r, ReadVersionIs)]
     if not dropped and not moved:
         return
     problems = []
@@ -696,24 +703,24 @@ class Committer:
         as of ``state``); None while other transactions hold partitions (kept in
         ``_blocked`` for the error once the claim timeout is spent)."""
         tag, overwrite = record.tag, plan.mode == "overwrite"
+        holders = load_records(state, claim_owners(current.values()))
+        unmet = requirements_unmet(
+            [
+                *staged_requirements(plan.partitions, overwrite=overwrite),
+                *(NoLiveClaim(oid, mine=tag) for oid in plan.partitions),
+            ],
+            current,
+            holders,
+        )
         check_staged_against(
             plan.partitions,
-            current,
-            overwrite=overwrite,
-            remedy=lambda stale: restage_remedy(record.txn_id, self._holding(plan, stale)),
+            unmet,
+            lambda stale: restage_remedy(record.txn_id, self._holding(plan, stale)),
         )
-        holders = load_records(state, claim_owners(current.values()))
-        blocked: dict[str, str] = {}
-        rows: list[dict[str, Any]] = []
-        for oid in plan.partitions:
-            row = current.get(oid)
-            if row is None:
-                continue
-            owner = row.get(CLAIM)
-            if owner and owner != tag and claim_is_live(owner, holders):
-                blocked[oid] = owner
-                continue
-            rows.append(dict(row, **{CLAIM: tag}))
+        blocked = {
+            r.object_id: current[r.object_id][CLAIM] for r in unmet if isinstance(r, NoLiveClaim)
+        }
+        rows = [dict(current[oid], **{CLAIM: tag}) for oid in plan.partitions if oid in current]
         if blocked:
             failpoint("commit.claim_blocked")
             self._blocked = (blocked, holders)
@@ -799,8 +806,7 @@ class Committer:
             rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
         else:
             state, rows, _ = sealed
-        lost = [oid for oid in plan.partitions if (rows.get(oid) or {}).get(CLAIM) != record.tag]
-        if lost:
+        if requirements_unmet([ClaimedBy(oid, record.tag) for oid in plan.partitions], rows, None):
             if not self._still_mine(record):
                 return None  # finished by another committer, or aborted: its outcome
             raise ManifestError(
@@ -863,11 +869,13 @@ class Committer:
             if now.state is not TxnState.COMMITTING or now.owner != self.token:
                 return self._await_outcome(record)
             before = {r[OBJECT_ID]: r[READ_VERSION] for r in rows}
+            held = {r[OBJECT_ID]: r for r in rows}
+            lost = requirements_unmet([ClaimedBy(o, record.tag) for o in held], held, None)
+            if lost:
+                raise ManifestError(
+                    f"transaction {record.tag} lost its claim on {lost[0].object_id}"
+                )
             for r in rows:
-                if r.get(CLAIM) != record.tag:
-                    raise ManifestError(
-                        f"transaction {record.tag} lost its claim on {r[OBJECT_ID]}"
-                    )
                 r[READ_VERSION] = versions[r[OBJECT_ID]]
                 r[CLAIM] = None
             try:
@@ -875,6 +883,9 @@ class Committer:
                     version = publish(self.manifest, state, now, self.token, rows)
             except (CommitConflict, TransitionRefused):
                 return Outcome.LOST
+            except StorageError as exc:  # committed after all? (else: the error, or unknown)
+                swap = Swap(state.version, rows)
+                version = published_after_all(self.manifest, swap, names_versions(versions), exc)
             failpoint("commit.after_publish")
             result = commit_result(
                 version, plan.mode, record.txn_id, plan.partitions, versions, before

@@ -39,13 +39,24 @@ from typing import Any
 
 from .catalog import NamespaceState
 from .commit import TransactionContext, check_staged_against, merge_stages
-from .errors import CommitConflict, LanceNamespaceError, StorageError
+from .errors import CommitConflict, OutcomeUnknown, StorageError
 from .failpoints import FailpointError, failpoint
-from .kernel import StillPublished, check_works_files, commit_leaves, staged_work
+from .kernel import (
+    NoLiveClaim,
+    StillPublished,
+    Swap,
+    check_works_files,
+    commit_leaves,
+    names_versions,
+    published_after_all,
+    requirements_unmet,
+    staged_requirements,
+    staged_work,
+)
 from .leaves import LeafMoved
 from .lifecycle import collect_finished, publish_direct
 from .maintenance import maybe_compact
-from .manifest import CLAIM, OBJECT_ID, READ_VERSION, ids_filter
+from .manifest import OBJECT_ID, READ_VERSION
 from .publish_result import commit_result, empty_result
 from .results import CommitResult
 from .retry import Budget, Outcome, Spent, retry_until
@@ -71,10 +82,8 @@ def publish_stage(
     """
     try:
         result = _publish(ctx, state, stage, owner)
-    except FailpointError:
-        raise  # a simulated crash: nothing cleans up after a real one either
-    except _Unknown as unknown:
-        raise unknown.error from unknown.error.__cause__
+    except (FailpointError, OutcomeUnknown):
+        raise  # a simulated crash, or maybe published: nothing may delete its files
     except BaseException:
         discard_stage(stage, ctx.storage)
         raise
@@ -87,14 +96,6 @@ def publish_stage(
     return result
 
 
-class _Unknown(Exception):
-    """The swap failed in a way that may have committed it, and reading back failed too."""
-
-    def __init__(self, error: StorageError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 def _publish(
     ctx: TransactionContext, state: NamespaceState, stage: Stage, owner: str
 ) -> CommitResult | None:
@@ -104,6 +105,7 @@ def _publish(
         return empty_result(state.version, stage.mode, stage.txn_id)
     overwrite = stage.mode == "overwrite"
     leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
+    requirements = staged_requirements(parts, overwrite=overwrite)
 
     def attempt_publish(attempt: int) -> CommitResult | Outcome | None:
         nonlocal state
@@ -111,12 +113,14 @@ def _publish(
             state = ctx.load_state()
         current = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
         # (read even for partitions staged as new: one a transaction is creating exists,
-        # claimed, though no reader sees it)
-        if any(row.get(CLAIM) for row in current.values()):
+        # claimed, though no reader sees it; a dead claim is the claim protocol's to clear)
+        claims = [NoLiveClaim(oid) for oid in current]
+        unmet = requirements_unmet([*claims, *requirements], current, None)
+        if any(isinstance(r, NoLiveClaim) for r in unmet):
             log.info("partitions of %s are claimed: committing through the claim protocol", owner)
             return None
         # A stale stage is this write's: discarded below, and write() says "write again"
-        check_staged_against(parts, current, overwrite=overwrite, remedy=lambda stale: "")
+        check_staged_against(parts, unmet, lambda stale: "")
 
         works = [
             staged_work(
@@ -156,8 +160,9 @@ def _publish(
         except CommitConflict:
             log.info("publish of %s lost a race (attempt %d); trying again", owner, attempt + 1)
             return Outcome.LOST
-        except StorageError as exc:
-            version = _published_after_all(ctx, state, parts, versions, exc)
+        except StorageError as exc:  # committed after all? (else: the error, or unknown)
+            swap = Swap(state.version, rows)
+            version = published_after_all(ctx.manifest, swap, names_versions(versions), exc)
         before = {oid: row[READ_VERSION] for oid, row in current.items()}
         return commit_result(version, stage.mode, stage.txn_id, parts, versions, before)
 
@@ -182,33 +187,3 @@ def _made_while_staging(part: StagedPartition, current: Mapping[str, Any]) -> in
     if (row is not None) == part.existed and published == part.staged_on:
         return part.committed_version
     return None
-
-
-def _published_after_all(
-    ctx: TransactionContext,
-    state: NamespaceState,
-    parts: dict[str, StagedPartition],
-    versions: dict[str, int],
-    error: StorageError,
-) -> int:
-    """The manifest version a swap against ``state`` made although it reported a storage
-    error, or the error again if it made none.
-
-    Its leaf versions are this write's own (no other writer publishes them), so a manifest
-    version after ``state`` whose rows name one of them is the swap's. Every version since
-    is looked at, not only the latest: a writer may already have published over it. When
-    that cannot be read the outcome is unknown, and the staged files are kept.
-    """
-    wanted = ids_filter(parts)
-    try:
-        latest = int(ctx.manifest.open().version)
-        for version in range(state.version + 1, latest + 1):
-            rows = ctx.manifest.open(version).to_table(
-                columns=[OBJECT_ID, READ_VERSION], filter=wanted
-            )
-            if any(r[READ_VERSION] == versions[r[OBJECT_ID]] for r in rows.to_pylist()):
-                log.warning("the publish reported %s but was committed (v%d)", error, version)
-                return version
-    except LanceNamespaceError:
-        raise _Unknown(error) from None
-    raise error

@@ -11,11 +11,19 @@ direct write of :mod:`.direct`, the table operations of :mod:`.operations`) does
   does not exist is replaced whole) and one :class:`LeafGuard` asked before any roll-back
   (G2): :class:`HeldClaim` for the claim protocol, :class:`StillPublished` for the others.
   G4 (the staged files still exist) is :func:`check_works_files`.
+* **Requirements.** What the one ``__manifest`` swap of a publish needs of the rows it
+  read (pyiceberg's ``TableRequirement``): :data:`Requirement`, checked by
+  :func:`requirements_unmet`; each path decides what an unmet one means (wait, hand over,
+  fail for good). The swap's compare-and-swap makes sure none changed in between.
+* **Recovery.** A swap that reported a storage error may have committed:
+  :func:`published_after_all` is the one rule for telling (pyiceberg's
+  ``CommitStateUnknown``: when it cannot tell, the staged files are kept).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,12 +33,16 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from .catalog import NamespaceState
+from .errors import LanceNamespaceError, OutcomeUnknown, StorageError
 from .failpoints import failpoint
 from .leaves import StagedFiles, check_staged_files, commit_change, commit_leaf, committed_by
-from .manifest import CLAIM, READ_VERSION, Manifest, ids_filter
+from .lifecycle import TxnRecord, claim_is_live
+from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest, ids_filter
 from .staging import StagedPartition
 from .storage import Storage
 from .txnstore import TransactionStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -249,3 +261,129 @@ def commit_leaves(
         assert w.committed is not None
         out[w.object_id] = w.committed
     return out
+
+
+# -- requirements of the swap ----------------------------------------------------------------
+@dataclass(frozen=True)
+class RowExists:
+    """A partition staged into as existing still has a row (it was not dropped since)."""
+
+    object_id: str
+
+
+@dataclass(frozen=True)
+class ReadVersionIs:
+    """A partition replaced whole (overwrite, rewrite) still publishes the version it
+    replaces (no row: a new partition, met)."""
+
+    object_id: str
+    read_version: int | None
+
+
+@dataclass(frozen=True)
+class NoLiveClaim:
+    """No live transaction holds the partition, other than ``mine`` (``txn#k``)."""
+
+    object_id: str
+    mine: str | None = None
+
+
+@dataclass(frozen=True)
+class ClaimedBy:
+    """The partition's row is claimed by ``holder`` (``txn#k``)."""
+
+    object_id: str
+    holder: str
+
+
+Requirement = RowExists | ReadVersionIs | NoLiveClaim | ClaimedBy
+
+
+def staged_requirements(
+    parts: Mapping[str, StagedPartition], *, overwrite: bool
+) -> list[Requirement]:
+    """What staged files need of the rows they are published onto."""
+    out: list[Requirement] = [RowExists(oid) for oid, p in parts.items() if p.existed]
+    out += [
+        ReadVersionIs(oid, p.base_read_version)
+        for oid, p in parts.items()
+        if overwrite or p.rewrite
+    ]
+    return out
+
+
+def requirements_unmet(
+    requirements: Iterable[Requirement],
+    rows: Mapping[str, Mapping[str, Any]],
+    holders: Mapping[str, TxnRecord] | None,
+) -> list[Requirement]:
+    """The requirements the ``rows`` read (by object id; absent: no row) do not meet.
+    ``holders``: the rows of the transactions holding claims among them (None: every
+    claim counts as live)."""
+
+    def met(req: Requirement) -> bool:
+        row = rows.get(req.object_id)
+        if isinstance(req, RowExists):
+            return row is not None
+        if isinstance(req, ReadVersionIs):
+            return row is None or row[READ_VERSION] == req.read_version
+        claim = None if row is None else row.get(CLAIM)
+        if isinstance(req, ClaimedBy):
+            return claim == req.holder
+        if not claim or claim == req.mine:
+            return True
+        return holders is not None and not claim_is_live(claim, holders)
+
+    return [r for r in requirements if not met(r)]
+
+
+# -- recovery --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Swap:
+    """THE compare-and-swap of one publish: rows upserted and ids deleted, against the
+    ``__manifest`` version ``base_version`` the rows were read at."""
+
+    base_version: int
+    upserts: Sequence[Mapping[str, Any]]
+    drops: Sequence[str] = ()
+
+    @property
+    def object_ids(self) -> list[str]:
+        return [*(r[OBJECT_ID] for r in self.upserts), *self.drops]
+
+
+def names_versions(versions: Mapping[str, int | None]) -> Callable[[Mapping[str, Any]], bool]:
+    """``mine`` for :func:`published_after_all`: a row naming one of these leaf versions
+    (made by this publish: no other writer publishes them)."""
+
+    def mine(row: Mapping[str, Any]) -> bool:
+        version = versions.get(row[OBJECT_ID])
+        return version is not None and row[READ_VERSION] == version
+
+    return mine
+
+
+def published_after_all(
+    manifest: Manifest, swap: Swap, mine: Callable[[Mapping[str, Any]], bool], error: StorageError
+) -> int:
+    """The manifest version ``swap`` made although it reported ``error``: the first
+    version after its base holding a row that is ``mine`` (every version is looked at,
+    not only the latest: a writer may have published over it).
+
+    Every version read and none is ``mine``: ``error`` again (nothing was published; the
+    caller may delete what it staged). The versions cannot be read: :class:`OutcomeUnknown`
+    (the staged files must be kept: they may be published)."""
+    wanted = ids_filter(swap.object_ids)
+    try:
+        latest = int(manifest.open().version)
+        for version in range(swap.base_version + 1, latest + 1):
+            if any(map(mine, manifest.open(version).to_table(filter=wanted).to_pylist())):
+                log.warning("the publish reported %s but was committed (v%d)", error, version)
+                return version
+    except LanceNamespaceError as exc:
+        raise OutcomeUnknown(
+            f"a publish reported {error}, and whether it committed cannot be told ({exc}): "
+            "its files are kept; read the data to see whether it was published before "
+            "writing it again"
+        ) from error
+    raise error

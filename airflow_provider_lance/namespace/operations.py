@@ -68,14 +68,23 @@ from .errors import (
     VersionCleanedUp,
 )
 from .failpoints import failpoint
-from .kernel import ApplyChange, ReplaceLeaf, StillPublished, commit_leaves
+from .kernel import (
+    ApplyChange,
+    NoLiveClaim,
+    ReplaceLeaf,
+    StillPublished,
+    Swap,
+    commit_leaves,
+    names_versions,
+    published_after_all,
+    requirements_unmet,
+)
 from .kernel import LeafWork as PublishWork  # this module's LeafWork is the computed change
 from .leaves import base_version, schema_digest, stage_fragments
 from .lifecycle import (
     TxnRecord,
     TxnState,
     claim_holders,
-    claim_is_live,
     claim_owners,
     collect_finished,
     load_records,
@@ -480,7 +489,7 @@ class OperationRunner:
             return Outcome.LOST
         if not isinstance(prepared, _Prepared):
             return prepared
-        selection, attempt, changed, rows, result = prepared
+        selection, attempt, _, rows, result = prepared
         failpoint(f"{self.op.kind}.before_publish")
         drops = sorted(selection.drops)
         if self._intent is not None:  # conflicts with a fence that rewrote it since
@@ -494,8 +503,8 @@ class OperationRunner:
             self._previous = attempt
             self._note_moves(attempt)
             return Outcome.LOST
-        except StorageError as exc:
-            version = self._published_after_all(state, changed, attempt.created, exc)
+        except StorageError as exc:  # committed after all? (else: the error, or unknown)
+            version = self._published_after_all(Swap(state.version, rows, drops), exc)
         self._intent = None  # deleted by the swap
         failpoint(f"{self.op.kind}.after_publish")
         result = replace(result, manifest_version=version)
@@ -606,11 +615,11 @@ class OperationRunner:
         """Whether a live committing transaction holds a touched partition (True: wait;
         the holders are kept for the error once the claim timeout is spent). An operation
         that skips busy partitions drops them from ``selection`` instead."""
-        claimed = {oid: r[CLAIM] for oid, r in current.items() if r.get(CLAIM)}
-        if not claimed:
+        if not any(r.get(CLAIM) for r in current.values()):
             return False
         holders = load_records(state, claim_owners(current.values()))
-        live = {oid: c for oid, c in claimed.items() if claim_is_live(c, holders)}
+        unmet = requirements_unmet([NoLiveClaim(oid) for oid in current], current, holders)
+        live = {r.object_id: current[r.object_id][CLAIM] for r in unmet}
         if not live:
             return False  # dead claims: the swap clears them
         if self.op.skips_busy:
@@ -766,40 +775,22 @@ class OperationRunner:
         ]
         return out
 
-    def _published_after_all(
-        self,
-        state: NamespaceState,
-        changed: dict[str, LeafWork],
-        created: dict[str, NewLeaf],
-        error: StorageError,
-    ) -> int:
-        """The manifest version a swap against ``state`` made although it reported a
-        storage error, or the error again: a later version whose rows name one of this
-        operation's own leaf versions (of a changed or a created partition), or its
-        transaction row PUBLISHED, is the swap's (every version since is looked at: a
-        writer may have published over it). An operation that only drops partitions,
-        without a ``txn_id``, names nothing of its own: its error stands (a retry drops
-        nothing more)."""
-        versions = {oid: w.committed for oid, w in changed.items()}
-        versions.update((oid, leaf.committed) for oid, leaf in created.items())
+    def _published_after_all(self, swap: Swap, error: StorageError) -> int:
+        """:func:`~.kernel.published_after_all`: a row naming one of this operation's own
+        leaf versions, or its transaction row PUBLISHED in this incarnation, is the swap's.
+        An operation that only drops partitions, without a ``txn_id``, names nothing of
+        its own: its error stands (a retry drops nothing more)."""
         record = row_id(self.txn_id) if self.txn_id is not None else None
-        wanted = [*versions, *([record] if record else [])]
+        own = {r[OBJECT_ID]: r[READ_VERSION] for r in swap.upserts if r[OBJECT_ID] != record}
+        leaf_versions = names_versions(own)
 
         def mine(r: Mapping[str, Any]) -> bool:
             if r[OBJECT_ID] == record:
                 found = TxnRecord.from_row(r)
                 return found.state is TxnState.PUBLISHED and found.incarnation == self.incarnation
-            return r[OBJECT_ID] in versions and r[READ_VERSION] == versions[r[OBJECT_ID]]
+            return leaf_versions(r)
 
-        try:
-            latest = int(self.ctx.manifest.open().version)
-            for version in range(state.version + 1, latest + 1):
-                if any(map(mine, self.ctx.load_state(version).full_rows(wanted).to_pylist())):
-                    log.warning("the publish reported %s but was committed (v%d)", error, version)
-                    return version
-        except LanceNamespaceError as exc:
-            log.warning("could not look for the publish after %s: %s", error, exc)
-        raise error
+        return published_after_all(self.ctx.manifest, swap, mine, error)
 
 
 def run_operation(
