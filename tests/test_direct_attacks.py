@@ -1040,3 +1040,59 @@ def test_a_swap_whose_outcome_cannot_be_told_is_outcome_unknown_and_keeps_its_fi
     assert no_duplicates(ns) == expected.get(publisher, [0, 1, 2, 3, 100, 101])
     assert set(before) <= set(data_files(ns))
     published_files_exist(ns)
+
+
+def test_a_zombie_committer_never_rolls_back_the_next_claim_holders_version(ns) -> None:
+    """Committer A seals X (claiming partition 1) and parks before its leaf commits; B
+    takes X over and publishes it; Y then claims partition 1, commits its leaf version and
+    parks before its publish. A, resumed, finds a version above the one it sealed on: it
+    must not restore over Y's version (Y holds the claim and is about to publish it). It
+    returns X's published result instead. Relies on the claim protocol's leaf guard
+    (``kernel.HeldClaim``)."""
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    with ExitStack() as stack:
+        a_sealed = stack.enter_context(hold("commit.after_claim"))
+        zombie = Worker(other(ns).commit, "X")
+        zombie.start()
+        a_sealed.wait_reached()
+        other(ns).commit("X")  # B: takes over, publishes
+        ns.begin("append", "Y").stage(tagged_rows("y", [1], 2, first_id=200))
+        y_parked = stack.enter_context(hold("commit.before_publish"))
+        committer = Worker(other(ns).commit, "Y")
+        committer.start()
+        y_parked.wait_reached()  # Y's leaf version lies above X's published one
+        a_sealed.release()
+        assert zombie.outcome().rows == 2
+        y_parked.release()
+        committer.outcome()
+    p1 = ns.partition({"part": 1})
+    assert [tag for _, tag in leaf_restores(p1.location) if tag == "Y#1"] == []
+    assert tag_counts(ns) == Counter({"seed": 4, "x": 2, "y": 2})
+    no_duplicates(ns)
+    assert claims(ns) == []
+    published_files_exist(ns)
+
+
+def test_a_leaf_commit_rebased_onto_an_unpublished_version_is_made_again(ns) -> None:
+    """X has sealed partition 1 and is about to commit its leaf on the published version
+    P; W, a direct write, commits version P+1 while staging (then finds X's claim and
+    waits for it). X's Append, made against P, is rebased by Lance onto P+1 (P + W + X):
+    X must not publish it (W's rows would be visible before W published, and twice once W
+    appends them again): it rolls P+1 back and commits on P. Relies on ``commit_leaf``
+    using a commit only if it became exactly base + 1 (G1)."""
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    committer = Worker(other(ns).commit, "X")
+    writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+    with hold("leaf.before_commit", when=lambda: threading.current_thread() is committer) as x:
+        committer.start()
+        x.wait_reached()  # sealed: X holds partition 1's claim
+        with hold("direct.staged") as w_staged:
+            writer.start()
+            w_staged.wait_reached()  # W's leaf version P+1 is committed, unpublished
+        x.release()
+        committer.outcome()
+    writer.outcome()
+    assert tag_counts(ns) == Counter({"seed": 4, "x": 2, "w": 2})
+    no_duplicates(ns)
+    assert claims(ns) == []
+    published_files_exist(ns)
