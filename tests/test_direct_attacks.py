@@ -21,6 +21,7 @@ cleaned up: a ``CommitConflict``).
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -36,13 +37,16 @@ import pytest
 from airflow_provider_lance.namespace import (
     CommitConflict,
     LanceNamespaceError,
+    OutcomeUnknown,
     PartitionedNamespace,
     PartitionField,
     TransactionAborted,
 )
-from airflow_provider_lance.namespace.errors import is_retryable
+from airflow_provider_lance.namespace.errors import StorageError, is_retryable
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
+from airflow_provider_lance.namespace.leaf_version import committed_by
 from airflow_provider_lance.namespace.lifecycle import all_records
+from airflow_provider_lance.namespace.manifest import Manifest
 
 from .rows import by_id, no_duplicates
 from .test_direct_publish import data_files, referenced_files
@@ -845,13 +849,24 @@ def test_a_leaf_commit_failing_on_the_retry_after_a_lost_swap(ns) -> None:
 
 # -- a claim holder's roll back racing a writer without a claim ------------------------------
 def test_a_roll_back_never_adopts_an_unclaimed_writers_version(ns, monkeypatch) -> None:
-    """Partition 1 has an unpublished version above its published one (a crashed write).
-    X, holding its claim, rolls the leaf back and is parked right after the restore; W, a
-    direct write that read the rows before X's seal, commits its own leaf version on top
-    of that restore. X must not append onto W's version (its published version would hold
-    W's rows, and W, publishing after X, would add them again): it looks again, rolls back
-    once more and commits on the published version. Found by the chaos test; relies on the
-    content check after the restore in ``leaves.commit_leaf``."""
+    """Partition 1 is published as "read the latest" (a foreign writer appended F), and a
+    crashed write left an unpublished version above F. X, holding its claim, rolls the leaf
+    back and is parked right after the restore; W, a direct write that read the rows
+    before X's seal, builds on the newest version no writer of ours made, which is X's
+    restore, and commits its own leaf version on top of it (no roll-back: nothing to ask
+    the guard). X must not append onto W's version (its published version would hold W's
+    rows, and W, publishing after X, would add them again): it looks again, rolls back
+    once more and commits on F. Found by the chaos test (then on a partition with a
+    read_version: since the leaf guard, W no longer rolls back a claimed partition, and
+    only a "read the latest" one gets here); relies on the content check after the restore
+    in ``leaves.commit_leaf``."""
+    p1 = ns.partition({"part": 1})
+    foreign = pa.table(
+        {"id": pa.array([300], pa.int64()), "part": pa.array([1], pa.int32()), "tag": ["foreign"]},
+        schema=lance.dataset(p1.location).schema,
+    )
+    lance.write_dataset(foreign, p1.location, mode="append")
+    publish_latest(ns, p1.object_id)
     with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
         ns.write(tagged_rows("crashed", [1], 2, first_id=50))
     ns.begin("append", "X").stage(X_ROWS.filter(pc.equal(X_ROWS["part"], 1)))
@@ -869,11 +884,88 @@ def test_a_roll_back_never_adopts_an_unclaimed_writers_version(ns, monkeypatch) 
                 x.release()
                 committer.outcome()
     writer.outcome()
-    assert tag_counts(ns) == Counter({"seed": 4, "x": 2, "w": 2})
+    assert tag_counts(ns) == Counter({"seed": 4, "foreign": 1, "x": 2, "w": 2})
     no_duplicates(ns)
     assert claims(ns) == []
     published_files_exist(ns)
     all_readable(ns)
+
+
+def leaf_restores(location: str) -> list[tuple[int, str | None]]:
+    """Each roll-back (Restore commit) of the leaf at ``location``, with the tag of the
+    version it rolled back (None: a version no transaction of ours made)."""
+    leaf = lance.dataset(location)
+    out = []
+    for v in (int(r["version"]) for r in leaf.versions()):
+        txn = leaf.read_transaction(v)
+        if txn is not None and type(txn.operation).__name__ == "Restore":
+            out.append((v, committed_by(leaf, v - 1)))
+    return out
+
+
+@pytest.mark.parametrize("other_writer", ["committing", "foreign"])
+def test_a_direct_write_never_rolls_back_a_concurrent_publishers_or_a_foreign_version(
+    ns, monkeypatch, other_writer
+) -> None:
+    """A crashed write left an unpublished version above partition 1's published one P, so
+    W (a direct append) stages files and parks before it reads the rows (at S: unclaimed,
+    read_version P). Then another writer puts a version above P that is not W's to roll
+    back: ``committing``: X seals partition 1, rolls the crashed version back, commits its
+    own and parks before its publish; ``foreign``: a foreign tool rolls the crashed version
+    back, appends, and publishes "read the latest" (read_version NULL). W's leaf commit must
+    not restore P over that version (X is about to publish it; readers already read the
+    foreign rows): it loses the attempt and goes again on what is published now. Relies on
+    the leaf guard (``may_roll_back``) of the kernel's leaf fan-out."""
+    with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
+        ns.write(tagged_rows("crashed", [1], 2, first_id=50))
+    p1 = ns.partition({"part": 1})
+    if other_writer == "committing":
+        ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    with ExitStack() as stack:
+        w_staged = stack.enter_context(hold("direct.staged"))
+        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer.start()
+        w_staged.wait_reached()  # W staged files (a version lies above P) and read S
+        if other_writer == "committing":
+            x_parked = stack.enter_context(hold("commit.before_publish"))
+            committer = Worker(other(ns).commit, "X")
+            committer.start()
+            x_parked.wait_reached()  # X's leaf version is above P, X holds the claim
+        else:
+            lance.dataset(p1.location, version=p1.read_version).restore()
+            foreign = pa.table(
+                {
+                    "id": pa.array([300], pa.int64()),
+                    "part": pa.array([1], pa.int32()),
+                    "tag": ["foreign"],
+                },
+                schema=lance.dataset(p1.location).schema,
+            )
+            lance.write_dataset(foreign, p1.location, mode="append")
+            publish_latest(ns, p1.object_id)
+        w_staged.release()
+        if other_writer == "committing":
+            writer.join(1.0)
+            assert writer.is_alive()  # handed over: waiting for X's claim
+            x_parked.release()
+            committer.outcome()
+        writer.outcome()
+    rolled_back = leaf_restores(p1.location)
+    assert [tag for _, tag in rolled_back if tag is None or tag.startswith("X#")] == []
+    expected = {"committing": {"x": 2}, "foreign": {"foreign": 1}}[other_writer]
+    assert tag_counts(ns) == Counter({"seed": 4, "w": 2, **expected})
+    no_duplicates(ns)
+    assert claims(ns) == []
+    published_files_exist(ns)
+
+
+def publish_latest(ns: PartitionedNamespace, object_id: str) -> None:
+    """What a foreign writer does: publish a partition as "read the latest" (NULL)."""
+    manifest = lance.dataset(ns.uri + "/__manifest")
+    rows = manifest.to_table(filter=f"object_id = '{object_id}'")
+    at = rows.schema.get_field_index("read_version")
+    rows = rows.set_column(at, "read_version", pa.nulls(1, rows.schema.field(at).type))
+    manifest.merge_insert("object_id").when_matched_update_all().execute(rows)
 
 
 def test_a_swap_reported_failed_and_published_over_is_still_found(ns, monkeypatch) -> None:
@@ -896,3 +988,111 @@ def test_a_swap_reported_failed_and_published_over_is_still_found(ns, monkeypatc
     assert tag_counts(ns) == Counter({"seed": 4, "w": 2, "a": 2})
     published_files_exist(ns)
     all_readable(ns)
+
+
+@pytest.mark.parametrize("publisher", ["direct", "delete", "commit"])
+def test_a_swap_whose_outcome_cannot_be_told_is_outcome_unknown_and_keeps_its_files(
+    ns, monkeypatch, publisher
+) -> None:
+    """The publishing swap commits, the store reports an error, and ``__manifest`` cannot
+    be read back (the store is down). Every publish path says the same (the kernel's
+    ``published_after_all``): the outcome is unknown (not retryable: a retry could publish
+    the rows twice), and the files the swap may have published are kept. A table
+    operation used to raise the retryable storage error itself."""
+    before = data_files(ns)
+    broken = threading.Event()
+    opened = Manifest.open
+
+    def open_manifest(self: Manifest, version: int | None = None) -> Any:
+        if broken.is_set():
+            raise StorageError("injected: the store is unreachable")
+        return opened(self, version)
+
+    monkeypatch.setattr(Manifest, "open", open_manifest)
+    if publisher == "commit":
+        ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    call = {
+        "direct": lambda: ns.write(tagged_rows("w", [1], 2, first_id=100)),
+        "delete": lambda: ns.delete("id = 0"),
+        "commit": lambda: ns.commit("X"),
+    }[publisher]
+
+    def arm() -> bool:  # the publishing swap fails (a commit's seal swap before it passes)
+        monkeypatch.setenv(ENV, "manifest.after_swap=error")
+        return False
+
+    def down() -> bool:  # once that swap committed, the store is unreachable
+        if ENV in os.environ:
+            broken.set()
+        return False
+
+    with ExitStack() as stack:
+        stack.enter_context(hold("commit.before_publish", when=arm))
+        stack.enter_context(hold("manifest.after_swap", when=down, times=None))
+        if publisher != "commit":
+            arm()
+        with pytest.raises(OutcomeUnknown, match="cannot be told") as info:
+            call()
+    monkeypatch.delenv(ENV)
+    assert not is_retryable(info.value)
+    broken.clear()
+    expected = {"direct": [0, 1, 2, 3, 100, 101], "delete": [1, 2, 3]}
+    assert no_duplicates(ns) == expected.get(publisher, [0, 1, 2, 3, 100, 101])
+    assert set(before) <= set(data_files(ns))
+    published_files_exist(ns)
+
+
+def test_a_zombie_committer_never_rolls_back_the_next_claim_holders_version(ns) -> None:
+    """Committer A seals X (claiming partition 1) and parks before its leaf commits; B
+    takes X over and publishes it; Y then claims partition 1, commits its leaf version and
+    parks before its publish. A, resumed, finds a version above the one it sealed on: it
+    must not restore over Y's version (Y holds the claim and is about to publish it). It
+    returns X's published result instead. Relies on the claim protocol's leaf guard
+    (``kernel.HeldClaim``)."""
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    with ExitStack() as stack:
+        a_sealed = stack.enter_context(hold("commit.after_claim"))
+        zombie = Worker(other(ns).commit, "X")
+        zombie.start()
+        a_sealed.wait_reached()
+        other(ns).commit("X")  # B: takes over, publishes
+        ns.begin("append", "Y").stage(tagged_rows("y", [1], 2, first_id=200))
+        y_parked = stack.enter_context(hold("commit.before_publish"))
+        committer = Worker(other(ns).commit, "Y")
+        committer.start()
+        y_parked.wait_reached()  # Y's leaf version lies above X's published one
+        a_sealed.release()
+        assert zombie.outcome().rows == 2
+        y_parked.release()
+        committer.outcome()
+    p1 = ns.partition({"part": 1})
+    assert [tag for _, tag in leaf_restores(p1.location) if tag == "Y#1"] == []
+    assert tag_counts(ns) == Counter({"seed": 4, "x": 2, "y": 2})
+    no_duplicates(ns)
+    assert claims(ns) == []
+    published_files_exist(ns)
+
+
+def test_a_leaf_commit_rebased_onto_an_unpublished_version_is_made_again(ns) -> None:
+    """X has sealed partition 1 and is about to commit its leaf on the published version
+    P; W, a direct write, commits version P+1 while staging (then finds X's claim and
+    waits for it). X's Append, made against P, is rebased by Lance onto P+1 (P + W + X):
+    X must not publish it (W's rows would be visible before W published, and twice once W
+    appends them again): it rolls P+1 back and commits on P. Relies on ``commit_leaf``
+    using a commit only if it became exactly base + 1 (G1)."""
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    committer = Worker(other(ns).commit, "X")
+    writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+    with hold("leaf.before_commit", when=lambda: threading.current_thread() is committer) as x:
+        committer.start()
+        x.wait_reached()  # sealed: X holds partition 1's claim
+        with hold("direct.staged") as w_staged:
+            writer.start()
+            w_staged.wait_reached()  # W's leaf version P+1 is committed, unpublished
+        x.release()
+        committer.outcome()
+    writer.outcome()
+    assert tag_counts(ns) == Counter({"seed": 4, "x": 2, "w": 2})
+    no_duplicates(ns)
+    assert claims(ns) == []
+    published_files_exist(ns)

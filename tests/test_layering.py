@@ -19,9 +19,8 @@ def test_core_imports_no_airflow_or_spark() -> None:
     assert out.stdout.strip() == ""
 
 
-#: Modules that still query ``__manifest`` themselves: the publish paths, whose queries move
-#: into the publish kernel (docs/plans/commit-kernel.md, increments 3-5); nothing else may.
-RAW_MANIFEST_QUERIES_ALLOWED = frozenset({"commit.py", "direct.py", "operations.py", "leaves.py"})
+#: The one module that queries ``__manifest`` rows (its ManifestView), under namespace/.
+MANIFEST_MODULE = "manifest.py"
 #: Lance calls that read (or delete) rows, and the only writers of a filter string.
 _ROW_QUERIES = frozenset({"to_table", "to_batches", "scanner", "count_rows", "take", "delete"})
 _FILTER_WRITERS = frozenset({"ids_filter", "_sql_literal", "sql_literal"})
@@ -90,9 +89,7 @@ def test_manifest_queried_by_name() -> None:
     package = Path(__file__).resolve().parents[1] / "airflow_provider_lance"
     bad = []
     for path in sorted(package.rglob("*.py")):
-        if path == package / "namespace" / "manifest.py":
-            continue
-        if path.parent == package / "namespace" and path.name in RAW_MANIFEST_QUERIES_ALLOWED:
+        if path == package / "namespace" / MANIFEST_MODULE:
             continue
         for line, what in raw_manifest_queries(path.read_text()):
             bad.append(f"{path.relative_to(package.parent)}:{line}: {what}")

@@ -41,14 +41,32 @@ from .errors import (
     ManifestError,
     OutcomeUnknown,
     StaleStage,
+    StorageError,
     TransactionAborted,
 )
 from .failpoints import failpoint
-from .leaves import check_append_schema, check_staged_files, commit_leaf, schema_digest
+from .kernel import (
+    ClaimedBy,
+    HeldClaim,
+    NoLiveClaim,
+    ReadVersionIs,
+    Requirement,
+    RowExists,
+    Swap,
+    check_works_files,
+    commit_leaves,
+    names_versions,
+    published_after_all,
+    requirements_unmet,
+    staged_requirements,
+    staged_work,
+)
+from .kernel import CommitOptions as CommitOptions  # re-exported: its users import it here
+from .kernel import TransactionContext as TransactionContext  # re-exported, as above
+from .leaves import LeafMoved, check_append_schema, schema_digest
 from .lifecycle import (
     TransitionRefused,
     claim_holders,
-    claim_is_live,
     claim_owners,
     collect_finished,
     load_records,
@@ -58,36 +76,17 @@ from .lifecycle import (
     seal,
     steal,
 )
-from .manifest import CLAIM, OBJECT_ID, READ_VERSION, Manifest
+from .manifest import CLAIM, OBJECT_ID, READ_VERSION
 from .manifest_compaction import maybe_compact
 from .publish_result import commit_result, empty_result, rebuilt_result
 from .results import CommitResult, value_text
 from .retry import Budget, Outcome, retry_until
 from .retry import backoff as backoff  # re-exported: the modules using it import it here
 from .staging import Stage, StagedPartition
-from .storage import Storage
 from .txn_row import TransactionHeader, TxnRecord, TxnState, new_token, parse_tag, tag
 from .txnstore import TransactionStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CommitOptions:
-    #: How long to wait for partitions claimed by other live transactions (seconds).
-    claim_timeout: float = 120.0
-    #: How long to retry compare-and-swaps that lose to unrelated concurrent commits.
-    swap_timeout: float = 120.0
-
-
-@dataclass(frozen=True)
-class TransactionContext:
-    """What transaction code needs of a namespace: its manifest, records and storage."""
-
-    manifest: Manifest
-    store: TransactionStore
-    load_state: Callable[..., NamespaceState]  # (version: int | None = None)
-    storage: Storage
 
 
 def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, StagedPartition]:
@@ -157,14 +156,13 @@ def seen_as(part: StagedPartition) -> str:
 
 def check_staged_against(
     parts: Mapping[str, StagedPartition],
-    current: Mapping[str, Mapping[str, Any]],
-    *,
-    overwrite: bool,
+    unmet: Sequence[Requirement],
     remedy: Callable[[list[str]], str],
 ) -> None:
     """The one rule for what staged files may be published onto, for the claim
-    protocol's seal and the direct publish alike (``current``: the partitions' rows now,
-    claimed ones included; absent: no such partition).
+    protocol's seal and the direct publish alike: ``unmet``, the
+    :func:`~.kernel.staged_requirements` the partitions' rows now do not meet (claimed
+    ones included; absent: no such partition).
 
     * A partition the data was staged into as existing that has no row now was dropped
       since. The commit fails rather than create it anew: the user dropped the partition
@@ -179,15 +177,8 @@ def check_staged_against(
     Neither heals by waiting or committing again, so this raises :class:`StaleStage` (not
     retryable), with ``remedy(stale partition ids)``: how to stage again.
     """
-    dropped: list[StagedPartition] = []
-    moved: list[StagedPartition] = []
-    for oid, part in parts.items():
-        row = current.get(oid)
-        if row is None:
-            if part.existed:
-                dropped.append(part)
-        elif (overwrite or part.rewrite) and row[READ_VERSION] != part.base_read_version:
-            moved.append(part)
+    dropped = [parts[r.object_id] for r in unmet if isinstance(r, RowExists)]
+    moved = [parts[r.object_id] for r in unmet if isinstance(r, ReadVersionIs)]
     if not dropped and not moved:
         return
     problems = []
@@ -708,24 +699,24 @@ class Committer:
         as of ``state``); None while other transactions hold partitions (kept in
         ``_blocked`` for the error once the claim timeout is spent)."""
         tag, overwrite = record.tag, plan.mode == "overwrite"
+        holders = load_records(state, claim_owners(current.values()))
+        unmet = requirements_unmet(
+            [
+                *staged_requirements(plan.partitions, overwrite=overwrite),
+                *(NoLiveClaim(oid, mine=tag) for oid in plan.partitions),
+            ],
+            current,
+            holders,
+        )
         check_staged_against(
             plan.partitions,
-            current,
-            overwrite=overwrite,
-            remedy=lambda stale: restage_remedy(record.txn_id, self._holding(plan, stale)),
+            unmet,
+            lambda stale: restage_remedy(record.txn_id, self._holding(plan, stale)),
         )
-        holders = load_records(state, claim_owners(current.values()))
-        blocked: dict[str, str] = {}
-        rows: list[dict[str, Any]] = []
-        for oid in plan.partitions:
-            row = current.get(oid)
-            if row is None:
-                continue
-            owner = row.get(CLAIM)
-            if owner and owner != tag and claim_is_live(owner, holders):
-                blocked[oid] = owner
-                continue
-            rows.append(dict(row, **{CLAIM: tag}))
+        blocked = {
+            r.object_id: current[r.object_id][CLAIM] for r in unmet if isinstance(r, NoLiveClaim)
+        }
+        rows = [dict(current[oid], **{CLAIM: tag}) for oid in plan.partitions if oid in current]
         if blocked:
             failpoint("commit.claim_blocked")
             self._blocked = (blocked, holders)
@@ -811,47 +802,37 @@ class Committer:
             rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
         else:
             state, rows, _ = sealed
-        lost = [oid for oid in plan.partitions if (rows.get(oid) or {}).get(CLAIM) != record.tag]
-        if lost:
-            now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
-            if now is None or now.incarnation != record.incarnation or now.state.is_terminal:
+        if requirements_unmet([ClaimedBy(oid, record.tag) for oid in plan.partitions], rows, None):
+            if not self._still_mine(record):
                 return None  # finished by another committer, or aborted: its outcome
             raise ManifestError(
                 f"transaction {record.tag} is committing but does not hold its claims (was "
                 "__manifest rewritten by another tool?)",
             )
         schema = plan.leaf_schema or state.schema.leaf_schema()
-
-        def commit_one(oid: str) -> int:
-            part, row = plan.partitions[oid], rows[oid]
-            version = commit_leaf(
-                self.ctx.storage,
-                self.ctx.storage.uri(row["location"]),
-                part.fragment_metadata(),
-                replace=plan.mode == "overwrite" or part.rewrite,
-                schema=schema,
-                published=row[READ_VERSION],
-                exists=part.existed or row[READ_VERSION] is not None,
-                owner=record.tag,
-                staged_schema=part.schema,
-                staged_on=part.staged_on,
-            )
-            failpoint("commit.leaf_committed")
-            return version
-
-        check_staged_files(
-            self.ctx.storage,
-            plan.partitions,
-            record.tag,
-            record.anonymous,
-            lambda: (
-                (now := resolve(self.ctx, self.ctx.load_state(), record.txn_id)) is not None
-                and now.incarnation == record.incarnation
-                and not now.state.is_terminal
-            ),
+        storage, overwrite = self.ctx.storage, plan.mode == "overwrite"
+        works = [
+            staged_work(storage, part, dict(rows[oid]), schema, replace=overwrite or part.rewrite)
+            for oid, part in plan.partitions.items()
+        ]
+        check_works_files(
+            storage, works, record.tag, record.anonymous, lambda: self._still_mine(record)
         )
-        ids = list(plan.partitions)
-        return dict(zip(ids, self.ctx.storage.map(commit_one, ids), strict=True))
+        guard = HeldClaim(self.manifest, record.tag)
+        try:
+            return commit_leaves(storage, works, writer=record.tag, guard=guard, name="commit")
+        except LeafMoved:  # the claim went meanwhile: finished or aborted by another
+            if self._still_mine(record):
+                raise
+            return None
+
+    def _still_mine(self, record: TxnRecord) -> bool:
+        """Whether ``record``'s incarnation is still being committed (not finished by
+        another committer, not aborted)."""
+        now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
+        return (
+            now is not None and now.incarnation == record.incarnation and not now.state.is_terminal
+        )
 
     # -- 3. publish ------------------------------------------------------------------------------
     def _finish(self, record: TxnRecord, plan: Plan, sealed: Sealed | None = None) -> CommitResult:
@@ -884,11 +865,13 @@ class Committer:
             if now.state is not TxnState.COMMITTING or now.owner != self.token:
                 return self._await_outcome(record)
             before = {r[OBJECT_ID]: r[READ_VERSION] for r in rows}
+            held = {r[OBJECT_ID]: r for r in rows}
+            lost = requirements_unmet([ClaimedBy(o, record.tag) for o in held], held, None)
+            if lost:
+                raise ManifestError(
+                    f"transaction {record.tag} lost its claim on {lost[0].object_id}"
+                )
             for r in rows:
-                if r.get(CLAIM) != record.tag:
-                    raise ManifestError(
-                        f"transaction {record.tag} lost its claim on {r[OBJECT_ID]}"
-                    )
                 r[READ_VERSION] = versions[r[OBJECT_ID]]
                 r[CLAIM] = None
             try:
@@ -896,6 +879,9 @@ class Committer:
                     version = publish(self.manifest, state, now, self.token, rows)
             except (CommitConflict, TransitionRefused):
                 return Outcome.LOST
+            except StorageError as exc:  # committed after all? (else: the error, or unknown)
+                swap = Swap(state.version, rows)
+                version = published_after_all(self.manifest, swap, names_versions(versions), exc)
             failpoint("commit.after_publish")
             result = commit_result(
                 version, plan.mode, record.txn_id, plan.partitions, versions, before

@@ -34,17 +34,28 @@ Delta or Iceberg write does: wasted space, never read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
-
-import pyarrow as pa
 
 from .catalog import NamespaceState
 from .commit import TransactionContext, check_staged_against, merge_stages
-from .errors import CommitConflict, LanceNamespaceError, StorageError
+from .errors import CommitConflict, OutcomeUnknown, StorageError
 from .failpoints import FailpointError, failpoint
-from .leaves import check_staged_files, commit_leaf
+from .kernel import (
+    NoLiveClaim,
+    StillPublished,
+    Swap,
+    check_works_files,
+    commit_leaves,
+    names_versions,
+    published_after_all,
+    requirements_unmet,
+    staged_requirements,
+    staged_work,
+)
+from .leaves import LeafMoved
 from .lifecycle import collect_finished, publish_direct
-from .manifest import CLAIM, OBJECT_ID, READ_VERSION, ids_filter
+from .manifest import OBJECT_ID, READ_VERSION
 from .manifest_compaction import maybe_compact
 from .publish_result import commit_result, empty_result
 from .results import CommitResult
@@ -71,10 +82,8 @@ def publish_stage(
     """
     try:
         result = _publish(ctx, state, stage, owner)
-    except FailpointError:
-        raise  # a simulated crash: nothing cleans up after a real one either
-    except _Unknown as unknown:
-        raise unknown.error from unknown.error.__cause__
+    except (FailpointError, OutcomeUnknown):
+        raise  # a simulated crash, or maybe published: nothing may delete its files
     except BaseException:
         discard_stage(stage, ctx.storage)
         raise
@@ -87,14 +96,6 @@ def publish_stage(
     return result
 
 
-class _Unknown(Exception):
-    """The swap failed in a way that may have committed it, and reading back failed too."""
-
-    def __init__(self, error: StorageError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 def _publish(
     ctx: TransactionContext, state: NamespaceState, stage: Stage, owner: str
 ) -> CommitResult | None:
@@ -104,6 +105,7 @@ def _publish(
         return empty_result(state.version, stage.mode, stage.txn_id)
     overwrite = stage.mode == "overwrite"
     leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
+    requirements = staged_requirements(parts, overwrite=overwrite)
 
     def attempt_publish(attempt: int) -> CommitResult | Outcome | None:
         nonlocal state
@@ -111,20 +113,36 @@ def _publish(
             state = ctx.load_state()
         current = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
         # (read even for partitions staged as new: one a transaction is creating exists,
-        # claimed, though no reader sees it)
-        if any(row.get(CLAIM) for row in current.values()):
+        # claimed, though no reader sees it; a dead claim is the claim protocol's to clear)
+        claims = [NoLiveClaim(oid) for oid in current]
+        unmet = requirements_unmet([*claims, *requirements], current, None)
+        if any(isinstance(r, NoLiveClaim) for r in unmet):
             log.info("partitions of %s are claimed: committing through the claim protocol", owner)
             return None
         # A stale stage is this write's: discarded below, and write() says "write again"
-        check_staged_against(parts, current, overwrite=overwrite, remedy=lambda stale: "")
+        check_staged_against(parts, unmet, lambda stale: "")
 
-        versions = _commit_leaves(ctx, leaf_schema, parts, current, overwrite, owner)
+        works = [
+            staged_work(
+                ctx.storage, p, current.get(oid), leaf_schema, replace=overwrite or p.rewrite
+            )
+            for oid, p in parts.items()
+        ]
+        for work in works:  # a version the stager made, if still exactly right to publish
+            work.committed = _made_while_staging(parts[work.object_id], current)
+        check_works_files(ctx.storage, [w for w in works if w.committed is None], owner, True)
+        try:
+            guard = StillPublished(ctx.manifest, ctx.storage)
+            versions = commit_leaves(ctx.storage, works, writer=owner, guard=guard, name="direct")
+        except LeafMoved as exc:  # another writer's version lies above: not ours to undo
+            log.info("publish of %s: %s; trying again", owner, exc)
+            return Outcome.LOST
         if attempt:
             # A lost race's winner rolled back the leaf versions of the first attempt, and
             # ``maintain`` may remove what lies below a published version, their files too:
             # checked once committed again (above the published version nothing is removed;
             # once a publish passes them, the swap fails and this runs again).
-            check_staged_files(ctx.storage, parts, owner, anonymous=True)
+            check_works_files(ctx.storage, works, owner, True)
         rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
         new = [p for oid, p in parts.items() if oid not in current]
         if new:
@@ -142,8 +160,9 @@ def _publish(
         except CommitConflict:
             log.info("publish of %s lost a race (attempt %d); trying again", owner, attempt + 1)
             return Outcome.LOST
-        except StorageError as exc:
-            version = _published_after_all(ctx, state, parts, versions, exc)
+        except StorageError as exc:  # committed after all? (else: the error, or unknown)
+            swap = Swap(state.version, rows)
+            version = published_after_all(ctx.manifest, swap, names_versions(versions), exc)
         before = {oid: row[READ_VERSION] for oid, row in current.items()}
         return commit_result(version, stage.mode, stage.txn_id, parts, versions, before)
 
@@ -160,75 +179,11 @@ def _publish(
         return None
 
 
-def _commit_leaves(
-    ctx: TransactionContext,
-    leaf_schema: pa.Schema,
-    parts: dict[str, StagedPartition],
-    current: dict[str, dict[str, Any]],
-    overwrite: bool,
-    owner: str,
-) -> dict[str, int]:
-    """Each leaf committed on its published version, in parallel. New and replaced leaves
-    get ``leaf_schema``: the one their files were staged with, whatever the namespace's
-    schema is now (a reader conforms them like any leaf older than a schema change)."""
-
-    def made_while_staging(oid: str) -> int | None:
-        """The leaf version the stager committed, if it is exactly right to publish: made
-        on the version still published (a new partition: still new)."""
-        part, row = parts[oid], current.get(oid)
-        published = None if row is None else row[READ_VERSION]
-        if (row is not None) == part.existed and published == part.staged_on:
-            return part.committed_version
-        return None
-
-    def commit_one(oid: str) -> int:
-        part, row = parts[oid], current.get(oid)
-        published = None if row is None else row[READ_VERSION]
-        return commit_leaf(
-            ctx.storage,
-            ctx.storage.uri(part.directory),
-            part.fragment_metadata(),
-            replace=overwrite or part.rewrite,
-            schema=leaf_schema,
-            published=published,
-            exists=part.existed or published is not None,
-            owner=owner,
-            staged_schema=part.schema,
-            staged_on=part.staged_on,
-        )
-
-    made = {oid: made_while_staging(oid) for oid in parts}  # no I/O: not in the threads
-    todo = [oid for oid, version in made.items() if version is None]
-    check_staged_files(ctx.storage, {oid: parts[oid] for oid in todo}, owner, anonymous=True)
-    committed = dict(zip(todo, ctx.storage.map(commit_one, todo), strict=True))
-    return {oid: committed[oid] if version is None else version for oid, version in made.items()}
-
-
-def _published_after_all(
-    ctx: TransactionContext,
-    state: NamespaceState,
-    parts: dict[str, StagedPartition],
-    versions: dict[str, int],
-    error: StorageError,
-) -> int:
-    """The manifest version a swap against ``state`` made although it reported a storage
-    error, or the error again if it made none.
-
-    Its leaf versions are this write's own (no other writer publishes them), so a manifest
-    version after ``state`` whose rows name one of them is the swap's. Every version since
-    is looked at, not only the latest: a writer may already have published over it. When
-    that cannot be read the outcome is unknown, and the staged files are kept.
-    """
-    wanted = ids_filter(parts)
-    try:
-        latest = int(ctx.manifest.open().version)
-        for version in range(state.version + 1, latest + 1):
-            rows = ctx.manifest.open(version).to_table(
-                columns=[OBJECT_ID, READ_VERSION], filter=wanted
-            )
-            if any(r[READ_VERSION] == versions[r[OBJECT_ID]] for r in rows.to_pylist()):
-                log.warning("the publish reported %s but was committed (v%d)", error, version)
-                return version
-    except LanceNamespaceError:
-        raise _Unknown(error) from None
-    raise error
+def _made_while_staging(part: StagedPartition, current: Mapping[str, Any]) -> int | None:
+    """The leaf version the stager committed, if it is exactly right to publish: made on
+    the version still published (a new partition: still new)."""
+    row = current.get(part.object_id)
+    published = None if row is None else row[READ_VERSION]
+    if (row is not None) == part.existed and published == part.staged_on:
+        return part.committed_version
+    return None

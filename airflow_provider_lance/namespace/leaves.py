@@ -340,6 +340,7 @@ def commit_leaf(
     staged_schema: str | None = None,
     staged_on: int | None = None,
     operation_kind: str | None = None,
+    may_roll_back: Callable[[int], bool] | None = None,
 ) -> int:
     """Commit staged fragments as a leaf version holding exactly base + ``fragments``.
 
@@ -364,6 +365,10 @@ def commit_leaf(
     against: the leaf version ``staged_on`` for an append (None: a new table), ``schema``
     for a replacement. A mismatch raises :class:`CommitConflict` and commits nothing: the
     files' columns would be read as other columns.
+
+    ``may_roll_back(base)`` (if given) is asked before versions above ``base`` are rolled
+    back: False raises :class:`LeafMoved` instead (they may be another writer's to publish,
+    see :class:`~.kernel.LeafGuard`).
     """
 
     def check_replacement() -> None:  # an Overwrite gives the files ``schema``'s field ids
@@ -399,6 +404,8 @@ def commit_leaf(
             if base_v is not None and not overwrite:
                 check_append_schema(storage, uri, base_v, staged_on, staged_schema)
             if base_v is not None and not overwrite and latest != base_v:
+                if may_roll_back is not None and not may_roll_back(base_v):
+                    raise _moved(uri)
                 restored = _roll_back(storage, uri, ds, base_v)
                 if restored is None:
                     return Outcome.AGAIN
@@ -431,7 +438,7 @@ def commit_change(
     *,
     base: int,
     owner: str,
-    still_base: Callable[[], bool] | None = None,
+    may_roll_back: Callable[[int], bool] | None = None,
     operation_kind: str | None = None,
     opened: lance.LanceDataset | None = None,
 ) -> int:
@@ -451,9 +458,9 @@ def commit_change(
 
     ``operation_kind`` is recorded in the commit's properties (see ``history``).
 
-    ``still_base`` (if given) is asked before anything is rolled back: False means
-    ``base`` is no longer the published version (a writer published or claimed the
-    partition meanwhile), and :class:`CommitConflict` is raised instead of rolling that
+    ``may_roll_back(base)`` (if given) is asked before anything is rolled back: False
+    means ``base`` is no longer the published version (a writer published or claimed the
+    partition meanwhile), and :class:`LeafMoved` is raised instead of rolling that
     writer's version back for a commit whose publish would fail anyway. It is asked too
     when ``base`` cannot be read or committed on: once a writer published over it,
     ``maintain`` may have removed it, and that is a lost race, not a storage failure.
@@ -480,7 +487,7 @@ def commit_change(
                         expected = content_after(ds, base, operation)
                 if committed_by(ds, latest) == owner and _content(ds, latest) == expected:
                     return latest
-                if still_base is not None and not still_base():
+                if may_roll_back is not None and not may_roll_back(base):
                     raise _moved(uri)
                 restored = _roll_back(storage, uri, ds, base)
                 if restored is None:
@@ -490,7 +497,7 @@ def commit_change(
         except CommitConflict:
             raise
         except LanceNamespaceError as exc:  # base removed (published over, then cleaned)?
-            if still_base is not None and not still_base():
+            if may_roll_back is not None and not may_roll_back(base):
                 raise _moved(uri) from exc
             raise
         return Outcome.AGAIN if version is None else version
@@ -514,8 +521,14 @@ def _still_latest(storage: Storage, ds: lance.LanceDataset, base: int) -> bool:
         return int(ds.latest_version) == base
 
 
-def _moved(uri: str) -> CommitConflict:
-    return CommitConflict(
+class LeafMoved(CommitConflict):
+    """A leaf commit's guard refused to roll back the versions above its base: the
+    partition was published or claimed anew meanwhile (or a foreign writer published it);
+    nothing was committed, and the attempt lost its race."""
+
+
+def _moved(uri: str) -> LeafMoved:
+    return LeafMoved(
         f"partition table {uri} was published or claimed anew while this change was "
         "computed; nothing was published"
     )

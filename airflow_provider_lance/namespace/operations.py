@@ -68,10 +68,21 @@ from .errors import (
     VersionCleanedUp,
 )
 from .failpoints import failpoint
-from .leaf_version import committed_by
-from .leaves import base_version, commit_change, commit_leaf, schema_digest, stage_fragments
-from .lifecycle import claim_holders, claim_is_live, claim_owners, collect_finished, load_records
-from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION, ids_filter
+from .kernel import (
+    ApplyChange,
+    NoLiveClaim,
+    ReplaceLeaf,
+    StillPublished,
+    Swap,
+    commit_leaves,
+    names_versions,
+    published_after_all,
+    requirements_unmet,
+)
+from .kernel import LeafWork as PublishWork  # this module's LeafWork is the computed change
+from .leaves import base_version, schema_digest, stage_fragments
+from .lifecycle import claim_holders, claim_owners, collect_finished, load_records
+from .manifest import CLAIM, METADATA, OBJECT_ID, READ_VERSION
 from .manifest_compaction import maybe_compact
 from .naming import leaf_directory
 from .publish_result import operation_result, published_at
@@ -470,7 +481,7 @@ class OperationRunner:
             return Outcome.LOST
         if not isinstance(prepared, _Prepared):
             return prepared
-        selection, attempt, changed, rows, result = prepared
+        selection, attempt, _, rows, result = prepared
         failpoint(f"{self.op.kind}.before_publish")
         drops = sorted(selection.drops)
         if self._intent is not None:  # conflicts with a fence that rewrote it since
@@ -484,8 +495,8 @@ class OperationRunner:
             self._previous = attempt
             self._note_moves(attempt)
             return Outcome.LOST
-        except StorageError as exc:
-            version = self._published_after_all(state, changed, attempt.created, exc)
+        except StorageError as exc:  # committed after all? (else: the error, or unknown)
+            version = self._published_after_all(Swap(state.version, rows, drops), exc)
         self._intent = None  # deleted by the swap
         failpoint(f"{self.op.kind}.after_publish")
         result = replace(result, manifest_version=version)
@@ -551,7 +562,7 @@ class OperationRunner:
         attempt on it reads: ``state``'s own version cleaned up, or a partition published
         anew (``maintain`` may then remove the version the attempt read)."""
         try:
-            self.ctx.manifest.open(state.version)
+            self.ctx.manifest.at(state.version)
         except ManifestError:
             return True
         latest = self.ctx.load_state()
@@ -596,11 +607,11 @@ class OperationRunner:
         """Whether a live committing transaction holds a touched partition (True: wait;
         the holders are kept for the error once the claim timeout is spent). An operation
         that skips busy partitions drops them from ``selection`` instead."""
-        claimed = {oid: r[CLAIM] for oid, r in current.items() if r.get(CLAIM)}
-        if not claimed:
+        if not any(r.get(CLAIM) for r in current.values()):
             return False
         holders = load_records(state, claim_owners(current.values()))
-        live = {oid: c for oid, c in claimed.items() if claim_is_live(c, holders)}
+        unmet = requirements_unmet([NoLiveClaim(oid) for oid in current], current, holders)
+        live = {r.object_id: current[r.object_id][CLAIM] for r in unmet}
         if not live:
             return False  # dead claims: the swap clears them
         if self.op.skips_busy:
@@ -662,55 +673,42 @@ class OperationRunner:
 
     def _commit_leaves(self, changed: dict[str, LeafWork], created: dict[str, NewLeaf]) -> None:
         """Each change as exactly the next version of its base, each new partition as a
-        new leaf, in parallel."""
+        new leaf: all in one fan-out (:func:`~.kernel.commit_leaves`)."""
         storage = self.ctx.storage
-
-        def commit_one(work: LeafWork) -> None:
-            assert work.operation is not None
-
-            def still_base() -> bool:  # read again only when the leaf moved
-                row = self.ctx.manifest.open().to_table(
-                    columns=[READ_VERSION, CLAIM], filter=ids_filter([work.partition.object_id])
-                )
-                now = row.to_pylist()
-                if not now or now[0][CLAIM] is not None:
-                    return False
-                published = now[0][READ_VERSION]
-                if published is None and work.partition.read_version is None:
-                    # "Read the latest": a foreign writer's commit above the base is its
-                    # publish (readers see it), never an unpublished version to roll back.
-                    return not _foreign_above(storage, work.partition.location, work.base)
-                return published in (work.base, work.partition.read_version)
-
-            work.committed = commit_change(
-                storage,
-                work.partition.location,
-                work.operation,
-                base=work.base,
-                owner=self.owner,
-                still_base=still_base,
-                operation_kind=self.op.kind,
-                opened=work.leaf,
+        works = [
+            PublishWork(
+                oid,
+                w.partition.location,
+                w.partition.read_version,
+                True,
+                ApplyChange(w.operation, w.base, w.leaf),
             )
-            work.leaf = None  # committed: a later attempt reusing the change opens it anew
-            failpoint(f"{self.op.kind}.leaf_committed")
-
-        def create_one(leaf: NewLeaf) -> None:
-            leaf.committed = commit_leaf(
-                storage,
+            for oid, w in changed.items()
+            if w.operation is not None
+        ]
+        works += [
+            PublishWork(
+                oid,
                 storage.uri(leaf.directory),
-                leaf.fragments,
-                replace=True,
-                schema=leaf.leaf_schema,
-                published=None,
-                exists=False,
-                owner=self.owner,
-                staged_schema=schema_digest(leaf.leaf_schema),
-                operation_kind=self.op.kind,
+                None,
+                False,
+                ReplaceLeaf(leaf.fragments, leaf.leaf_schema, schema_digest(leaf.leaf_schema)),
             )
-
-        storage.map(commit_one, list(changed.values()))
-        storage.map(create_one, list(created.values()))
+            for oid, leaf in created.items()
+        ]
+        guard = StillPublished(self.ctx.manifest, storage)
+        try:
+            versions = commit_leaves(
+                storage, works, writer=self.owner, guard=guard, name=self.op.kind, kind=self.op.kind
+            )
+        finally:
+            for w in changed.values():  # a later attempt reusing the change opens it anew
+                w.leaf = None
+        for oid, version in versions.items():
+            if oid in changed:
+                changed[oid].committed = version
+            else:
+                created[oid].committed = version
 
     def _rows(
         self,
@@ -769,47 +767,22 @@ class OperationRunner:
         ]
         return out
 
-    def _published_after_all(
-        self,
-        state: NamespaceState,
-        changed: dict[str, LeafWork],
-        created: dict[str, NewLeaf],
-        error: StorageError,
-    ) -> int:
-        """The manifest version a swap against ``state`` made although it reported a
-        storage error, or the error again: a later version whose rows name one of this
-        operation's own leaf versions (of a changed or a created partition), or its
-        transaction row PUBLISHED, is the swap's (every version since is looked at: a
-        writer may have published over it). An operation that only drops partitions,
-        without a ``txn_id``, names nothing of its own: its error stands (a retry drops
-        nothing more)."""
-        versions = {oid: w.committed for oid, w in changed.items()}
-        versions.update((oid, leaf.committed) for oid, leaf in created.items())
+    def _published_after_all(self, swap: Swap, error: StorageError) -> int:
+        """:func:`~.kernel.published_after_all`: a row naming one of this operation's own
+        leaf versions, or its transaction row PUBLISHED in this incarnation, is the swap's.
+        An operation that only drops partitions, without a ``txn_id``, names nothing of
+        its own: its error stands (a retry drops nothing more)."""
         record = row_id(self.txn_id) if self.txn_id is not None else None
-        wanted = [*versions, *([record] if record else [])]
+        own = {r[OBJECT_ID]: r[READ_VERSION] for r in swap.upserts if r[OBJECT_ID] != record}
+        leaf_versions = names_versions(own)
 
         def mine(r: Mapping[str, Any]) -> bool:
             if r[OBJECT_ID] == record:
                 found = TxnRecord.from_row(r)
                 return found.state is TxnState.PUBLISHED and found.incarnation == self.incarnation
-            return r[OBJECT_ID] in versions and r[READ_VERSION] == versions[r[OBJECT_ID]]
+            return leaf_versions(r)
 
-        try:
-            latest = int(self.ctx.manifest.open().version)
-            for version in range(state.version + 1, latest + 1):
-                if any(map(mine, self.ctx.load_state(version).full_rows(wanted).to_pylist())):
-                    log.warning("the publish reported %s but was committed (v%d)", error, version)
-                    return version
-        except LanceNamespaceError as exc:
-            log.warning("could not look for the publish after %s: %s", error, exc)
-        raise error
-
-
-def _foreign_above(storage: Storage, location: str, base: int) -> bool:
-    """Whether a version above ``base`` of the leaf at ``location`` was committed by a
-    writer that is none of ours (no transaction tag)."""
-    ds = storage.table(location)
-    return any(committed_by(ds, v) is None for v in range(base + 1, int(ds.version) + 1))
+        return published_after_all(self.ctx.manifest, swap, mine, error)
 
 
 def run_operation(
