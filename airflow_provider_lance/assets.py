@@ -25,7 +25,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from airflow.providers.common.compat.sdk import Asset
 
-from airflow_provider_lance.namespace.uri import normalize_root
+from airflow_provider_lance.namespace import normalize_root
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.openlineage.facet import Dataset as OpenLineageDataset

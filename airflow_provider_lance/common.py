@@ -12,13 +12,13 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
+from airflow_provider_lance.namespace import TXN_ID_PATTERN
 from airflow_provider_lance.namespace.errors import LanceNamespaceError, is_retryable
-from airflow_provider_lance.namespace.naming import TXN_ID_PATTERN
 
 # Airflow forks from processes that have imported Lance (the task supervisor, the
 # OpenLineage listener), and Lance warns "lance is not fork-safe" at every fork. The children
 # never use a Lance handle of their parent: the core opens its sessions per process id
-# (namespace/storage.py), so the warning says nothing about this provider's tasks.
+# (namespace/io/storage.py), so the warning says nothing about this provider's tasks.
 warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
 
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.=:+-]")

@@ -50,10 +50,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_lance.namespace.catalog import NamespaceState
+from airflow_provider_lance.namespace import SEPARATOR as ID_SEPARATOR
+from airflow_provider_lance.namespace import NamespaceState, PartitionField
 from airflow_provider_lance.namespace.errors import InvalidArgumentError, PartitionSpecError
-from airflow_provider_lance.namespace.naming import SEPARATOR as ID_SEPARATOR
-from airflow_provider_lance.namespace.spec import PartitionField
 
 #: Between the values of a multi-field key (Airflow's ``ProductMapper`` default delimiter).
 SEPARATOR = "|"

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fmt_ms, print_table, summarize, write_results
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace import commit as commit_module
+from airflow_provider_lance.namespace.txn import claim as commit_module
 
 SCHEMA = pa.schema(
     [

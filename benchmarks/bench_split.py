@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_lance.namespace.splitting import PartitionChunk, group_rows
+from airflow_provider_lance.namespace.write.splitting import PartitionChunk, group_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_jiffies, fmt_ms, print_environment, print_table, steal_pct, summarize

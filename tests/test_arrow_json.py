@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import SchemaError
-from airflow_provider_lance.namespace.arrow_json import (
+from airflow_provider_lance.namespace.format.arrow_json import (
     schema_from_json,
     schema_to_json,
     type_from_json,

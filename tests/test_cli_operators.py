@@ -25,7 +25,7 @@ import pytest
 
 from airflow_provider_lance import __version__, cli
 from airflow_provider_lance.namespace import PartitionedNamespace
-from airflow_provider_lance.namespace.scan import open_leaf
+from airflow_provider_lance.namespace.read.scan import open_leaf
 
 from .conftest import EVENTS_SCHEMA, events
 

@@ -44,9 +44,9 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace.errors import StorageError, is_retryable
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
-from airflow_provider_lance.namespace.leaf_version import committed_by
-from airflow_provider_lance.namespace.lifecycle import all_records
-from airflow_provider_lance.namespace.manifest import Manifest
+from airflow_provider_lance.namespace.format.leaf_version import committed_by
+from airflow_provider_lance.namespace.format.manifest import Manifest
+from airflow_provider_lance.namespace.txn.lifecycle import all_records
 
 from .rows import by_id, no_duplicates
 from .test_direct_publish import data_files, referenced_files

@@ -1,4 +1,4 @@
-"""Writes without a txn id publish in one swap (``namespace/direct.py``), next to the claim
+"""Writes without a txn id publish in one swap (``namespace/txn/direct.py``), next to the claim
 protocol: forced interleavings with committing transactions and other writers, crashes on
 each side of the swap, a swap whose outcome is unknown, and failures that must leave no
 staged file behind."""
@@ -12,16 +12,12 @@ from pathlib import Path
 import lance
 import pytest
 
-from airflow_provider_lance.namespace import (
-    CommitConflict,
-    PartitionedNamespace,
-    StorageError,
-    direct,
-)
+from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace, StorageError
 from airflow_provider_lance.namespace.failpoints import FailpointError, hold
-from airflow_provider_lance.namespace.leaves import fragment_text
-from airflow_provider_lance.namespace.staging import Stage, Stager, discard_stage
-from airflow_provider_lance.namespace.storage import Storage
+from airflow_provider_lance.namespace.io.storage import Storage
+from airflow_provider_lance.namespace.txn import direct
+from airflow_provider_lance.namespace.write.leaf_commit import fragment_text
+from airflow_provider_lance.namespace.write.staging import Stage, Stager, discard_stage
 
 from .conftest import tree
 from .test_interleavings import (

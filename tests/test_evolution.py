@@ -18,7 +18,7 @@ from airflow_provider_lance.namespace import (
     PartitionSpecError,
     SchemaError,
 )
-from airflow_provider_lance.namespace.schema import NamespaceSchema
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 
 from .conftest import events, sort_rows, tree
 from .rows import by_id

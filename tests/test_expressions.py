@@ -10,9 +10,14 @@ import pytest
 import xxhash
 
 from airflow_provider_lance.namespace import ExpressionError, PartitionField, PartitionSpecError
-from airflow_provider_lance.namespace.expressions import _CONSTANTS, bind, evaluate_scalar, raw
-from airflow_provider_lance.namespace.schema import NamespaceSchema
-from airflow_provider_lance.namespace.spec import evaluator, resolve_spec
+from airflow_provider_lance.namespace.format.expressions import (
+    _CONSTANTS,
+    bind,
+    evaluate_scalar,
+    raw,
+)
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema
+from airflow_provider_lance.namespace.format.spec import evaluator, resolve_spec
 
 SCHEMA = NamespaceSchema.from_user_schema(
     pa.schema(

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from lance.fragment import FragmentMetadata
 
-from airflow_provider_lance.namespace.leaves import fragment_text
+from airflow_provider_lance.namespace.write.leaf_commit import fragment_text
 
 ROWS = pa.table(
     {"id": pa.array(range(10), pa.int64()), "s": pa.array([f"r{i}" for i in range(10)])}

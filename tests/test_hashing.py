@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_provider_lance.namespace import ExpressionError
-from airflow_provider_lance.namespace.expressions import bind
-from airflow_provider_lance.namespace.hashing import hash_array
+from airflow_provider_lance.namespace.format.expressions import bind
+from airflow_provider_lance.namespace.format.hashing import hash_array
 
 
 def signed(digest: int) -> int:

@@ -31,8 +31,8 @@ from airflow_provider_lance.namespace import (
     TransactionClosed,
 )
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
-from airflow_provider_lance.namespace.manifest import CLAIM, Manifest
-from airflow_provider_lance.namespace.schema import field_id
+from airflow_provider_lance.namespace.format.manifest import CLAIM, Manifest
+from airflow_provider_lance.namespace.format.schema import field_id
 
 from .conftest import leaf_files
 from .rows import no_duplicates

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -20,7 +21,7 @@ def test_core_imports_no_airflow_or_spark() -> None:
 
 
 #: The one module that queries ``__manifest`` rows (its ManifestView), under namespace/.
-MANIFEST_MODULE = "manifest.py"
+MANIFEST_MODULE = "format/manifest.py"
 #: Lance calls that read (or delete) rows, and the only writers of a filter string.
 _ROW_QUERIES = frozenset({"to_table", "to_batches", "scanner", "count_rows", "take", "delete"})
 _FILTER_WRITERS = frozenset({"ids_filter", "_sql_literal", "sql_literal"})
@@ -110,3 +111,104 @@ def leaves(ctx, state):
 """
     found = [line for line, _ in raw_manifest_queries(source)]
     assert found == [4, 5, 6, 9, 9]
+
+
+# The core's sub-packages, lowest first: a module may import only its own package and those
+# to its left. ops and admin are siblings: neither imports the other.
+ORDER = ("", "io", "format", "read", "write", "txn", "ops|admin", "facade|worker")
+CORE = Path(__file__).resolve().parents[1] / "airflow_provider_lance" / "namespace"
+PREFIX = "airflow_provider_lance.namespace"
+
+
+def _floor(module: str) -> int:
+    """The ORDER index of a dotted module path under namespace/ ('' for the root modules)."""
+    head = (
+        module.split(".")[0]
+        if "." in module
+        else (module if module in ("facade", "worker") else "")
+    )
+    for index, floor in enumerate(ORDER):
+        if head in floor.split("|"):
+            return index
+    raise AssertionError(f"namespace/{module.replace('.', '/')} is in no floor of ORDER")
+
+
+def _core_imports() -> Iterator[tuple[str, int, str]]:
+    """(importing module, line, imported module) for every import inside namespace/."""
+    for path in sorted(CORE.rglob("*.py")):
+        rel = path.relative_to(CORE).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        module = ".".join(parts)
+        package = ".".join(rel.parts[:-1])
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = [b for b in base if b]
+                    target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                    names = (
+                        [target + "." + a.name for a in node.names] if not node.module else [target]
+                    )
+                elif node.module and node.module.startswith(PREFIX + "."):
+                    names = [node.module[len(PREFIX) + 1 :]]
+                else:
+                    continue
+            elif isinstance(node, ast.Import):
+                names = [
+                    a.name[len(PREFIX) + 1 :] for a in node.names if a.name.startswith(PREFIX + ".")
+                ]
+            else:
+                continue
+            for name in names:
+                if name:
+                    yield module or "__init__", node.lineno, name
+
+
+def test_subpackages_import_one_way() -> None:
+    wrong = []
+    for module, line, target in _core_imports():
+        if module == "__init__":
+            continue  # the public API re-exports from every floor
+        source_pkg = module.split(".")[0] if "." in module else ""
+        target_pkg = target.split(".")[0] if "." in target else ""
+        if source_pkg == target_pkg and source_pkg:
+            continue
+        if _floor(target) > _floor(module) or {source_pkg, target_pkg} == {"ops", "admin"}:
+            wrong.append(f"namespace/{module.replace('.', '/')}.py:{line} -> {target}")
+    assert not wrong, "imports against the order " + " < ".join(ORDER) + ":\n" + "\n".join(wrong)
+
+
+def test_outer_packages_use_the_public_api() -> None:
+    """Outside the core, only the public API, `errors` and `worker` (the internal interface of
+    the provider's own layers: Spark executors, the CLI, operators that read rows) are imported."""
+    allowed = {"errors", "worker"}
+    wrong = []
+    package = CORE.parent
+    for path in sorted(package.rglob("*.py")):
+        if CORE in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            for name in modules:
+                if not name.startswith(PREFIX + "."):
+                    continue
+                inner = name[len(PREFIX) + 1 :]
+                if inner in allowed:
+                    continue
+                wrong.append(f"{path.relative_to(package.parent)}:{node.lineno} -> {name}")
+    assert not wrong, (
+        "import the public API (airflow_provider_lance.namespace) instead:\n" + "\n".join(wrong)
+    )
+
+
+def test_every_public_name_resolves() -> None:
+    """The lazy exports of the public API name modules that exist after every move."""
+    import airflow_provider_lance.namespace as api
+
+    assert sorted(api.__all__) == sorted(api._EXPORTS)
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name

@@ -21,17 +21,17 @@ from lance import LanceOperation, Transaction
 from lance.fragment import FragmentMetadata
 
 from airflow_provider_lance.namespace import PartitionedNamespace
-from airflow_provider_lance.namespace.catalog import NamespaceState
-from airflow_provider_lance.namespace.deletion import live_rows
-from airflow_provider_lance.namespace.leaf_version import committed_by
-from airflow_provider_lance.namespace.leaves import (
+from airflow_provider_lance.namespace.format.leaf_version import committed_by
+from airflow_provider_lance.namespace.format.manifest import Manifest
+from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.io.storage import Storage
+from airflow_provider_lance.namespace.ops.deletion import live_rows
+from airflow_provider_lance.namespace.write.leaf_commit import (
     _commit_on,
     _signature,
     commit_change,
     content_after,
 )
-from airflow_provider_lance.namespace.manifest import Manifest
-from airflow_provider_lance.namespace.storage import Storage
 
 from .test_interleavings import BY_PART, leaf_of
 from .workers import TAGGED, tagged_rows

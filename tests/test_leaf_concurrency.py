@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_lance.namespace import InvalidArgumentError, PartitionedNamespace
-from airflow_provider_lance.namespace.storage import Storage, default_concurrency
+from airflow_provider_lance.namespace.io.storage import Storage, default_concurrency
 
 from .test_interleavings import BY_PART
 from .workers import TAGGED, tagged_rows

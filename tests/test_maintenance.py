@@ -13,7 +13,7 @@ import pytest
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.namespace.errors import InvalidArgumentError
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError
-from airflow_provider_lance.namespace.manifest_compaction import AUTO_COMPACT_FRAGMENTS
+from airflow_provider_lance.namespace.format.manifest_compaction import AUTO_COMPACT_FRAGMENTS
 
 from .workers import TAGGED, tagged_rows
 

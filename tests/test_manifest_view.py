@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace.errors import ManifestError
-from airflow_provider_lance.namespace.manifest import (
+from airflow_provider_lance.namespace.format.manifest import (
     BASE_FIELDS,
     MANIFEST_NAME,
     NAMESPACE,
@@ -28,7 +28,7 @@ from airflow_provider_lance.namespace.manifest import (
     manifest_schema,
     row,
 )
-from airflow_provider_lance.namespace.storage import Storage
+from airflow_provider_lance.namespace.io.storage import Storage
 
 PUBLISHED, CREATING, CLAIMED, LATEST = (f"v1$a={i}$dataset" for i in range(1, 5))
 #: A transaction id with a quote: a claim value a filter must quote.

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_lance.namespace import FilterError, PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.expressions import bind
-from airflow_provider_lance.namespace.pruning import holds_for_kept_partitions, parse_filter
-from airflow_provider_lance.namespace.splitting import partition_values
+from airflow_provider_lance.namespace.format.expressions import bind
+from airflow_provider_lance.namespace.read.pruning import holds_for_kept_partitions, parse_filter
+from airflow_provider_lance.namespace.write.splitting import partition_values
 
 SCHEMA = pa.schema(
     [

@@ -30,9 +30,9 @@ from lance.fragment import DataFile, FragmentMetadata, write_fragments
 from lance.optimize import Compaction, CompactionOptions
 from lance.schema import LanceSchema
 
-from airflow_provider_lance.namespace import leaves
-from airflow_provider_lance.namespace.manifest import BASE_FIELDS, PRIMARY_KEY_METADATA
-from airflow_provider_lance.namespace.storage import is_conflict, is_not_found
+from airflow_provider_lance.namespace.format.manifest import BASE_FIELDS, PRIMARY_KEY_METADATA
+from airflow_provider_lance.namespace.io.storage import is_conflict, is_not_found
+from airflow_provider_lance.namespace.write import leaf_commit as leaves
 
 KEYED = pa.schema(
     [

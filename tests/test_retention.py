@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace.admin.maintenance import SKIP_STAGED
 from airflow_provider_lance.namespace.errors import (
     CommitConflict,
     LatestVersionCleanedUp,
@@ -33,8 +34,7 @@ from airflow_provider_lance.namespace.errors import (
     is_retryable,
 )
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
-from airflow_provider_lance.namespace.maintenance import SKIP_STAGED
-from airflow_provider_lance.namespace.staging import Stage
+from airflow_provider_lance.namespace.write.staging import Stage
 
 from .workers import TAGGED, tagged_rows
 

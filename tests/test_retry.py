@@ -10,11 +10,9 @@ from typing import Any
 
 import pytest
 
-import airflow_provider_lance.namespace.commit as commit_module
+import airflow_provider_lance.namespace.txn.claim as commit_module
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.commit import CommitOptions, Committer
 from airflow_provider_lance.namespace.errors import CommitConflict
-from airflow_provider_lance.namespace.lifecycle import bump
 from airflow_provider_lance.namespace.retry import (
     Budget,
     Outcome,
@@ -22,6 +20,8 @@ from airflow_provider_lance.namespace.retry import (
     backoff,
     retry_until,
 )
+from airflow_provider_lance.namespace.txn.claim import CommitOptions, Committer
+from airflow_provider_lance.namespace.txn.lifecycle import bump
 
 from .workers import TAGGED, tagged_rows
 

@@ -46,7 +46,7 @@ from airflow_provider_lance.namespace import (
     PartitionedNamespace,
     PartitionField,
 )
-from airflow_provider_lance.namespace.manifest import Manifest
+from airflow_provider_lance.namespace.format.manifest import Manifest
 
 pytestmark = pytest.mark.s3
 

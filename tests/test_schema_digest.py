@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 from lance.schema import LanceSchema
 
-from airflow_provider_lance.namespace import leaves
-from airflow_provider_lance.namespace.leaves import schema_digest
+from airflow_provider_lance.namespace.write import leaf_commit as leaves
+from airflow_provider_lance.namespace.write.leaf_commit import schema_digest
 
 
 def one(field: pa.Field) -> pa.Schema:

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.splitting import (
+from airflow_provider_lance.namespace.write.splitting import (
     PartitionChunk,
     group_rows,
     partition_values,

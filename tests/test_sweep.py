@@ -14,13 +14,13 @@ import pytest
 
 from airflow_provider_lance import cli
 from airflow_provider_lance.namespace import InvalidArgumentError, PartitionedNamespace
-from airflow_provider_lance.namespace.errors import StagedFilesMissing, is_retryable
-from airflow_provider_lance.namespace.failpoints import FailpointError, hold
-from airflow_provider_lance.namespace.sweep import (
+from airflow_provider_lance.namespace.admin.sweep import (
     DEFAULT_MIN_AGE,
     MIN_SAFE_ORPHAN_AGE,
     sweep_orphans,
 )
+from airflow_provider_lance.namespace.errors import StagedFilesMissing, is_retryable
+from airflow_provider_lance.namespace.failpoints import FailpointError, hold
 
 from .conftest import tree
 from .test_interleavings import BY_PART, Worker, all_readable, crashing, ids, other

@@ -30,8 +30,8 @@ from airflow_provider_lance.namespace import (
     TransactionAborted,
 )
 from airflow_provider_lance.namespace.failpoints import FailpointError, hold
-from airflow_provider_lance.namespace.manifest import row as manifest_row
-from airflow_provider_lance.namespace.spec_fence import INTENT_PREFIX, fence_id, new_intent_id
+from airflow_provider_lance.namespace.format.manifest import row as manifest_row
+from airflow_provider_lance.namespace.txn.spec_fence import INTENT_PREFIX, fence_id, new_intent_id
 
 from .rows import by_id, no_duplicates
 from .test_interleavings import BY_PART, Worker, claims, crashing, ids, other, state_of

@@ -317,7 +317,7 @@ def test_a_dead_claim_is_cleared_by_the_delete(ns, monkeypatch) -> None:
     with crashing(monkeypatch, "commit.after_claim"), pytest.raises(FailpointError):
         ns.commit("X")
     # X aborted by hand: its row is ABORTED, the claim on partition 1 dead but set
-    from airflow_provider_lance.namespace.lifecycle import fence, load_records
+    from airflow_provider_lance.namespace.txn.lifecycle import fence, load_records
 
     state = ns.state()
     record = load_records(state, ["X"])["X"]

@@ -26,7 +26,7 @@ from airflow_provider_lance.namespace import (
     TagInfo,
     VersionNotFoundError,
 )
-from airflow_provider_lance.namespace.manifest_compaction import AUTO_COMPACT_FRAGMENTS
+from airflow_provider_lance.namespace.format.manifest_compaction import AUTO_COMPACT_FRAGMENTS
 
 from .conftest import tree
 from .workers import TAGGED, tagged_rows

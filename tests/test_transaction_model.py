@@ -54,7 +54,7 @@ from airflow_provider_lance.namespace import (
     TransactionClosed,
 )
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, Hold, hold
-from airflow_provider_lance.namespace.leaves import schema_digest
+from airflow_provider_lance.namespace.write.leaf_commit import schema_digest
 
 from .workers import TAGGED, tagged_rows
 
@@ -1248,7 +1248,7 @@ def test_a_committer_whose_commit_another_finished_returns_the_result(
     steals and is paused before it reads its claims; commit(t0) steals from A and
     publishes; A resumes.
     """
-    from airflow_provider_lance.namespace import commit as commit_module
+    from airflow_provider_lance.namespace.txn import claim as commit_module
 
     tagged.begin("append", "t0").stage(tagged_rows("a-n1", [0], 1, first_id=0))
     with failing("commit.before_publish", "raise"), pytest.raises(FailpointError):

@@ -233,7 +233,7 @@ def test_new_partition_created_while_staged_is_appended_to(ns: PartitionedNamesp
 def test_commit_records_the_txn_on_leaf_versions(ns: PartitionedNamespace) -> None:
     import lance
 
-    from airflow_provider_lance.namespace.leaf_version import committed_by
+    from airflow_provider_lance.namespace.format.leaf_version import committed_by
 
     result = ns.write(tagged_rows("x", [1], 1, 0), txn_id="named")
     [p] = ns.partitions()
@@ -358,7 +358,7 @@ def test_discarding_stages_deletes_their_files(ns: PartitionedNamespace, root: P
 def test_finished_anonymous_transactions_leave_no_rows_behind(ns: PartitionedNamespace) -> None:
     import lance
 
-    from airflow_provider_lance.namespace.manifest import OBJECT_ID, TXN_PREFIX
+    from airflow_provider_lance.namespace.format.manifest import OBJECT_ID, TXN_PREFIX
 
     def txn_rows() -> list[str]:
         table = lance.dataset(ns.uri + "/__manifest").to_table(columns=[OBJECT_ID])
@@ -379,7 +379,7 @@ def test_full_rows_finds_every_kind_of_row_however_many_ids_are_asked(
 ) -> None:
     """A publish asks for its transaction row together with all its partitions: above 1,000
     ids the lookup takes another path, which once saw only leaf rows."""
-    from airflow_provider_lance.namespace.txn_row import row_id
+    from airflow_provider_lance.namespace.format.txn_row import row_id
 
     ns.write(tagged_rows("seed", [0], 1, first_id=0))
     txn = ns.begin("append", "many")

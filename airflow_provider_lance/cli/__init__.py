@@ -46,9 +46,13 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_lance import __version__
-from airflow_provider_lance.namespace import CommitConflict, LanceNamespaceError
+from airflow_provider_lance.namespace import (
+    DEFAULT_MIN_AGE,
+    MIN_SAFE_ORPHAN_AGE,
+    CommitConflict,
+    LanceNamespaceError,
+)
 from airflow_provider_lance.namespace.errors import is_retryable
-from airflow_provider_lance.namespace.sweep import DEFAULT_MIN_AGE, MIN_SAFE_ORPHAN_AGE
 
 from . import commands, options
 from .demo import (

@@ -21,13 +21,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_lance.namespace import InvalidArgumentError, PartitionedNamespace
-from airflow_provider_lance.namespace.catalog import NamespaceState, Partition
-from airflow_provider_lance.namespace.scan import open_leaf
-from airflow_provider_lance.namespace.schema import is_deprecated
-from airflow_provider_lance.namespace.storage import Storage
-from airflow_provider_lance.namespace.sweep import check_min_age
-from airflow_provider_lance.namespace.timetravel import AsOf
+from airflow_provider_lance.namespace import (
+    AsOf,
+    InvalidArgumentError,
+    NamespaceState,
+    Partition,
+    PartitionedNamespace,
+    check_min_age,
+    is_deprecated,
+)
+from airflow_provider_lance.namespace.worker import Storage, open_leaf
 
 from . import options, output
 

@@ -20,15 +20,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_lance.namespace import (
+    LEAF_DIRECTORY,
+    MANIFEST_NAME,
+    TXN_DIR,
     InvalidArgumentError,
+    Partition,
     PartitionedNamespace,
     PartitionField,
+    value_text,
 )
-from airflow_provider_lance.namespace.catalog import Partition
-from airflow_provider_lance.namespace.manifest import MANIFEST_NAME
-from airflow_provider_lance.namespace.results import value_text
-from airflow_provider_lance.namespace.sweep import LEAF_DIRECTORY
-from airflow_provider_lance.namespace.txnstore import TXN_DIR
 
 DEMO_SCHEMA = pa.schema(
     [

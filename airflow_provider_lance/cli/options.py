@@ -17,9 +17,12 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from airflow_provider_lance.namespace import InvalidArgumentError
-from airflow_provider_lance.namespace.storage_options import StorageOptionValue, option_text
-from airflow_provider_lance.namespace.timetravel import AsOf
+from airflow_provider_lance.namespace import (
+    AsOf,
+    InvalidArgumentError,
+    StorageOptionValue,
+    option_text,
+)
 from airflow_provider_lance.spark.jobs import STORAGE_OPTIONS_ENV
 
 __all__ = ["STORAGE_OPTIONS_ENV", "as_of", "moment", "storage_option", "storage_options"]
@@ -51,7 +54,7 @@ def storage_options(
 ) -> dict[str, StorageOptionValue | None] | None:
     """The storage options of a command: :data:`STORAGE_OPTIONS_ENV` (a JSON object whose
     values are text, booleans, numbers or null: unset), then each ``--storage-option`` over
-    it. The core checks and normalises the values (``namespace/storage_options.py``); errors
+    it. The core checks and normalises the values (``namespace/io/storage_options.py``); errors
     name the option, never its value (it may be a secret)."""
     options: dict[str, StorageOptionValue | None] = {}
     raw = environ.get(STORAGE_OPTIONS_ENV, "").strip()

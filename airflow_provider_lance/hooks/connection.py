@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow_provider_lance.namespace import has_scheme, normalize_root, option_text
 from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
-from airflow_provider_lance.namespace.storage_options import option_text
-from airflow_provider_lance.namespace.uri import has_scheme, normalize_root
 
 CONN_TYPE = "lance"
 #: Extras that are ours; everything else is either a storage option or rejected.

@@ -297,7 +297,7 @@ class LancePartitionedHook(BaseHook):
         summaries = [partition_summary(p) for p in published]
         if values:
             if len(published) < len(found):
-                from airflow_provider_lance.namespace.results import value_text
+                from airflow_provider_lance.namespace import value_text
 
                 waiting = [
                     {k: value_text(x) for k, x in p.values.items()}

@@ -17,8 +17,12 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 
-from airflow_provider_lance.namespace import PartitionField, SchemaError
-from airflow_provider_lance.namespace.arrow_json import type_from_json, type_to_json
+from airflow_provider_lance.namespace import (
+    PartitionField,
+    SchemaError,
+    type_from_json,
+    type_to_json,
+)
 
 SchemaSpec: TypeAlias = "pa.Schema | Sequence[Mapping[str, Any]] | Mapping[str, Any]"
 FieldsSpec: TypeAlias = Sequence[PartitionField | Mapping[str, Any]]

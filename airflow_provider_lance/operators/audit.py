@@ -126,8 +126,8 @@ def audit_transactions(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from airflow_provider_lance.namespace.pruning import parse_filter
-    from airflow_provider_lance.namespace.scan import filter_columns
+    from airflow_provider_lance.namespace import filter_columns
+    from airflow_provider_lance.namespace.worker import parse_filter
 
     schema = ns.state().schema
     filters = {name: parse_filter(sql, schema)[0] for name, sql in checks.invalid_when.items()}

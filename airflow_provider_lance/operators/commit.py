@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from airflow_provider_lance.namespace.catalog import NamespaceState
+    from airflow_provider_lance.namespace import NamespaceState
 
 #: Partitions named in XCom and asset event extras; the rest are counted only.
 DEFAULT_SUMMARY_PARTITIONS = 20

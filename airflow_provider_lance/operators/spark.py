@@ -32,8 +32,8 @@ except ImportError as exc:  # a dependency of the package: only a --no-deps inst
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.connection import is_secret_key
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+from airflow_provider_lance.namespace import has_scheme
 from airflow_provider_lance.namespace.errors import StorageError
-from airflow_provider_lance.namespace.uri import has_scheme
 from airflow_provider_lance.operators.commit import (
     DEFAULT_MAX_PARTITION_KEYS,
     add_partition_keys,
@@ -220,7 +220,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
 
     # -- checks --------------------------------------------------------------------------
     def _check_arguments(self) -> None:
-        from airflow_provider_lance.namespace.types import MODES
+        from airflow_provider_lance.namespace import MODES
 
         if self.mode not in MODES:
             raise AirflowFailException(f"mode must be one of {MODES}, got {self.mode!r}")
@@ -424,7 +424,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
     # -- the result file -----------------------------------------------------------------
     @staticmethod
     def _read_result(path: str, lance: LancePartitionedHook) -> dict[str, Any]:
-        from airflow_provider_lance.namespace.json_files import read_json
+        from airflow_provider_lance.namespace import read_json
 
         try:
             obj = read_json(path, lance.storage_options or None)
@@ -438,7 +438,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
 
     @staticmethod
     def _discard_result(path: str, lance: LancePartitionedHook) -> None:
-        from airflow_provider_lance.namespace.json_files import remove_json
+        from airflow_provider_lance.namespace import remove_json
 
         remove_json(path, lance.storage_options or None)
 

@@ -51,8 +51,11 @@ if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from airflow_provider_lance.namespace import OperationResult, PartitionedNamespace
-    from airflow_provider_lance.namespace.catalog import NamespaceState
+    from airflow_provider_lance.namespace import (
+        NamespaceState,
+        OperationResult,
+        PartitionedNamespace,
+    )
 
 
 def required_filter(value: Any, operator: str) -> str:
@@ -344,7 +347,7 @@ class LanceOptimizeOperator(TableOperationOperator):
             )
 
     def run(self, ns: PartitionedNamespace, txn_id: str, context: Context) -> OperationResult:
-        from airflow_provider_lance.namespace.compaction import DEFAULT_TARGET_ROWS
+        from airflow_provider_lance.namespace import DEFAULT_TARGET_ROWS
 
         where = optional_filter(self.filter)
         target = self.target_rows_per_fragment

@@ -141,7 +141,7 @@ class LanceTagOperator(BaseOperator):
     def _create(
         self, ns: PartitionedNamespace, name: str, as_of: int | dt.datetime | str | None
     ) -> tuple[int, bool]:
-        from airflow_provider_lance.namespace.timetravel import check_tag_name
+        from airflow_provider_lance.namespace import check_tag_name
 
         check_tag_name(name)  # a malformed name is refused before anything is looked up
         existing = {t.name: t.version for t in ns.tags()}.get(name)
@@ -164,7 +164,7 @@ class LanceTagOperator(BaseOperator):
         return ns.tag(name, wanted).version, True
 
     def _delete(self, ns: PartitionedNamespace, name: str) -> bool:
-        from airflow_provider_lance.namespace.timetravel import check_tag_name
+        from airflow_provider_lance.namespace import check_tag_name
 
         check_tag_name(name)
         if name not in {t.name for t in ns.tags()}:

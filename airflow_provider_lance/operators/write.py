@@ -21,7 +21,7 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
-from airflow_provider_lance.namespace.types import MODES
+from airflow_provider_lance.namespace import MODES
 from airflow_provider_lance.operators.lineage import NamespaceWrite, operator_lineage
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ class LanceWriteOperator(BaseOperator):
         return self._staged_summary(ns, txn)  # merged into a commit's combined transaction
 
     def _flush_bytes(self) -> int:
-        from airflow_provider_lance.namespace.staging import FLUSH_BYTES
+        from airflow_provider_lance.namespace import FLUSH_BYTES
 
         return FLUSH_BYTES if self.flush_bytes is None else self.flush_bytes
 
@@ -308,7 +308,7 @@ class LanceWriteOperator(BaseOperator):
 def _staged_partitions(txn: Transaction) -> tuple[int, int, list[dict[str, Any]]]:
     """``(rows, data files, partitions)`` a transaction's stages hold, partitions as
     ``{"values", "rows"}`` with values in their string form."""
-    from airflow_provider_lance.namespace.results import value_text
+    from airflow_provider_lance.namespace import value_text
 
     by_id: dict[str, dict[str, Any]] = {}
     files = 0

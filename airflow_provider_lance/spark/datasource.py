@@ -54,12 +54,12 @@ from pyspark.sql.datasource import (
 )
 
 from airflow_provider_lance.namespace import (
+    FLUSH_BYTES,
     CommitResult,
     InvalidArgumentError,
     PartitionedNamespace,
     TxnState,
 )
-from airflow_provider_lance.namespace.staging import FLUSH_BYTES
 
 from .reader import LeafScan
 from .writer import TaskStage, WriteJob

@@ -6,8 +6,7 @@ import functools
 import json
 from collections.abc import Mapping
 
-from airflow_provider_lance.namespace import PartitionedNamespace
-from airflow_provider_lance.namespace.catalog import NamespaceState
+from airflow_provider_lance.namespace import NamespaceState, PartitionedNamespace
 
 
 def pinned_state(

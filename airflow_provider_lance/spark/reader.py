@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_lance.namespace import DataValidationError, Partition, PartitionedNamespace
-from airflow_provider_lance.namespace.catalog import NamespaceState
-from airflow_provider_lance.namespace.pruning import parse_filter
-from airflow_provider_lance.namespace.scan import open_leaf, read_partition
-from airflow_provider_lance.namespace.storage import Storage
-from airflow_provider_lance.namespace.timetravel import AsOf
+from airflow_provider_lance.namespace import (
+    AsOf,
+    DataValidationError,
+    NamespaceState,
+    Partition,
+    PartitionedNamespace,
+)
+from airflow_provider_lance.namespace.worker import Storage, open_leaf, parse_filter, read_partition
 
 from .executor import pinned_state
 from .session import check_pyspark, is_connect

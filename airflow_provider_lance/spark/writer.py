@@ -31,26 +31,28 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_lance.namespace import (
+    FLUSH_BYTES,
     CommitResult,
     DataValidationError,
     InvalidArgumentError,
     LanceNamespaceError,
+    NamespaceState,
     PartitionedNamespace,
     Stage,
     Transaction,
     TransactionAborted,
     TxnState,
+    WriteMode,
+    value_text,
 )
 from airflow_provider_lance.namespace import errors as project_errors
-from airflow_provider_lance.namespace.catalog import NamespaceState
-from airflow_provider_lance.namespace.commit import merge_stages
 from airflow_provider_lance.namespace.errors import StaleStage, aborted_meanwhile, stage_again
-from airflow_provider_lance.namespace.failpoints import failpoint
-from airflow_provider_lance.namespace.results import value_text
-from airflow_provider_lance.namespace.splitting import routing_keys
-from airflow_provider_lance.namespace.staging import FLUSH_BYTES
-from airflow_provider_lance.namespace.txnstore import TransactionStore
-from airflow_provider_lance.namespace.types import WriteMode
+from airflow_provider_lance.namespace.worker import (
+    TransactionStore,
+    failpoint,
+    merge_stages,
+    routing_keys,
+)
 
 from .executor import pinned_state
 from .session import check_pyspark

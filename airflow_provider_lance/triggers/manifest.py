@@ -87,8 +87,7 @@ from airflow_provider_lance.namespace.errors import (
 )
 
 if TYPE_CHECKING:
-    from airflow_provider_lance.namespace import Partition, PartitionedNamespace
-    from airflow_provider_lance.namespace.catalog import NamespaceState
+    from airflow_provider_lance.namespace import NamespaceState, Partition, PartitionedNamespace
 
 #: Key of the watermark in the asset state store: this prefix and the namespace URI.
 WATERMARK_KEY_PREFIX = "lance.manifest_version "

@@ -24,7 +24,7 @@ from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow_provider_lance.assets import asset_uri
 from airflow_provider_lance.common import derive_txn_id
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField, TxnState
-from airflow_provider_lance.namespace.sweep import MIN_SAFE_ORPHAN_AGE
+from airflow_provider_lance.namespace.admin.sweep import MIN_SAFE_ORPHAN_AGE
 from tests.airflow.conftest import RunResult
 from tests.conftest import EVENTS_SCHEMA, events, tree
 

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_lance.hooks.connection import is_secret_key
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.json_files import read_json
+from airflow_provider_lance.namespace.io.json_files import read_json
 from airflow_provider_lance.spark import read_partitioned, write_partitioned
 from airflow_provider_lance.spark.jobs.write import (
     STORAGE_OPTIONS_ENV,

@@ -40,14 +40,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_lance.namespace import (
+    MODES,
     CommitConflict,
     CommitResult,
     LanceNamespaceError,
     PartitionedNamespace,
+    write_json,
 )
 from airflow_provider_lance.namespace.errors import is_retryable
-from airflow_provider_lance.namespace.json_files import write_json
-from airflow_provider_lance.namespace.types import MODES
 from airflow_provider_lance.spark.datasource import register
 from airflow_provider_lance.spark.jobs import (
     EXIT_BAD_INPUT,

@@ -1,0 +1,1 @@
+"""Upkeep: retention, the orphan sweep and repair of a damaged `__manifest`."""

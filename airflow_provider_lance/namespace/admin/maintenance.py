@@ -1,0 +1,226 @@
+"""Keeping ``__manifest`` fast and storage bounded: compaction, index upkeep, cleanup.
+
+Every ``merge_insert`` adds a fragment to ``__manifest``; without compaction each publish and
+each cold prune reads more and more small fragments (pylance 14: ~100 ms -> ~700 ms per
+publish after 600 commits; a timing, not tested: that each commit adds a fragment is pinned
+by tests/test_pylance_facts.py::test_fact_each_merge_insert_adds_a_fragment). Publishes
+therefore compact the manifest once it holds :data:`AUTO_COMPACT_FRAGMENTS` fragments, and
+:func:`maintain` does it on demand, together with version cleanup that never removes what a
+reader or a transaction still needs: whatever a retained ``__manifest`` version reads (those
+in the retention window, and tagged ones however old), leaf versions not yet published, and
+the leaves live transactions staged files into.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+
+import lance
+
+from airflow_provider_lance.namespace.errors import InvalidArgumentError
+from airflow_provider_lance.namespace.failpoints import failpoint
+from airflow_provider_lance.namespace.format.manifest import Manifest, ManifestView
+from airflow_provider_lance.namespace.format.manifest_compaction import compact_manifest
+from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.txn.spec_fence import stale_intents
+from airflow_provider_lance.namespace.txn.store import TransactionStore
+
+log = logging.getLogger(__name__)
+
+#: Why :func:`maintain` left a leaf table alone (keys of ``leaves_skipped_by_reason``).
+SKIP_CLAIMED = "claimed"  # a transaction holds it: its commit may be under way
+SKIP_READ_LATEST = "read_latest"  # a NULL read_version: no version to keep is known
+SKIP_CREATED_IN_WINDOW = "created_in_window"  # absent at the oldest retained version
+SKIP_STAGED = "staged"  # a live transaction staged files into it: its commit needs them
+
+
+@dataclass
+class MaintenanceReport:
+    manifest_fragments_before: int = 0
+    manifest_fragments_after: int = 0
+    manifest_versions_removed: int = 0
+    leaf_versions_removed: int = 0
+    #: Every leaf table left uncleaned (``leaves_skipped_by_reason`` says why).
+    leaves_skipped: list[str] = field(default_factory=list)
+    #: (oldest, latest) ``__manifest`` version of the retention window left after cleanup;
+    #: each version in between stays readable (and so does every tagged one).
+    retained_manifest_versions: tuple[int, int] | None = None
+    #: Every tag -> the ``__manifest`` version it pins: kept, with all it reads, however old.
+    tagged_manifest_versions: dict[str, int] = field(default_factory=dict)
+    #: Cleaned leaf -> its oldest kept version (what the window's oldest version reads).
+    leaves_kept_for_readers: dict[str, int] = field(default_factory=dict)
+    #: Cleaned leaf -> the versions below that which tagged manifest versions read (kept).
+    leaves_kept_for_tags: dict[str, list[int]] = field(default_factory=dict)
+    #: Leaf -> versions kept after its published ``read_version`` (an in-flight commit may
+    #: publish one; recovery rolls orphans back from the published one).
+    leaves_kept_unpublished: dict[str, int] = field(default_factory=dict)
+    leaves_skipped_by_reason: dict[str, list[str]] = field(default_factory=dict)
+    #: What the orphan sweep removed (files, bytes freed; see ``sweep``), when it ran.
+    orphans: dict[str, object] | None = None
+    #: Intent rows of merges that died (older than ``spec_fence.INTENT_MAX_AGE``), removed.
+    merge_intents_removed: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        out = dict(self.__dict__)
+        if self.retained_manifest_versions is not None:
+            out["retained_manifest_versions"] = list(self.retained_manifest_versions)
+        return out
+
+    def _skip(self, object_id: str, reason: str) -> None:
+        self.leaves_skipped.append(object_id)
+        self.leaves_skipped_by_reason.setdefault(reason, []).append(object_id)
+
+
+def maintain(
+    manifest: Manifest,
+    state: NamespaceState,
+    *,
+    compact: bool = True,
+    older_than: dt.timedelta | None = None,
+) -> MaintenanceReport:
+    """Compact ``__manifest`` and, with ``older_than``, remove versions older than that.
+
+    Manifest versions older than ``older_than`` go, except tagged ones (keep it longer than
+    your longest transaction and than the history :func:`~.repair.repair` may need; Lance
+    always keeps the latest). Every manifest version that remains stays readable: a
+    published ``read_version`` never moves backwards, so the oldest leaf version the
+    retention window reads is the one its oldest version reads, and only leaf versions
+    below it (and older than ``older_than``) are removed, except those a retained older
+    version (a tagged one) reads. Versions after the published one are never
+    touched, so an in-flight commit can still publish them. Left alone entirely: claimed
+    leaves, leaves a live (staged or committing) transaction staged files into, leaves read
+    at their latest version (NULL ``read_version``), and, conservatively, leaves absent at
+    the oldest remaining manifest version (created inside the window).
+
+    Why leaves with live stages are skipped whole: Lance's cleanup deletes data files no
+    version references once they are older than its own threshold (7 days, whatever
+    ``older_than`` is), and files of removed versions at once; it cannot be told to keep
+    some. Staged files are referenced by no version until their commit, and a named
+    transaction may stay staged for days. The live stages are read after the
+    ``__manifest`` cleanup, right before the leaves are cleaned: a stage recorded before
+    that read is honoured. One recorded later (while this runs) is not, but its files
+    were written moments ago (unless its stager held them unrecorded for 7 days), and if
+    they are gone anyway its commit refuses to publish them
+    (:func:`~.leaves.check_staged_files`).
+    """
+    if older_than is not None and older_than < dt.timedelta(0):
+        raise InvalidArgumentError(
+            f"older_than must not be negative (got {older_than}); use timedelta(0) to keep "
+            "only the latest __manifest version"
+        )
+    report = MaintenanceReport()
+    stale = stale_intents(state)
+    if stale:
+        manifest.delete_rows(stale)
+        report.merge_intents_removed = len(stale)
+    if compact:
+        report.manifest_fragments_before, report.manifest_fragments_after = compact_manifest(
+            manifest
+        )
+    if older_than is None:
+        return report
+    # Read ``state`` before the cleanup: its own version may be among those removed.
+    claimed, partitions = state.view.claimed_ids(), state.partitions()
+    at_state = state.view.published_leaves()
+    with manifest.storage.failures("clean up", manifest.uri):
+        stats = manifest.open().cleanup_old_versions(
+            older_than=older_than, error_if_tagged_old_versions=False
+        )
+    report.manifest_versions_removed = int(stats.old_versions)
+    latest = manifest.open()
+    view = ManifestView(latest)
+    # Read after the cleanup: whatever it kept (a tag created meanwhile too) is honoured.
+    retained = sorted(int(v["version"]) for v in latest.versions())
+    oldest = _window_start(retained)
+    report.retained_manifest_versions = (oldest, int(latest.version))
+    report.tagged_manifest_versions = {
+        name: int(t["version"]) for name, t in sorted(latest.tags.list().items())
+    }
+    at_oldest = (view if oldest == view.version else manifest.at(oldest)).published_leaves()
+    below = [manifest.at(v).published_leaves() for v in retained if v < oldest]
+    failpoint("maintain.before_live_stages")
+    staged_ids, staged_dirs = _live_stages(manifest, NamespaceState.load(state.root, view))
+    failpoint("maintain.live_stages_read")
+    for partition in partitions:
+        object_id, published = partition.object_id, partition.read_version
+        location, first = at_oldest.get(object_id, (None, None))
+        if object_id in claimed:
+            report._skip(object_id, SKIP_CLAIMED)
+        elif object_id in staged_ids or partition.directory in staged_dirs:
+            report._skip(object_id, SKIP_STAGED)
+        elif location is None or location != at_state.get(object_id, (None, None))[0]:
+            report._skip(object_id, SKIP_CREATED_IN_WINDOW)
+        elif published is None or first is None:
+            report._skip(object_id, SKIP_READ_LATEST)
+        else:
+            # min(): a caller's state older than the window must not raise the floor.
+            keep = min(first, published)
+            pinned = sorted(
+                {
+                    read
+                    for at_tag in below
+                    if (kept := at_tag.get(object_id)) is not None
+                    and kept[0] == location
+                    and (read := kept[1]) is not None
+                    and read < keep
+                }
+            )
+            leaf = manifest.storage.table(partition.location)
+            if leaf.version > published:
+                report.leaves_kept_unpublished[object_id] = int(leaf.version) - published
+            report.leaves_kept_for_readers[object_id] = keep
+            if pinned:
+                report.leaves_kept_for_tags[object_id] = pinned
+            if keep > 1:
+                report.leaf_versions_removed += _remove_below(leaf, keep, older_than, pinned)
+    return report
+
+
+def _window_start(retained: list[int]) -> int:
+    """The oldest version of the unbroken run of retained versions ending at the latest
+    (older retained versions are the tagged ones the cleanup kept)."""
+    oldest = retained[-1]
+    for version in reversed(retained[:-1]):
+        if version != oldest - 1:
+            break
+        oldest = version
+    return oldest
+
+
+def _remove_below(
+    leaf: lance.LanceDataset, keep: int, older_than: dt.timedelta, pinned: list[int]
+) -> int:
+    """Remove the leaf versions below ``keep`` that are older than ``older_than``, except
+    the ``pinned`` ones (read by tagged manifest versions).
+
+    ``versions=`` removes exactly the listed versions that are also older than
+    ``older_than`` (never the latest; missing ones are ignored), and data files only once
+    no remaining version references them. ``retain_versions`` counts the versions that
+    exist when cleanup runs, so a concurrent commit shifts its window onto a version a
+    reader needs. A tagged version is kept rather than failing the cleanup. (Pinned by the
+    ``test_fact_cleanup_*`` tests of tests/test_pylance_facts.py.)
+    """
+    kept = set(pinned)
+    doomed = [v for v in range(1, keep) if v not in kept]
+    if not doomed:  # pylance refuses an empty list ("must not be empty"; pinned by
+        # tests/test_pylance_facts.py::test_fact_cleanup_refuses_an_empty_versions_list)
+        return 0
+    stats = leaf.cleanup_old_versions(
+        older_than=older_than,
+        versions=doomed,
+        error_if_tagged_old_versions=False,
+    )
+    return int(stats.old_versions)
+
+
+def _live_stages(manifest: Manifest, state: NamespaceState) -> tuple[set[str], set[str]]:
+    """The object ids and leaf directories live transactions staged files for (their rows
+    as of ``state``, read after the ``__manifest`` cleanup: the state read before it may
+    be gone; their records read from storage now; see :func:`maintain`)."""
+    # Imported here: the sweep reads plans through ``commit``, which imports this module.
+    from .sweep import live_staged_partitions
+
+    parts = live_staged_partitions(TransactionStore(manifest.storage), state)
+    return {p.object_id for p in parts}, {p.directory for p in parts}

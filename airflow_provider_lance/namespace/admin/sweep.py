@@ -1,0 +1,299 @@
+"""The orphan sweep: files no leaf version references, and leaf tables nothing reads.
+
+Writers stage data files before anything references them: a killed Spark attempt, a
+killed stager, a table operation that crashed before its swap, all leave files behind
+that no version of any leaf names (wasted space, never read: Delta's and Iceberg's
+orphan files). Dropped partitions leave whole leaf tables behind, which older
+``__manifest`` versions may still read. The sweep removes both, and only what is safe:
+
+* a data or deletion file of a leaf directory is removed when no existing version of
+  that leaf references it, it is older than ``min_age`` (default one day: a write in
+  flight has staged it moments ago and will reference it), and no live transaction's
+  stage record or plan names it (a named transaction may stay staged for days);
+* a whole leaf directory is removed when no row of the latest ``__manifest`` (published
+  or pending) and no retained ``__manifest`` version points at it, no live transaction
+  names it, and every file in it is older than ``min_age`` (so a writer creating the
+  partition again right now, whose files are new, keeps it). Its version files go first,
+  so nobody opens a table whose data is being removed.
+
+``min_age`` is the only thing that protects a write still in flight: the files a direct
+write, a Spark job's tasks or a transaction's ``stage`` call have written are named by no
+version and no stage record until that write records or commits them. A ``min_age`` below
+:data:`MIN_SAFE_ORPHAN_AGE` is refused (an :class:`InvalidArgumentError`, nothing removed)
+unless the caller passes ``enforce_min_age=False``, as delta-rs's ``vacuum`` refuses a
+retention below its default unless ``enforce_retention_duration=False`` (Delta Lake's
+``retentionDurationCheck``). A dry run removes nothing, so it accepts any non-negative age
+without the flag (to see what a shorter age would take).
+
+``dry_run`` reports what would go and removes nothing. ``maintain(sweep_orphans=True)``
+runs it after the manifest versions were cleaned up, so the retained versions it keeps
+leaves for are the ones that remain.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
+from airflow_provider_lance.namespace.format.manifest import MANIFEST_NAME
+from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.format.txn_row import TxnState
+from airflow_provider_lance.namespace.io.storage import FileEntry, Storage
+from airflow_provider_lance.namespace.txn.claim import Plan, TransactionContext, current_of, only
+from airflow_provider_lance.namespace.txn.lifecycle import all_records
+from airflow_provider_lance.namespace.txn.store import TXN_DIR, TransactionStore
+from airflow_provider_lance.namespace.txn.transactions import DEFAULT_LEASE_SECONDS
+from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition
+
+log = logging.getLogger(__name__)
+
+#: Files younger than this are kept by default: well above :data:`MIN_SAFE_ORPHAN_AGE`,
+#: a margin for a write that runs longer than usual (space is cheap, lost rows are not).
+DEFAULT_MIN_AGE = dt.timedelta(days=1)
+#: The shortest age a sweep accepts without ``enforce_min_age=False``: the default lease
+#: of ``recover`` (6 hours). The project already assumes a write records or commits its
+#: files within the lease (``recover`` aborts a transaction idle for longer, and a Spark
+#: job's is idle from ``begin`` until its driver records the stages), so by that
+#: assumption older unnamed files belong to no write that can still succeed; a shorter
+#: age deletes the files of writes that will. (Delta refuses below its 7-day default,
+#: Iceberg defaults to 3 days; hours are enough here because stage records protect a
+#: staged transaction for as long as it lives, and only the window before they are
+#: written needs the age.)
+MIN_SAFE_ORPHAN_AGE = dt.timedelta(seconds=DEFAULT_LEASE_SECONDS)
+#: Leaf directories (``<8 hex>_v<N>$...$dataset``, see ``naming.leaf_directory``).
+LEAF_DIRECTORY = re.compile(r"^[0-9a-f]{8}_v\d+\$.+\$dataset$")
+#: A progress line every this many leaf directories.
+PROGRESS_EVERY = 500
+#: Paths listed in the report, at most.
+SAMPLE = 20
+
+
+@dataclass
+class SweepReport:
+    """What the sweep removed (or, in a dry run, would remove)."""
+
+    dry_run: bool = False
+    leaf_directories: int = 0
+    files_removed: int = 0
+    bytes_freed: int = 0
+    #: Leaf tables of dropped partitions removed whole (their files are counted above).
+    leaf_tables_removed: int = 0
+    #: Unreferenced files kept: younger than the safety age, or named by a live
+    #: transaction.
+    kept_young: int = 0
+    kept_staged: int = 0
+    sample: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+    def _remove(self, entry: FileEntry) -> None:
+        self.files_removed += 1
+        self.bytes_freed += entry.size
+        if len(self.sample) < SAMPLE:
+            self.sample.append(entry.path)
+
+
+def check_min_age(
+    min_age: object,
+    *,
+    enforce: bool = True,
+    dry_run: bool = False,
+    name: str = "min_age",
+    override: str = "enforce_min_age=False",
+) -> None:
+    """Refuse a negative ``min_age`` always, and one below :data:`MIN_SAFE_ORPHAN_AGE`
+    for a sweep that deletes, unless ``enforce`` is off (``name`` and ``override`` are the
+    caller's spelling of the age and of the flag, for the message)."""
+    if not isinstance(min_age, dt.timedelta) or min_age < dt.timedelta(0):
+        raise InvalidArgumentError(f"{name} must be a non-negative timedelta, got {min_age!r}")
+    if enforce and not dry_run and min_age < MIN_SAFE_ORPHAN_AGE:
+        raise InvalidArgumentError(
+            f"{name} of {min_age} is below the safe minimum of {MIN_SAFE_ORPHAN_AGE}: the "
+            "files of writes still in flight (a direct write not yet committed, a Spark "
+            "job's tasks, a transaction's stage call) are referenced by no version yet and "
+            "would be deleted, and such a write then fails or publishes rows whose files "
+            f"are gone. Use an age of at least {MIN_SAFE_ORPHAN_AGE} (a dry run accepts any), "
+            f"or pass {override} if no write can be running while the sweep does"
+        )
+
+
+def sweep_orphans(
+    ctx: TransactionContext,
+    *,
+    min_age: dt.timedelta = DEFAULT_MIN_AGE,
+    dry_run: bool = False,
+    enforce_min_age: bool = True,
+) -> SweepReport:
+    """Remove orphaned files and unread leaf tables (see the module docstring); a
+    ``min_age`` below :data:`MIN_SAFE_ORPHAN_AGE` needs ``enforce_min_age=False`` unless
+    ``dry_run``."""
+    check_min_age(min_age, enforce=enforce_min_age, dry_run=dry_run)
+    storage = ctx.storage
+    state = ctx.load_state()
+    report = SweepReport(dry_run=dry_run)
+    cutoff = time.time() - min_age.total_seconds()
+    protected = _named_by_live_transactions(ctx, state)
+    listed: dict[str, list[FileEntry]] = {}
+    for entry in storage.list_files():
+        top = entry.path.split("/", 1)[0]
+        if top not in (MANIFEST_NAME, TXN_DIR) and LEAF_DIRECTORY.match(top):
+            listed.setdefault(top, []).append(entry)
+    locations = state.view.leaf_locations()
+    unlisted = [d for d in listed if d not in locations]
+    unread = _unread(ctx, unlisted) if unlisted else set()
+    started = time.monotonic()
+    for i, (directory, entries) in enumerate(sorted(listed.items()), 1):
+        report.leaf_directories += 1
+        unnamed = not any(e.path in protected for e in entries)
+        if directory in unread and unnamed and all(e.mtime < cutoff for e in entries):
+            _remove_table(storage, directory, entries, report, dry_run)
+            continue
+        _sweep_leaf(storage, directory, entries, protected, cutoff, report, dry_run)
+        if i % PROGRESS_EVERY == 0:
+            log.info(
+                "orphan sweep: %d of %d leaf directories, %d files (%d bytes) %s (%.0fs)",
+                i,
+                len(listed),
+                report.files_removed,
+                report.bytes_freed,
+                "to remove" if dry_run else "removed",
+                time.monotonic() - started,
+            )
+    log.info(
+        "orphan sweep%s: %d files, %d bytes, %d dropped leaf tables %s; kept %d young and "
+        "%d staged unreferenced files",
+        " (dry run)" if dry_run else "",
+        report.files_removed,
+        report.bytes_freed,
+        report.leaf_tables_removed,
+        "would go" if dry_run else "removed",
+        report.kept_young,
+        report.kept_staged,
+    )
+    return report
+
+
+def _sweep_leaf(
+    storage: Storage,
+    directory: str,
+    entries: list[FileEntry],
+    protected: set[str],
+    cutoff: float,
+    report: SweepReport,
+    dry_run: bool,
+) -> None:
+    """Remove the data and deletion files of one leaf no version of it references."""
+    candidates = [
+        e for e in entries if e.path.startswith((f"{directory}/data/", f"{directory}/_deletions/"))
+    ]
+    if not candidates:
+        return
+    has_table = any(e.path.startswith(f"{directory}/_versions/") for e in entries)
+    referenced = _referenced(storage, directory) if has_table else set()
+    if referenced is None:
+        return
+    for entry in candidates:
+        if entry.path in referenced:
+            continue
+        if entry.path in protected:
+            report.kept_staged += 1
+        elif entry.mtime >= cutoff:
+            report.kept_young += 1
+        else:
+            report._remove(entry)
+            if not dry_run:
+                storage.delete(entry.path)
+
+
+def _remove_table(
+    storage: Storage,
+    directory: str,
+    entries: list[FileEntry],
+    report: SweepReport,
+    dry_run: bool,
+) -> None:
+    """Remove a whole leaf directory, its version files first."""
+    report.leaf_tables_removed += 1
+    versions_first = sorted(entries, key=lambda e: not e.path.startswith(f"{directory}/_versions/"))
+    for entry in versions_first:
+        report._remove(entry)
+        if not dry_run:
+            storage.delete(entry.path)
+    log.info("orphan sweep: leaf table %s is read by no retained __manifest version", directory)
+
+
+def _referenced(storage: Storage, directory: str) -> set[str] | None:
+    """The data and deletion files (root-relative) any existing version references
+    (None: the table cannot be read, and nothing of it is removed)."""
+    uri = storage.uri(directory)
+    try:
+        ds = storage.table(uri)
+    except LanceNamespaceError as exc:
+        log.warning("orphan sweep left %s alone: %s", directory, exc)
+        return None
+    out: set[str] = set()
+    for version in ds.versions():
+        at = ds.checkout_version(int(version["version"]))
+        for fragment in at.get_fragments():
+            raw = fragment.metadata.to_json()
+            out.update(f"{directory}/data/{f['path']}" for f in raw.get("files", []))
+            deletion = raw.get("deletion_file")
+            if deletion:
+                ext = "arrow" if deletion.get("file_type") == "array" else "bin"
+                name = f"{raw['id']}-{deletion['read_version']}-{deletion['id']}.{ext}"
+                out.add(f"{directory}/_deletions/{name}")
+    return out
+
+
+def _unread(ctx: TransactionContext, directories: Iterable[str]) -> set[str]:
+    """Those of ``directories`` no retained ``__manifest`` version points at (newest
+    versions first; stops as soon as every one was found)."""
+    left = set(directories)
+    for version in sorted(ctx.manifest.latest().retained_versions(), reverse=True):
+        if not left:
+            break
+        try:
+            at = ctx.manifest.at(version)
+        except LanceNamespaceError:  # removed meanwhile: older versions are gone too
+            break
+        left -= at.leaf_locations()
+    return left
+
+
+def _named_by_live_transactions(ctx: TransactionContext, state: NamespaceState) -> set[str]:
+    """Files (root-relative) that stage records or plans of live transactions name."""
+    out: set[str] = set()
+    for part in live_staged_partitions(ctx.store, state):
+        for meta in part.fragment_metadata():
+            out.update(
+                f"{part.directory}/data/{f['path']}" for f in meta.to_json().get("files", [])
+            )
+    return out
+
+
+def live_staged_partitions(store: TransactionStore, state: NamespaceState) -> list[StagedPartition]:
+    """Every partition a live (staged or committing) transaction has staged files for, as
+    its stage records and its plan name them (read from storage now: a transaction with
+    no row yet is live through its header alone). What the orphan sweep keeps, and the
+    leaves ``maintain`` leaves uncleaned."""
+    rows = {r.txn_id: r for r in all_records(state)}
+    out: list[StagedPartition] = []
+    for header in store.headers():
+        record = current_of(header.txn_id, rows.get(header.txn_id), only(header))
+        if record is None or record.state not in (TxnState.STAGED, TxnState.COMMITTING):
+            continue
+        for raw in store.stages(header.txn_id, record.incarnation).values():
+            out.extend(Stage.from_json(raw).partitions.values())
+        if record.plan is not None:
+            try:
+                plan = Plan.from_json(store.plan(header.txn_id, record.incarnation, record.plan))
+            except LanceNamespaceError:
+                continue
+            out.extend(plan.partitions.values())
+    return out

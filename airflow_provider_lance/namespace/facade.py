@@ -1,0 +1,986 @@
+"""``PartitionedNamespace``: the public facade over the Partitioned Namespace format."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_lance.namespace.admin.maintenance import MaintenanceReport, maintain
+from airflow_provider_lance.namespace.admin.repair import RepairReport
+from airflow_provider_lance.namespace.admin.repair import repair as repair_manifest
+from airflow_provider_lance.namespace.admin.sweep import DEFAULT_MIN_AGE, check_min_age
+from airflow_provider_lance.namespace.admin.sweep import sweep_orphans as sweep
+from airflow_provider_lance.namespace.format.manifest import (
+    NAMESPACE,
+    RESERVED_COLUMNS,
+    Manifest,
+    ManifestView,
+    manifest_schema,
+    row,
+)
+from airflow_provider_lance.namespace.format.naming import leaf_directory, spec_namespace_id
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema, cast_losslessly
+from airflow_provider_lance.namespace.format.spec import (
+    PartitionField,
+    resolve_spec,
+    spec_key,
+    spec_to_json,
+)
+from airflow_provider_lance.namespace.format.state import SCHEMA_KEY, NamespaceState, Partition
+from airflow_provider_lance.namespace.format.txn_row import TxnState, tag
+from airflow_provider_lance.namespace.io.storage import Storage
+from airflow_provider_lance.namespace.io.storage_options import StorageOptionValue
+from airflow_provider_lance.namespace.io.uri import normalize_root
+from airflow_provider_lance.namespace.ops.compaction import DEFAULT_TARGET_ROWS, Optimize
+from airflow_provider_lance.namespace.ops.deletion import DeleteRows, DropPartitions
+from airflow_provider_lance.namespace.ops.merging import MergeRows
+from airflow_provider_lance.namespace.ops.runner import TableOperation, run_operation
+from airflow_provider_lance.namespace.ops.verification import (
+    RelocateRows,
+    VerifyReport,
+    verify_partitions,
+)
+from airflow_provider_lance.namespace.read.coverage import pruned_rows
+from airflow_provider_lance.namespace.read.history import History
+from airflow_provider_lance.namespace.read.pruning import holds_for_kept_partitions, parse_filter
+from airflow_provider_lance.namespace.read.scan import filter_columns, open_leaf, scan_batches
+from airflow_provider_lance.namespace.read.timetravel import (
+    AsOf,
+    create_tag,
+    delete_tag,
+    list_tags,
+    open_version,
+    pick,
+    resolve_as_of,
+)
+from airflow_provider_lance.namespace.txn import transactions
+from airflow_provider_lance.namespace.txn.claim import (
+    CommitOptions,
+    TransactionContext,
+    backoff,
+    refuse_if_maybe_published,
+    resolve,
+)
+from airflow_provider_lance.namespace.txn.direct import publish_stage
+from airflow_provider_lance.namespace.txn.lifecycle import collect_finished
+from airflow_provider_lance.namespace.txn.publish_result import rebuilt_result
+from airflow_provider_lance.namespace.txn.spec_fence import fence, needs_fence
+from airflow_provider_lance.namespace.txn.store import TransactionStore
+from airflow_provider_lance.namespace.txn.transactions import Transaction, TransactionInfo
+from airflow_provider_lance.namespace.write.staging import (
+    FLUSH_BYTES,
+    Stage,
+    StagedPartition,
+    Stager,
+    discard_stage,
+    list_fragments,
+)
+
+from .errors import (
+    CommitConflict,
+    InvalidArgumentError,
+    LanceNamespaceError,
+    NamespaceNotFoundError,
+    PartitionNotFoundError,
+    PartitionSpecError,
+    StaleStage,
+    TransactionAborted,
+    VersionBeforeCreationError,
+    aborted_meanwhile,
+    stage_again,
+)
+from .failpoints import FailpointError, failpoint
+from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
+from .retry import Budget, Outcome, Spent, retry_until
+from .types import ArrowData, WriteMode
+
+log = logging.getLogger(__name__)
+
+#: Attempts of a schema or spec change against concurrent changes before giving up.
+EVOLVE_ATTEMPTS = 32
+
+StorageOptions = Mapping[str, StorageOptionValue | None] | None
+
+
+class PartitionedNamespace:
+    """One logical dataset made of many Lance tables (a Lance Partitioned Namespace).
+
+    Create one with :meth:`create`, open an existing one with :meth:`open`. Every method
+    reads the latest ``__manifest`` version; reads resolve all partitions from one version.
+    """
+
+    def __init__(self, root: str, manifest: Manifest, state: NamespaceState) -> None:
+        self._root = root
+        self._manifest = manifest
+        self._state = state
+        self._storage = manifest.storage
+        self._store = TransactionStore(manifest.storage)
+        self._history = History(manifest)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        uri: str | os.PathLike[str],
+        schema: pa.Schema,
+        partition_fields: Sequence[PartitionField],
+        storage_options: StorageOptions = None,
+        *,
+        concurrency: int | None = None,
+    ) -> PartitionedNamespace:
+        """Create a namespace at ``uri``; an error if anything already exists there.
+
+        ``concurrency`` bounds the leaf tables written, committed or opened at once (default
+        8 on a local disk, 32 on an object store, where requests are latency bound)."""
+        root = normalize_root(uri)
+        ns_schema = NamespaceSchema.from_user_schema(schema)
+        fields = resolve_spec(partition_fields, ns_schema, {}, RESERVED_COLUMNS)
+        columns = [pa.field(f.name, f.result_type) for f in fields]
+        first = pa.Table.from_pylist(
+            [row(spec_namespace_id(1), NAMESPACE, metadata="{}")], schema=manifest_schema(columns)
+        )
+        manifest = Manifest(Storage(root, storage_options, concurrency=concurrency))
+        manifest.create({SCHEMA_KEY: ns_schema.to_json(), spec_key(1): spec_to_json(fields)}, first)
+        log.info(
+            "created partitioned namespace %s partitioned by %s", root, [f.name for f in fields]
+        )
+        return cls.open(root, storage_options, concurrency=concurrency)
+
+    @classmethod
+    def open(
+        cls,
+        uri: str | os.PathLike[str],
+        storage_options: StorageOptions = None,
+        *,
+        concurrency: int | None = None,
+    ) -> PartitionedNamespace:
+        """Open an existing namespace; an error if ``uri`` is not a partitioned namespace.
+
+        ``concurrency``: see :meth:`create`."""
+        root = normalize_root(uri)
+        manifest = Manifest(Storage(root, storage_options, concurrency=concurrency))
+        return cls(root, manifest, NamespaceState.load(root, manifest.latest()))
+
+    @classmethod
+    def exists(cls, uri: str | os.PathLike[str], storage_options: StorageOptions = None) -> bool:
+        """Whether ``uri`` holds a partitioned namespace (storage errors still raise)."""
+        try:
+            cls.open(uri, storage_options)
+        except NamespaceNotFoundError:
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"PartitionedNamespace({self._root!r}, version={self.version})"
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        return self._root
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        """The storage options it was opened with (credentials: keep out of logs)."""
+        return self._storage.options
+
+    @property
+    def storage(self) -> Storage:
+        """Its storage I/O (tables, record files), e.g. for readers in other processes."""
+        return self._storage
+
+    def state(self, as_of: AsOf | None = None, *, version: int | None = None) -> NamespaceState:
+        """The namespace as of ``as_of`` (default: the latest).
+
+        ``as_of`` is a ``__manifest`` version (int), a moment (a datetime, naive = UTC: the
+        latest version committed at or before it) or a tag name; ``version`` is the older
+        name of an int ``as_of``. :class:`VersionNotFoundError` when that state does not
+        exist (not yet, never, or cleaned up by :meth:`maintain`).
+        """
+        target = pick(as_of, version)
+        if target is not None:
+            number = resolve_as_of(self._manifest, target)
+            if number == self._state.version:  # named: a read of it is never retried as latest
+                return dataclasses.replace(self._state, pinned=True)
+            view = ManifestView(open_version(self._manifest, number))
+            try:
+                return NamespaceState.load(self._root, view, pinned=True)
+            except NamespaceNotFoundError as exc:
+                raise VersionBeforeCreationError(
+                    f"__manifest version {number} of {self._root} predates the namespace: "
+                    "its creation was finished at a later version"
+                ) from exc
+        if not self._state.view.is_latest():
+            self._state = NamespaceState.load(self._root, self._manifest.latest())
+        return self._state
+
+    @property
+    def version(self) -> int:
+        """The latest ``__manifest`` version."""
+        return self.state().version
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The namespace schema as the format stores it: every column ever defined, each
+        with ``lance:field_id``.
+
+        Dropped columns stay, marked ``lance:deprecated`` (their ids are never reused), so
+        a name dropped and added again appears twice, under two ids. What reads return and
+        writes take is :attr:`active_schema`; a past version's is
+        ``state(as_of).schema.active``.
+        """
+        return self.state().schema.arrow
+
+    @property
+    def active_schema(self) -> pa.Schema:
+        """The columns reads return and writes accept (dropped ones left out): the schema
+        a user works with, as Iceberg's current schema."""
+        return self.state().schema.active
+
+    @property
+    def spec_version(self) -> int:
+        return self.state().spec_version
+
+    def partition_spec(self, version: int | None = None) -> list[PartitionField]:
+        state = self.state()
+        version = version if version is not None else state.spec_version
+        if version not in state.specs:
+            raise PartitionSpecError(
+                f"no partition spec version {version}; versions: {sorted(state.specs)}"
+            )
+        return list(state.specs[version])
+
+    # -- evolution -------------------------------------------------------------------------
+    def evolve_partition_spec(self, fields: Sequence[PartitionField]) -> int:
+        """Add a partition spec version; new data is written under it. Returns the version.
+
+        A compare-and-swap on the manifest version it was computed from: a concurrent
+        evolution or schema change makes it recompute (a new version number and field ids),
+        so two concurrent evolutions both apply, in some order, and no field id is reused.
+        """
+
+        def attempt(_: int) -> int | Outcome:
+            state = self.state()
+            resolved = resolve_spec(fields, state.schema, state.specs, RESERVED_COLUMNS)
+            version = state.spec_version + 1
+            existing = state.view.column_types
+            for f in resolved:
+                if f.name in existing and existing[f.name] != f.result_type:
+                    raise PartitionSpecError(
+                        f"__manifest already has a column {f.name!r} of type {existing[f.name]}"
+                    )
+            columns = [pa.field(f.name, f.result_type) for f in resolved]
+            if any(c.name not in existing for c in columns):
+                # Nullable columns first (a schema-only commit), then the spec naming them.
+                try:
+                    self._manifest.add_columns(columns)
+                except CommitConflict:  # a concurrent commit won: read again and retry
+                    return Outcome.LOST
+                return Outcome.AGAIN  # added: the spec naming them, on the state with them
+            values = {spec_key(version): spec_to_json(resolved), SCHEMA_KEY: state.schema.to_json()}
+            if not self._swap_metadata(values, state):
+                return Outcome.LOST
+            self._manifest.insert_absent(
+                self.state().rows_table([row(spec_namespace_id(version), NAMESPACE, metadata="{}")])
+            )
+            self._fence_spec(version)
+            log.info("partition spec v%d: %s", version, [f.name for f in resolved])
+            return version
+
+        spent = _evolution_budget("evolve_partition_spec")  # shared: 32 attempts in all
+        return retry_until(attempt, {Outcome.LOST: spent, Outcome.AGAIN: spent}, sleep=backoff)
+
+    def add_column(self, field: pa.Field) -> None:
+        """Add a nullable column (a new field id above every earlier one)."""
+        self._evolve_schema(lambda state: state.schema.add_column(field), "add_column")
+
+    def drop_column(self, name: str) -> None:
+        """Drop a column: it stays in the schema, deprecated, and reads no longer return it."""
+
+        def change(state: NamespaceState) -> NamespaceSchema:
+            fid = state.schema.id_of(name)
+            users = [f.name for f in state.current_spec if f.source_id == fid]
+            if users:
+                raise PartitionSpecError(
+                    f"cannot drop {name!r}: the current partition spec uses it ({users}); "
+                    "evolve the partition spec without it first"
+                )
+            return state.schema.drop_column(name)
+
+        self._evolve_schema(change, "drop_column")
+
+    def rename_column(self, old: str, new: str) -> None:
+        """Rename a column; its field id, and so every partition field using it, stays."""
+        self._evolve_schema(lambda state: state.schema.rename_column(old, new), "rename_column")
+
+    def promote_column(self, name: str, dtype: pa.DataType) -> None:
+        """Widen a column's type (e.g. int32 -> int64); narrowing is refused."""
+
+        def change(state: NamespaceState) -> NamespaceSchema:
+            promoted = state.schema.promote_column(name, dtype)
+            fid = state.schema.id_of(name)
+            for f in state.current_spec:
+                if f.source_id == fid:
+                    try:
+                        resolve_spec([f], promoted, {}, ())
+                    except PartitionSpecError as exc:
+                        raise PartitionSpecError(
+                            f"promoting {name!r} to {dtype} breaks partition field "
+                            f"{f.name!r}: {exc}"
+                        ) from exc
+            return promoted
+
+        self._evolve_schema(change, "promote_column")
+
+    def _evolve_schema(
+        self, change: Callable[[NamespaceState], NamespaceSchema], what: str
+    ) -> None:
+        """Apply a schema change computed from the latest state, as a compare-and-swap on
+        the manifest version it read; a concurrent change makes it recompute (so a new
+        column gets a field id above the concurrent one's, or a clear error)."""
+
+        def attempt(_: int) -> Outcome | None:
+            state = self.state()
+            schema = change(state)
+            return (
+                None if self._swap_metadata({SCHEMA_KEY: schema.to_json()}, state) else Outcome.LOST
+            )
+
+        retry_until(attempt, {Outcome.LOST: _evolution_budget(what)}, sleep=backoff)
+
+    def _fence_spec(self, version: int) -> None:
+        """Fence merges still computing under older specs (see :mod:`.spec_fence`); if
+        this keeps losing races, the first merge under ``version`` fences instead."""
+
+        def attempt(_: int) -> Outcome | None:
+            state = self.state()
+            if state.spec_version != version or not needs_fence(state):
+                return None
+            return None if fence(self._manifest, state, version) else Outcome.LOST
+
+        try:
+            retry_until(
+                attempt, {Outcome.LOST: Budget(Spent, attempts=EVOLVE_ATTEMPTS)}, sleep=backoff
+            )
+        except Spent:
+            log.info("partition spec v%d: not fenced yet, its first merge fences it", version)
+
+    def _swap_metadata(self, values: Mapping[str, str], state: NamespaceState) -> bool:
+        """Commit metadata against ``state``'s version; False if a concurrent change won."""
+        failpoint("evolve.before_commit")
+        try:
+            self._manifest.commit_metadata(values, state.version)
+        except CommitConflict:
+            return False
+        return True
+
+    # -- partitions -------------------------------------------------------------------------
+    def partition_values(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """``values`` (partition field name -> value) typed and ordered by the current spec.
+
+        Values are converted as a write converts its columns (:func:`.cast_losslessly`): a
+        value that would change (a datetime with a time of day as a date) is refused, so
+        ``create_partition`` never makes a partition a write of the same value would not.
+        """
+        fields = self.state().current_spec
+        if not isinstance(values, Mapping):
+            raise InvalidArgumentError("partition values must be a mapping of field -> value")
+        unknown = set(values) - {f.name for f in fields}
+        missing = [f.name for f in fields if f.name not in values]
+        if unknown or missing:
+            raise PartitionSpecError(
+                f"partition values must name exactly the fields {[f.name for f in fields]} "
+                f"(unknown: {sorted(unknown)}, missing: {missing})"
+            )
+        out = []
+        for f in fields:
+            try:
+                out.append(
+                    cast_losslessly(pa.array([values[f.name]]), f.result_type)[0].as_py()
+                    if values[f.name] is not None
+                    else None
+                )
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise PartitionSpecError(
+                    f"partition value {values[f.name]!r} for {f.name!r} is not a "
+                    f"{f.result_type}: {str(exc).splitlines()[0]}"
+                ) from exc
+        return tuple(out)
+
+    def create_partition(self, values: Mapping[str, Any]) -> Partition:
+        """Create the (empty) partition for ``values`` under the current spec; idempotent."""
+        return self.create_partitions([values])[0]
+
+    def create_partitions(self, values: Iterable[Mapping[str, Any]]) -> list[Partition]:
+        """Create many (empty) partitions in one transaction; existing ones are returned.
+
+        The manifest commits do not grow with the number of partitions: one claim, one
+        publish, whatever the count.
+        """
+        tuples = [self.partition_values(v) for v in values]
+        state = self.state()
+        ids = [state.leaf_id(t) for t in tuples]
+        missing = sorted(set(ids) - set(state.find(ids)))
+        if missing:
+            txn = self._begin("append", None, anonymous=True)
+            names = [f.name for f in state.current_spec]
+            stage = Stage(txn.txn_id, "create", "append", state.spec_version)
+            for t, oid in zip(tuples, ids, strict=True):
+                if oid in missing and oid not in stage.partitions:
+                    stage.partitions[oid] = StagedPartition(
+                        oid, leaf_directory(oid), dict(zip(names, t, strict=True)), None
+                    )
+            try:
+                txn.record(stage)
+                self.commit(txn.txn_id)
+            except BaseException as exc:
+                if not isinstance(exc, FailpointError):
+                    self._abort_quietly(txn.txn_id, exc, forget=True)
+                raise
+            self._store.delete(txn.txn_id)
+        found = self.state().find(ids)
+        return [found[i] for i in ids]
+
+    def partitions(self, *, as_of: AsOf | None = None) -> list[Partition]:
+        """Every leaf table of the namespace (all spec versions), as of ``as_of`` (see
+        :meth:`state`; default: the latest)."""
+        return self.state(as_of).partitions()
+
+    def partition(self, values: Mapping[str, Any]) -> Partition:
+        """The partition holding ``values`` under the current spec (an error if absent)."""
+        state = self.state()
+        leaf_id = state.leaf_id(self.partition_values(values))
+        found = state.find([leaf_id])
+        if leaf_id not in found:
+            raise PartitionNotFoundError(f"no partition for {dict(values)} in {self._root}")
+        return found[leaf_id]
+
+    def prune(
+        self,
+        filter: str | None = None,
+        *,
+        as_of: AsOf | None = None,
+        version: int | None = None,
+    ) -> list[Partition]:
+        """The partitions that can hold rows matching ``filter`` (a SQL boolean expression),
+        as of ``as_of`` (see :meth:`state`)."""
+        return self._prune(self.state(as_of, version=version), filter)
+
+    @staticmethod
+    def _prune(state: NamespaceState, filter: str | None) -> list[Partition]:
+        if filter is None:
+            return state.partitions()
+        return state.partitions_from_rows(pruned_rows(state, filter))
+
+    # -- reads -------------------------------------------------------------------------------
+    def to_batches(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        as_of: AsOf | None = None,
+        version: int | None = None,
+        batch_size: int | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the rows matching ``filter`` from one consistent manifest version (the
+        latest, or the one ``as_of`` names: see :meth:`state`).
+
+        Bad filters and unknown columns raise here, before the first batch is read.
+        """
+        return self._batches(self.state(as_of, version=version), columns, filter, batch_size)
+
+    def _batches(
+        self,
+        state: NamespaceState,
+        columns: Sequence[str] | None,
+        filter: str | None,
+        batch_size: int | None,
+    ) -> Iterator[pa.RecordBatch]:
+        state.schema.project(columns)  # validates the names before anything is read
+        residual, exact = None, []
+        if filter is not None:
+            residual, pred = parse_filter(filter, state.schema)
+            exact = [
+                v
+                for v, fields in state.specs.items()
+                if holds_for_kept_partitions(residual, pred, fields, state.schema)
+            ]
+        return scan_batches(
+            self._storage,
+            self._prune(state, filter),
+            state.schema,
+            columns=columns,
+            residual=residual,
+            batch_size=batch_size,
+            unfiltered_specs=exact,
+        )
+
+    def to_reader(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        as_of: AsOf | None = None,
+        version: int | None = None,
+        batch_size: int | None = None,
+    ) -> pa.RecordBatchReader:
+        """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected).
+
+        The schema, specs, partitions and read_versions all come from one manifest version.
+        """
+        state = self.state(as_of, version=version)
+        failpoint("read.resolved")
+        schema = state.schema.project(columns)
+        batches = self._batches(state, columns, filter, batch_size)
+        return pa.RecordBatchReader.from_batches(schema, batches)
+
+    def to_table(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        as_of: AsOf | None = None,
+        version: int | None = None,
+    ) -> pa.Table:
+        """All rows matching ``filter``, in the namespace schema (optionally projected).
+
+        Keyword arguments in pylance's order (``columns``, ``filter``); ``as_of`` reads a
+        past state: a ``__manifest`` version, a moment or a tag (see :meth:`state`), in
+        the schema it had then (``version`` is the older name of an int ``as_of``)."""
+        reader = self.to_reader(columns=columns, filter=filter, as_of=as_of, version=version)
+        return reader.read_all()
+
+    def count_rows_of(self, partition: Partition) -> int:
+        """Rows of one partition at its published ``read_version``."""
+        return int(open_leaf(self._storage, partition).count_rows())
+
+    def count_rows(
+        self,
+        *,
+        filter: str | None = None,
+        as_of: AsOf | None = None,
+        version: int | None = None,
+    ) -> int:
+        """The number of rows matching ``filter`` (without a filter: from table metadata),
+        as of ``as_of`` (see :meth:`state`)."""
+        state = self.state(as_of, version=version)
+        if filter is None:
+            return sum(open_leaf(self._storage, p).count_rows() for p in state.partitions())
+        residual = parse_filter(filter, state.schema)[0]
+        columns = filter_columns(residual)
+        return sum(b.num_rows for b in self._batches(state, columns, filter, None))
+
+    # -- table operations: each one __manifest swap (see operations) ------------------------
+    def drop_partitions(
+        self, filter: str, *, txn_id: str | None = None, claim_timeout: float | None = None
+    ) -> OperationResult:
+        """Remove whole partitions, as metadata: those whose partition values make
+        ``filter`` true. The filter names partition fields (``__manifest`` columns, e.g.
+        ``"event_date < '2025-01-01'"``); a partition of a spec version without a field
+        sees NULL for it. Their rows leave every read in one ``__manifest`` commit; the
+        leaf files stay until maintenance. ``txn_id`` makes a retry return the first
+        result; ``claim_timeout`` bounds the wait for partitions a transaction is
+        committing (default 120 s)."""
+        return self._operate(DropPartitions(self._storage, filter), txn_id, claim_timeout)
+
+    def delete(
+        self, filter: str, *, txn_id: str | None = None, claim_timeout: float | None = None
+    ) -> OperationResult:
+        """Delete the rows matching ``filter`` (on namespace columns), in one ``__manifest``
+        commit: partitions the filter covers entirely are dropped as metadata, the others
+        get Lance deletion files on their published version (nothing rewritten).
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        return self._operate(DeleteRows(self._storage, filter), txn_id, claim_timeout)
+
+    def merge(
+        self,
+        data: ArrowData,
+        on: Sequence[str],
+        *,
+        when_not_matched_by_source_delete: bool = False,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+    ) -> OperationResult:
+        """Upsert ``data`` by the key columns ``on``: rows whose key is stored are
+        updated, the others inserted (new partition values become new partitions), all
+        in one ``__manifest`` commit. The key must include every source column of the
+        current partition spec. ``when_not_matched_by_source_delete`` also deletes every
+        stored row whose key ``data`` lacks (partitions it does not touch are dropped).
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        operation = MergeRows(
+            self._storage, data, on, delete_unmatched=when_not_matched_by_source_delete
+        )
+        return self._operate(operation, txn_id, claim_timeout)
+
+    def optimize(
+        self,
+        filter: str | None = None,
+        *,
+        target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
+        materialize_deletions: bool = True,
+        txn_id: str | None = None,
+    ) -> OperationResult:
+        """Compact the leaves of the partitions ``filter`` may touch (all of them for
+        None): small fragments merged into fragments of ``target_rows_per_fragment`` rows,
+        deleted rows dropped from the files. Every compacted leaf's new version is
+        published in one ``__manifest`` commit; writers keep writing meanwhile (a leaf
+        that keeps changing, or that a transaction is committing, is left alone and
+        reported in ``skipped``). The rows never change, only their files."""
+        operation = Optimize(
+            self._storage,
+            filter,
+            target_rows_per_fragment=target_rows_per_fragment,
+            materialize_deletions=materialize_deletions,
+        )
+        return self._operate(operation, txn_id, None)
+
+    def _operate(
+        self, operation: TableOperation, txn_id: str | None, claim_timeout: float | None
+    ) -> OperationResult:
+        self._manifest.ensure_claim_column()
+        result = run_operation(self._txn, operation, txn_id=txn_id, claim_timeout=claim_timeout)
+        log.info(
+            "%s: %d rows removed, %d updated, %d inserted, %d partitions dropped (manifest v%s)",
+            operation.kind,
+            result.rows_removed,
+            result.rows_updated,
+            result.rows_inserted,
+            len(result.dropped),
+            result.manifest_version,
+        )
+        return result
+
+    # -- writes and transactions -----------------------------------------------------------
+    def write(
+        self,
+        data: ArrowData,
+        mode: WriteMode = "append",
+        *,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+        flush_bytes: int = FLUSH_BYTES,
+    ) -> CommitResult:
+        """Write rows; ``overwrite`` is a dynamic partition overwrite: it replaces exactly the
+        partitions the data touches. ``data`` is anything Arrow-exportable (pyarrow, polars,
+        DuckDB, pandas through pyarrow) or an iterable of pyarrow tables or batches.
+        ``claim_timeout`` bounds the wait for partitions another transaction is committing
+        (default 120 s, :class:`~.commit.CommitOptions`); the error names the holder
+        and its age.
+
+        One transaction: stage, then publish every touched partition (and those it creates)
+        in one ``__manifest`` commit, so readers see the whole write or nothing of it. A
+        failed write is aborted (nothing of it stays); with ``txn_id`` a retried write
+        returns the first one's result instead of writing twice. An iterable is consumed
+        as it is staged: at most ``flush_bytes`` of routed rows are buffered, as views of
+        the input where they can be (Arrow data is immutable: a generator that refills one
+        NumPy buffer for every table it yields must copy it, or the buffered rows change).
+        """
+        if txn_id is None:
+            result = self._write_direct(data, mode, claim_timeout, flush_bytes)
+        else:
+            txn = self._begin(mode, txn_id, anonymous=False)
+            if txn.state is not TxnState.STAGED:  # a retry got as far as committing
+                log.info("transaction %s is %s: finishing it", txn.txn_id, txn.state.value)
+                return self.commit(txn.txn_id, claim_timeout=claim_timeout)
+            result = self._commit_staged(
+                txn,
+                lambda: txn.stage(data, stage_id="write", flush_bytes=flush_bytes),
+                claim_timeout,
+            )
+        log.info(
+            "%s %d rows into %d partitions (manifest v%d)",
+            mode,
+            result.rows,
+            len(result.partitions),
+            result.manifest_version,
+        )
+        return result
+
+    def _write_direct(
+        self, data: ArrowData, mode: WriteMode, claim_timeout: float | None, flush_bytes: int
+    ) -> CommitResult:
+        """A write nobody else knows: published in one swap (see :mod:`.direct`), or, when
+        its partitions are claimed or it keeps losing races, by the claim protocol."""
+        if mode not in transactions.MODES:
+            raise InvalidArgumentError(f"mode must be one of {transactions.MODES}, got {mode!r}")
+        state = self.state()
+        if not state.view.has_claim_column:
+            self._manifest.ensure_claim_column()
+            state = self.state()
+        txn_id = uuid.uuid4().hex
+        owner = tag(txn_id, 1)
+        stage = Stager(
+            state,
+            Stage(txn_id, "write", mode, state.spec_version),
+            self._storage,
+            flush_bytes,
+            create_leaves_as=owner,
+        ).write(data)
+        try:
+            result = publish_stage(self._txn, state, stage, owner=owner)
+        except StaleStage as exc:  # its files are discarded: a retry stages afresh
+            raise stage_again(exc) from exc
+        if result is not None:
+            return result
+        try:  # recorded for the claim protocol, which commits the files itself
+            list_fragments(stage, self._storage)
+        except BaseException:
+            discard_stage(stage, self._storage)
+            raise
+        txn = self._begin(mode, txn_id, anonymous=True)
+        failpoint("direct.handing_over")
+        try:
+            result = self._commit_staged(txn, lambda: txn.record(stage), claim_timeout)
+        except (LanceNamespaceError, OSError):
+            result = self._published_anyway(txn, stage)
+            if result is None:
+                raise
+        self._store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
+        return result
+
+    def _published_anyway(self, txn: Transaction, stage: Stage) -> CommitResult | None:
+        """The result of a handed-over write whose commit failed after its publish (the
+        store failed mid-swap, or after it): the writer's own stage says what it holds.
+        None if it was not published. A write reported failed would be written again."""
+        ctx = self._txn
+        try:
+            record = resolve(ctx, ctx.load_state(), txn.txn_id)
+            if record is not None and record.state is TxnState.PUBLISHED:
+                result = rebuilt_result(ctx.load_state, record, stage.mode, stage.partitions)
+                version = result.manifest_version
+                log.warning("the write was published (v%d) although its commit failed", version)
+                return result
+        except LanceNamespaceError as exc:  # cannot tell: the commit's own error stands
+            log.warning("could not tell whether %s was published: %s", txn.txn_id, exc)
+            return None
+        if record is None:
+            refuse_if_maybe_published(tag(txn.txn_id, txn.header.incarnation))
+        return None
+
+    def _commit_staged(
+        self, txn: Transaction, stage: Callable[[], object], claim_timeout: float | None
+    ) -> CommitResult:
+        """Stage (``stage()``) and commit ``txn``; a failure aborts it (nothing of it stays)."""
+        try:
+            stage()
+            return self.commit(txn.txn_id, claim_timeout=claim_timeout)
+        except BaseException as exc:
+            if not isinstance(exc, FailpointError):
+                self._abort_quietly(txn.txn_id, exc, forget=txn.header.anonymous)
+            if isinstance(exc, TransactionAborted):
+                raise aborted_meanwhile(txn.txn_id, exc) from exc
+            if isinstance(exc, StaleStage):  # aborted above: a retry begins and stages anew
+                raise stage_again(exc) from exc
+            raise
+
+    def _abort_quietly(self, txn_id: str, cause: BaseException, *, forget: bool) -> None:
+        """Abort a failed write; an id nobody else knows leaves no record behind."""
+        try:
+            self.abort(txn_id, reason=f"write failed: {cause}", forget=forget)
+        except LanceNamespaceError as exc:  # e.g. it was published after all
+            log.warning("could not abort transaction %s: %s", txn_id, exc)
+
+    @property
+    def _txn(self) -> TransactionContext:
+        return TransactionContext(self._manifest, self._store, self.state, self._storage)
+
+    def begin(
+        self, mode: WriteMode = "append", txn_id: str | None = None, *, anonymous: bool = False
+    ) -> Transaction:
+        """Start a transaction (or resume the one with this id: retries reuse it).
+
+        An id whose transaction was aborted starts a new incarnation of it. ``anonymous``
+        promises that only this process records stages and commits (other processes may
+        still write data files for it, as Spark executors do): recording then skips the
+        ``__manifest`` commit that orders concurrent stagers, and the transaction's row is
+        collected once it finished. Retrying needs an id: give ``txn_id`` instead.
+        """
+        return self._begin(mode, txn_id, anonymous=anonymous)
+
+    def _begin(self, mode: WriteMode, txn_id: str | None, *, anonymous: bool) -> Transaction:
+        self._manifest.ensure_claim_column()
+        ctx = self._txn
+        return Transaction(transactions.begin(ctx, mode, txn_id, anonymous=anonymous), ctx)
+
+    def transaction(self, txn_id: str) -> Transaction:
+        """The current incarnation of a transaction, e.g. to stage into it from another
+        process."""
+        ctx = self._txn
+        record = resolve(ctx, ctx.load_state(), txn_id)
+        header = None if record is None else ctx.store.load(txn_id, record.incarnation)
+        if header is None:
+            raise InvalidArgumentError(f"no transaction {txn_id!r} in {self._root}")
+        return Transaction(header, ctx)
+
+    def commit(
+        self,
+        txn: Transaction | str | Sequence[Transaction | str],
+        *,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+    ) -> CommitResult:
+        """Publish staged transactions atomically; committing again returns the same result.
+
+        Several transactions (e.g. one per mapped Spark write) are published together, in
+        one ``__manifest`` commit, as a combined transaction ``txn_id`` (by default an id
+        derived from theirs, so a retried commit finds it).
+        """
+        ids = [
+            t.txn_id if isinstance(t, Transaction) else t
+            for t in ([txn] if isinstance(txn, (str, Transaction)) else txn)
+        ]
+        options = CommitOptions() if claim_timeout is None else CommitOptions(claim_timeout)
+        for t in ids:
+            if not isinstance(t, str):
+                raise InvalidArgumentError(f"transactions are named by their ids, got {t!r}")
+        ctx = self._txn
+        if len(ids) == 1 and txn_id is None:
+            return transactions.commit(ctx, ids[0], options)
+        combined = transactions.combine(ctx, ids, txn_id or transactions.combined_id(ids))
+        return transactions.commit(ctx, combined.txn_id, options)
+
+    def abort(
+        self, txn_id: str, reason: str = "aborted by the user", *, forget: bool = False
+    ) -> None:
+        """Undo an unpublished transaction: its leaf versions, claims and staged files.
+
+        The record stays as a tombstone, unless ``forget``: only for the caller's own
+        anonymous transaction, whose commit it ran and saw fail (nobody else knows the id,
+        so one without a ``__manifest`` row needs no fence either). Anyone else's
+        transaction, anonymous or not, is fenced first: its writer may seal it any moment.
+        """
+        transactions.abort(self._txn, txn_id, reason, own_write=forget)
+        if forget:
+            self._store.delete(txn_id)
+
+    def recover(self, lease_seconds: float = transactions.DEFAULT_LEASE_SECONDS) -> list[str]:
+        """Abort transactions idle for longer than ``lease_seconds`` (returns their ids) and
+        release claims that finished or vanished transactions left behind."""
+        return transactions.recover(self._txn, lease_seconds)
+
+    def maintain(
+        self,
+        *,
+        compact: bool = True,
+        older_than: dt.timedelta | None = None,
+        sweep_orphans: bool = False,
+        orphan_min_age: dt.timedelta = DEFAULT_MIN_AGE,
+        dry_run: bool = False,
+        enforce_min_age: bool = True,
+    ) -> MaintenanceReport:
+        """Compact ``__manifest``; with ``older_than``, also remove old versions safely
+        (tagged versions, and every leaf version they read, are kept: see :meth:`tag`);
+        with ``sweep_orphans``, remove files no leaf version references and leaf tables
+        of dropped partitions no retained version reads, once older than
+        ``orphan_min_age`` (see ``sweep``). ``dry_run`` changes nothing: it only reports
+        what the sweep would remove (compaction and version cleanup do not run).
+
+        An ``orphan_min_age`` below ``sweep.MIN_SAFE_ORPHAN_AGE`` (6 hours) would delete
+        the files of writes still in flight: it is refused before anything runs unless
+        ``enforce_min_age=False`` (or ``dry_run``, which deletes nothing)."""
+        if sweep_orphans:
+            check_min_age(
+                orphan_min_age, enforce=enforce_min_age, dry_run=dry_run, name="orphan_min_age"
+            )
+        if dry_run:
+            report = MaintenanceReport()
+        else:
+            collect_finished(self._manifest, self.state, self._store.delete)
+            report = maintain(
+                self._manifest,
+                NamespaceState.load(self._root, self._manifest.latest()),
+                compact=compact,
+                older_than=older_than,
+            )
+        if sweep_orphans:
+            swept = sweep(
+                self._txn,
+                min_age=orphan_min_age,
+                dry_run=dry_run,
+                enforce_min_age=enforce_min_age,
+            )
+            report.orphans = swept.to_dict()
+        self._state = NamespaceState.load(self._root, self._manifest.latest())
+        return report
+
+    # -- history and tags ----------------------------------------------------------------
+    def history(
+        self, limit: int | None = None, *, include_internal: bool = False
+    ) -> list[HistoryEntry]:
+        """What each ``__manifest`` version did, newest first: one entry per write (mode,
+        transaction, partitions and rows), partition creation, schema or spec change.
+
+        ``include_internal`` adds the bookkeeping versions readers see no change in
+        (transaction states, claims, compaction). Only versions ``maintain`` kept are
+        listed; each entry's ``version`` is readable with ``as_of``.
+        """
+        if limit is not None and (isinstance(limit, bool) or limit < 1):
+            raise InvalidArgumentError(f"limit must be a positive number, got {limit!r}")
+        return self._history.entries(limit, include_internal)
+
+    def tag(self, name: str, as_of: AsOf | None = None, *, version: int | None = None) -> TagInfo:
+        """Pin the state ``as_of`` names (default: the latest version) under ``name``:
+        :meth:`maintain` keeps that ``__manifest`` version and every leaf version it reads
+        until :meth:`untag`; read it with ``as_of=name``."""
+        target = pick(as_of, version)
+        number = self.version if target is None else resolve_as_of(self._manifest, target)
+        return create_tag(self._manifest, name, number)
+
+    def tags(self) -> list[TagInfo]:
+        """Every tag, oldest version first."""
+        return list_tags(self._manifest)
+
+    def untag(self, name: str) -> None:
+        """Remove a tag; the next :meth:`maintain` may then remove what only it kept."""
+        delete_tag(self._manifest, name)
+
+    def verify(self, filter: str | None = None, *, as_of: AsOf | None = None) -> VerifyReport:
+        """Check that every row of the partitions ``filter`` selects (all: None) lies in the
+        partition its values give (see ``verification``); changes nothing. A row that does
+        not is found by no filter on its source column: :meth:`relocate` puts it right."""
+        state = self.state(as_of)
+        return verify_partitions(self._storage, state, self._prune(state, filter))
+
+    def relocate(
+        self,
+        filter: str | None = None,
+        *,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+    ) -> OperationResult:
+        """Move every row that :meth:`verify` finds outside the partition its values give
+        (in the partitions ``filter`` selects) to where it belongs, in one ``__manifest``
+        commit: partitions holding such rows are rewritten without them, and they are
+        appended to (or create) the partitions of the current spec their values give.
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        candidates = None
+        if filter is not None:
+            candidates = [p.object_id for p in self._prune(self.state(), filter)]
+        return self._operate(RelocateRows(self._storage, candidates), txn_id, claim_timeout)
+
+    def repair(self) -> RepairReport:
+        """Restore the ``__manifest`` columns a foreign writer dropped (see ``repair``)."""
+        report = repair_manifest(self._manifest, self._root)
+        self._state = NamespaceState.load(self._root, self._manifest.latest())
+        return report
+
+    def transactions(self) -> list[TransactionInfo]:
+        """Every recorded transaction and its state, oldest first (for operators)."""
+        return transactions.listing(self._txn)
+
+
+def _evolution_budget(what: str) -> Budget:
+    """The attempts of a schema or spec change, then the error saying it lost them all."""
+    return Budget(
+        lambda: CommitConflict(
+            f"{what}: concurrent schema or partition spec changes kept winning "
+            f"({EVOLVE_ATTEMPTS} attempts); nothing was changed, try again"
+        ),
+        attempts=EVOLVE_ATTEMPTS,
+    )

@@ -1,0 +1,347 @@
+"""DataFusion SQL expressions: partition expressions and filters, with the ``hash`` UDF.
+
+Everything here is evaluated by DataFusion itself (never re-implemented), in a session whose
+time zone is pinned to UTC. DataFusion's Python UDFs have one exact signature and silently
+*coerce* other argument types to it (an int32 passed to a utf8 ``hash`` would be hashed as
+its decimal string), so each expression is first planned in a probe session to learn the
+argument type of every ``hash(...)`` call, then bound to a session whose ``hash`` takes
+exactly that type.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from datafusion import DataFrame, Expr, SessionConfig, SessionContext, udf
+
+from airflow_provider_lance.namespace.errors import ExpressionError
+
+from .arrow_json import normalize_type
+from .hashing import hash_array, hashable_type
+
+#: Unique names for data registered in a session while an expression evaluates it.
+_FRAME_IDS = itertools.count()
+
+
+@contextmanager
+def registered(session: SessionContext, data: pa.Table) -> Iterator[DataFrame]:
+    """``data`` as a frame of ``session`` for the ``with`` block, then deregistered.
+
+    ``from_arrow`` registers its input in the session under a name; left registered, a
+    long-lived session keeps every table ever evaluated alive (measured: a Spark task's
+    whole input, as batches read over IPC share one buffer). The registration is pinned by
+    tests/test_pylance_facts.py::
+    test_fact_datafusion_from_arrow_registers_its_input_until_deregistered.
+    """
+    name = f"__input_{next(_FRAME_IDS)}"
+    frame = session.from_arrow(data, name)
+    try:
+        yield frame
+    finally:
+        session.deregister_table(name)
+
+
+#: Functions whose result depends on something other than their arguments.
+NON_DETERMINISTIC = frozenset(
+    {
+        "random",
+        "uuid",
+        "now",
+        "current_timestamp",
+        "current_date",
+        "current_time",
+        "localtime",
+        "localtimestamp",
+        "today",
+    }
+)
+_LEAVES = ("Reference", "Literal")
+_FORBIDDEN_VARIANTS = frozenset(
+    {
+        "ScalarSubquery",
+        "InSubquery",
+        "Exists",
+        "AggregateFunction",
+        "WindowFunction",
+        "Placeholder",
+        "OuterReferenceColumn",
+        "Wildcard",
+        "GroupingSet",
+        "Unnest",
+    }
+)
+
+
+def new_session(hash_input: pa.DataType | None = None) -> SessionContext:
+    """A DataFusion session pinned to UTC, with ``hash`` bound to ``hash_input`` if given.
+
+    One target partition: with more, DataFusion deals the input's 8,192-row batches out
+    round-robin to parallel projections and collects them in whatever order they finish,
+    so an expression's values no longer lined up with the rows they were computed from
+    (rows of more than one batch were routed to partitions of other rows' values). One
+    partition keeps the input order, and measured faster as well (no repartitioning).
+
+    The DataFusion behaviour relied on here is pinned by tests/test_pylance_facts.py:
+    test_fact_datafusion_with_one_target_partition_keeps_the_input_order (the speed is not
+    tested), test_fact_datafusion_coerces_udf_arguments_to_its_one_signature (why ``hash``
+    is bound to the input's type) and
+    test_fact_datafusion_evaluates_zoned_timestamps_in_their_zone_and_naive_ones_in_utc.
+    """
+    config = (
+        SessionConfig().set("datafusion.execution.time_zone", "+00:00").with_target_partitions(1)
+    )
+    ctx = SessionContext(config)
+    if hash_input is not None:
+        ctx.register_udf(udf(hash_array, [hash_input], pa.int64(), "immutable", "hash"))
+    return ctx
+
+
+# -- expression trees --------------------------------------------------------------------
+def children(expr: Any) -> list[Any]:
+    """The operand sub-expressions of a DataFusion ``RawExpr`` (leaves have none)."""
+    rtype = str(expr.rex_type())
+    if rtype.endswith(_LEAVES):
+        return []
+    if expr.variant_name() == "Alias":
+        return [expr.to_variant().expr()]
+    try:
+        return list(expr.rex_call_operands())
+    except Exception:  # subqueries and other exotic nodes have no operand list
+        return []
+
+
+def walk(expr: Any) -> Iterator[Any]:
+    """Every node of an expression tree, root first."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def function_name(expr: Any) -> str | None:
+    if expr.variant_name() != "ScalarFunction":
+        return None
+    return str(expr.rex_call_operator()).lower()
+
+
+def column_name(expr: Any) -> str | None:
+    if expr.variant_name() != "Column":
+        return None
+    return str(expr.to_variant().name())
+
+
+def raw(expr: Expr | Any) -> Any:
+    """The ``RawExpr`` behind a ``datafusion.Expr``."""
+    return expr.expr if isinstance(expr, Expr) else expr
+
+
+def check_deterministic(expr: Any, what: str) -> None:
+    for node in walk(raw(expr)):
+        name = function_name(node)
+        if name in NON_DETERMINISTIC:
+            raise ExpressionError(f"{what} uses {name}(), which is not deterministic")
+        if node.variant_name() in _FORBIDDEN_VARIANTS:
+            raise ExpressionError(
+                f"{what} may only use scalar functions of its row (found {node.variant_name()})"
+            )
+
+
+# -- binding an expression to a schema ------------------------------------------------------
+@dataclass
+class BoundExpression:
+    """A SQL expression planned against a schema, ready to evaluate on matching data."""
+
+    sql: str
+    schema: pa.Schema
+    output_type: pa.DataType
+    hash_input: pa.DataType | None
+    _session: SessionContext = field(repr=False)
+    _expr: Expr = field(repr=False)
+
+    @property
+    def expr(self) -> Expr:
+        return self._expr
+
+    @contextmanager
+    def frame(self, data: pa.Table | pa.RecordBatch) -> Iterator[DataFrame]:
+        """``data`` as a DataFusion frame, for the duration of the ``with`` block."""
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        if data.num_rows == 0:
+            data = pa.table({f.name: pa.array([], f.type) for f in data.schema})
+        with registered(self._session, data) as frame:
+            yield frame
+
+    def evaluate(self, data: pa.Table | pa.RecordBatch) -> pa.ChunkedArray:
+        """The expression's value for every row of ``data`` (schema must match)."""
+        if data.num_rows == 0:
+            return pa.chunked_array([], self.output_type)
+        with self.frame(data) as frame:
+            try:
+                result = frame.select(self._reparse(frame).alias("__value")).to_arrow_table()
+            except Exception as exc:
+                raise ExpressionError(
+                    f"evaluating {self.sql!r} failed: {_first_line(exc)}"
+                ) from exc
+        return result.column("__value")
+
+    def filter(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
+        """The rows of ``data`` for which the (boolean) expression is true."""
+        if data.num_rows == 0:
+            return data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+        with self.frame(data) as frame:
+            try:
+                out = frame.filter(self._reparse(frame)).to_arrow_table()
+            except Exception as exc:
+                raise ExpressionError(
+                    f"evaluating {self.sql!r} failed: {_first_line(exc)}"
+                ) from exc
+        return out.cast(data.schema) if out.schema != data.schema else out
+
+    def unplannable(self) -> tuple[Any, str] | None:
+        """The smallest part of the expression DataFusion cannot plan, and why; None if it
+        plans.
+
+        Planning folds constants, coercing each literal to the type it is compared with,
+        so a literal that is no value of its type (``DATE '2025-13-45'``, ``'abc'`` against
+        an integer column) fails here, on no rows, and a read would fail the same way.
+        """
+        empty = pa.table({f.name: pa.array([], f.type) for f in self.schema})
+        with self.frame(empty) as frame:
+            node = raw(self._reparse(frame))
+            reason = _plan_error(frame, node)
+            if reason is None:
+                return None
+            narrowed = True
+            while narrowed:
+                narrowed = False
+                for child in children(node):
+                    why = _plan_error(frame, child)
+                    if why is not None:
+                        node, reason, narrowed = child, why, True
+                        break
+            return node, reason
+
+    def _reparse(self, frame: DataFrame) -> Expr:
+        # Column references are qualified by the frame's table, so parse against each frame.
+        return frame.parse_sql_expr(self.sql)
+
+
+def bind(sql: str, schema: pa.Schema, what: str) -> BoundExpression:
+    """Plan ``sql`` against ``schema``; errors name ``what`` and the DataFusion message."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise ExpressionError(f"{what} must be a non-empty SQL expression string")
+    empty = pa.table({f.name: pa.array([], f.type) for f in schema})
+    probe = new_session(pa.utf8())
+    try:
+        frame = probe.from_arrow(empty)
+        parsed = frame.parse_sql_expr(sql)
+        check_deterministic(parsed, what)
+        hash_args = [
+            arg
+            for node in walk(raw(parsed))
+            if function_name(node) == "hash"
+            for arg in children(node)
+        ]
+        hash_types = {normalize_type(_type_of(frame, arg)) for arg in hash_args}
+    except ExpressionError:
+        raise
+    except Exception as exc:
+        raise ExpressionError(
+            f"{what} {sql!r} is not a valid expression: {_first_line(exc)}"
+        ) from exc
+    if len(hash_types) > 1:
+        raise ExpressionError(
+            f"{what} {sql!r} calls hash() on values of different types "
+            f"({', '.join(map(str, hash_types))}); use one type per expression"
+        )
+    hash_input = next(iter(hash_types)) if hash_types else None
+    if hash_input is not None and not hashable_type(hash_input):
+        raise ExpressionError(f"{what} {sql!r}: hash() is not defined for type {hash_input}")
+    session = new_session(hash_input)
+    try:
+        frame = session.from_arrow(empty)
+        expr = frame.parse_sql_expr(sql)
+        output_type = frame.select(expr.alias("__value")).schema().field("__value").type
+    except Exception as exc:
+        raise ExpressionError(
+            f"{what} {sql!r} is not a valid expression: {_first_line(exc)}"
+        ) from exc
+    return BoundExpression(sql, schema, output_type, hash_input, session, expr)
+
+
+def _plan_error(frame: DataFrame, node: Any) -> str | None:
+    """Why DataFusion cannot plan (optimize) ``node`` over ``frame``: its root cause."""
+    try:
+        frame.select(Expr(node).alias("__v")).optimized_logical_plan()
+    except Exception as exc:
+        return root_cause(exc)
+    return None
+
+
+_ERROR_PREFIX = re.compile(r"^(?:(?:Arrow|DataFusion|Execution|Optimizer) error: )+")
+
+
+def root_cause(exc: BaseException) -> str:
+    """The last line of a DataFusion error chain (its "caused by" root), without the
+    layers' prefixes: ``Cast error: Cannot cast string '2025-13-45' to ...``."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return _ERROR_PREFIX.sub("", lines[-1]) if lines else type(exc).__name__
+
+
+_SQL_REWRITES = (
+    (re.compile(r'CAST\(Utf8\("((?:[^"\\]|\\.)*)"\) AS Date(?:32|64)\)'), r"DATE '\1'"),
+    (re.compile(r'CAST\(Utf8\("((?:[^"\\]|\\.)*)"\) AS Timestamp\([^)]*\)\)'), r"TIMESTAMP '\1'"),
+    (re.compile(r'Utf8(?:View)?\("((?:[^"\\]|\\.)*)"\)'), r"'\1'"),
+    (re.compile(r"\b(?:U?Int\d+|Float\d+|Boolean)\(([^()]*)\)"), r"\1"),
+    (re.compile(r"\b__input_\d+\."), ""),
+)
+
+
+def to_sql(node: Any) -> str:
+    """A ``RawExpr`` as SQL close to what a user wrote (``DATE '2025-13-45'``, not
+    DataFusion's ``CAST(Utf8("2025-13-45") AS Date32)``), for error messages."""
+    text = str(node.canonical_name())
+    for pattern, replacement in _SQL_REWRITES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def is_constant(node: Any) -> bool:
+    """Whether ``node`` references no column (its value is the same for every row)."""
+    return not any(n.variant_name() == "Column" for n in walk(node))
+
+
+def _type_of(frame: DataFrame, node: Any) -> pa.DataType:
+    return frame.select(Expr(node).alias("__t")).schema().field("__t").type
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for prefix in ("DataFusion error: ", "Error during planning: ", "Execution error: "):
+        text = text.replace(prefix, "")
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+_CONSTANTS: list[SessionContext] = []
+
+
+def evaluate_scalar(expr: Any, session: SessionContext | None = None) -> pa.Scalar:
+    """Evaluate a constant ``RawExpr`` (no column references) to a pyarrow scalar."""
+    if session is None:
+        if not _CONSTANTS:
+            _CONSTANTS.append(new_session())
+        session = _CONSTANTS[0]
+    if expr.variant_name() == "Literal":
+        value = expr.python_value()
+        if isinstance(value, pa.Scalar):
+            return value
+    with registered(session, pa.table({"__one": [1]})) as frame:
+        return frame.select(Expr(expr).alias("__v")).to_arrow_table().column("__v")[0]

@@ -1,0 +1,293 @@
+"""Partition fields and versioned partition specs (``partition_spec_v<N>``).
+
+A :class:`PartitionField` names a source column, a DataFusion expression over ``col`` and the
+result type. :func:`resolve_spec` validates a list of fields against the namespace schema and
+the earlier spec versions and fills in ``field_id`` and ``source_id`` by the spec's rules:
+reuse the id of an identical (source, name, expression) field, otherwise a fresh id above all
+ids ever assigned; one name always has one result type.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_lance.namespace.errors import ExpressionError, PartitionSpecError, SchemaError
+
+from .arrow_json import normalize_type, type_from_json, type_to_json
+from .expressions import BoundExpression, bind
+from .schema import NamespaceSchema, field_id, is_deprecated
+
+SPEC_KEY_PREFIX = "partition_spec_v"
+FIRST_PARTITION_FIELD_ID = 1
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    """One partition column: ``expression`` over the ``source`` column, typed ``result_type``.
+
+    ``source`` is a column name of the namespace schema (resolved to ``source_id``);
+    ``result_type`` may be omitted and is then inferred from the expression. ``field_id``
+    and ``source_id`` are filled in when the field becomes part of a spec.
+    """
+
+    name: str
+    source: str | None = None
+    expression: str = "col"
+    result_type: pa.DataType | None = None
+    field_id: int | None = None
+    source_id: int | None = None
+
+    def to_json_obj(self) -> dict[str, Any]:
+        if self.field_id is None or self.source_id is None or self.result_type is None:
+            raise PartitionSpecError(f"partition field {self.name!r} is not resolved yet")
+        return {
+            "field_id": self.field_id,
+            "name": self.name,
+            "source_id": self.source_id,
+            "expression": self.expression,
+            "result_type": type_to_json(self.result_type),
+        }
+
+    @classmethod
+    def from_json_obj(cls, obj: Any, schema: NamespaceSchema | None = None) -> PartitionField:
+        if not isinstance(obj, Mapping):
+            raise PartitionSpecError(f"a partition field must be a JSON object, got {obj!r}")
+        missing = [
+            k
+            for k in ("field_id", "name", "source_id", "expression", "result_type")
+            if k not in obj
+        ]
+        if missing:
+            raise PartitionSpecError(f"partition field {obj!r} lacks {', '.join(missing)}")
+        try:
+            fid, sid = int(obj["field_id"]), int(obj["source_id"])
+        except (TypeError, ValueError) as exc:
+            raise PartitionSpecError(f"partition field {obj!r}: ids must be integers") from exc
+        if not isinstance(obj["name"], str) or not isinstance(obj["expression"], str):
+            raise PartitionSpecError(f"partition field {obj!r}: name/expression must be strings")
+        try:
+            result_type = type_from_json(obj["result_type"])
+        except SchemaError as exc:
+            raise PartitionSpecError(f"partition field {obj['name']!r}: {exc}") from exc
+        source = None
+        if schema is not None:
+            try:
+                source = schema.field_by_id(sid).name
+            except SchemaError as exc:
+                raise PartitionSpecError(
+                    f"partition field {obj['name']!r} references unknown source_id {sid}"
+                ) from exc
+        return cls(obj["name"], source, obj["expression"], result_type, fid, sid)
+
+
+def spec_key(version: int) -> str:
+    return f"{SPEC_KEY_PREFIX}{version}"
+
+
+def spec_versions(metadata: Mapping[str, str]) -> list[int]:
+    """The spec versions present in ``__manifest`` table metadata, ascending."""
+    out = []
+    for key in metadata:
+        if key.startswith(SPEC_KEY_PREFIX) and key[len(SPEC_KEY_PREFIX) :].isdigit():
+            out.append(int(key[len(SPEC_KEY_PREFIX) :]))
+    return sorted(out)
+
+
+def spec_to_json(fields: Sequence[PartitionField]) -> str:
+    return json.dumps([f.to_json_obj() for f in fields], separators=(",", ":"))
+
+
+def spec_from_json(text: str, schema: NamespaceSchema, version: int) -> list[PartitionField]:
+    try:
+        obj = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise PartitionSpecError(f"{spec_key(version)} is not valid JSON: {exc}") from exc
+    if not isinstance(obj, list):
+        raise PartitionSpecError(f"{spec_key(version)} must be a JSON array of partition fields")
+    return [PartitionField.from_json_obj(o, schema) for o in obj]
+
+
+# -- evaluation ---------------------------------------------------------------------------
+_FAMILIES: tuple[tuple[str, Any], ...] = (
+    ("integer", pa.types.is_integer),
+    ("floating", pa.types.is_floating),
+    ("decimal", pa.types.is_decimal),
+    ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+    ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
+    ("temporal", lambda t: pa.types.is_date(t) or pa.types.is_timestamp(t)),
+    ("boolean", pa.types.is_boolean),
+)
+
+
+def _family(dtype: pa.DataType) -> str | None:
+    for name, test in _FAMILIES:
+        if test(dtype):
+            return name
+    return None
+
+
+def result_cast_allowed(inferred: pa.DataType, declared: pa.DataType) -> bool:
+    """Whether an expression producing ``inferred`` may declare ``declared`` as result type.
+
+    Casts stay within one family (integers of any width, floats, strings, dates and
+    timestamps, ...), plus integer -> float: such casts are monotone, so range pruning stays
+    sound, and values that do not fit fail loudly at write time instead of wrapping.
+    """
+    inferred, declared = normalize_type(inferred), normalize_type(declared)
+    if inferred == declared or pa.types.is_null(inferred):
+        return True
+    fam_in, fam_out = _family(inferred), _family(declared)
+    if fam_in is None or fam_out is None:
+        return False
+    return fam_in == fam_out or (fam_in == "integer" and fam_out == "floating")
+
+
+@dataclass(frozen=True)
+class FieldEvaluator:
+    """Computes one partition field's values from its source column's values."""
+
+    field: PartitionField
+    bound: BoundExpression
+
+    @cached_property
+    def identity(self) -> bool:
+        """The expression is the source column itself (``col``): its values are the
+        column's, and DataFusion need not run (1 ms of a 15 ms daily append)."""
+        return bool(self.bound.expr.variant_name() == "Column")
+
+    def evaluate(self, values: pa.Array | pa.ChunkedArray) -> pa.Array:
+        raw = values if self.identity else self.bound.evaluate(pa.table({"col": values}))
+        assert self.field.result_type is not None
+        try:
+            out = pc.cast(raw, self.field.result_type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ExpressionError(
+                f"partition field {self.field.name!r}: a value of {self.field.expression!r} "
+                f"does not fit {self.field.result_type}: {str(exc).splitlines()[0]}"
+            ) from exc
+        return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+@lru_cache(maxsize=256)
+def bound_expression(expression: str, source_type: pa.DataType) -> BoundExpression:
+    """A partition expression bound to its source type (cached: binding plans SQL)."""
+    return bind(expression, pa.schema([pa.field("col", source_type)]), "partition expression")
+
+
+def evaluator(field: PartitionField, source_type: pa.DataType) -> FieldEvaluator:
+    return FieldEvaluator(field, bound_expression(field.expression, source_type))
+
+
+# -- validation and id assignment ------------------------------------------------------------
+def resolve_spec(
+    fields: Iterable[PartitionField],
+    schema: NamespaceSchema,
+    earlier: Mapping[int, Sequence[PartitionField]],
+    reserved_names: Iterable[str],
+) -> list[PartitionField]:
+    """Validate ``fields`` for a new spec version and fill in ids and result types."""
+    fields = list(fields)
+    if not fields:
+        raise PartitionSpecError("a partition spec needs at least one partition field")
+    reserved = set(reserved_names)
+    previous = [f for version in sorted(earlier) for f in earlier[version]]
+    next_id = max([FIRST_PARTITION_FIELD_ID - 1, *(f.field_id or 0 for f in previous)]) + 1
+    type_by_name = {f.name: f.result_type for f in previous}
+    out: list[PartitionField] = []
+    seen_names: set[str] = set()
+    for f in fields:
+        if not isinstance(f, PartitionField):
+            raise PartitionSpecError(f"expected PartitionField objects, got {type(f).__name__}")
+        if not isinstance(f.name, str) or not f.name:
+            raise PartitionSpecError(f"partition field names must be non-empty, got {f.name!r}")
+        if f.name in seen_names:
+            raise PartitionSpecError(f"partition field name {f.name!r} is used twice")
+        if f.name in reserved or f.name.startswith("__"):
+            raise PartitionSpecError(
+                f"partition field name {f.name!r} collides with a __manifest column; "
+                "choose another name"
+            )
+        seen_names.add(f.name)
+        source = _resolve_source(f, schema)
+        fid_source = field_id(source)
+        assert fid_source is not None
+        bound = _bind_checked(f, source.type)
+        result_type = normalize_type(f.result_type) if f.result_type is not None else None
+        if result_type is None:
+            earlier_type = type_by_name.get(f.name)
+            inferred = normalize_type(bound.output_type)
+            usable = earlier_type is not None and result_cast_allowed(inferred, earlier_type)
+            result_type = earlier_type if usable else inferred
+        if f.name in type_by_name and type_by_name[f.name] != result_type:
+            raise PartitionSpecError(
+                f"partition field {f.name!r} had result_type {type_by_name[f.name]} in an "
+                f"earlier spec version; the same name must keep the same type (got {result_type})"
+            )
+        if not result_cast_allowed(bound.output_type, result_type):
+            raise ExpressionError(
+                f"partition field {f.name!r}: {f.expression!r} produces {bound.output_type}, "
+                f"which cannot be stored as result_type {result_type}"
+            )
+        reuse = next(
+            (
+                p.field_id
+                for p in previous
+                if p.source_id == fid_source and p.name == f.name and p.expression == f.expression
+            ),
+            None,
+        )
+        if reuse is None:
+            reuse, next_id = next_id, next_id + 1
+        out.append(
+            replace(
+                f, source=source.name, result_type=result_type, field_id=reuse, source_id=fid_source
+            )
+        )
+    return out
+
+
+def _resolve_source(f: PartitionField, schema: NamespaceSchema) -> pa.Field:
+    if f.source is None and f.source_id is None:
+        raise PartitionSpecError(f"partition field {f.name!r} needs a source column")
+    try:
+        source = (
+            schema.field(f.source)
+            if f.source is not None
+            else schema.field_by_id(
+                f.source_id  # type: ignore[arg-type]
+            )
+        )
+    except SchemaError as exc:
+        raise PartitionSpecError(f"partition field {f.name!r}: {exc}") from exc
+    if f.source_id is not None and field_id(source) != f.source_id:
+        raise PartitionSpecError(
+            f"partition field {f.name!r}: source {f.source!r} has field id "
+            f"{field_id(source)}, not {f.source_id}"
+        )
+    if is_deprecated(source):
+        raise PartitionSpecError(
+            f"partition field {f.name!r}: source column {source.name!r} was dropped"
+        )
+    return source
+
+
+def _bind_checked(f: PartitionField, source_type: pa.DataType) -> BoundExpression:
+    what = f"partition field {f.name!r}"
+    try:
+        bound = bound_expression(f.expression, source_type)
+    except ExpressionError as exc:
+        raise ExpressionError(f"{what}: {exc}") from exc
+    null_result = bound.evaluate(pa.table({"col": pa.nulls(1, source_type)}))
+    if null_result.null_count != 1:
+        raise ExpressionError(
+            f"{what}: {f.expression!r} must return NULL for a NULL source value "
+            f"(it returns {null_result[0].as_py()!r})"
+        )
+    return bound

@@ -1,0 +1,499 @@
+"""One version of the namespace, parsed: schema, specs, and its leaf-table partitions.
+
+A :class:`NamespaceState` is immutable and tied to one ``__manifest`` version, so everything
+derived from it (pruning, the ``read_version`` of every partition) is isolated from
+concurrent writers. It also plans the ``__manifest`` rows that create new partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from json.encoder import encode_basestring
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_lance.namespace.errors import (
+    LanceNamespaceError,
+    LatestVersionCleanedUp,
+    ManifestError,
+    NamespaceNotFoundError,
+    PartitionSpecError,
+    VersionCleanedUp,
+)
+from airflow_provider_lance.namespace.io.uri import child_uri
+from airflow_provider_lance.namespace.results import value_text
+
+from .manifest import (
+    CLAIM,
+    LOCATION,
+    NAMESPACE,
+    OBJECT_ID,
+    POINT_LOOKUP_IDS,
+    READ_VERSION,
+    TABLE,
+    ManifestRow,
+    ManifestView,
+    row,
+)
+from .naming import (
+    LEAF_TABLE_NAME,
+    SEPARATOR,
+    join_id,
+    leaf_directory,
+    partition_name,
+    spec_namespace_id,
+)
+from .schema import NamespaceSchema
+from .spec import PartitionField, spec_from_json, spec_key, spec_versions
+
+SCHEMA_KEY = "schema"
+PARTITION_PROPERTY_PREFIX = "partition."
+SPEC_COLUMN = "__spec_version"
+#: Lookups by scanning before NamespaceState.find builds an id index.
+_SCAN_LOOKUPS = 16
+#: Ids whose full rows a state's first lookup may read (NamespaceState.full_rows reads
+#: more than this many by one scan of its own).
+_FULL_ROW_LOOKUPS = 1000
+
+
+@dataclass(frozen=True)
+class ReadAt:
+    """The ``__manifest`` version a read resolved, and whether the reader named it
+    (``as_of``: a version, a moment or a tag) or asked for the latest state. A read that
+    finds a version removed by retention says which, and only a read of the latest can
+    succeed when tried again (:func:`removed_by_retention`)."""
+
+    version: int
+    pinned: bool = False
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One leaf table of the namespace and where to read it.
+
+    ``location`` is the absolute URI of the leaf table, ``values`` maps each partition field
+    of the partition's spec version to its (Python) value, ``read_version`` is the published
+    table version readers use (None: read the latest). ``read_at`` is the manifest version
+    it was read from (None: not from a :class:`NamespaceState`), for errors only.
+    """
+
+    object_id: str
+    location: str
+    spec_version: int
+    values: Mapping[str, Any]
+    read_version: int | None
+    read_at: ReadAt | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def directory(self) -> str:
+        """The leaf directory name, relative to the namespace root."""
+        return self.location.rsplit("/", 1)[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly summary (values in their string form), e.g. for XCom."""
+        return {
+            "object_id": self.object_id,
+            "location": self.location,
+            "spec_version": self.spec_version,
+            "values": {k: value_text(v) for k, v in self.values.items()},
+            "read_version": self.read_version,
+        }
+
+
+def version_ranges(versions: Iterable[int]) -> str:
+    """``1-3, 7, 9-12``: a sorted set of versions, compactly."""
+    out: list[str] = []
+    run: list[int] = []
+    for v in sorted(versions):
+        if run and v == run[-1] + 1:
+            run.append(v)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [v]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ", ".join(out) or "none"
+
+
+def is_missing(exc: BaseException) -> bool:
+    """Whether a Lance error says a file or version is not there (pylance 14 raises
+    ``ValueError``/``OSError``/``ArrowInvalid`` saying "Not found: <path>", or "Dataset at
+    path ... was not found"); project errors are never library errors."""
+    return not isinstance(exc, LanceNamespaceError) and "not found" in str(exc).lower()
+
+
+def removed_by_retention(
+    subject: str, kept: Iterable[int], what_kept: str, read_at: ReadAt | None
+) -> VersionCleanedUp:
+    """The error of a read whose version (``subject``: what was removed) retention removed.
+
+    A read of the latest state (``read_at`` not pinned, or unknown: internal reads resolve
+    the latest) gets :class:`LatestVersionCleanedUp`, retryable: reading again resolves
+    the new latest version. A read that named its version gets :class:`VersionCleanedUp`:
+    the version is gone for good, and so is every retry."""
+    window = f"{what_kept} kept: {version_ranges(kept)}"
+    if read_at is None or not read_at.pinned:
+        return LatestVersionCleanedUp(
+            f"{subject} was cleaned up, by retention (maintain with older_than), while this read "
+            f"of the latest state used it; {window}. The data is intact: read again, which "
+            "reads the new latest version (and keep older_than above your longest read)"
+        )
+    return VersionCleanedUp(
+        f"{subject} was cleaned up by retention (maintain with older_than); {window}. It "
+        "cannot be read any more: read a retained version, and tag the versions you will "
+        "need to read later (PartitionedNamespace.tag keeps them and what they read)"
+    )
+
+
+@dataclass(frozen=True)
+class PartitionRows:
+    """``__manifest`` rows that create partitions, and the leaves they point at."""
+
+    rows: list[dict[str, Any]]
+    partitions: list[Partition]
+
+
+@dataclass
+class NamespaceState:
+    """The namespace as of one ``__manifest`` version."""
+
+    root: str
+    view: ManifestView  # the rows of this version, queried by name
+    version: int
+    schema: NamespaceSchema
+    specs: dict[int, list[PartitionField]]
+    #: Resolved from an explicit ``as_of`` (else: as the latest state); see :class:`ReadAt`.
+    pinned: bool = False
+    _tables: pa.Table | None = field(default=None, repr=False)
+    _lookups: int = field(default=0, repr=False)
+
+    @classmethod
+    def load(cls, root: str, view: ManifestView, *, pinned: bool = False) -> NamespaceState:
+        """The state ``view`` (``__manifest`` at one version) holds; ``pinned``: the
+        reader named that version (``as_of``) rather than asking for the latest."""
+        metadata = view.metadata
+        versions = spec_versions(metadata)
+        if not versions:
+            hint = (
+                " (it looks like an interrupted PartitionedNamespace.create(): call create() "
+                "again with the same schema and partition fields to finish it)"
+                if not metadata
+                else ""
+            )
+            raise NamespaceNotFoundError(
+                f"{root} has a __manifest table but no partition_spec_v<N> property, so it "
+                f"is not a partitioned namespace{hint}"
+            )
+        if SCHEMA_KEY not in metadata:
+            raise ManifestError(f"{root}: the __manifest metadata has no 'schema' property")
+        schema = NamespaceSchema.from_json(metadata[SCHEMA_KEY])
+        specs = {v: spec_from_json(metadata[spec_key(v)], schema, v) for v in versions}
+        return cls(root, view, view.version, schema, specs, pinned)
+
+    @cached_property
+    def read_at(self) -> ReadAt:
+        return ReadAt(self.version, self.pinned)
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Reads of this ``__manifest`` version: one that finds it removed by retention
+        (``maintain``: its version file or its data files, compacted into later versions,
+        are gone) raises :class:`VersionCleanedUp` saying so, not pylance's "Not found"."""
+        try:
+            yield
+        except (OSError, ValueError) as exc:
+            if not is_missing(exc):
+                raise
+            try:
+                kept = self.view.retained_versions()
+            except (OSError, ValueError):
+                raise exc from None
+            if self.version in kept:  # still there: something else is missing
+                raise
+            subject = f"__manifest version {self.version} of {self.root}"
+            raise removed_by_retention(subject, kept, "__manifest versions", self.read_at) from exc
+
+    @property
+    def spec_version(self) -> int:
+        return max(self.specs)
+
+    @property
+    def current_spec(self) -> list[PartitionField]:
+        return self.specs[self.spec_version]
+
+    @cached_property
+    def partition_columns(self) -> list[pa.Field]:
+        """One manifest column per distinct partition field name, across all versions."""
+        out: dict[str, pa.Field] = {}
+        for version in sorted(self.specs):
+            for f in self.specs[version]:
+                out.setdefault(f.name, pa.field(f.name, f.result_type))
+        return list(out.values())
+
+    # -- partitions --------------------------------------------------------------------
+    @property
+    def tables(self) -> pa.Table:
+        """The leaf-table rows of this version, narrowed to what pruning and reads need.
+
+        Columns: ``object_id``, ``location``, ``read_version``, every partition column, and a
+        derived ``__spec_version``. Loaded once per manifest version (the prune cache).
+        """
+        if self._tables is None:
+            with self._reading():
+                rows = self.view.leaf_rows(self._columns)
+            self._tables = self._narrow(rows)
+        return self._tables
+
+    @cached_property
+    def _columns(self) -> list[str]:
+        wanted = [OBJECT_ID, LOCATION, READ_VERSION, *(f.name for f in self.partition_columns)]
+        missing = set(wanted) - set(self.view.column_types)
+        if missing:
+            raise ManifestError(
+                f"{self.root}: the __manifest table lacks columns {sorted(missing)}; it was "
+                "rewritten by a tool that does not know partitioned namespaces (e.g. "
+                "pylance's DirectoryNamespace). Run PartitionedNamespace.repair() (or "
+                "`python -m airflow_provider_lance repair URI`) to restore them."
+            )
+        return [*wanted, CLAIM] if self.view.has_claim_column else wanted
+
+    def _narrow(self, rows: pa.Table) -> pa.Table:
+        """Leaf rows of the partitioned dataset only, with their spec version.
+
+        Only tables under a spec-version namespace belong to it; a table some other tool
+        registered elsewhere in the directory is ignored, and so is a partition a
+        transaction is still creating (claimed, never published). (Prefix tests, one per
+        spec version: far cheaper than parsing every id.)
+        """
+        ids = rows.column(OBJECT_ID)
+        spec = pa.nulls(rows.num_rows, pa.int32())
+        for version in sorted(self.specs):
+            under = pc.starts_with(ids, f"v{version}{SEPARATOR}")
+            spec = pc.if_else(under, pa.scalar(version, pa.int32()), spec)
+        ours = pc.and_(pc.is_valid(spec), pc.ends_with(ids, f"{SEPARATOR}{LEAF_TABLE_NAME}"))
+        if CLAIM in rows.column_names:
+            pending = pc.and_(
+                pc.is_null(rows.column(READ_VERSION)), pc.is_valid(rows.column(CLAIM))
+            )
+            ours = pc.and_(ours, pc.invert(pending))
+            rows = rows.drop_columns([CLAIM])
+        rows, spec = rows.filter(ours), pc.filter(spec, ours)
+        return rows.append_column(SPEC_COLUMN, spec)
+
+    def partitions_from_rows(self, rows: pa.Table) -> list[Partition]:
+        """Partition objects for rows of :attr:`tables` (column-wise: this is a hot path)."""
+        ids = rows.column(OBJECT_ID).to_pylist()
+        locations = rows.column(LOCATION).to_pylist()
+        read_versions = rows.column(READ_VERSION).to_pylist()
+        versions = rows.column(SPEC_COLUMN).to_pylist()
+        columns = {f.name: rows.column(f.name).to_pylist() for f in self.partition_columns}
+        names = {v: [f.name for f in fields] for v, fields in self.specs.items()}
+        prefix = self.root + "/"
+        read_at = self.read_at
+        out = []
+        for i, object_id in enumerate(ids):
+            version, location = versions[i], locations[i]
+            uri = prefix + location if _plain(location) else child_uri(self.root, location)
+            out.append(
+                Partition(
+                    object_id=object_id,
+                    location=uri,
+                    spec_version=version,
+                    values={n: columns[n][i] for n in names.get(version, ())},
+                    read_version=read_versions[i],
+                    read_at=read_at,
+                )
+            )
+        return out
+
+    @cached_property
+    def _all_partitions(self) -> tuple[Partition, ...]:
+        return tuple(self.partitions_from_rows(self.tables))
+
+    def partitions(self) -> list[Partition]:
+        """Every published partition of this version (built once: the state is immutable)."""
+        return list(self._all_partitions)
+
+    def full_rows(self, object_ids: Sequence[str]) -> pa.Table:
+        """Every manifest column of the rows with these ids (to rewrite them in a commit)."""
+        if not object_ids:
+            return pa.Table.from_pylist([], schema=self.view.schema)
+        if len(object_ids) <= _FULL_ROW_LOOKUPS:
+            found = self._rows(object_ids)
+            return self.rows_table([r for r in (found.get(i) for i in object_ids) if r])
+        # Many ids: one scan and a hash lookup beat a 1000-term IN list. Every row type
+        # (leaves, namespaces, transactions) may be asked for.
+        with self._reading():
+            return self.view.scan_by_id(object_ids)
+
+    def _rows(self, object_ids: Sequence[str]) -> dict[str, ManifestRow]:
+        """The rows with these ids (see :meth:`ManifestView.rows_by_id`)."""
+        with self._reading():
+            return self.view.rows_by_id(object_ids)
+
+    def _scan_is_cheaper(self, ids: int) -> bool:
+        with self._reading():
+            return self.view.scan_is_cheaper(ids)
+
+    @property
+    def object_ids(self) -> frozenset[str]:
+        with self._reading():
+            return self.view.object_ids
+
+    def read_versions(self) -> list[tuple[str, int | None]]:
+        """``(object_id, read_version)`` of every partition of this version, in the order
+        of :attr:`tables`."""
+        ids = self.tables.column(OBJECT_ID).to_pylist()
+        return list(zip(ids, self.tables.column(READ_VERSION).to_pylist(), strict=True))
+
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        return {oid: i for i, oid in enumerate(self.tables.column(OBJECT_ID).to_pylist())}
+
+    def find(self, object_ids: Sequence[str]) -> dict[str, Partition]:
+        """The existing partitions among ``object_ids`` (leaf table ids), by id.
+
+        Before the partition rows are loaded, a few ids are looked up by id (a daily
+        append to a namespace of 100k partitions materializes a few rows, not all of
+        them), and so are the ids of a state's first lookup when one scan of a small
+        ``__manifest`` finds them: the full rows it reads are the ones the write's commit
+        needs, and the parents those its new partitions need (measured: an overwrite of
+        100 of 1,000 partitions read the table twice otherwise). A state asked many times
+        (a write routing to thousands of partitions in batches) loads the partition rows
+        once and builds an id index.
+        """
+        self._lookups += 1
+        few = len(object_ids) <= POINT_LOOKUP_IDS
+        first = self._lookups == 1 and len(object_ids) <= _FULL_ROW_LOOKUPS
+        by_id = self._tables is None and (few or first)
+        if by_id:
+            # Their parent namespaces too: creating a partition needs to know which exist.
+            with_parents = list(dict.fromkeys(p for i in object_ids for p in _prefixes(i)))
+            by_id = few or self._scan_is_cheaper(len(with_parents))
+        if by_id:
+            found = self._rows(with_parents)
+            leaves = [found[i] for i in object_ids if i in found]
+            rows = self._narrow(self.rows_table(leaves).select(self._columns))
+        elif "_positions" not in self.__dict__ and self._lookups <= _SCAN_LOOKUPS:
+            ids = pa.array(list(object_ids), pa.utf8())
+            rows = self.tables.filter(pc.is_in(self.tables.column(OBJECT_ID), ids))
+        else:
+            positions = sorted({self._positions[i] for i in object_ids if i in self._positions})
+            rows = self.tables.take(pa.array(positions, pa.int64()))
+        return {p.object_id: p for p in self.partitions_from_rows(rows)}
+
+    def existing(self, object_ids: Sequence[str]) -> frozenset[str]:
+        """Which of ``object_ids`` (of any row type) exist in this version."""
+        with self._reading():
+            return self.view.existing(object_ids)
+
+    # -- creating partitions -------------------------------------------------------------
+    def leaf_id(self, values: Sequence[Any], spec_version: int | None = None) -> str:
+        """The object id of the leaf table holding ``values`` (one per field, in order)."""
+        version = spec_version or self.spec_version
+        fields = self.specs[version]
+        parent = spec_namespace_id(version)
+        for f, v in zip(fields, values, strict=True):
+            assert f.field_id is not None
+            parent = join_id(parent, partition_name(parent, f.field_id, value_text(v)))
+        return join_id(parent, LEAF_TABLE_NAME)
+
+    def plan_partitions(
+        self,
+        value_tuples: Sequence[Sequence[Any]],
+        read_version: int | None,
+        claim: str | None = None,
+        spec_version: int | None = None,
+    ) -> PartitionRows:
+        """Rows creating every missing partition among ``value_tuples`` (under
+        ``spec_version``, default the current spec: a transaction staged under an older
+        spec still creates its partitions there).
+
+        Each partition namespace row and its leaf row carry the values of themselves and
+        their ancestors; namespace rows mirror them as ``partition.<name>`` metadata so
+        foreign readers see them. Rows that already exist in this version are skipped.
+        Leaf rows carry ``claim`` (a transaction id) in the claim column when given.
+        """
+        version = spec_version or self.spec_version
+        fields = self.specs[version]
+        chains: list[list[str]] = []  # per tuple: its namespace ids, root first, then the leaf
+        texts: list[list[str | None]] = []  # per tuple: its values' string forms
+        for values in value_tuples:
+            if len(values) != len(fields):
+                raise PartitionSpecError(
+                    f"expected {len(fields)} partition value(s), got {len(values)}"
+                )
+            chain = [spec_namespace_id(version)]
+            text = [value_text(v) for v in values]
+            for f, t in zip(fields, text, strict=True):
+                assert f.field_id is not None
+                chain.append(join_id(chain[-1], partition_name(chain[-1], f.field_id, t)))
+            chains.append([*chain, join_id(chain[-1], LEAF_TABLE_NAME)])
+            texts.append(text)
+        existing = self.existing(list({i for chain in chains for i in chain}))
+        keys = [_quoted(f"{PARTITION_PROPERTY_PREFIX}{f.name}") for f in fields]
+        rows: dict[str, dict[str, Any]] = {}
+        partitions: list[Partition] = []
+        for values, text, chain in zip(value_tuples, texts, chains, strict=True):
+            parent = chain[0]
+            if parent not in existing:
+                rows.setdefault(parent, row(parent, NAMESPACE, metadata="{}"))
+            inherited: dict[str, Any] = {}
+            props: list[str] = []  # the JSON members of the partition.<name> properties
+            for f, v, t, key, parent in zip(fields, values, text, keys, chain[1:], strict=False):
+                inherited[f.name] = v
+                if t is not None:  # NULL values have no entry (a property value is a string)
+                    props.append(f"{key}:{_quoted(t)}")
+                if parent not in existing and parent not in rows:
+                    rows[parent] = row(
+                        parent,
+                        NAMESPACE,
+                        metadata="{" + ",".join(props) + "}",
+                        partition_values=dict(inherited),
+                    )
+            leaf = chain[-1]
+            if leaf in existing or leaf in rows:
+                continue
+            location = leaf_directory(leaf)
+            rows[leaf] = row(
+                leaf,
+                TABLE,
+                location=location,
+                read_version=read_version,
+                partition_values=dict(inherited),
+                claim=claim,
+            )
+            partitions.append(
+                Partition(
+                    leaf, child_uri(self.root, location), version, dict(inherited), read_version
+                )
+            )
+        return PartitionRows(list(rows.values()), partitions)
+
+    def rows_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+        return pa.Table.from_pylist(rows, schema=self.view.schema)
+
+
+def _prefixes(object_id: str) -> list[str]:
+    """The id and those of its parent namespaces (``v1``, ``v1$a``, ``v1$a$dataset``)."""
+    parts = object_id.split(SEPARATOR)
+    return [SEPARATOR.join(parts[: k + 1]) for k in range(len(parts))]
+
+
+def _plain(location: str | None) -> bool:
+    """A location that is a plain child directory name (the fast path of child_uri)."""
+    if not location or location in (".", ".."):
+        return False
+    return "/" not in location and ":" not in location
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a JSON string, as ``json.dumps(..., ensure_ascii=False)`` writes it (a
+    namespace row's properties are built from these: a ``dumps`` each cost 3 us)."""
+    return encode_basestring(text)

@@ -1,0 +1,1 @@
+"""Storage: the only code that touches Lance datasets and object stores."""

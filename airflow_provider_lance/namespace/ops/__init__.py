@@ -1,0 +1,1 @@
+"""Table operations (delete, merge, optimize, verify) as strategies over the kernel."""

@@ -1,0 +1,828 @@
+"""Table operations (drop_partitions, delete, merge, optimize): each ONE ``__manifest`` swap.
+
+They publish as a write without a txn id does (:mod:`.direct`), the changes being
+computed here instead of staged by a writer:
+
+1. read manifest version S; the operation *selects* what it touches (prune, route: cheap);
+2. read the rows of those partitions at S: one held by a live committing transaction is
+   waited for, up to ``claim_timeout``, then :class:`CommitConflict` names the holder (a
+   claim whose holder can no longer publish is cleared by the swap);
+3. *compute*, per partition and in parallel, the Lance change against its published
+   ``read_version`` R: deletion files, a merge's uncommitted ``Update``, a compaction's
+   ``Rewrite``; or, for a partition the operation creates, its staged data files. A change
+   computed by an earlier attempt against the same R, under the same schema and partition
+   spec, is reused;
+4. commit each change as leaf version R+1 exactly (:func:`~.leaves.commit_change`: versions
+   above R rolled back, a rebased commit made again, tagged with the operation's owner);
+5. ONE compare-and-swap against S sets the new ``read_version``\\ s, inserts the rows of
+   created partitions, deletes the rows of dropped ones and, with a ``txn_id``, writes
+   the operation's transaction row PUBLISHED. That swap is the operation's linearisation
+   point. It fails if any of those rows changed, was inserted or was claimed since S; the
+   operation then starts again at 1 from the newer version, recomputing only partitions
+   whose ``read_version`` moved.
+
+Why nothing is lost: a change is computed against the published version R, committed only
+as exactly R+1 and published only if the row still says R at the swap. A concurrent writer
+that published R' meanwhile makes the swap fail, and the change is computed again on R'.
+Versions an operation committed but did not publish lie above the published one, and the
+next commit to that leaf rolls them back, as it does a crashed writer's. A version above R
+that no writer of ours made is a foreign writer's commit to a partition published as "read
+the latest": its publish, never rolled back (the change is computed again on it). When
+what an attempt read is gone (``maintain`` removed R after a writer published over it, or
+S itself), the attempt lost a race like any other, and the next one starts from the newer
+version.
+
+Crashes: before the swap nothing is visible; the leaf versions and files it left are
+rolled back by the next commit of each leaf and reclaimed by ``maintain`` (old versions)
+and the orphan sweep (files). After the swap all of it is visible. With a ``txn_id`` the
+swap also records the transaction row (its outcome document named in the row), so a retry
+after a crash before the swap redoes the operation from the state of then, and one after
+it returns the first result and changes nothing. Without one nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, NamedTuple
+
+import lance
+import pyarrow as pa
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata
+
+from airflow_provider_lance.namespace.errors import (
+    CommitConflict,
+    InvalidArgumentError,
+    LanceNamespaceError,
+    ManifestError,
+    StorageError,
+    TableNotFoundError,
+    TransactionAborted,
+    VersionCleanedUp,
+)
+from airflow_provider_lance.namespace.failpoints import failpoint
+from airflow_provider_lance.namespace.format.manifest import (
+    CLAIM,
+    METADATA,
+    OBJECT_ID,
+    READ_VERSION,
+)
+from airflow_provider_lance.namespace.format.manifest_compaction import maybe_compact
+from airflow_provider_lance.namespace.format.naming import leaf_directory
+from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
+from airflow_provider_lance.namespace.format.txn_row import (
+    TransactionHeader,
+    TxnRecord,
+    TxnState,
+    row_id,
+    tag,
+)
+from airflow_provider_lance.namespace.io.storage import Storage
+from airflow_provider_lance.namespace.results import OperationResult, PartitionOutcome
+from airflow_provider_lance.namespace.retry import Budget, Outcome, retry_until
+from airflow_provider_lance.namespace.txn.claim import (
+    CommitOptions,
+    TransactionContext,
+    backoff,
+    resolve,
+)
+from airflow_provider_lance.namespace.txn.kernel import (
+    ApplyChange,
+    NoLiveClaim,
+    ReplaceLeaf,
+    StillPublished,
+    Swap,
+    commit_leaves,
+    names_versions,
+    published_after_all,
+    requirements_unmet,
+)
+from airflow_provider_lance.namespace.txn.kernel import (
+    LeafWork as PublishWork,  # this module's LeafWork is the computed change
+)
+from airflow_provider_lance.namespace.txn.lifecycle import (
+    claim_holders,
+    claim_owners,
+    collect_finished,
+    load_records,
+)
+from airflow_provider_lance.namespace.txn.publish_result import operation_result, published_at
+from airflow_provider_lance.namespace.txn.spec_fence import (
+    fence,
+    needs_fence,
+    new_intent_id,
+    register_intent,
+)
+from airflow_provider_lance.namespace.txn.store import check_txn_id
+from airflow_provider_lance.namespace.write.leaf_commit import (
+    base_version,
+    schema_digest,
+    stage_fragments,
+)
+
+log = logging.getLogger(__name__)
+
+#: Swaps lost to concurrent publishes before an operation gives up (each retry recomputes
+#: only the partitions whose read_version moved).
+OPERATION_ATTEMPTS = 8
+#: Why an operation left a partition alone (:attr:`OperationResult.skipped`).
+SKIP_CLAIMED = "claimed"
+SKIP_KEPT_MOVING = "kept_moving"
+#: Key of the outcome document's name in a table operation's transaction row metadata.
+OUTCOME_KEY = "outcome"
+
+
+@dataclass
+class LeafWork:
+    """What an operation does to one existing partition: ``operation`` computed against
+    its published version ``base`` (None: nothing to change there)."""
+
+    partition: Partition
+    base: int
+    operation: LanceOperation.BaseOperation | None
+    change: PartitionOutcome
+    #: The leaf version its commit made (set once committed).
+    committed: int | None = None
+    #: Identifies the operation's input for this partition (see
+    #: :meth:`TableOperation.inputs`): a change is reused only for the same input.
+    inputs: str = ""
+    #: Why the operation leaves this partition alone (reported in the result).
+    skip: str | None = None
+    #: The leaf opened at ``base`` to compute the change, if kept: its commit reuses it
+    #: (see :func:`~.leaves.commit_change`), then lets it go.
+    leaf: lance.LanceDataset | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class NewLeaf:
+    """A partition an operation creates (a merge inserting new partition values): data
+    files staged in its directory, committed as a new leaf table."""
+
+    object_id: str
+    directory: str
+    values: dict[str, Any]
+    fragments: list[FragmentMetadata]
+    rows: int
+    leaf_schema: pa.Schema
+    spec_version: int
+    #: Identifies the rows staged (see :meth:`TableOperation.inputs`).
+    inputs: str = ""
+    #: The leaf version its commit made (set once committed).
+    committed: int | None = None
+
+
+@dataclass
+class Selection:
+    """What an operation touches as of one manifest version."""
+
+    #: Partitions whose leaf may change (computed per partition).
+    targets: dict[str, Partition] = field(default_factory=dict)
+    #: Partitions whose ``__manifest`` row goes.
+    drops: dict[str, Partition] = field(default_factory=dict)
+    #: New partitions: object id -> partition values (in spec order).
+    creates: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: The spec version new partitions are created under.
+    spec_version: int = 1
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def object_ids(self) -> list[str]:
+        return [*self.targets, *self.drops, *self.creates]
+
+
+class TableOperation(ABC):
+    """One kind of table operation: what it touches and how it changes one leaf."""
+
+    #: The operation's name (results, transaction records, logs, failpoints).
+    kind: ClassVar[str]
+    #: Leave partitions a committing transaction holds alone (reported as skipped)
+    #: instead of waiting for them, and partitions whose published version keeps moving
+    #: under the operation's swaps.
+    skips_busy: ClassVar[bool] = False
+    #: Inserts a key only where no partition holds it (a merge): ordered against
+    #: partition spec changes by an intent row (see :mod:`.spec_fence`).
+    reads_keys: ClassVar[bool] = False
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def validate(self, state: NamespaceState) -> None:
+        """Raise a project error for bad input before anything is written (default: the
+        selection raises it)."""
+        self.select(state)
+
+    @abstractmethod
+    def select(self, state: NamespaceState) -> Selection:
+        """The partitions touched as of ``state`` (cheap: no leaf is opened)."""
+
+    @abstractmethod
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> LeafWork:
+        """The change to ``partition``'s leaf computed on version ``base`` (its published
+        one). Runs in parallel with the other partitions' (a storage worker thread)."""
+
+    def inputs(self, object_id: str) -> str:
+        """What the change to ``object_id`` is computed from, beyond its published
+        version (as of the last :meth:`select`): a change an earlier attempt computed is
+        reused only if both are the same."""
+        return ""
+
+    def create(self, state: NamespaceState, object_id: str, values: tuple[Any, ...]) -> NewLeaf:
+        """Stage the data files of a partition the operation creates."""
+        raise NotImplementedError(f"{self.kind} creates no partitions")
+
+    def stage_new_leaf(
+        self,
+        state: NamespaceState,
+        object_id: str,
+        values: tuple[Any, ...],
+        rows: pa.Table,
+        inputs: str,
+    ) -> NewLeaf:
+        """``rows`` (namespace schema) staged as the files of a new partition's leaf
+        under the current spec (for :meth:`create`)."""
+        schema = state.schema.leaf_schema()
+        directory = leaf_directory(object_id)
+        fragments = stage_fragments(
+            self.storage,
+            self.storage.uri(directory),
+            state.schema.to_leaf(rows, schema),
+            overwrite=True,
+        )
+        names = [f.name for f in state.current_spec]
+        return NewLeaf(
+            object_id,
+            directory,
+            dict(zip(names, values, strict=True)),
+            fragments,
+            rows.num_rows,
+            schema,
+            state.spec_version,
+            inputs=inputs,
+        )
+
+    def dropped(self, partition: Partition) -> PartitionOutcome:
+        """What dropping ``partition`` removes: its rows at its published version."""
+        leaf = self.storage.table(partition.location, partition.read_version)
+        rows = int(leaf.count_rows())
+        return PartitionOutcome(
+            partition.object_id,
+            partition.values,
+            None,
+            rows_removed=rows,
+            fragments_before=len(leaf.get_fragments()),
+        )
+
+
+@dataclass
+class _Attempt:
+    """What one attempt computed: reused by the next one where it still applies."""
+
+    works: dict[str, LeafWork] = field(default_factory=dict)
+    created: dict[str, NewLeaf] = field(default_factory=dict)
+    #: The namespace schema and spec version it was computed under (see :func:`_shape`).
+    shape: tuple[str, int] | None = None
+
+
+class _Prepared(NamedTuple):
+    """An attempt ready for its swap: its leaves committed, its rows and result built."""
+
+    selection: Selection
+    attempt: _Attempt
+    changed: dict[str, LeafWork]
+    rows: list[dict[str, Any]]
+    result: OperationResult
+
+
+def _shape(state: NamespaceState) -> tuple[str, int]:
+    """What a computed change depends on besides its partition's published version: the
+    namespace schema (a filter or merge source names columns; a drop and re-add of a
+    column gives its name another field id) and the partition spec (merge routing)."""
+    return state.schema.to_json(), state.spec_version
+
+
+class OperationRunner:
+    """Runs one table operation to its publish (see the module docstring)."""
+
+    def __init__(
+        self,
+        ctx: TransactionContext,
+        operation: TableOperation,
+        *,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.op = operation
+        self.txn_id = None if txn_id is None else check_txn_id(txn_id)
+        self.claim_timeout = (
+            CommitOptions().claim_timeout if claim_timeout is None else claim_timeout
+        )
+        self.incarnation = 1
+        self.owner = tag(self.txn_id or uuid.uuid4().hex, 1)
+        self.token = uuid.uuid4().hex[:16]
+        self._previous = _Attempt()
+        #: Partition -> how often its published version moved under an attempt's swap.
+        self._moves: dict[str, int] = {}
+        #: The id of this run's intent row while it has one (see :mod:`.spec_fence`).
+        self._intent: str | None = None
+        #: Partitions the last attempt found held by live transactions, and their holders
+        #: (named by the error once the claim timeout is spent).
+        self._blocked: tuple[dict[str, str], Mapping[str, TxnRecord]] = ({}, {})
+
+    # -- entry -----------------------------------------------------------------------------
+    def run(self) -> OperationResult:
+        self.op.validate(self.ctx.load_state())  # bad input changes nothing, records none
+        if self.txn_id is not None:
+            done = self._begin()
+            if done is not None:
+                return done
+        try:
+            return self._run()
+        finally:
+            self._withdraw_intent()
+
+    def _run(self) -> OperationResult:
+        kind = self.op.kind
+        budgets = {
+            Outcome.LOST: Budget(
+                lambda: CommitConflict(
+                    f"{kind}: concurrent writers kept publishing the same partitions "
+                    f"({OPERATION_ATTEMPTS} attempts); nothing was published, try again"
+                ),
+                attempts=OPERATION_ATTEMPTS,
+            ),
+            Outcome.CLAIMED: Budget(self._claims_timed_out, seconds=self.claim_timeout),
+            # Fenced or registered: compute on the newer version. The first is this run
+            # registering itself (no wait), then spec changes are racing it: let them pass.
+            Outcome.ORDERED: Budget(
+                lambda: CommitConflict(
+                    f"{kind}: could not order itself against concurrent partition spec "
+                    "changes; nothing was published, try again"
+                ),
+                attempts=1 + 2 * OPERATION_ATTEMPTS,
+                free=1,
+            ),
+        }
+        # backoff(1) first, as the waits after a lost race or a claim always were
+        outcome = retry_until(
+            lambda _: self._attempt(self.ctx.load_state()), budgets, sleep=lambda n: backoff(n + 1)
+        )
+        log.info(
+            "%s published %d partition change(s) (manifest v%s)",
+            kind,
+            len(outcome.partitions),
+            outcome.manifest_version,
+        )
+        return outcome
+
+    def _claims_timed_out(self) -> CommitConflict:
+        live, holders = self._blocked
+        held = claim_holders(live.values(), holders)
+        return CommitConflict(
+            f"{self.op.kind}: partitions are held by other transactions {held} for "
+            f"longer than the claim timeout ({self.claim_timeout:g}s); they are still "
+            "committing, or crashed: PartitionedNamespace.recover() releases them; "
+            "nothing was changed",
+            live,
+        )
+
+    # -- ordering against spec changes (see spec_fence) --------------------------------------
+    def _ordered(self, state: NamespaceState) -> bool:
+        """Whether a change computed on ``state`` may be committed and published: its
+        spec fenced and this run's intent in it. Otherwise fences or registers (one
+        commit) and returns False: the attempt starts again on the newer version, reusing
+        what it computed. (Done after computing, so bad input found there writes
+        nothing.)"""
+        if needs_fence(state):
+            fence(self.ctx.manifest, state, state.spec_version)
+            return False
+        if self._intent is not None and state.existing([self._intent]):
+            return True
+        self._intent = self._intent or new_intent_id()
+        register_intent(self.ctx.manifest, state, self._intent, self.owner)
+        return False
+
+    def _withdraw_intent(self) -> None:
+        """Delete this run's intent row if its swap did not (nothing published, or an
+        error): best effort, ``maintain`` removes what is left."""
+        if self._intent is None:
+            return
+        intent, self._intent = self._intent, None
+        try:
+            self.ctx.manifest.delete_rows([intent])
+        except (OSError, LanceNamespaceError) as exc:
+            log.warning("could not remove the merge intent %s: %s", intent, exc)
+
+    # -- transaction record (txn_id) -----------------------------------------------------
+    def _begin(self) -> OperationResult | None:
+        """The first result if this ``txn_id`` already published, else None after writing
+        the header of the incarnation to run (a crashed earlier attempt's is reused)."""
+        assert self.txn_id is not None
+        state = self.ctx.load_state()
+        record = resolve(self.ctx, state, self.txn_id)
+        incarnation = 1
+        if record is not None:
+            header = self.ctx.store.load(self.txn_id, record.incarnation)
+            mode = header.mode if header is not None else record.mode
+            if mode != self.op.kind:
+                raise InvalidArgumentError(
+                    f"transaction id {self.txn_id!r} belongs to a {mode} "
+                    f"({record.state.value}); a {self.op.kind} needs an id of its own"
+                )
+            if record.state is TxnState.PUBLISHED:
+                log.info("%s %s was published already: its first result", self.op.kind, self.txn_id)
+                return self._outcome(state, record)
+            incarnation = record.incarnation + (record.state is TxnState.ABORTED)
+        self.incarnation = incarnation
+        self.owner = tag(self.txn_id, incarnation)
+        if record is None or record.state is TxnState.ABORTED:
+            self.ctx.store.save(
+                TransactionHeader(
+                    self.txn_id, self.op.kind, incarnation, state.version, state.spec_version
+                )
+            )
+        return None
+
+    def _record_row(self, result: OperationResult) -> dict[str, Any]:
+        """The operation's transaction row, PUBLISHED, naming its outcome document."""
+        assert self.txn_id is not None
+        record = TxnRecord(self.txn_id, self.incarnation, TxnState.PUBLISHED, mode=self.op.kind)
+        out = record.to_row()
+        payload = json.loads(out[METADATA])
+        payload[OUTCOME_KEY] = self.token
+        payload["summary"] = {
+            "rows_removed": result.rows_removed,
+            "rows_updated": result.rows_updated,
+            "rows_inserted": result.rows_inserted,
+            "partitions": len(result.partitions),
+        }
+        out[METADATA] = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+        return out
+
+    def _outcome(self, state: NamespaceState, record: TxnRecord) -> OperationResult:
+        """The recorded result of a published operation (its manifest version found again
+        when a crash came between the swap and the completion of the record)."""
+        assert self.txn_id is not None
+        found = state.full_rows([row_id(self.txn_id)]).to_pylist()
+        payload = json.loads((found[0][METADATA] if found else None) or "{}")
+        token = payload.get(OUTCOME_KEY)
+        doc = None
+        if token is not None:
+            doc = self.ctx.store.outcome(self.txn_id, record.incarnation, token)
+        if doc is not None:
+            result = OperationResult.from_dict(doc)
+        else:
+            log.warning(
+                "the outcome of %s %s is missing: reported without its partitions",
+                self.op.kind,
+                self.txn_id,
+            )
+            result = operation_result(self.op.kind, [], self.txn_id, {})
+        if result.manifest_version is None:
+            result = replace(result, manifest_version=published_at(self.ctx.load_state, record))
+            if token is not None:
+                self.ctx.store.save_outcome(
+                    self.txn_id, record.incarnation, token, result.to_dict()
+                )
+        return result
+
+    # -- one attempt -----------------------------------------------------------------------
+    def _attempt(self, state: NamespaceState) -> OperationResult | Outcome:
+        """Select, check claims, compute, commit leaves, swap. Returns the result, or
+        CLAIMED (wait for a holder), LOST (a concurrent publish won) or ORDERED (a merge
+        fenced its spec or registered its intent: go again)."""
+        try:
+            prepared = self._prepare(state)
+        except (
+            StorageError,
+            TableNotFoundError,
+            ManifestError,
+            VersionCleanedUp,
+            OSError,
+            ValueError,
+        ) as exc:
+            if isinstance(exc, InvalidArgumentError) or not self._stale(state):
+                raise
+            # What it read was published over, then removed by ``maintain``: a lost race.
+            log.info("%s: %s; the namespace moved on meanwhile: computing again", self.op.kind, exc)
+            return Outcome.LOST
+        if not isinstance(prepared, _Prepared):
+            return prepared
+        selection, attempt, _, rows, result = prepared
+        failpoint(f"{self.op.kind}.before_publish")
+        drops = sorted(selection.drops)
+        if self._intent is not None:  # conflicts with a fence that rewrote it since
+            drops.append(self._intent)
+        try:
+            version = self.ctx.manifest.compare_and_swap_dropping(
+                state.rows_table(rows), drops, state.version
+            )
+        except CommitConflict:
+            log.info("%s lost a race to a concurrent publish; computing again", self.op.kind)
+            self._previous = attempt
+            self._note_moves(attempt)
+            return Outcome.LOST
+        except StorageError as exc:  # committed after all? (else: the error, or unknown)
+            version = self._published_after_all(Swap(state.version, rows, drops), exc)
+        self._intent = None  # deleted by the swap
+        failpoint(f"{self.op.kind}.after_publish")
+        result = replace(result, manifest_version=version)
+        if self.txn_id is not None:
+            try:
+                self.ctx.store.save_outcome(
+                    self.txn_id, self.incarnation, self.token, result.to_dict()
+                )
+            except (OSError, LanceNamespaceError) as exc:  # completed when asked again
+                log.warning("could not complete the outcome of %s: %s", self.txn_id, exc)
+        maybe_compact(
+            self.ctx.manifest,
+            prepare=lambda: collect_finished(
+                self.ctx.manifest, self.ctx.load_state, self.ctx.store.delete
+            ),
+        )
+        return result
+
+    def _prepare(self, state: NamespaceState) -> _Prepared | OperationResult | Outcome:
+        """Everything before the swap (nothing of it visible): what to swap in, or the
+        outcome of the attempt without one."""
+        failpoint(f"{self.op.kind}.selected")
+        selection = self.op.select(state)
+        if self.op.skips_busy:
+            for oid in [o for o in selection.targets if self._moves.get(o, 0) >= 2]:
+                del selection.targets[oid]
+                selection.skipped[oid] = SKIP_KEPT_MOVING
+        ids = selection.object_ids
+        txn_row = [row_id(self.txn_id)] if self.txn_id is not None else []
+        current = {r[OBJECT_ID]: r for r in state.full_rows([*ids, *txn_row]).to_pylist()}
+        if self.txn_id is not None:
+            done = self._check_record(state, current.pop(row_id(self.txn_id), None))
+            if done is not None:
+                return done
+        if self._claimed(state, selection, current):
+            return Outcome.CLAIMED
+        attempt = self._compute(state, selection)
+        selection.skipped.update((o, w.skip) for o, w in attempt.works.items() if w.skip)
+        changed = {oid: w for oid, w in attempt.works.items() if w.operation is not None}
+        if not changed and not selection.drops and not attempt.created and not txn_row:
+            return operation_result(self.op.kind, [], None, selection.skipped)
+        failpoint(f"{self.op.kind}.computed")
+        if self.op.reads_keys and not self._ordered(state):
+            self._previous = attempt
+            return Outcome.ORDERED
+        try:
+            self._commit_leaves(changed, attempt.created)
+        except CommitConflict as exc:  # a partition moved under the leaf commits
+            log.info("%s: %s; computing again", self.op.kind, exc)
+            self._previous = attempt
+            self._note_moves(attempt)
+            return Outcome.LOST
+        rows = self._rows(state, current, changed, attempt.created)
+        changes = self._changes(selection, changed, attempt.created)
+        result = operation_result(self.op.kind, changes, self.txn_id, selection.skipped)
+        if self.txn_id is not None:  # named by the row the swap writes: durable before it
+            self.ctx.store.save_outcome(self.txn_id, self.incarnation, self.token, result.to_dict())
+            rows.append(self._record_row(result))
+        return _Prepared(selection, attempt, changed, rows, result)
+
+    def _stale(self, state: NamespaceState) -> bool:
+        """Whether the namespace moved on from ``state`` in a way that can remove what an
+        attempt on it reads: ``state``'s own version cleaned up, or a partition published
+        anew (``maintain`` may then remove the version the attempt read)."""
+        try:
+            self.ctx.manifest.at(state.version)
+        except ManifestError:
+            return True
+        latest = self.ctx.load_state()
+        if latest.version == state.version:
+            return False
+        before = {p.object_id: p.read_version for p in state.partitions()}
+        now = {p.object_id: p.read_version for p in latest.partitions()}
+        return any(now.get(oid, -1) != version for oid, version in before.items())
+
+    def _check_record(
+        self, state: NamespaceState, found: Mapping[str, Any] | None
+    ) -> OperationResult | None:
+        """The first result if a concurrent run of this ``txn_id`` published it; an
+        error if it was aborted while this one ran."""
+        if found is None:
+            return None
+        record = TxnRecord.from_row(found)
+        if record.incarnation < self.incarnation:
+            return None  # an aborted earlier incarnation: this one replaces its row
+        if record.state is TxnState.PUBLISHED and record.incarnation == self.incarnation:
+            return self._outcome(state, record)
+        raise TransactionAborted(
+            f"{self.op.kind} {self.txn_id} was {record.state.value} while it ran "
+            f"(incarnation {record.incarnation}): nothing of it was published"
+        )
+
+    def _note_moves(self, attempt: _Attempt) -> None:
+        """After a lost swap: count the partitions whose published version moved."""
+        state = self.ctx.load_state()
+        now = state.find(list(attempt.works))
+        for oid, work in attempt.works.items():
+            partition = now.get(oid)
+            if partition is None or partition.read_version != work.partition.read_version:
+                self._moves[oid] = self._moves.get(oid, 0) + 1
+
+    def _claimed(
+        self,
+        state: NamespaceState,
+        selection: Selection,
+        current: dict[str, dict[str, Any]],
+    ) -> bool:
+        """Whether a live committing transaction holds a touched partition (True: wait;
+        the holders are kept for the error once the claim timeout is spent). An operation
+        that skips busy partitions drops them from ``selection`` instead."""
+        if not any(r.get(CLAIM) for r in current.values()):
+            return False
+        holders = load_records(state, claim_owners(current.values()))
+        unmet = requirements_unmet([NoLiveClaim(oid) for oid in current], current, holders)
+        live = {r.object_id: current[r.object_id][CLAIM] for r in unmet}
+        if not live:
+            return False  # dead claims: the swap clears them
+        if self.op.skips_busy:
+            for oid in live:
+                selection.targets.pop(oid, None)
+                selection.skipped[oid] = SKIP_CLAIMED
+            return False
+        failpoint(f"{self.op.kind}.claim_blocked")
+        self._blocked = (live, holders)
+        return True
+
+    def _compute(self, state: NamespaceState, selection: Selection) -> _Attempt:
+        """Every touched partition's change, in parallel: the previous attempt's where the
+        published version is the same, the previous staging of a new partition kept."""
+        shape = _shape(state)
+        # Computed under another schema or spec, a change is of another operation: a
+        # filter's column may now be another field, and serially the operation is either
+        # before the schema change or after it, for every partition alike.
+        previous = self._previous if self._previous.shape == shape else _Attempt()
+
+        def work(oid: str) -> LeafWork:
+            partition = selection.targets[oid]
+            base = self._base(partition)
+            earlier = previous.works.get(oid)
+            if (
+                earlier is not None
+                and earlier.base == base
+                and earlier.inputs == self.op.inputs(oid)
+            ):
+                return replace(earlier, partition=partition, committed=None)
+            return self.op.compute(state, partition, base)
+
+        def create(oid: str) -> NewLeaf:
+            earlier = previous.created.get(oid)
+            if (
+                earlier is not None
+                and earlier.spec_version == selection.spec_version
+                and earlier.inputs == self.op.inputs(oid)
+            ):
+                return replace(earlier, committed=None)
+            return self.op.create(state, oid, selection.creates[oid])
+
+        storage = self.ctx.storage
+        targets, creates = list(selection.targets), list(selection.creates)
+        return _Attempt(
+            dict(zip(targets, storage.map(work, targets), strict=True)),
+            dict(zip(creates, storage.map(create, creates), strict=True)),
+            shape,
+        )
+
+    def _base(self, partition: Partition) -> int:
+        """The version a change builds on: the published one (for a partition published
+        as "read the latest", the newest version none of our writers made)."""
+        if partition.read_version is not None:
+            return partition.read_version
+        ds = self.ctx.storage.table(partition.location)
+        found = base_version(ds, None)
+        return int(ds.version) if found is None else found
+
+    def _commit_leaves(self, changed: dict[str, LeafWork], created: dict[str, NewLeaf]) -> None:
+        """Each change as exactly the next version of its base, each new partition as a
+        new leaf: all in one fan-out (:func:`~.kernel.commit_leaves`)."""
+        storage = self.ctx.storage
+        works = [
+            PublishWork(
+                oid,
+                w.partition.location,
+                w.partition.read_version,
+                True,
+                ApplyChange(w.operation, w.base, w.leaf),
+            )
+            for oid, w in changed.items()
+            if w.operation is not None
+        ]
+        works += [
+            PublishWork(
+                oid,
+                storage.uri(leaf.directory),
+                None,
+                False,
+                ReplaceLeaf(leaf.fragments, leaf.leaf_schema, schema_digest(leaf.leaf_schema)),
+            )
+            for oid, leaf in created.items()
+        ]
+        guard = StillPublished(self.ctx.manifest, storage)
+        try:
+            versions = commit_leaves(
+                storage, works, writer=self.owner, guard=guard, name=self.op.kind, kind=self.op.kind
+            )
+        finally:
+            for w in changed.values():  # a later attempt reusing the change opens it anew
+                w.leaf = None
+        for oid, version in versions.items():
+            if oid in changed:
+                changed[oid].committed = version
+            else:
+                created[oid].committed = version
+
+    def _rows(
+        self,
+        state: NamespaceState,
+        current: dict[str, dict[str, Any]],
+        changed: dict[str, LeafWork],
+        created: dict[str, NewLeaf],
+    ) -> list[dict[str, Any]]:
+        """The ``__manifest`` rows the swap writes: changed partitions with their new
+        read_version (a dead claim cleared) and created ones, with their namespaces."""
+        rows = [
+            dict(current[oid], **{READ_VERSION: w.committed, CLAIM: None})
+            for oid, w in changed.items()
+        ]
+        # The row of a created partition may exist: a transaction's never-published row
+        # whose claim is dead (a live one was waited for). It is taken over.
+        rows += [
+            dict(current[oid], **{READ_VERSION: leaf.committed, CLAIM: None})
+            for oid, leaf in created.items()
+            if oid in current
+        ]
+        fresh = [leaf for oid, leaf in created.items() if oid not in current]
+        by_spec: dict[int, list[NewLeaf]] = {}
+        for leaf in fresh:
+            by_spec.setdefault(leaf.spec_version, []).append(leaf)
+        for spec_version, leaves in by_spec.items():
+            versions = {leaf.object_id: leaf.committed for leaf in leaves}
+            planned = state.plan_partitions(
+                [tuple(leaf.values.values()) for leaf in leaves],
+                read_version=None,
+                spec_version=spec_version,
+            ).rows
+            rows += [
+                dict(r, **{READ_VERSION: versions[r[OBJECT_ID]]}) if r[OBJECT_ID] in versions else r
+                for r in planned
+            ]
+        return rows
+
+    def _changes(
+        self, selection: Selection, changed: dict[str, LeafWork], created: dict[str, NewLeaf]
+    ) -> list[PartitionOutcome]:
+        storage = self.ctx.storage
+        drops = list(selection.drops.values())
+        out = list(storage.map(self.op.dropped, drops))
+        out += [replace(w.change, read_version=w.committed) for w in changed.values()]
+        out += [
+            PartitionOutcome(
+                oid,
+                leaf.values,
+                leaf.committed,
+                rows_inserted=leaf.rows,
+                created=True,
+                fragments_after=len(leaf.fragments),
+            )
+            for oid, leaf in created.items()
+        ]
+        return out
+
+    def _published_after_all(self, swap: Swap, error: StorageError) -> int:
+        """:func:`~.kernel.published_after_all`: a row naming one of this operation's own
+        leaf versions, or its transaction row PUBLISHED in this incarnation, is the swap's.
+        An operation that only drops partitions, without a ``txn_id``, names nothing of
+        its own: its error stands (a retry drops nothing more)."""
+        record = row_id(self.txn_id) if self.txn_id is not None else None
+        own = {r[OBJECT_ID]: r[READ_VERSION] for r in swap.upserts if r[OBJECT_ID] != record}
+        leaf_versions = names_versions(own)
+
+        def mine(r: Mapping[str, Any]) -> bool:
+            if r[OBJECT_ID] == record:
+                found = TxnRecord.from_row(r)
+                return found.state is TxnState.PUBLISHED and found.incarnation == self.incarnation
+            return leaf_versions(r)
+
+        return published_after_all(self.ctx.manifest, swap, mine, error)
+
+
+def run_operation(
+    ctx: TransactionContext,
+    operation: TableOperation,
+    *,
+    txn_id: str | None = None,
+    claim_timeout: float | None = None,
+) -> OperationResult:
+    """Run ``operation`` to its one publish (see the module docstring)."""
+    return OperationRunner(ctx, operation, txn_id=txn_id, claim_timeout=claim_timeout).run()

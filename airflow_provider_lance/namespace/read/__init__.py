@@ -1,0 +1,1 @@
+"""Reads: partition pruning, scans of leaves, time travel and history."""

@@ -1,0 +1,223 @@
+"""Which partitions a filter may touch, and which it covers entirely.
+
+Pruning (:mod:`.pruning`) is sound but loose: it keeps every partition that *may* hold a
+matching row. Operations that remove data need a strict answer as well. A partition is
+*covered* by a row filter when every row it can hold matches, and then a delete removes it
+as metadata (its ``__manifest`` row) instead of writing deletion files.
+
+The strict answer comes from identity partition fields only: a partition of an identity
+field on column ``c`` holds rows whose ``c`` is exactly its partition value, so a filter
+that names only such columns has one truth value for the whole partition, computed by
+evaluating the filter on the partition values (DataFusion, SQL's three-valued logic: TRUE
+covers, FALSE or NULL matches no row). Floating point identity fields are left out (NaN
+and ``-0.0`` group with values a filter tells apart), and so is every other expression:
+those partitions get a row-level delete. Saying "undecided" is always safe.
+
+``drop_partitions`` filters partitions, not rows: its filter names partition fields (the
+``__manifest`` partition columns) and is evaluated on their values, exactly; a partition
+whose spec version lacks a field sees NULL for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from datafusion import Expr
+
+from airflow_provider_lance.namespace.errors import ExpressionError, FilterError
+from airflow_provider_lance.namespace.format.expressions import (
+    BoundExpression,
+    bind,
+    children,
+    column_name,
+    new_session,
+    raw,
+    registered,
+    walk,
+)
+from airflow_provider_lance.namespace.format.manifest import OBJECT_ID
+from airflow_provider_lance.namespace.format.schema import field_id
+from airflow_provider_lance.namespace.format.state import SPEC_COLUMN, NamespaceState
+
+from .pruning import SpecProjector, parse_filter
+from .scan import filter_columns
+
+
+def pruned_rows(state: NamespaceState, filter: str | None) -> pa.Table:
+    """The rows of :attr:`NamespaceState.tables` whose partitions may hold rows matching
+    ``filter`` (all of them for None); a bad filter raises :class:`FilterError`."""
+    tables = state.tables
+    if filter is None:
+        return tables
+    _, pred = parse_filter(filter, state.schema)
+    if isinstance(pred, bool):
+        return tables if pred else tables.slice(0, 0)
+    mask: pc.Expression | bool = False
+    for version, fields in state.specs.items():
+        projected = SpecProjector(fields, state.schema).project(pred)
+        if projected is False:
+            continue
+        in_version = pc.field(SPEC_COLUMN) == version
+        term = in_version if projected is True else in_version & projected
+        mask = term if mask is False else mask | term
+    if mask is False:
+        return tables.slice(0, 0)
+    return tables.filter(mask)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """A row filter's verdict on candidate partitions (by object id)."""
+
+    #: Every row of these partitions matches.
+    covered: frozenset[str]
+    #: No row of these matches (the filter is FALSE or NULL on their values).
+    excluded: frozenset[str]
+    #: The rest: some rows may match, some not; the filter must be applied to the rows.
+    undecided: frozenset[str]
+
+
+def coverage(state: NamespaceState, filter: str, candidates: pa.Table) -> Coverage:
+    """Decide ``filter`` (on namespace columns) strictly for the ``candidates`` rows of
+    :attr:`NamespaceState.tables` (see the module docstring)."""
+    bound, _ = parse_filter(filter, state.schema)
+    names = filter_columns(bound)
+    covered: set[str] = set()
+    excluded: set[str] = set()
+    undecided: set[str] = set()
+    for version in state.specs:
+        rows = candidates.filter(pc.equal(candidates.column(SPEC_COLUMN), version))
+        if rows.num_rows == 0:
+            continue
+        ids = rows.column(OBJECT_ID).to_pylist()
+        identity = _identity_columns(state, version)
+        known = {n: identity[n] for n in names if n in identity}
+        if not known and names:
+            undecided.update(ids)
+            continue
+        for oid, truth in zip(ids, _truths(bound, rows, known, names, state), strict=True):
+            {_TRUE: covered, _FALSE: excluded, _NULL: excluded}.get(truth, undecided).add(oid)
+    return Coverage(frozenset(covered), frozenset(excluded), frozenset(undecided))
+
+
+# Kleene logic with a fourth value: what a filter is for every row of one partition.
+_TRUE, _FALSE, _NULL, _UNKNOWN = "true", "false", "null", "unknown"
+
+
+def _truths(
+    bound: BoundExpression,
+    rows: pa.Table,
+    known: dict[str, str],
+    names: list[str],
+    state: NamespaceState,
+) -> list[str]:
+    """The filter's value for every row of each partition in ``rows``: evaluated on the
+    partition values where the columns it names are identity partition columns
+    (``known``: column -> ``__manifest`` column), and combined through ``AND``, ``OR``
+    and ``NOT`` (Kleene's logic) where only some of a sub-expression's columns are;
+    ``_UNKNOWN`` where the rows must decide."""
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for name in names:
+        dtype = state.schema.field(name).type
+        if name in known:
+            columns[name] = rows.column(known[name]).cast(dtype)
+        else:  # never evaluated: only there for the filter to parse
+            columns[name] = pa.nulls(rows.num_rows, dtype)
+    columns["__partition"] = pa.nulls(rows.num_rows, pa.int8())
+    session = new_session(bound.hash_input)
+    with registered(session, pa.table(columns)) as frame:
+        try:
+            tree = raw(frame.parse_sql_expr(bound.sql))
+            return _decide(tree, frame, set(known), rows.num_rows)
+        except ExpressionError:
+            raise
+        except Exception as exc:
+            raise FilterError(
+                f"evaluating {bound.sql!r} on partition values failed: {exc}"
+            ) from exc
+
+
+def _decide(node: Any, frame: Any, known: set[str], n: int) -> list[str]:
+    used = {name for part in walk(node) if (name := column_name(part))}
+    if used <= known:
+        values = frame.select(Expr(node).alias("__v")).to_arrow_table().column("__v")
+        return [_NULL if v is None else (_TRUE if v else _FALSE) for v in values.to_pylist()]
+    kind = node.variant_name()
+    if kind == "Alias":
+        return _decide(children(node)[0], frame, known, n)
+    if kind == "Not":
+        flip = {_TRUE: _FALSE, _FALSE: _TRUE}
+        return [flip.get(v, v) for v in _decide(children(node)[0], frame, known, n)]
+    if kind == "BinaryExpr":
+        op = str(node.to_variant().op()).upper()
+        if op in ("AND", "OR"):
+            left, right = (_decide(c, frame, known, n) for c in children(node))
+            combine = _and if op == "AND" else _or
+            return [combine(a, b) for a, b in zip(left, right, strict=True)]
+    return [_UNKNOWN] * n
+
+
+def _and(a: str, b: str) -> str:
+    if _FALSE in (a, b):
+        return _FALSE
+    if a == b == _TRUE:
+        return _TRUE
+    if {a, b} <= {_TRUE, _NULL}:
+        return _NULL
+    return _UNKNOWN
+
+
+def _or(a: str, b: str) -> str:
+    if _TRUE in (a, b):
+        return _TRUE
+    if a == b == _FALSE:
+        return _FALSE
+    if {a, b} <= {_FALSE, _NULL}:
+        return _NULL
+    return _UNKNOWN
+
+
+def _identity_columns(state: NamespaceState, version: int) -> dict[str, str]:
+    """Namespace column name -> the ``__manifest`` column of the identity field of spec
+    ``version`` on it (floating point columns left out: see the module docstring)."""
+    out: dict[str, str] = {}
+    by_id = {field_id(f): f for f in state.schema.active}
+    for f in state.specs[version]:
+        source = by_id.get(f.source_id)
+        if source is None or f.expression.strip() != "col":
+            continue
+        if pa.types.is_floating(source.type) or pa.types.is_floating(f.result_type):
+            continue
+        out[source.name] = f.name
+    return out
+
+
+def partition_filter(state: NamespaceState, filter: str) -> pa.Table:
+    """The rows of :attr:`NamespaceState.tables` whose partition values make ``filter``
+    (on partition field names) TRUE."""
+    columns = state.partition_columns
+    try:
+        bound = bind(filter, pa.schema(columns), "partition filter")
+    except ExpressionError as exc:
+        raise FilterError(
+            f"{exc}. drop_partitions filters on partition fields "
+            f"({', '.join(f.name for f in columns)}); to remove rows by other columns use "
+            "delete()"
+        ) from exc
+    if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
+        raise FilterError(f"filter {filter!r} is not a boolean expression ({bound.output_type})")
+    tables = state.tables
+    if tables.num_rows == 0:
+        return tables
+    names = filter_columns(bound)
+    values = {n: tables.column(n) for n in names}
+    if not values:
+        values = {"__partition": pa.nulls(tables.num_rows, pa.int8())}
+    try:
+        truth = bound.evaluate(pa.table(values))
+    except ExpressionError as exc:
+        raise FilterError(str(exc)) from exc
+    return tables.filter(pc.fill_null(truth, False))

@@ -1,0 +1,599 @@
+"""Partition pruning: which leaf tables can hold rows matching a filter.
+
+The filter is parsed by DataFusion into its expression tree, brought into negation normal
+form, and every comparison of a source column with a constant is projected through each
+spec version's partition expressions onto the ``__manifest`` partition columns:
+
+* ``=``, ``IN``, ``IS NULL``: evaluate the partition expression on the constant(s); exact
+  for every deterministic expression (bucket included);
+* ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``: only through order-preserving (monotone)
+  expressions - identity, ``date_part('year', col)``, ``date_trunc(unit, col)``,
+  ``left(col, W)`` and ``col - (col % W)``; month/day/hour parts and ``hash`` prune nothing;
+* ``<>``, ``NOT IN``, ``IS NOT NULL``: only through the identity expression;
+* ``AND``/``OR``/``NOT`` combine; anything else keeps every partition.
+
+Keeping a partition is always safe, so the result is sound: every partition that holds a
+matching row is returned. The full filter is then applied to the rows (the residual).
+
+Keeping is the answer to "not understood", never to "cannot be evaluated": a literal that is
+no value of its type (``DATE '2025-13-45'``) or a constant that fails (``1/0``) is the
+user's error, raised as :class:`InvalidLiteralError` naming it, for a prune and a read alike
+(a filter that kept every partition would, through an identity partition, have read every row).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_lance.namespace.errors import (
+    ExpressionError,
+    FilterError,
+    InvalidLiteralError,
+    SchemaError,
+)
+from airflow_provider_lance.namespace.format.expressions import (
+    BoundExpression,
+    bind,
+    children,
+    column_name,
+    evaluate_scalar,
+    function_name,
+    is_constant,
+    raw,
+    root_cause,
+    to_sql,
+)
+from airflow_provider_lance.namespace.format.schema import (
+    NamespaceSchema,
+    cast_losslessly,
+    field_id,
+    is_deprecated,
+)
+from airflow_provider_lance.namespace.format.spec import PartitionField, bound_expression, evaluator
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+_NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "=": "!=", "!=": "="}
+_COMPARISONS = frozenset(_FLIP)
+
+
+# -- a small predicate algebra ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Leaf:
+    """``column op values``: op is a comparison, ``in``, ``not in``, ``is null``, ``not null``."""
+
+    column: str
+    op: str
+    values: tuple[pa.Scalar, ...] = ()
+
+
+@dataclass(frozen=True)
+class And:
+    parts: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    parts: tuple[Pred, ...]
+
+
+Pred = Union[Leaf, And, Or, bool]  # noqa: UP007 - a runtime alias, not an annotation
+
+
+@lru_cache(maxsize=512)
+def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
+    """Bind ``sql`` to the namespace columns and translate it for pruning (cached)."""
+    try:
+        bound = bind(sql, schema.active, "filter")
+    except ExpressionError as exc:
+        raise FilterError(f"{exc}{_dropped_hint(str(exc), schema)}") from exc
+    if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
+        raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
+    _check_literals(sql, bound)
+    try:
+        return bound, _translate(raw(bound.expr), negate=False, schema=schema)
+    except InvalidLiteralError as exc:
+        raise InvalidLiteralError(f"filter {sql!r}: {exc}", exc.literal) from exc
+
+
+_NO_FIELD = re.compile(r'No field named (?:"((?:[^"]|"")*)"|([^\s".]+))')
+
+
+def _dropped_hint(message: str, schema: NamespaceSchema) -> str:
+    """For DataFusion's "No field named X" about a column that was dropped: say so (its
+    data is not read any more), rather than leave the user to guess at a typo."""
+    match = _NO_FIELD.search(message)
+    if match is None:
+        return ""
+    name = match.group(1).replace('""', '"') if match.group(1) is not None else match.group(2)
+    dropped = {f.name for f in schema.arrow if is_deprecated(f)} - set(schema.active.names)
+    if name not in dropped:
+        return ""
+    return (
+        f" (column {name!r} was dropped: filters, like reads, see only the columns "
+        f"{', '.join(schema.active.names)}; read an earlier version with as_of to filter on it)"
+    )
+
+
+_LITERAL_HINT = (
+    "correct the literal (dates are written DATE 'YYYY-MM-DD', timestamps "
+    "TIMESTAMP 'YYYY-MM-DD HH:MM:SS')"
+)
+
+
+def _check_literals(sql: str, bound: BoundExpression) -> None:
+    """Refuse a filter with a literal DataFusion cannot evaluate, naming the literal.
+
+    Found by planning the filter on no rows (which folds and coerces its constants), so
+    the check costs no scan, and the filter is parsed once per namespace schema (cached).
+    """
+    failed = bound.unplannable()
+    if failed is None:
+        return
+    node, reason = failed
+    constants = [node] if is_constant(node) else [c for c in children(node) if is_constant(c)]
+    if not constants:
+        raise FilterError(f"filter {sql!r} cannot be planned: {to_sql(node)}: {reason}")
+    literal = ", ".join(to_sql(c) for c in constants)
+    context = "" if is_constant(node) else f" in {to_sql(node)}"
+    raise InvalidLiteralError(
+        f"filter {sql!r}: the literal {literal}{context} cannot be evaluated ({reason}); "
+        f"{_LITERAL_HINT}",
+        literal,
+    )
+
+
+def _translate(node: Any, negate: bool, schema: NamespaceSchema) -> Pred:
+    kind = node.variant_name()
+    if kind == "Alias":
+        return _translate(children(node)[0], negate, schema)
+    if kind == "Not":
+        return _translate(children(node)[0], not negate, schema)
+    if kind == "BinaryExpr":
+        op = str(node.to_variant().op()).upper()
+        left, right = children(node)
+        if op in ("AND", "OR"):
+            parts = (_translate(left, negate, schema), _translate(right, negate, schema))
+            return _and(parts) if (op == "AND") != negate else _or(parts)
+        if op == "<>":
+            op = "!="
+        if op in _COMPARISONS:
+            return _comparison(left, op, right, negate, schema)
+        return True
+    if kind in ("IsNull", "IsNotNull"):
+        col = column_name(children(node)[0])
+        if col is None:
+            return True
+        is_null = (kind == "IsNull") != negate
+        return Leaf(col, "is null" if is_null else "not null")
+    if kind == "InList":
+        variant = node.to_variant()
+        col = column_name(variant.expr())
+        # A value no row can equal (2.5 against an integer column) matches nothing.
+        values = _constants(variant.list(), col, schema, "exact") if col else None
+        if col is None or values is None:
+            return True
+        values = tuple(v for v in values if v is not _NO_VALUE)
+        # SQL three-valued logic: a NULL in the list never makes a row match.
+        non_null = tuple(v for v in values if v.is_valid)
+        if variant.negated() != negate:
+            if len(non_null) != len(values):
+                return False
+            return Leaf(col, "not in", values) if values else Leaf(col, "not null")
+        return Leaf(col, "in", non_null) if non_null else False
+    if kind == "Between":
+        variant = node.to_variant()
+        col = column_name(variant.expr())
+        if col is None:
+            return True
+        bounds = _constants([variant.low()], col, schema, "ceil")
+        upper = _constants([variant.high()], col, schema, "floor")
+        if bounds is None or upper is None:
+            return True
+        low, high = bounds[0], upper[0]
+        if variant.negated() != negate:
+            return _or((Leaf(col, "<", (low,)), Leaf(col, ">", (high,))))
+        return _and((Leaf(col, ">=", (low,)), Leaf(col, "<=", (high,))))
+    if kind == "Literal":
+        value = node.python_value()
+        if isinstance(value, pa.Scalar) and pa.types.is_boolean(value.type):
+            truth = value.as_py()
+            return (not truth if negate else truth) if truth is not None else False
+        return True
+    return True
+
+
+def _comparison(left: Any, op: str, right: Any, negate: bool, schema: NamespaceSchema) -> Pred:
+    col, other = column_name(left), right
+    if col is None:
+        col, other, op = column_name(right), left, _FLIP[op]
+    if col is None:
+        return True
+    op = _NEGATE[op] if negate else op
+    values = _constants([other], col, schema, "exact")
+    if values is None:
+        return True
+    if values[0] is _NO_VALUE:
+        # An integer column against a non-integral number: no value equals it, and
+        # ``n < 2.5`` is ``n <= 2``, ``n > 2.5`` is ``n >= 3``.
+        if op in ("=", "!="):
+            return False if op == "=" else Leaf(col, "not null")
+        below = op in ("<", "<=")
+        values = _constants([other], col, schema, "floor" if below else "ceil")
+        return True if values is None else Leaf(col, "<=" if below else ">=", values)
+    if not values[0].is_valid:
+        return False  # a comparison with NULL is never true, nor is its negation
+    return Leaf(col, op, values)
+
+
+def _constants(
+    nodes: Sequence[Any], column: str, schema: NamespaceSchema, rounding: str
+) -> tuple[pa.Scalar, ...] | None:
+    """Evaluate constant operands and cast them to the column's type (None: not constant,
+    or no sound conversion). A non-integral number against an integer column is rounded
+    as ``rounding`` says (``floor``/``ceil``), or, for ``exact``, becomes ``_NO_VALUE``."""
+    target = schema.field(column).type
+    out = []
+    for node in nodes:
+        if any(n.variant_name() == "Column" for n in _walk(node)):
+            return None
+        try:
+            value = evaluate_scalar(node)
+        except Exception as exc:
+            if any(function_name(n) == "hash" for n in _walk(node)):
+                return None  # bound to the filter's session only: not understood here
+            raise InvalidLiteralError(
+                f"the constant {to_sql(node)} cannot be evaluated ({root_cause(exc)}); "
+                f"{_LITERAL_HINT}",
+                to_sql(node),
+            ) from exc
+        cast = _cast_constant(value, target, rounding)
+        if cast is None:
+            return None
+        out.append(cast)
+    return tuple(out)
+
+
+def _walk(node: Any) -> list[Any]:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(children(n))
+    return out
+
+
+#: A constant no value of the column can equal (see :func:`_cast_constant`).
+_NO_VALUE = pa.scalar(None, pa.null())
+
+
+def _cast_constant(value: pa.Scalar, target: pa.DataType, rounding: str) -> pa.Scalar | None:
+    """The constant in the column's type, or None when no sound conversion exists.
+
+    A non-integral number against an integer column, or a zone-less timestamp with a time
+    of day against a date column (DataFusion compares the date as its midnight), is
+    rounded down (``floor``) or up (``ceil``) as the comparison needs, or is
+    :data:`_NO_VALUE` (``exact``: no value of the column equals it); anything else lossy
+    is given up (Arrow's cast would truncate the timestamp, and ``d < '... 12:00'`` would
+    lose the rows of that day).
+    """
+    if not value.is_valid:
+        return pa.scalar(None, target)
+    try:
+        return cast_losslessly(pa.array([value]), target)[0]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    py = value.as_py()
+    if pa.types.is_date(target) and pa.types.is_timestamp(value.type) and value.type.tz is None:
+        if rounding == "exact":
+            return _NO_VALUE
+        day = py.date() if rounding == "floor" else py.date() + dt.timedelta(days=1)
+        try:
+            return pa.scalar(day, target)
+        except (pa.ArrowInvalid, OverflowError):
+            return None
+    if not (pa.types.is_integer(target) and isinstance(py, float) and math.isfinite(py)):
+        return None
+    if rounding == "exact":
+        return _NO_VALUE
+    try:
+        return pc.cast(pa.scalar(math.floor(py) if rounding == "floor" else math.ceil(py)), target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def _and(parts: Sequence[Pred]) -> Pred:
+    return _combine(parts, And)
+
+
+def _or(parts: Sequence[Pred]) -> Pred:
+    return _combine(parts, Or)
+
+
+def _combine(parts: Sequence[Pred], kind: type[And] | type[Or]) -> Pred:
+    """Flatten and simplify: TRUE absorbs an OR and vanishes from an AND (FALSE: dually)."""
+    absorbing = kind is Or
+    flat: list[Pred] = []
+    for p in parts:
+        if p is absorbing:
+            return absorbing
+        if p is (not absorbing):
+            continue
+        flat.extend(p.parts if isinstance(p, kind) else [p])
+    if not flat:
+        return not absorbing
+    return kind(tuple(flat)) if len(flat) > 1 else flat[0]
+
+
+# -- partitions the filter holds for entirely ------------------------------------------------
+def holds_for_kept_partitions(
+    bound: BoundExpression, pred: Pred, fields: Sequence[PartitionField], schema: NamespaceSchema
+) -> bool:
+    """Whether every row of every partition of this spec version that :func:`prune` keeps
+    matches the filter, so reading them needs no residual filter.
+
+    True when the filter is made only of comparisons, ``IN``, ``BETWEEN`` and ``IS [NOT]
+    NULL`` of columns this version partitions by identity (non-floating: NaN orders
+    differently in Arrow and DataFusion) against constants, joined by ``AND``/``OR``/``NOT``,
+    with no ``<>``/``NOT IN`` once negations are pushed down (a NULL partition passes those
+    in the pruner, its rows do not in SQL). Then the pruner's projection is the filter
+    itself, evaluated on a value every row of the partition has (Iceberg's residual
+    evaluator reaches the same conclusion for identity partitions). A static check, so a
+    read plans no query for it; :mod:`.coverage` decides the same per partition, for any
+    expression over identity columns, by evaluating the filter (what a delete needs).
+    """
+    identity = set()
+    for f in fields:
+        try:
+            source = schema.field_by_id(f.source_id)  # type: ignore[arg-type]
+        except SchemaError:  # an unknown source: nothing to rely on
+            continue
+        if is_deprecated(source):
+            # Partitioned by a column dropped since: its partition values are the dropped
+            # column's, not those of a column that has its name now (added again, or
+            # renamed to it): a filter on that name must be evaluated on the rows.
+            continue
+        if _is_identity(f, source.type) and not pa.types.is_floating(source.type):
+            identity.add(source.name)
+    return bool(identity) and _no_negated_leaves(pred) and _exact(raw(bound.expr), identity, schema)
+
+
+def _no_negated_leaves(pred: Pred) -> bool:
+    if isinstance(pred, bool):
+        return True
+    if isinstance(pred, Leaf):
+        return pred.op not in ("!=", "not in")
+    return all(_no_negated_leaves(p) for p in pred.parts)
+
+
+def _exact(node: Any, identity: set[str], schema: NamespaceSchema) -> bool:
+    kind = node.variant_name()
+    if kind in ("Alias", "Not"):
+        return _exact(children(node)[0], identity, schema)
+    if kind == "Literal":
+        value = node.python_value()
+        return isinstance(value, pa.Scalar) and pa.types.is_boolean(value.type)
+    if kind == "BinaryExpr":
+        op = str(node.to_variant().op()).upper()
+        left, right = children(node)
+        if op in ("AND", "OR"):
+            return _exact(left, identity, schema) and _exact(right, identity, schema)
+        if op not in (*_COMPARISONS, "<>"):
+            return False
+        return (_column_in(left, identity) and _projected(right, left, schema)) or (
+            _column_in(right, identity) and _projected(left, right, schema)
+        )
+    if kind in ("IsNull", "IsNotNull"):
+        return _column_in(children(node)[0], identity)
+    if kind == "InList":
+        variant = node.to_variant()
+        column = variant.expr()
+        return _column_in(column, identity) and all(
+            _projected(v, column, schema) for v in variant.list()
+        )
+    if kind == "Between":
+        variant = node.to_variant()
+        column = variant.expr()
+        return (
+            _column_in(column, identity)
+            and _projected(variant.low(), column, schema)
+            and _projected(variant.high(), column, schema)
+        )
+    return False
+
+
+def _column_in(node: Any, names: set[str]) -> bool:
+    return column_name(node) in names
+
+
+def _projected(node: Any, column: Any, schema: NamespaceSchema) -> bool:
+    """Whether the pruner projects the constant ``node`` onto ``column`` (converts it to
+    the column's type, rounding as the comparison needs): one it gives up on keeps every
+    partition, so the filter must still be applied to their rows."""
+    name = column_name(column)
+    return (
+        name is not None
+        and _constant(node)
+        and all(
+            _constants([node], name, schema, rounding) is not None
+            for rounding in ("exact", "floor", "ceil")
+        )
+    )
+
+
+def _constant(node: Any) -> bool:
+    return is_constant(node)
+
+
+# -- projection onto one spec version ------------------------------------------------------
+def is_order_preserving(field: PartitionField, source_type: pa.DataType) -> bool:
+    """Whether ``field``'s expression is monotone non-decreasing in its source value."""
+    return _order_preserving(field.expression, source_type)
+
+
+@lru_cache(maxsize=256)
+def _order_preserving(expression: str, source_type: pa.DataType) -> bool:
+    return _monotone(raw(bound_expression(expression, source_type).expr), source_type)
+
+
+def _monotone(node: Any, source_type: pa.DataType) -> bool:
+    kind = node.variant_name()
+    if kind == "Column":
+        return True
+    args = children(node)
+    if kind == "ScalarFunction":
+        name = str(node.rex_call_operator()).lower()
+        if name in ("date_part", "datepart") and len(args) == 2:
+            unit = _literal(args[0])
+            temporal = pa.types.is_date(source_type) or pa.types.is_timestamp(source_type)
+            return (
+                isinstance(unit, str)
+                and unit.lower() == "year"
+                and temporal
+                and args[1].variant_name() == "Column"
+            )
+        if name in ("date_trunc", "datetrunc") and len(args) == 2:
+            return _literal(args[0]) is not None and args[1].variant_name() == "Column"
+        if name == "left" and len(args) == 2:
+            return args[0].variant_name() == "Column" and isinstance(_literal(args[1]), int)
+        return False
+    if kind == "BinaryExpr" and str(node.to_variant().op()) == "-":
+        lhs, rhs = args
+        if lhs.variant_name() != "Column" or rhs.variant_name() != "BinaryExpr":
+            return False
+        if str(rhs.to_variant().op()) != "%":
+            return False
+        mod_col, width = children(rhs)
+        w = _literal(width)
+        return mod_col.variant_name() == "Column" and isinstance(w, int | float) and w > 0
+    return False
+
+
+def _literal(node: Any) -> Any:
+    if node.variant_name() != "Literal":
+        return None
+    value = node.python_value()
+    return value.as_py() if isinstance(value, pa.Scalar) else value
+
+
+@dataclass(frozen=True)
+class SpecProjector:
+    """Projects predicates on source columns onto one spec version's partition columns."""
+
+    fields: Sequence[PartitionField]
+    schema: NamespaceSchema
+
+    def project(self, pred: Pred) -> pc.Expression | bool:
+        if isinstance(pred, bool):
+            return pred
+        if isinstance(pred, And):
+            return _pc_and([self.project(p) for p in pred.parts])
+        if isinstance(pred, Or):
+            return _pc_or([self.project(p) for p in pred.parts])
+        return self._leaf(pred)
+
+    def _leaf(self, leaf: Leaf) -> pc.Expression | bool:
+        source = self.schema.field(leaf.column)
+        sid = field_id(source)
+        out: list[pc.Expression | bool] = []
+        for f in self.fields:
+            if f.source_id == sid:
+                out.append(self._field_leaf(f, source.type, leaf))
+        return _pc_and(out)
+
+    def _field_leaf(
+        self, f: PartitionField, source_type: pa.DataType, leaf: Leaf
+    ) -> pc.Expression | bool:
+        column = pc.field(f.name)
+        identity = _is_identity(f, source_type)
+        op = leaf.op
+        if op in ("=", "in", "is null"):
+            values = leaf.values if op != "is null" else (pa.scalar(None, source_type),)
+            mapped = self._apply(f, source_type, values)
+            if mapped is None:
+                return True
+            return _is_in(column, mapped, f.result_type)
+        if op in ("!=", "not in", "not null"):
+            if not identity:
+                return True
+            if op == "not null":
+                return column.is_valid()
+            return ~column.isin(pa.array([v.as_py() for v in leaf.values], f.result_type))
+        if op in ("<", "<=", ">", ">="):
+            if not is_order_preserving(f, source_type):
+                return True
+            mapped = self._apply(f, source_type, leaf.values)
+            if mapped is None or not mapped[0].is_valid:
+                return True
+            bound = pc.scalar(mapped[0])
+            strict = identity and op in ("<", ">")
+            if op in (">", ">="):
+                return column > bound if strict else column >= bound
+            return column < bound if strict else column <= bound
+        return True
+
+    @staticmethod
+    def _apply(
+        f: PartitionField, source_type: pa.DataType, values: Sequence[pa.Scalar]
+    ) -> list[pa.Scalar] | None:
+        try:
+            array = pa.array([v.as_py() for v in values], source_type)
+            if _is_identity(f, source_type):
+                return [array[i] for i in range(len(array))]  # no query to plan
+            result = evaluator(f, source_type).evaluate(array)
+        except (ExpressionError, pa.ArrowException):
+            return None
+        return [result[i] for i in range(len(result))]
+
+
+def _is_identity(f: PartitionField, source_type: pa.DataType) -> bool:
+    """The partition value is the source value itself."""
+    return f.expression.strip() == "col" and f.result_type == source_type
+
+
+def _is_in(column: pc.Expression, values: list[pa.Scalar], dtype: Any) -> pc.Expression:
+    non_null = [v.as_py() for v in values if v.is_valid]
+    has_null = len(non_null) != len(values)
+    parts: list[pc.Expression] = []
+    if non_null:
+        parts.append(column.isin(pa.array(non_null, dtype)))
+    if has_null:
+        parts.append(column.is_null())
+    result = _pc_or(parts)
+    assert not isinstance(result, bool)
+    return result
+
+
+def _pc_and(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
+    return _pc_combine(parts, absorbing=False)
+
+
+def _pc_or(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
+    return _pc_combine(parts, absorbing=True)
+
+
+def _pc_combine(parts: Sequence[pc.Expression | bool], absorbing: bool) -> pc.Expression | bool:
+    exprs: list[pc.Expression] = []
+    for p in parts:
+        if p is absorbing:
+            return absorbing
+        if p is not (not absorbing):
+            exprs.append(p)
+    if not exprs:
+        return not absorbing
+    return _fold(exprs, (lambda a, b: a | b) if absorbing else (lambda a, b: a & b))
+
+
+def _fold(exprs: list[pc.Expression], op: Callable[[Any, Any], Any]) -> pc.Expression:
+    out = exprs[0]
+    for e in exprs[1:]:
+        out = op(out, e)
+    return out

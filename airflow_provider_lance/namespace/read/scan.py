@@ -1,0 +1,283 @@
+"""Reading partitions at their ``read_version``, in the namespace schema, with the residual."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from airflow_provider_lance.namespace.errors import (
+    DataValidationError,
+    ExpressionError,
+    FilterError,
+    LanceNamespaceError,
+    TableNotFoundError,
+    VersionCleanedUp,
+)
+from airflow_provider_lance.namespace.format.expressions import (
+    BoundExpression,
+    column_name,
+    raw,
+    walk,
+)
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema, ReadPlan
+from airflow_provider_lance.namespace.format.state import (
+    Partition,
+    is_missing,
+    removed_by_retention,
+)
+from airflow_provider_lance.namespace.io.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+def open_leaf(storage: Storage, partition: Partition) -> lance.LanceDataset:
+    """The partition's table at its published ``read_version`` (latest when NULL);
+    :class:`~.errors.VersionCleanedUp` if retention removed that version."""
+    try:
+        return storage.table(partition.location, partition.read_version)
+    except TableNotFoundError as exc:
+        gone = leaf_cleaned_up(storage, partition, exc)
+        if gone is not None:
+            raise gone from exc
+        raise TableNotFoundError(
+            f"partition {partition.object_id} cannot be read at {partition.location} "
+            f"version {partition.read_version}: {exc}"
+        ) from exc
+
+
+def leaf_cleaned_up(
+    storage: Storage, partition: Partition, exc: BaseException
+) -> VersionCleanedUp | None:
+    """The error for a read of ``partition`` that failed with ``exc`` because retention
+    (``maintain``) removed its ``read_version`` (the version file, or data files only that
+    version referenced, deleted while it was read); None if that version is still there
+    (``exc`` means something else, and stands)."""
+    if partition.read_version is None or not (
+        isinstance(exc, TableNotFoundError) or is_missing(exc)
+    ):
+        return None
+    try:
+        kept = [int(v["version"]) for v in storage.table(partition.location).versions()]
+    except (LanceNamespaceError, OSError, ValueError):
+        return None  # no table at all: not a version retention removed
+    if partition.read_version in kept:
+        return None
+    read_at = partition.read_at
+    by = "" if read_at is None else f", which __manifest version {read_at.version} reads,"
+    return removed_by_retention(
+        f"version {partition.read_version} of the table of partition {partition.object_id} "
+        f"({partition.location}){by}",
+        kept,
+        "versions of that table",
+        read_at,
+    )
+
+
+def filter_columns(bound: BoundExpression) -> list[str]:
+    names = {column_name(n) for n in walk(raw(bound.expr))}
+    return sorted(n for n in names if n)
+
+
+def scan_batches(
+    storage: Storage,
+    partitions: Sequence[Partition],
+    schema: NamespaceSchema,
+    *,
+    columns: Sequence[str] | None,
+    residual: BoundExpression | None,
+    batch_size: int | None = None,
+    unfiltered_specs: Collection[int] = (),
+) -> Iterator[pa.RecordBatch]:
+    """Stream every partition's rows, conformed to the namespace schema and filtered.
+
+    Partitions of the spec versions in ``unfiltered_specs`` are read without the residual:
+    the pruner proved every row of them matches (see
+    :func:`~.pruning.holds_for_kept_partitions`).
+
+    Partitions are started ahead, ``storage.concurrency`` at a time: each is opened and its
+    first batch read in a worker (an open and a small read are latency, on an object
+    store; a small partition is all first batch). The rest of each partition streams in
+    order, so what is held ahead is at most one batch per partition started.
+    """
+
+    def read(partition: Partition) -> Iterator[pa.RecordBatch]:
+        exact = partition.spec_version in unfiltered_specs
+        return read_partition(
+            storage,
+            partition,
+            schema,
+            columns=columns,
+            residual=None if exact else residual,
+            batch_size=batch_size,
+        )
+
+    def start(partition: Partition) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
+        batches = read(partition)
+        return next(batches, None), batches
+
+    if len(partitions) == 1:  # nothing to start ahead of it
+        yield from read(partitions[0])
+        return
+    for first, rest in storage.ahead(start, partitions):
+        if first is not None:
+            yield first
+            yield from rest
+
+
+def read_partition(
+    storage: Storage,
+    partition: Partition,
+    schema: NamespaceSchema,
+    *,
+    columns: Sequence[str] | None,
+    residual: BoundExpression | None,
+    batch_size: int | None = None,
+    fragment_ids: Sequence[int] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """One partition's rows (optionally of some fragments only), in the namespace schema.
+
+    The residual filter is pushed down to Lance when the leaf stores every column it names
+    under the namespace name and type (and it calls no ``hash()``, which Lance lacks);
+    otherwise it is evaluated here with DataFusion after the columns are conformed.
+    """
+    output = schema.project(columns)
+    needed = list(output.names)
+    if residual is not None:
+        needed += [c for c in filter_columns(residual) if c not in needed]
+    leaf = open_leaf(storage, partition)
+    with _retention_checked(storage, partition):
+        plan = schema.read_plan(leaf.schema, needed)
+        fragments = None if fragment_ids is None else [leaf.get_fragment(i) for i in fragment_ids]
+        batches, pushed = None, False
+        pushdown = None if residual is None else lance_filter(residual, plan, leaf.schema)
+        if pushdown is not None:
+            try:
+                batches = _leaf_batches(leaf, plan.leaf_columns, batch_size, pushdown, fragments)
+                pushed = True
+            except ValueError as exc:  # Lance's planner is stricter (e.g. int column vs 2.5)
+                log.debug("filter %r not pushed down to Lance: %s", pushdown, exc)
+        if batches is None:
+            batches = _leaf_batches(leaf, plan.leaf_columns, batch_size, None, fragments)
+        for batch in batches:
+            try:
+                table = plan.apply(batch)
+            except DataValidationError as exc:
+                raise DataValidationError(f"partition {partition.object_id}: {exc}") from exc
+            yield from output_batches(table, None if pushed else residual, output)
+
+
+@contextmanager
+def _retention_checked(storage: Storage, partition: Partition) -> Iterator[None]:
+    """A read of an opened leaf: a data file that vanished under it because retention
+    removed the version being read (and the files only it referenced) raises
+    :class:`~.errors.VersionCleanedUp` instead of pylance's "Not found"."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        gone = leaf_cleaned_up(storage, partition, exc)
+        if gone is not None:
+            raise gone from exc
+        raise
+
+
+def output_batches(
+    table: pa.Table, residual: BoundExpression | None, output: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """``table`` (conformed to the namespace schema) filtered by ``residual`` and
+    projected to ``output``: what a read yields."""
+    if residual is not None:
+        try:
+            table = residual.filter(table)
+        except ExpressionError as exc:
+            raise FilterError(str(exc)) from exc
+    if table.num_rows:
+        yield from table.select(output.names).cast(output).to_batches()
+
+
+_HASH_CALL = re.compile(r"\bhash\s*\(", re.IGNORECASE)
+
+
+def lance_filter(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> str | None:
+    """``residual`` as a filter Lance can evaluate on the leaf itself (every column it
+    names stored under its namespace name and type, no ``hash()``), or None."""
+    if not _pushable(residual, plan, leaf):
+        return None
+    return _backtick_identifiers(residual.sql)
+
+
+def _backtick_identifiers(sql: str) -> str | None:
+    """``sql`` with its double-quoted identifiers in backticks, or None if one cannot be.
+
+    In SQL (and DataFusion) ``"country"`` names a column; pylance's filter parser reads it
+    as a string, so ``"country" = 'DE'`` would compare two strings and match nothing
+    (tests/test_pylance_facts.py). String literals are copied as they are."""
+    out: list[str] = []
+    i = 0
+    while i < len(sql):
+        char = sql[i]
+        if char not in "'\"":
+            out.append(char)
+            i += 1
+            continue
+        end = i + 1
+        while True:  # the closing quote; a doubled quote is an escaped one
+            end = sql.find(char, end)
+            if end < 0:
+                return None
+            if sql[end + 1 : end + 2] != char:
+                break
+            end += 2
+        body = sql[i + 1 : end]
+        if char == "'":
+            out.append(sql[i : end + 1])
+        elif "`" in body:
+            return None
+        else:
+            out.append("`" + body.replace('""', '"') + "`")
+        i = end + 1
+    return "".join(out)
+
+
+def _pushable(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> bool:
+    if _HASH_CALL.search(residual.sql):
+        return False
+    for name in filter_columns(residual):
+        if plan.sources.get(name) != name or name not in leaf.names:
+            return False
+        if leaf.field(name).type != plan.target.field(name).type:
+            return False
+    return True
+
+
+def _leaf_batches(
+    leaf: lance.LanceDataset,
+    columns: list[str],
+    batch_size: int | None,
+    filter_sql: str | None,
+    fragments: list[Any] | None,
+) -> Iterator[pa.RecordBatch]:
+    """The leaf's batches; the scan is planned here, so a filter Lance rejects raises now."""
+    if columns:
+        scanner = leaf.scanner(
+            columns=columns, filter=filter_sql, batch_size=batch_size, fragments=fragments
+        )
+        return iter(scanner.to_reader())
+    # None of the wanted columns exist in this (older) leaf: only its row count matters.
+    if fragments is None:
+        remaining = leaf.count_rows(filter_sql)
+    else:
+        remaining = sum(f.count_rows(filter_sql) for f in fragments)
+    return _null_batches(remaining, batch_size or 65536)
+
+
+def _null_batches(rows: int, step: int) -> Iterator[pa.RecordBatch]:
+    while rows > 0:
+        n = min(step, rows)
+        yield pa.RecordBatch.from_arrays([pa.nulls(n)], names=["__rows"])
+        rows -= n

@@ -1,0 +1,190 @@
+"""Direct publish: a write no other process knows commits in one ``__manifest`` swap.
+
+``ns.write()`` without a ``txn_id`` is such a write: nobody else stages into it, commits it
+or retries it, so nothing has to be fenced, no plan has to be durable for anyone else and no
+claim has to be held while its leaves commit. It takes the optimistic path of Delta and
+Iceberg instead of the claim protocol of :mod:`.commit`:
+
+1. the rows are staged against manifest version S, partitions in parallel: each leaf is
+   written and committed in one Lance call on its published version (a new partition's
+   leaf is created), which is what Lance's own write costs;
+2. the touched partition rows are read at S;
+3. a leaf version made in step 1 right above the version still published (it holds
+   exactly that version's rows plus the write's) is used as it is; any other leaf is
+   committed now on its published ``read_version`` (in parallel, tagged and verified like
+   every leaf commit: :func:`~.leaves.commit_leaf`), rolling back what lies above it;
+4. one compare-and-swap against S (:func:`~.lifecycle.publish_direct`) sets the new
+   ``read_version``\\ s and inserts the rows of new partitions. It fails if any of those
+   rows changed since S, and the write goes back to 2 at the newer version.
+
+Why this is safe next to the claim protocol: the swap needs every touched row unclaimed at
+S and unchanged since, so it never publishes a partition a committing transaction holds,
+and a claim placed after S makes it fail. A leaf version this write committed but did not
+publish lies above the published one: whoever commits that leaf next rolls it back (as it
+does a crashed committer's), and the published version, immutable, stays readable whatever
+happens above it. A partition that is claimed, or a write that keeps losing the race, hands
+its staged files to the claim protocol, which waits its turn instead of racing.
+
+A failure before the swap deletes the staged files (nothing can reference them); a swap
+whose outcome is unknown (the store failed mid-commit) is decided by reading the manifest
+again. A process killed mid-write leaves data files no version references, as a killed
+Delta or Iceberg write does: wasted space, never read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_lance.namespace.errors import CommitConflict, OutcomeUnknown, StorageError
+from airflow_provider_lance.namespace.failpoints import FailpointError, failpoint
+from airflow_provider_lance.namespace.format.manifest import OBJECT_ID, READ_VERSION
+from airflow_provider_lance.namespace.format.manifest_compaction import maybe_compact
+from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.results import CommitResult
+from airflow_provider_lance.namespace.retry import Budget, Outcome, Spent, retry_until
+from airflow_provider_lance.namespace.write.leaf_commit import LeafMoved
+from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition, discard_stage
+
+from .claim import TransactionContext, check_staged_against, merge_stages
+from .kernel import (
+    NoLiveClaim,
+    StillPublished,
+    Swap,
+    check_works_files,
+    commit_leaves,
+    names_versions,
+    published_after_all,
+    requirements_unmet,
+    staged_requirements,
+    staged_work,
+)
+from .lifecycle import collect_finished, publish_direct
+from .publish_result import commit_result, empty_result
+
+log = logging.getLogger(__name__)
+
+#: Swaps lost to concurrent publishes of the same partitions before the write is handed
+#: to the claim protocol (which waits for its turn instead of racing again).
+DIRECT_ATTEMPTS = 4
+
+
+def publish_stage(
+    ctx: TransactionContext, state: NamespaceState, stage: Stage, *, owner: str
+) -> CommitResult | None:
+    """Publish ``stage`` (staged against ``state``) in one swap, or None: a partition is
+    claimed or the races were lost, and the claim protocol must publish it.
+
+    ``owner`` (``txn#incarnation``) tags the leaf versions. The staged files are deleted
+    when this raises before the swap, unless the outcome is unknown or a failpoint
+    simulated a crash; once the swap succeeded nothing raises (the compaction after it is
+    best effort), so a caller never retries, and duplicates, a published write.
+    """
+    try:
+        result = _publish(ctx, state, stage, owner)
+    except (FailpointError, OutcomeUnknown):
+        raise  # a simulated crash, or maybe published: nothing may delete its files
+    except BaseException:
+        discard_stage(stage, ctx.storage)
+        raise
+    if result is not None:  # published: from here on nothing may delete its files
+        failpoint("direct.after_publish")
+        maybe_compact(
+            ctx.manifest,
+            prepare=lambda: collect_finished(ctx.manifest, ctx.load_state, ctx.store.delete),
+        )
+    return result
+
+
+def _publish(
+    ctx: TransactionContext, state: NamespaceState, stage: Stage, owner: str
+) -> CommitResult | None:
+    failpoint("direct.staged")
+    parts = merge_stages([stage])
+    if not parts:
+        return empty_result(state.version, stage.mode, stage.txn_id)
+    overwrite = stage.mode == "overwrite"
+    leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
+    requirements = staged_requirements(parts, overwrite=overwrite)
+
+    def attempt_publish(attempt: int) -> CommitResult | Outcome | None:
+        nonlocal state
+        if attempt:
+            state = ctx.load_state()
+        current = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
+        # (read even for partitions staged as new: one a transaction is creating exists,
+        # claimed, though no reader sees it; a dead claim is the claim protocol's to clear)
+        claims = [NoLiveClaim(oid) for oid in current]
+        unmet = requirements_unmet([*claims, *requirements], current, None)
+        if any(isinstance(r, NoLiveClaim) for r in unmet):
+            log.info("partitions of %s are claimed: committing through the claim protocol", owner)
+            return None
+        # A stale stage is this write's: discarded below, and write() says "write again"
+        check_staged_against(parts, unmet, lambda stale: "")
+
+        works = [
+            staged_work(
+                ctx.storage, p, current.get(oid), leaf_schema, replace=overwrite or p.rewrite
+            )
+            for oid, p in parts.items()
+        ]
+        for work in works:  # a version the stager made, if still exactly right to publish
+            work.committed = _made_while_staging(parts[work.object_id], current)
+        check_works_files(ctx.storage, [w for w in works if w.committed is None], owner, True)
+        try:
+            guard = StillPublished(ctx.manifest, ctx.storage)
+            versions = commit_leaves(ctx.storage, works, writer=owner, guard=guard, name="direct")
+        except LeafMoved as exc:  # another writer's version lies above: not ours to undo
+            log.info("publish of %s: %s; trying again", owner, exc)
+            return Outcome.LOST
+        if attempt:
+            # A lost race's winner rolled back the leaf versions of the first attempt, and
+            # ``maintain`` may remove what lies below a published version, their files too:
+            # checked once committed again (above the published version nothing is removed;
+            # once a publish passes them, the swap fails and this runs again).
+            check_works_files(ctx.storage, works, owner, True)
+        rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
+        new = [p for oid, p in parts.items() if oid not in current]
+        if new:
+            created = state.plan_partitions(
+                [tuple(p.values.values()) for p in new],
+                read_version=None,
+                spec_version=stage.spec_version,
+            ).rows
+            for r in created:  # fresh rows: set in place (copies cost 1 ms per 1,000)
+                r[READ_VERSION] = versions.get(r[OBJECT_ID])
+            rows += created
+        failpoint("direct.before_publish")
+        try:
+            version = publish_direct(ctx.manifest, state, rows)
+        except CommitConflict:
+            log.info("publish of %s lost a race (attempt %d); trying again", owner, attempt + 1)
+            return Outcome.LOST
+        except StorageError as exc:  # committed after all? (else: the error, or unknown)
+            swap = Swap(state.version, rows)
+            version = published_after_all(ctx.manifest, swap, names_versions(versions), exc)
+        before = {oid: row[READ_VERSION] for oid, row in current.items()}
+        return commit_result(version, stage.mode, stage.txn_id, parts, versions, before)
+
+    try:
+        if DIRECT_ATTEMPTS < 1:  # none at all: every write takes the claim protocol
+            raise Spent
+        return retry_until(attempt_publish, {Outcome.LOST: Budget(Spent, attempts=DIRECT_ATTEMPTS)})
+    except Spent:
+        log.info(
+            "publish of %s lost %d races: committing through the claim protocol",
+            owner,
+            DIRECT_ATTEMPTS,
+        )
+        return None
+
+
+def _made_while_staging(part: StagedPartition, current: Mapping[str, Any]) -> int | None:
+    """The leaf version the stager committed, if it is exactly right to publish: made on
+    the version still published (a new partition: still new)."""
+    row = current.get(part.object_id)
+    published = None if row is None else row[READ_VERSION]
+    if (row is not None) == part.existed and published == part.staged_on:
+        return part.committed_version
+    return None

@@ -1,0 +1,209 @@
+"""Durable transaction records under the namespace root: ``_transactions/<txn_id>/<k>/``.
+
+``k`` is the transaction's *incarnation*: an id begun again after an abort gets a new
+directory, so nothing an earlier incarnation wrote (stages, plans, results) can ever be
+mistaken for the new one's. Per incarnation:
+
+* ``txn.json``: the header (id, mode, spec version, sources of a combined transaction);
+  written once by ``begin``, descriptive only;
+* ``stage-<stage_id>.json``: one per staging attempt, the data files written per partition;
+* ``plan-<plan_id>.json``: what a commit publishes, fixed when the commit sealed the
+  transaction (the stages it includes and their merged partitions);
+* ``result.json``: the published :class:`CommitResult`, a cache written after the publish;
+* ``outcome-<token>.json``: the result of a table operation (delete, merge, ...), written
+  before its publish and completed after it; its transaction row names the token.
+
+None of these files decides anything: the state of a transaction lives in its
+``__manifest`` row (see ``lifecycle``), the one place every transition is a
+compare-and-swap. Files are written whole in one PUT through Lance's object-store client
+(atomic on object stores and, through rename, on local disks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import Any
+
+from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
+from airflow_provider_lance.namespace.format.naming import TXN_ID_PATTERN
+from airflow_provider_lance.namespace.format.txn_row import TransactionHeader
+from airflow_provider_lance.namespace.io.storage import Storage
+
+TXN_DIR = "_transactions"
+HEADER = "txn.json"
+RESULT = "result.json"
+#: Record files written at once (object-store PUTs are latency bound).
+IO_THREADS = 16
+
+
+def check_txn_id(txn_id: str) -> str:
+    if not isinstance(txn_id, str) or not TXN_ID_PATTERN.match(txn_id):
+        raise InvalidArgumentError(
+            f"transaction id {txn_id!r} must be 1-200 characters of letters, digits and _.=:+- "
+            "starting with a letter or digit"
+        )
+    return txn_id
+
+
+class TransactionStore:
+    """Reads and writes the transaction records of one namespace."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        #: Headers are written once per incarnation and never change: keep those seen.
+        self._headers: dict[tuple[str, int], TransactionHeader] = {}
+
+    def _maybe(self, path: str) -> Any | None:
+        try:
+            return self.storage.get_json(path)
+        except KeyError:
+            return None
+
+    @staticmethod
+    def directory(txn_id: str, incarnation: int) -> str:
+        return f"{TXN_DIR}/{check_txn_id(txn_id)}/{int(incarnation)}"
+
+    # -- headers -----------------------------------------------------------------------
+    def load(
+        self, txn_id: str, incarnation: int, *, fresh: bool = False
+    ) -> TransactionHeader | None:
+        """A header (immutable once written: cached), or None. ``fresh`` reads storage
+        even if this process has it: whether it is *still there* (see :func:`.commit.resolve`)."""
+        cached = None if fresh else self._headers.get((txn_id, incarnation))
+        if cached is not None:
+            return cached
+        raw = self._maybe(f"{self.directory(txn_id, incarnation)}/{HEADER}")
+        if raw is None:
+            self._headers.pop((txn_id, incarnation), None)
+            return None
+        header = self._headers[(txn_id, incarnation)] = TransactionHeader.from_json(raw)
+        return header
+
+    def newest_known(self, txn_id: str) -> TransactionHeader | None:
+        """The newest incarnation's header this process has read or written, if any (a
+        hint: the transaction's row decides whether it is still the current one)."""
+        known = [h for (t, _), h in self._headers.items() if t == txn_id]
+        return max(known, key=lambda h: h.incarnation, default=None)
+
+    def save(self, header: TransactionHeader) -> None:
+        self.storage.put_json(
+            f"{self.directory(header.txn_id, header.incarnation)}/{HEADER}", asdict(header)
+        )
+        self._headers[(header.txn_id, header.incarnation)] = header
+
+    def headers(self) -> Iterator[TransactionHeader]:
+        """The header of the newest incarnation of every transaction with records."""
+        newest: dict[str, int] = {}
+        for path in self.storage.list(TXN_DIR):
+            parts = path.split("/")
+            if len(parts) == 4 and parts[-1] == HEADER and parts[2].isdigit():
+                newest[parts[1]] = max(newest.get(parts[1], 0), int(parts[2]))
+        for txn_id, incarnation in sorted(newest.items()):
+            header = self.load(txn_id, incarnation)
+            if header is not None:
+                yield header
+
+    # -- stages ------------------------------------------------------------------------
+    def _stage_path(self, txn_id: str, incarnation: int, stage_id: str) -> str:
+        return f"{self.directory(txn_id, incarnation)}/stage-{check_txn_id(stage_id)}.json"
+
+    def save_stages(self, txn_id: str, incarnation: int, stages: Mapping[str, Any]) -> None:
+        """Write stage records (in parallel: a Spark job records one per task)."""
+        items = list(stages.items())
+        if len(items) == 1:
+            self.storage.put_json(self._stage_path(txn_id, incarnation, items[0][0]), items[0][1])
+            return
+        with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
+            list(
+                pool.map(
+                    lambda item: self.storage.put_json(
+                        self._stage_path(txn_id, incarnation, item[0]), item[1]
+                    ),
+                    items,
+                )
+            )
+
+    def stage(self, txn_id: str, incarnation: int, stage_id: str) -> Any | None:
+        """One stage record, or None (without listing or reading the others)."""
+        return self._maybe(self._stage_path(txn_id, incarnation, stage_id))
+
+    def delete_stage(self, txn_id: str, incarnation: int, stage_id: str) -> None:
+        self.storage.delete(self._stage_path(txn_id, incarnation, stage_id))
+
+    def stages_of_every_incarnation(self, txn_id: str) -> list[Any]:
+        """Every stage record of ``txn_id``, whatever its incarnation (with or without a
+        header)."""
+        return list(self._load_stages(f"{TXN_DIR}/{check_txn_id(txn_id)}").values())
+
+    def stages(self, txn_id: str, incarnation: int) -> dict[str, Any]:
+        prefix = f"{self.directory(txn_id, incarnation)}/stage-"
+        loaded = self._load_stages(self.directory(txn_id, incarnation))
+        return {p[len(prefix) : -len(".json")]: raw for p, raw in loaded.items()}
+
+    def _load_stages(self, directory: str) -> dict[str, Any]:
+        """The stage records anywhere below ``directory``, by path, in path order (read in
+        parallel: a Spark job records one per task)."""
+        paths = sorted(
+            p
+            for p in self.storage.list(directory)
+            if p.startswith(f"{directory}/")
+            and p.rsplit("/", 1)[-1].startswith("stage-")
+            and p.endswith(".json")
+        )
+        if len(paths) > 1:
+            with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
+                loaded = list(pool.map(self._maybe, paths))
+        else:
+            loaded = [self._maybe(p) for p in paths]
+        return {
+            p: raw
+            for p, raw in zip(paths, loaded, strict=True)
+            if raw is not None  # withdrawn meanwhile
+        }
+
+    # -- plans and results -----------------------------------------------------------------
+    def save_plan(self, txn_id: str, incarnation: int, plan_id: str, plan: Any) -> None:
+        self.storage.put_json(
+            f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json", plan
+        )
+
+    def plan(self, txn_id: str, incarnation: int, plan_id: str) -> Any:
+        path = f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json"
+        raw = self._maybe(path)
+        if raw is None:
+            raise LanceNamespaceError(
+                f"the commit plan {path} of transaction {txn_id} is missing; it was deleted "
+                "by hand or by a tool that does not know partitioned namespaces"
+            )
+        return raw
+
+    def save_result(self, txn_id: str, incarnation: int, result: Any) -> None:
+        self.storage.put_json(f"{self.directory(txn_id, incarnation)}/{RESULT}", result)
+
+    def result(self, txn_id: str, incarnation: int) -> Any | None:
+        return self._maybe(f"{self.directory(txn_id, incarnation)}/{RESULT}")
+
+    def save_outcome(self, txn_id: str, incarnation: int, token: str, outcome: Any) -> None:
+        self.storage.put_json(self._outcome_path(txn_id, incarnation, token), outcome)
+
+    def outcome(self, txn_id: str, incarnation: int, token: str) -> Any | None:
+        return self._maybe(self._outcome_path(txn_id, incarnation, token))
+
+    def _outcome_path(self, txn_id: str, incarnation: int, token: str) -> str:
+        return f"{self.directory(txn_id, incarnation)}/outcome-{check_txn_id(token)}.json"
+
+    # -- removal -----------------------------------------------------------------------
+    def delete(self, txn_id: str, incarnation: int | None = None) -> None:
+        """Delete every record of one incarnation (or of every incarnation)."""
+        prefix = (
+            f"{TXN_DIR}/{check_txn_id(txn_id)}"
+            if incarnation is None
+            else self.directory(txn_id, incarnation)
+        )
+        for key in [k for k in self._headers if k[0] == txn_id]:
+            if incarnation is None or key[1] == incarnation:
+                del self._headers[key]
+        for path in self.storage.list(prefix):
+            self.storage.delete(path)

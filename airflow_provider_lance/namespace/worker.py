@@ -1,0 +1,28 @@
+"""What code running in another process of one write or read may use of the core.
+
+Spark executors (and the Spark driver's staging) route rows, stage files, read leaves and
+name failpoints with these; everything else goes through
+:class:`~airflow_provider_lance.namespace.PartitionedNamespace` and the public API. These
+are re-exports: nothing here has logic of its own."""
+
+from __future__ import annotations
+
+from airflow_provider_lance.namespace.io.storage import Storage
+from airflow_provider_lance.namespace.read.pruning import parse_filter
+from airflow_provider_lance.namespace.read.scan import open_leaf, read_partition
+from airflow_provider_lance.namespace.txn.claim import merge_stages
+from airflow_provider_lance.namespace.txn.store import TransactionStore
+from airflow_provider_lance.namespace.write.splitting import routing_keys
+
+from .failpoints import failpoint
+
+__all__ = [
+    "Storage",
+    "TransactionStore",
+    "failpoint",
+    "merge_stages",
+    "open_leaf",
+    "parse_filter",
+    "read_partition",
+    "routing_keys",
+]

@@ -1,0 +1,1 @@
+"""Writes below a commit: routing rows to partitions, staging files, leaf commits."""
