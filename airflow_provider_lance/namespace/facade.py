@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_lance.namespace.admin import evolution
 from airflow_provider_lance.namespace.admin.maintenance import MaintenanceReport, maintain
 from airflow_provider_lance.namespace.admin.repair import RepairReport
 from airflow_provider_lance.namespace.admin.repair import repair as repair_manifest
@@ -64,14 +65,12 @@ from airflow_provider_lance.namespace.txn import transactions
 from airflow_provider_lance.namespace.txn.claim import (
     CommitOptions,
     TransactionContext,
-    backoff,
     refuse_if_maybe_published,
     resolve,
 )
 from airflow_provider_lance.namespace.txn.direct import publish_stage
 from airflow_provider_lance.namespace.txn.lifecycle import collect_finished
 from airflow_provider_lance.namespace.txn.publish_result import rebuilt_result
-from airflow_provider_lance.namespace.txn.spec_fence import fence, needs_fence
 from airflow_provider_lance.namespace.txn.store import TransactionStore
 from airflow_provider_lance.namespace.txn.transactions import Transaction, TransactionInfo
 from airflow_provider_lance.namespace.write.staging import (
@@ -84,7 +83,6 @@ from airflow_provider_lance.namespace.write.staging import (
 )
 
 from .errors import (
-    CommitConflict,
     InvalidArgumentError,
     LanceNamespaceError,
     NamespaceNotFoundError,
@@ -98,13 +96,9 @@ from .errors import (
 )
 from .failpoints import FailpointError, failpoint
 from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
-from .retry import Budget, Outcome, Spent, retry_until
 from .types import ArrowData, WriteMode
 
 log = logging.getLogger(__name__)
-
-#: Attempts of a schema or spec change against concurrent changes before giving up.
-EVOLVE_ATTEMPTS = 32
 
 StorageOptions = Mapping[str, StorageOptionValue | None] | None
 
@@ -264,121 +258,32 @@ class PartitionedNamespace:
         evolution or schema change makes it recompute (a new version number and field ids),
         so two concurrent evolutions both apply, in some order, and no field id is reused.
         """
-
-        def attempt(_: int) -> int | Outcome:
-            state = self.state()
-            resolved = resolve_spec(fields, state.schema, state.specs, RESERVED_COLUMNS)
-            version = state.spec_version + 1
-            existing = state.view.column_types
-            for f in resolved:
-                if f.name in existing and existing[f.name] != f.result_type:
-                    raise PartitionSpecError(
-                        f"__manifest already has a column {f.name!r} of type {existing[f.name]}"
-                    )
-            columns = [pa.field(f.name, f.result_type) for f in resolved]
-            if any(c.name not in existing for c in columns):
-                # Nullable columns first (a schema-only commit), then the spec naming them.
-                try:
-                    self._manifest.add_columns(columns)
-                except CommitConflict:  # a concurrent commit won: read again and retry
-                    return Outcome.LOST
-                return Outcome.AGAIN  # added: the spec naming them, on the state with them
-            values = {spec_key(version): spec_to_json(resolved), SCHEMA_KEY: state.schema.to_json()}
-            if not self._swap_metadata(values, state):
-                return Outcome.LOST
-            self._manifest.insert_absent(
-                self.state().rows_table([row(spec_namespace_id(version), NAMESPACE, metadata="{}")])
-            )
-            self._fence_spec(version)
-            log.info("partition spec v%d: %s", version, [f.name for f in resolved])
-            return version
-
-        spent = _evolution_budget("evolve_partition_spec")  # shared: 32 attempts in all
-        return retry_until(attempt, {Outcome.LOST: spent, Outcome.AGAIN: spent}, sleep=backoff)
+        return evolution.evolve_partition_spec(self._manifest, self.state, fields)
 
     def add_column(self, field: pa.Field) -> None:
         """Add a nullable column (a new field id above every earlier one)."""
-        self._evolve_schema(lambda state: state.schema.add_column(field), "add_column")
+        evolution.evolve_schema(
+            self._manifest, self.state, lambda state: state.schema.add_column(field), "add_column"
+        )
 
     def drop_column(self, name: str) -> None:
         """Drop a column: it stays in the schema, deprecated, and reads no longer return it."""
-
-        def change(state: NamespaceState) -> NamespaceSchema:
-            fid = state.schema.id_of(name)
-            users = [f.name for f in state.current_spec if f.source_id == fid]
-            if users:
-                raise PartitionSpecError(
-                    f"cannot drop {name!r}: the current partition spec uses it ({users}); "
-                    "evolve the partition spec without it first"
-                )
-            return state.schema.drop_column(name)
-
-        self._evolve_schema(change, "drop_column")
+        evolution.evolve_schema(self._manifest, self.state, evolution.dropping(name), "drop_column")
 
     def rename_column(self, old: str, new: str) -> None:
         """Rename a column; its field id, and so every partition field using it, stays."""
-        self._evolve_schema(lambda state: state.schema.rename_column(old, new), "rename_column")
+        evolution.evolve_schema(
+            self._manifest,
+            self.state,
+            lambda state: state.schema.rename_column(old, new),
+            "rename_column",
+        )
 
     def promote_column(self, name: str, dtype: pa.DataType) -> None:
         """Widen a column's type (e.g. int32 -> int64); narrowing is refused."""
-
-        def change(state: NamespaceState) -> NamespaceSchema:
-            promoted = state.schema.promote_column(name, dtype)
-            fid = state.schema.id_of(name)
-            for f in state.current_spec:
-                if f.source_id == fid:
-                    try:
-                        resolve_spec([f], promoted, {}, ())
-                    except PartitionSpecError as exc:
-                        raise PartitionSpecError(
-                            f"promoting {name!r} to {dtype} breaks partition field "
-                            f"{f.name!r}: {exc}"
-                        ) from exc
-            return promoted
-
-        self._evolve_schema(change, "promote_column")
-
-    def _evolve_schema(
-        self, change: Callable[[NamespaceState], NamespaceSchema], what: str
-    ) -> None:
-        """Apply a schema change computed from the latest state, as a compare-and-swap on
-        the manifest version it read; a concurrent change makes it recompute (so a new
-        column gets a field id above the concurrent one's, or a clear error)."""
-
-        def attempt(_: int) -> Outcome | None:
-            state = self.state()
-            schema = change(state)
-            return (
-                None if self._swap_metadata({SCHEMA_KEY: schema.to_json()}, state) else Outcome.LOST
-            )
-
-        retry_until(attempt, {Outcome.LOST: _evolution_budget(what)}, sleep=backoff)
-
-    def _fence_spec(self, version: int) -> None:
-        """Fence merges still computing under older specs (see :mod:`.spec_fence`); if
-        this keeps losing races, the first merge under ``version`` fences instead."""
-
-        def attempt(_: int) -> Outcome | None:
-            state = self.state()
-            if state.spec_version != version or not needs_fence(state):
-                return None
-            return None if fence(self._manifest, state, version) else Outcome.LOST
-
-        try:
-            retry_until(
-                attempt, {Outcome.LOST: Budget(Spent, attempts=EVOLVE_ATTEMPTS)}, sleep=backoff
-            )
-        except Spent:
-            log.info("partition spec v%d: not fenced yet, its first merge fences it", version)
-
-    def _swap_metadata(self, values: Mapping[str, str], state: NamespaceState) -> bool:
-        """Commit metadata against ``state``'s version; False if a concurrent change won."""
-        failpoint("evolve.before_commit")
-        try:
-            self._manifest.commit_metadata(values, state.version)
-        except CommitConflict:
-            return False
-        return True
+        evolution.evolve_schema(
+            self._manifest, self.state, evolution.promoting(name, dtype), "promote_column"
+        )
 
     # -- partitions -------------------------------------------------------------------------
     def partition_values(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -973,14 +878,3 @@ class PartitionedNamespace:
     def transactions(self) -> list[TransactionInfo]:
         """Every recorded transaction and its state, oldest first (for operators)."""
         return transactions.listing(self._txn)
-
-
-def _evolution_budget(what: str) -> Budget:
-    """The attempts of a schema or spec change, then the error saying it lost them all."""
-    return Budget(
-        lambda: CommitConflict(
-            f"{what}: concurrent schema or partition spec changes kept winning "
-            f"({EVOLVE_ATTEMPTS} attempts); nothing was changed, try again"
-        ),
-        attempts=EVOLVE_ATTEMPTS,
-    )
