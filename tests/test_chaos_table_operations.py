@@ -12,11 +12,13 @@ one) is what its batches show from its version on; merge generations never go ba
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,8 @@ from .test_chaos import Slot, _stop, _supervise, _wait_until_up
 from .workers import TAGGED, chaos_lines, chaos_save
 
 CHAOS_SECONDS = 25.0
+#: How long a run may go on past CHAOS_SECONDS until the operations a test counts happened.
+CHAOS_CAP_SECONDS = 150.0
 DEFAULT_SEED = 20251124
 KILL_DELAY = (0.3, 3.0)
 
@@ -52,9 +56,34 @@ def _namespace(tmp_path: Path) -> tuple[int, str, Path, int, dict[str, Any]]:
     return seed, root, run, first, {"root": root, "run_dir": str(run), "seed": seed}
 
 
-def _run(slots: list[Slot], run: Path, seed: int) -> list[str]:
-    """Start the processes, kill and restart them at random for CHAOS_SECONDS, stop
-    them; the ones that did not stop."""
+def _count(path: Path, where: Callable[[dict[str, Any]], bool] = lambda _: True) -> int:
+    """Acknowledgements so far in a JSON-lines file a running process appends to."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return 0
+    found = 0
+    for line in text.splitlines():
+        try:
+            found += bool(where(json.loads(line)))
+        except ValueError:  # a line being written
+            continue
+    return found
+
+
+def _acked_keys(run: Path) -> set[int]:
+    """The distinct keys the two key mergers acknowledged so far."""
+    keys: set[int] = set()
+    for name in ("k0", "k1"):
+        _count(run / f"acks-{name}.jsonl", lambda a: keys.add(a["key"]) or True)
+    return keys
+
+
+def _run(
+    slots: list[Slot], run: Path, seed: int, enough: Callable[[], bool] | None = None
+) -> list[str]:
+    """Start the processes, kill and restart them at random for CHAOS_SECONDS (and on,
+    up to CHAOS_CAP_SECONDS, until ``enough()``), stop them; the ones that did not stop."""
     ctx = mp.get_context("spawn")
     try:
         for slot in slots:
@@ -62,7 +91,15 @@ def _run(slots: list[Slot], run: Path, seed: int) -> list[str]:
         _wait_until_up(slots, run)
         start = time.time()
         chaos_save(run / "go.json", {"start": start})
-        _supervise(slots, ctx, run, random.Random(seed), start + CHAOS_SECONDS)
+        _supervise(
+            slots,
+            ctx,
+            run,
+            random.Random(seed),
+            start + CHAOS_SECONDS,
+            enough,
+            start + CHAOS_CAP_SECONDS,
+        )
         return _stop(slots, run, "stop")
     finally:
         for slot in slots:
@@ -81,7 +118,16 @@ def test_chaos_deletes_merges_and_optimize_next_to_killed_appenders(tmp_path: Pa
         Slot("merger", workers.merger, {**common, "victim": "a1"}, kill_delay=KILL_DELAY),
         Slot("optimizer", workers.optimizer, dict(common), kill_delay=KILL_DELAY),
     ]
-    stuck = _run(slots, run, seed)
+    stuck = _run(
+        slots,
+        run,
+        seed,
+        enough=lambda: (
+            _count(run / "acks-deleter.jsonl") >= 3
+            and _count(run / "acks-merger.jsonl") >= 3
+            and _count(run / "acks-optimizer.jsonl", lambda a: bool(a["compacted"])) >= 1
+        ),
+    )
 
     ns = PartitionedNamespace.open(root)
     errors = chaos_lines(run / "errors.jsonl")
@@ -173,7 +219,15 @@ def test_chaos_merges_of_shared_keys_across_spec_changes(tmp_path: Path) -> None
         Slot("k1", workers.key_merger, {**common, "pause": 0.3}, kill_delay=KILL_DELAY),
         Slot("evolver", workers.evolver, dict(common), kill_delay=KILL_DELAY),
     ]
-    stuck = _run(slots, run, seed)
+    stuck = _run(
+        slots,
+        run,
+        seed,
+        enough=lambda: (
+            _count(run / "acks-k0.jsonl") + _count(run / "acks-k1.jsonl") >= 20
+            and _count(run / "acks-evolver.jsonl") >= 5
+        ),
+    )
 
     ns = PartitionedNamespace.open(root)
     errors = chaos_lines(run / "errors.jsonl")
