@@ -26,4 +26,5 @@ fi
 "${UV[@]}" pip install --quiet --python "$VENV/bin/python" -e ".[test]" \
     "apache-airflow==$AIRFLOW_VERSION" -c "$constraints"
 "$VENV/bin/python" -c "import airflow; print('Airflow tests against Airflow', airflow.__version__)"
-exec "$VENV/bin/python" -m pytest tests/airflow -m "not slow or airflow_compat" "$@"
+exec "$VENV/bin/python" -m pytest -n auto --dist loadfile tests/airflow \
+    -m "not slow or airflow_compat" "$@"

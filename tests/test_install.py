@@ -40,6 +40,10 @@ def pip(env_dir: Path, *args: str) -> None:
     # Without PYTHONPATH: a checkout on it (with the egg-info the wheel build leaves there)
     # would count as the package installed already, and pip would skip installing the wheel.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if args[0] == "install":
+        # No .pyc of every installed file (Airflow's, PySpark's): pip never fails on them,
+        # and what runs here compiles what it imports. About 20 s of CPU less.
+        args = ("install", "--no-compile", *args[1:])
     done = subprocess.run(
         [str(env_dir / "bin" / "python"), "-m", "pip", "--quiet", *args],
         capture_output=True,

@@ -86,6 +86,7 @@ class Triggerer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        assert not self.running(), "a triggerer runs already"
         env = {
             **os.environ,
             "LANCE_EXAMPLES_WATCH_INTERVAL": str(INTERVAL),
@@ -103,6 +104,9 @@ class Triggerer:
                 env=env,
                 start_new_session=True,
             )
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def kill(self) -> None:
         """SIGKILL, as a crashed host would: no cleanup, no goodbye."""
@@ -133,9 +137,11 @@ class Triggerer:
         return self.log.read_text(errors="replace")[-6000:]
 
 
-@pytest.fixture
-def triggerer(tmp_path: Path) -> Iterator[Triggerer]:
-    process = Triggerer(tmp_path / "triggerer.log")
+@pytest.fixture(scope="module")
+def triggerer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triggerer]:
+    """One triggerer for the module: the second test goes on with the one the first left
+    running (its start and its stop take about 10 s each)."""
+    process = Triggerer(tmp_path_factory.mktemp("triggerer") / "triggerer.log")
     yield process
     process.stop()
 
@@ -286,7 +292,8 @@ def test_two_publishes_within_one_poll_are_consumed_by_the_run_they_start(
     it. The run must consume both publishes, and the example total the partitions of both."""
     monkeypatch.setenv("LANCE_EXAMPLES_WATCH_INTERVAL", str(INTERVAL))
     ns = watch_the_example()
-    triggerer.start()
+    if not triggerer.running():  # the test before leaves it running
+        triggerer.start()
     # the watcher has looked (or a test before left its watermark at the latest version)
     watermark = wait_for(
         "the watermark", lambda: stored_watermark(ns.uri) == ns.version and ns.version, timeout=120
