@@ -93,3 +93,37 @@ def make_ns(root: Path) -> Callable[..., PartitionedNamespace]:
 def daily(make_ns: Callable[..., PartitionedNamespace]) -> PartitionedNamespace:
     """A namespace partitioned by day (identity on ``event_date``)."""
     return make_ns()
+
+
+#: Test files that take minutes (venvs, spark-submit, multi-process chaos, live Airflow), in
+#: roughly falling order: scripts/test.sh runs the suite on every core, a file whole on one
+#: worker, and handing these out first keeps one of them from being the last work left.
+SLOW_FILES = (
+    "test_install.py",
+    "test_readme.py",
+    "test_chaos.py",
+    "test_chaos_table_operations.py",
+    "airflow/test_example_dags.py",
+    "test_pruning.py",
+    "airflow/test_spark_operator.py",
+    "spark/test_standalone_cluster.py",
+    "spark/test_spark_job.py",
+    "test_concurrency.py",
+    "airflow/test_live_airflow.py",
+    "spark/test_spark_writes.py",
+    "test_crashes.py",
+    "airflow/test_manifest_watcher.py",
+    "spark/test_datasource_streaming.py",
+    "spark/test_spark_connect.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow files first (a stable sort: the order inside each file stays)."""
+    here = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> int:
+        name = Path(item.fspath).relative_to(here).as_posix()
+        return SLOW_FILES.index(name) if name in SLOW_FILES else len(SLOW_FILES)
+
+    items.sort(key=rank)
