@@ -1,9 +1,11 @@
-"""What code running in another process of one write or read may use of the core.
+"""The internal interface of the provider's own outer layers to the core.
 
 Spark executors (and the Spark driver's staging) route rows, stage files, read leaves and
-name failpoints with these; everything else goes through
-:class:`~airflow_provider_lance.namespace.PartitionedNamespace` and the public API. These
-are re-exports: nothing here has logic of its own."""
+name failpoints with these; the CLI and the audit operator read leaves and parse filters
+with them. Everything else goes through
+:class:`~airflow_provider_lance.namespace.PartitionedNamespace` and the public API
+(``tests/test_layering.py`` holds every module outside the core to that). These are
+re-exports: nothing here has logic of its own, and none of it is a promise to users."""
 
 from __future__ import annotations
 
