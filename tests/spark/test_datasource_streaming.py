@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -37,7 +38,12 @@ class Landing:
 
     def add(self, n: int) -> None:
         table = events(n, first_id=self.files * 1000)
-        pq.write_table(table, self.path / f"{self.files:04}.parquet")
+        path = self.path / f"{self.files:04}.parquet"
+        pq.write_table(table, path)
+        # Spark's file source takes files in modification-time order: files written within
+        # one tick of the clock would come in any order, so each gets its own second.
+        moment = 1_700_000_000 + 10 * self.files
+        os.utime(path, (moment, moment))
         self.files += 1
 
     def expected(self) -> list[dict]:
