@@ -20,7 +20,8 @@ from airflow_provider_lance.namespace.retry import (
     backoff,
     retry_until,
 )
-from airflow_provider_lance.namespace.txn.claim import CommitOptions, Committer
+from airflow_provider_lance.namespace.txn.claim import Committer
+from airflow_provider_lance.namespace.txn.kernel import CommitOptions
 from airflow_provider_lance.namespace.txn.lifecycle import bump
 
 from .workers import TAGGED, tagged_rows
@@ -196,10 +197,6 @@ def test_backoff_grows_to_a_second_with_jitter(monkeypatch: pytest.MonkeyPatch) 
     assert 0.02 <= second <= 0.06
     assert 0.5 <= sixth <= 1.5
     assert 0.5 <= later <= 1.5
-
-
-def test_commit_re_exports_backoff_for_its_importers() -> None:
-    assert commit_module.backoff is backoff
 
 
 # -- the seal's lost races: bounded by the swap timeout --------------------------------------

@@ -62,13 +62,9 @@ from airflow_provider_lance.namespace.read.timetravel import (
     resolve_as_of,
 )
 from airflow_provider_lance.namespace.txn import transactions
-from airflow_provider_lance.namespace.txn.claim import (
-    CommitOptions,
-    TransactionContext,
-    refuse_if_maybe_published,
-    resolve,
-)
+from airflow_provider_lance.namespace.txn.claim import refuse_if_maybe_published, resolve
 from airflow_provider_lance.namespace.txn.direct import publish_stage
+from airflow_provider_lance.namespace.txn.kernel import CommitOptions, TransactionContext
 from airflow_provider_lance.namespace.txn.lifecycle import collect_finished
 from airflow_provider_lance.namespace.txn.publish_result import rebuilt_result
 from airflow_provider_lance.namespace.txn.store import TransactionStore

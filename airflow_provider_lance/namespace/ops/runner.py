@@ -84,19 +84,16 @@ from airflow_provider_lance.namespace.format.txn_row import (
 )
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.results import OperationResult, PartitionOutcome
-from airflow_provider_lance.namespace.retry import Budget, Outcome, retry_until
-from airflow_provider_lance.namespace.txn.claim import (
-    CommitOptions,
-    TransactionContext,
-    backoff,
-    resolve,
-)
+from airflow_provider_lance.namespace.retry import Budget, Outcome, backoff, retry_until
+from airflow_provider_lance.namespace.txn.claim import resolve
 from airflow_provider_lance.namespace.txn.kernel import (
     ApplyChange,
+    CommitOptions,
     NoLiveClaim,
     ReplaceLeaf,
     StillPublished,
     Swap,
+    TransactionContext,
     commit_leaves,
     names_versions,
     published_after_all,

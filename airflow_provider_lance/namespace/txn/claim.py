@@ -57,9 +57,6 @@ from airflow_provider_lance.namespace.format.txn_row import (
 )
 from airflow_provider_lance.namespace.results import CommitResult, value_text
 from airflow_provider_lance.namespace.retry import Budget, Outcome, retry_until
-from airflow_provider_lance.namespace.retry import (
-    backoff as backoff,  # re-exported: the modules using it import it here
-)
 from airflow_provider_lance.namespace.write.leaf_commit import (
     LeafMoved,
     check_append_schema,
@@ -69,12 +66,14 @@ from airflow_provider_lance.namespace.write.staging import Stage, StagedPartitio
 
 from .kernel import (
     ClaimedBy,
+    CommitOptions,
     HeldClaim,
     NoLiveClaim,
     ReadVersionIs,
     Requirement,
     RowExists,
     Swap,
+    TransactionContext,
     check_works_files,
     commit_leaves,
     names_versions,
@@ -83,8 +82,6 @@ from .kernel import (
     staged_requirements,
     staged_work,
 )
-from .kernel import CommitOptions as CommitOptions  # re-exported: its users import it here
-from .kernel import TransactionContext as TransactionContext  # re-exported, as above
 from .lifecycle import (
     TransitionRefused,
     claim_holders,

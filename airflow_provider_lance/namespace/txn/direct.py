@@ -47,11 +47,12 @@ from airflow_provider_lance.namespace.retry import Budget, Outcome, Spent, retry
 from airflow_provider_lance.namespace.write.leaf_commit import LeafMoved
 from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition, discard_stage
 
-from .claim import TransactionContext, check_staged_against, merge_stages
+from .claim import check_staged_against, merge_stages
 from .kernel import (
     NoLiveClaim,
     StillPublished,
     Swap,
+    TransactionContext,
     check_works_files,
     commit_leaves,
     names_versions,

@@ -49,17 +49,8 @@ from airflow_provider_lance.namespace.retry import Budget, Outcome, Spent, retry
 from airflow_provider_lance.namespace.types import MODES, ArrowData, WriteMode
 from airflow_provider_lance.namespace.write.staging import FLUSH_BYTES, Stage, Stager, discard_stage
 
-from .claim import (
-    CommitOptions,
-    Committer,
-    Plan,
-    TransactionContext,
-    current_of,
-    only,
-    resolve,
-    stage_digest,
-    staged_source,
-)
+from .claim import Committer, Plan, current_of, only, resolve, stage_digest, staged_source
+from .kernel import CommitOptions, TransactionContext
 from .lifecycle import (
     TransitionRefused,
     all_records,
