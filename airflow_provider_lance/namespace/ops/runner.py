@@ -46,9 +46,9 @@ import json
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import lance
 import pyarrow as pa
@@ -72,7 +72,6 @@ from airflow_provider_lance.namespace.format.manifest import (
     OBJECT_ID,
     READ_VERSION,
 )
-from airflow_provider_lance.namespace.format.manifest_compaction import maybe_compact
 from airflow_provider_lance.namespace.format.naming import leaf_directory
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.format.txn_row import (
@@ -84,7 +83,7 @@ from airflow_provider_lance.namespace.format.txn_row import (
 )
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.results import OperationResult, PartitionOutcome
-from airflow_provider_lance.namespace.retry import Budget, Outcome, backoff, retry_until
+from airflow_provider_lance.namespace.retry import Budget, Outcome, backoff
 from airflow_provider_lance.namespace.txn.claim import resolve
 from airflow_provider_lance.namespace.txn.kernel import (
     ApplyChange,
@@ -94,9 +93,7 @@ from airflow_provider_lance.namespace.txn.kernel import (
     StillPublished,
     Swap,
     TransactionContext,
-    commit_leaves,
     names_versions,
-    published_after_all,
     requirements_unmet,
 )
 from airflow_provider_lance.namespace.txn.kernel import (
@@ -105,9 +102,9 @@ from airflow_provider_lance.namespace.txn.kernel import (
 from airflow_provider_lance.namespace.txn.lifecycle import (
     claim_holders,
     claim_owners,
-    collect_finished,
     load_records,
 )
+from airflow_provider_lance.namespace.txn.publish import Prepared, publish
 from airflow_provider_lance.namespace.txn.publish_result import operation_result, published_at
 from airflow_provider_lance.namespace.txn.spec_fence import (
     fence,
@@ -285,14 +282,28 @@ class _Attempt:
     shape: tuple[str, int] | None = None
 
 
-class _Prepared(NamedTuple):
-    """An attempt ready for its swap: its leaves committed, its rows and result built."""
+@dataclass
+class _Computed:
+    """An attempt's changes, computed and ordered, ready for their leaf commits; the
+    result is built once they are committed (:meth:`OperationRunner.swap`)."""
 
     selection: Selection
     attempt: _Attempt
     changed: dict[str, LeafWork]
-    rows: list[dict[str, Any]]
-    result: OperationResult
+    current: dict[str, dict[str, Any]]
+    result: OperationResult | None = None
+
+
+#: Errors of an attempt that are a lost race when the namespace moved on under it (what it
+#: read was published over, then removed by ``maintain``), and errors otherwise.
+_STALE_ERRORS = (
+    StorageError,
+    TableNotFoundError,
+    ManifestError,
+    VersionCleanedUp,
+    OSError,
+    ValueError,
+)
 
 
 def _shape(state: NamespaceState) -> tuple[str, int]:
@@ -366,9 +377,7 @@ class OperationRunner:
             ),
         }
         # backoff(1) first, as the waits after a lost race or a claim always were
-        outcome = retry_until(
-            lambda _: self._attempt(self.ctx.load_state()), budgets, sleep=lambda n: backoff(n + 1)
-        )
+        outcome = publish(self.ctx, self, budgets, sleep=lambda n: backoff(n + 1))
         log.info(
             "%s published %d partition change(s) (manifest v%s)",
             kind,
@@ -488,65 +497,36 @@ class OperationRunner:
                 )
         return result
 
-    # -- one attempt -----------------------------------------------------------------------
-    def _attempt(self, state: NamespaceState) -> OperationResult | Outcome:
-        """Select, check claims, compute, commit leaves, swap. Returns the result, or
-        CLAIMED (wait for a holder), LOST (a concurrent publish won) or ORDERED (a merge
-        fenced its spec or registered its intent: go again)."""
-        try:
-            prepared = self._prepare(state)
-        except (
-            StorageError,
-            TableNotFoundError,
-            ManifestError,
-            VersionCleanedUp,
-            OSError,
-            ValueError,
-        ) as exc:
-            if isinstance(exc, InvalidArgumentError) or not self._stale(state):
-                raise
-            # What it read was published over, then removed by ``maintain``: a lost race.
-            log.info("%s: %s; the namespace moved on meanwhile: computing again", self.op.kind, exc)
-            return Outcome.LOST
-        if not isinstance(prepared, _Prepared):
-            return prepared
-        selection, attempt, _, rows, result = prepared
-        failpoint(f"{self.op.kind}.before_publish")
-        drops = sorted(selection.drops)
-        if self._intent is not None:  # conflicts with a fence that rewrote it since
-            drops.append(self._intent)
-        try:
-            version = self.ctx.manifest.compare_and_swap_dropping(
-                state.rows_table(rows), drops, state.version
-            )
-        except CommitConflict:
-            log.info("%s lost a race to a concurrent publish; computing again", self.op.kind)
-            self._previous = attempt
-            self._note_moves(attempt)
-            return Outcome.LOST
-        except StorageError as exc:  # committed after all? (else: the error, or unknown)
-            version = self._published_after_all(Swap(state.version, rows, drops), exc)
-        self._intent = None  # deleted by the swap
-        failpoint(f"{self.op.kind}.after_publish")
-        result = replace(result, manifest_version=version)
-        if self.txn_id is not None:
-            try:
-                self.ctx.store.save_outcome(
-                    self.txn_id, self.incarnation, self.token, result.to_dict()
-                )
-            except (OSError, LanceNamespaceError) as exc:  # completed when asked again
-                log.warning("could not complete the outcome of %s: %s", self.txn_id, exc)
-        maybe_compact(
-            self.ctx.manifest,
-            prepare=lambda: collect_finished(
-                self.ctx.manifest, self.ctx.load_state, self.ctx.store.delete
-            ),
-        )
-        return result
+    # -- one attempt: the PublishStrategy of txn/publish.py ---------------------------------
+    @property
+    def name(self) -> str:
+        return self.op.kind
 
-    def _prepare(self, state: NamespaceState) -> _Prepared | OperationResult | Outcome:
-        """Everything before the swap (nothing of it visible): what to swap in, or the
-        outcome of the attempt without one."""
+    @property
+    def kind(self) -> str | None:
+        return self.op.kind
+
+    def prepare(self, attempt: int) -> Prepared[_Computed] | OperationResult | Outcome:
+        """Select, check claims and the record, compute, order against spec changes:
+        everything before the leaf commits. Or the attempt's end without them: CLAIMED
+        (wait for a holder), LOST (what it read was cleaned up), ORDERED (a merge fenced
+        its spec or registered its intent: go again), or a result (nothing to change, or
+        published by a concurrent run of this ``txn_id``)."""
+        state = self.ctx.load_state()
+        try:
+            return self._prepare(state)
+        except _STALE_ERRORS as exc:
+            return self._lost_to_clean_up(state, exc)
+
+    def _lost_to_clean_up(self, state: NamespaceState, exc: Exception) -> Outcome:
+        """``exc``, unless what the attempt read was published over and then removed by
+        ``maintain``: a lost race."""
+        if isinstance(exc, InvalidArgumentError) or not self._stale(state):
+            raise exc
+        log.info("%s: %s; the namespace moved on meanwhile: computing again", self.op.kind, exc)
+        return Outcome.LOST
+
+    def _prepare(self, state: NamespaceState) -> Prepared[_Computed] | OperationResult | Outcome:
         failpoint(f"{self.op.kind}.selected")
         selection = self.op.select(state)
         if self.op.skips_busy:
@@ -571,20 +551,87 @@ class OperationRunner:
         if self.op.reads_keys and not self._ordered(state):
             self._previous = attempt
             return Outcome.ORDERED
-        try:
-            self._commit_leaves(changed, attempt.created)
-        except CommitConflict as exc:  # a partition moved under the leaf commits
-            log.info("%s: %s; computing again", self.op.kind, exc)
-            self._previous = attempt
-            self._note_moves(attempt)
-            return Outcome.LOST
-        rows = self._rows(state, current, changed, attempt.created)
-        changes = self._changes(selection, changed, attempt.created)
-        result = operation_result(self.op.kind, changes, self.txn_id, selection.skipped)
+        works = self._leaf_works(changed, attempt.created)
+        guard = StillPublished(self.ctx.manifest, self.ctx.storage)
+        computed = _Computed(selection, attempt, changed, current)
+        return Prepared(state, works, guard, self.owner, computed)
+
+    def leaves_failed(self, prepared: Prepared[_Computed], error: Exception) -> Outcome:
+        self._forget_opened(prepared.detail)
+        if isinstance(error, CommitConflict):  # a partition moved under the leaf commits
+            log.info("%s: %s; computing again", self.op.kind, error)
+            return self.lost(prepared)
+        if isinstance(error, _STALE_ERRORS):
+            return self._lost_to_clean_up(prepared.state, error)
+        raise error
+
+    def swap(self, prepared: Prepared[_Computed], versions: Mapping[str, int]) -> Swap:
+        """The rows of the changed, created and dropped partitions, this run's intent
+        dropped, and with a ``txn_id`` its row naming the outcome, which is saved first
+        (durable before the swap that names it)."""
+        computed = prepared.detail
+        self._forget_opened(computed)
+        changed, created = computed.changed, computed.attempt.created
+        for oid, version in versions.items():
+            if oid in changed:
+                changed[oid].committed = version
+            else:
+                created[oid].committed = version
+        rows = self._rows(prepared.state, computed.current, changed, created)
+        changes = self._changes(computed.selection, changed, created)
+        result = operation_result(self.op.kind, changes, self.txn_id, computed.selection.skipped)
+        computed.result = result
         if self.txn_id is not None:  # named by the row the swap writes: durable before it
             self.ctx.store.save_outcome(self.txn_id, self.incarnation, self.token, result.to_dict())
             rows.append(self._record_row(result))
-        return _Prepared(selection, attempt, changed, rows, result)
+        drops = sorted(computed.selection.drops)
+        if self._intent is not None:  # conflicts with a fence that rewrote it since
+            drops.append(self._intent)
+        return Swap(prepared.state.version, rows, drops)
+
+    def commit_swap(self, prepared: Prepared[_Computed], swap: Swap) -> int:
+        state = prepared.state
+        table = state.rows_table(list(swap.upserts))
+        return self.ctx.manifest.compare_and_swap_dropping(table, list(swap.drops), state.version)
+
+    def mine(
+        self, prepared: Prepared[_Computed], versions: Mapping[str, int]
+    ) -> Callable[[Mapping[str, Any]], bool]:
+        """A row naming one of this operation's own leaf versions, or its transaction row
+        PUBLISHED in this incarnation. An operation that only drops partitions, without a
+        ``txn_id``, names nothing of its own: its error stands (a retry drops nothing
+        more)."""
+        record = row_id(self.txn_id) if self.txn_id is not None else None
+        leaf_versions = names_versions(versions)
+
+        def mine(r: Mapping[str, Any]) -> bool:
+            if r[OBJECT_ID] == record:
+                found = TxnRecord.from_row(r)
+                return found.state is TxnState.PUBLISHED and found.incarnation == self.incarnation
+            return leaf_versions(r)
+
+        return mine
+
+    def lost(self, prepared: Prepared[_Computed]) -> Outcome:
+        log.info("%s lost a race to a concurrent publish; computing again", self.op.kind)
+        self._previous = prepared.detail.attempt
+        self._note_moves(prepared.detail.attempt)
+        return Outcome.LOST
+
+    def finish(
+        self, prepared: Prepared[_Computed], versions: Mapping[str, int], version: int
+    ) -> OperationResult:
+        self._intent = None  # deleted by the swap
+        assert prepared.detail.result is not None
+        result = replace(prepared.detail.result, manifest_version=version)
+        if self.txn_id is not None:
+            try:
+                self.ctx.store.save_outcome(
+                    self.txn_id, self.incarnation, self.token, result.to_dict()
+                )
+            except (OSError, LanceNamespaceError) as exc:  # completed when asked again
+                log.warning("could not complete the outcome of %s: %s", self.txn_id, exc)
+        return result
 
     def _stale(self, state: NamespaceState) -> bool:
         """Whether the namespace moved on from ``state`` in a way that can remove what an
@@ -700,7 +747,9 @@ class OperationRunner:
         found = base_version(ds, None)
         return int(ds.version) if found is None else found
 
-    def _commit_leaves(self, changed: dict[str, LeafWork], created: dict[str, NewLeaf]) -> None:
+    def _leaf_works(
+        self, changed: dict[str, LeafWork], created: dict[str, NewLeaf]
+    ) -> list[PublishWork]:
         """Each change as exactly the next version of its base, each new partition as a
         new leaf: all in one fan-out (:func:`~.kernel.commit_leaves`)."""
         storage = self.ctx.storage
@@ -725,19 +774,13 @@ class OperationRunner:
             )
             for oid, leaf in created.items()
         ]
-        guard = StillPublished(self.ctx.manifest, storage)
-        try:
-            versions = commit_leaves(
-                storage, works, writer=self.owner, guard=guard, name=self.op.kind, kind=self.op.kind
-            )
-        finally:
-            for w in changed.values():  # a later attempt reusing the change opens it anew
-                w.leaf = None
-        for oid, version in versions.items():
-            if oid in changed:
-                changed[oid].committed = version
-            else:
-                created[oid].committed = version
+        return works
+
+    @staticmethod
+    def _forget_opened(computed: _Computed) -> None:
+        """After the leaf commits: a later attempt reusing a change opens its leaf anew."""
+        for w in computed.changed.values():
+            w.leaf = None
 
     def _rows(
         self,
@@ -795,23 +838,6 @@ class OperationRunner:
             for oid, leaf in created.items()
         ]
         return out
-
-    def _published_after_all(self, swap: Swap, error: StorageError) -> int:
-        """:func:`~.kernel.published_after_all`: a row naming one of this operation's own
-        leaf versions, or its transaction row PUBLISHED in this incarnation, is the swap's.
-        An operation that only drops partitions, without a ``txn_id``, names nothing of
-        its own: its error stands (a retry drops nothing more)."""
-        record = row_id(self.txn_id) if self.txn_id is not None else None
-        own = {r[OBJECT_ID]: r[READ_VERSION] for r in swap.upserts if r[OBJECT_ID] != record}
-        leaf_versions = names_versions(own)
-
-        def mine(r: Mapping[str, Any]) -> bool:
-            if r[OBJECT_ID] == record:
-                found = TxnRecord.from_row(r)
-                return found.state is TxnState.PUBLISHED and found.incarnation == self.incarnation
-            return leaf_versions(r)
-
-        return published_after_all(self.ctx.manifest, swap, mine, error)
 
 
 def run_operation(

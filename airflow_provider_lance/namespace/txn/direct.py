@@ -34,16 +34,16 @@ Delta or Iceberg write does: wasted space, never read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_lance.namespace.errors import CommitConflict, OutcomeUnknown, StorageError
+from airflow_provider_lance.namespace.errors import OutcomeUnknown
 from airflow_provider_lance.namespace.failpoints import FailpointError, failpoint
 from airflow_provider_lance.namespace.format.manifest import OBJECT_ID, READ_VERSION
-from airflow_provider_lance.namespace.format.manifest_compaction import maybe_compact
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.results import CommitResult
-from airflow_provider_lance.namespace.retry import Budget, Outcome, Spent, retry_until
+from airflow_provider_lance.namespace.retry import Budget, Outcome, Spent
 from airflow_provider_lance.namespace.write.leaf_commit import LeafMoved
 from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition, discard_stage
 
@@ -54,14 +54,13 @@ from .kernel import (
     Swap,
     TransactionContext,
     check_works_files,
-    commit_leaves,
     names_versions,
-    published_after_all,
     requirements_unmet,
     staged_requirements,
     staged_work,
 )
-from .lifecycle import collect_finished, publish_direct
+from .lifecycle import publish_direct
+from .publish import Prepared, publish
 from .publish_result import commit_result, empty_result
 
 log = logging.getLogger(__name__)
@@ -82,96 +81,16 @@ def publish_stage(
     simulated a crash; once the swap succeeded nothing raises (the compaction after it is
     best effort), so a caller never retries, and duplicates, a published write.
     """
+    strategy: DirectWrite | None = None
     try:
-        result = _publish(ctx, state, stage, owner)
-    except (FailpointError, OutcomeUnknown):
-        raise  # a simulated crash, or maybe published: nothing may delete its files
-    except BaseException:
-        discard_stage(stage, ctx.storage)
-        raise
-    if result is not None:  # published: from here on nothing may delete its files
-        failpoint("direct.after_publish")
-        maybe_compact(
-            ctx.manifest,
-            prepare=lambda: collect_finished(ctx.manifest, ctx.load_state, ctx.store.delete),
-        )
-    return result
-
-
-def _publish(
-    ctx: TransactionContext, state: NamespaceState, stage: Stage, owner: str
-) -> CommitResult | None:
-    failpoint("direct.staged")
-    parts = merge_stages([stage])
-    if not parts:
-        return empty_result(state.version, stage.mode, stage.txn_id)
-    overwrite = stage.mode == "overwrite"
-    leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
-    requirements = staged_requirements(parts, overwrite=overwrite)
-
-    def attempt_publish(attempt: int) -> CommitResult | Outcome | None:
-        nonlocal state
-        if attempt:
-            state = ctx.load_state()
-        current = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
-        # (read even for partitions staged as new: one a transaction is creating exists,
-        # claimed, though no reader sees it; a dead claim is the claim protocol's to clear)
-        claims = [NoLiveClaim(oid) for oid in current]
-        unmet = requirements_unmet([*claims, *requirements], current, None)
-        if any(isinstance(r, NoLiveClaim) for r in unmet):
-            log.info("partitions of %s are claimed: committing through the claim protocol", owner)
-            return None
-        # A stale stage is this write's: discarded below, and write() says "write again"
-        check_staged_against(parts, unmet, lambda stale: "")
-
-        works = [
-            staged_work(
-                ctx.storage, p, current.get(oid), leaf_schema, replace=overwrite or p.rewrite
-            )
-            for oid, p in parts.items()
-        ]
-        for work in works:  # a version the stager made, if still exactly right to publish
-            work.committed = _made_while_staging(parts[work.object_id], current)
-        check_works_files(ctx.storage, [w for w in works if w.committed is None], owner, True)
-        try:
-            guard = StillPublished(ctx.manifest, ctx.storage)
-            versions = commit_leaves(ctx.storage, works, writer=owner, guard=guard, name="direct")
-        except LeafMoved as exc:  # another writer's version lies above: not ours to undo
-            log.info("publish of %s: %s; trying again", owner, exc)
-            return Outcome.LOST
-        if attempt:
-            # A lost race's winner rolled back the leaf versions of the first attempt, and
-            # ``maintain`` may remove what lies below a published version, their files too:
-            # checked once committed again (above the published version nothing is removed;
-            # once a publish passes them, the swap fails and this runs again).
-            check_works_files(ctx.storage, works, owner, True)
-        rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
-        new = [p for oid, p in parts.items() if oid not in current]
-        if new:
-            created = state.plan_partitions(
-                [tuple(p.values.values()) for p in new],
-                read_version=None,
-                spec_version=stage.spec_version,
-            ).rows
-            for r in created:  # fresh rows: set in place (copies cost 1 ms per 1,000)
-                r[READ_VERSION] = versions.get(r[OBJECT_ID])
-            rows += created
-        failpoint("direct.before_publish")
-        try:
-            version = publish_direct(ctx.manifest, state, rows)
-        except CommitConflict:
-            log.info("publish of %s lost a race (attempt %d); trying again", owner, attempt + 1)
-            return Outcome.LOST
-        except StorageError as exc:  # committed after all? (else: the error, or unknown)
-            swap = Swap(state.version, rows)
-            version = published_after_all(ctx.manifest, swap, names_versions(versions), exc)
-        before = {oid: row[READ_VERSION] for oid, row in current.items()}
-        return commit_result(version, stage.mode, stage.txn_id, parts, versions, before)
-
-    try:
+        failpoint("direct.staged")
+        strategy = DirectWrite(ctx, state, stage, owner)
+        if not strategy.parts:
+            return empty_result(state.version, stage.mode, stage.txn_id)
         if DIRECT_ATTEMPTS < 1:  # none at all: every write takes the claim protocol
             raise Spent
-        return retry_until(attempt_publish, {Outcome.LOST: Budget(Spent, attempts=DIRECT_ATTEMPTS)})
+        budgets = {Outcome.LOST: Budget(Spent, attempts=DIRECT_ATTEMPTS)}
+        return publish(ctx, strategy, budgets)
     except Spent:
         log.info(
             "publish of %s lost %d races: committing through the claim protocol",
@@ -179,6 +98,125 @@ def _publish(
             DIRECT_ATTEMPTS,
         )
         return None
+    except (FailpointError, OutcomeUnknown):
+        raise  # a simulated crash, or maybe published: nothing may delete its files
+    except BaseException:
+        # once published, its files are the partitions' data
+        if strategy is None or not strategy.published:
+            discard_stage(stage, ctx.storage)
+        raise
+
+
+@dataclass
+class _Read:
+    """The touched partition rows as an attempt read them (by object id)."""
+
+    current: dict[str, dict[str, Any]]
+
+
+class DirectWrite:
+    """The direct write as a :class:`~.publish.PublishStrategy`: no claim, requirements
+    checked on the rows read at the attempt's state, leaf versions made while staging
+    reused where still exactly right, hand-over (None) when a partition is claimed."""
+
+    name: str = "direct"
+    kind: str | None = None
+
+    def __init__(
+        self, ctx: TransactionContext, state: NamespaceState, stage: Stage, owner: str
+    ) -> None:
+        self.ctx = ctx
+        self.state = state
+        self.stage = stage
+        self.owner = owner
+        self.parts = merge_stages([stage])
+        self.overwrite = stage.mode == "overwrite"
+        self.leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
+        self.requirements = staged_requirements(self.parts, overwrite=self.overwrite)
+        self.retried = False
+        self.last: Prepared[_Read] | None = None
+
+    @property
+    def published(self) -> bool:
+        """Whether an attempt's swap published the stage."""
+        return self.last is not None and self.last.published is not None
+
+    def prepare(self, attempt: int) -> Prepared[_Read] | CommitResult | None:
+        if attempt:
+            self.state = self.ctx.load_state()
+            self.retried = True
+        state, parts, owner = self.state, self.parts, self.owner
+        current = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
+        # (read even for partitions staged as new: one a transaction is creating exists,
+        # claimed, though no reader sees it; a dead claim is the claim protocol's to clear)
+        claims = [NoLiveClaim(oid) for oid in current]
+        unmet = requirements_unmet([*claims, *self.requirements], current, None)
+        if any(isinstance(r, NoLiveClaim) for r in unmet):
+            log.info("partitions of %s are claimed: committing through the claim protocol", owner)
+            return None
+        # A stale stage is this write's: discarded by publish_stage, and write() says
+        # "write again"
+        check_staged_against(parts, unmet, lambda stale: "")
+        storage = self.ctx.storage
+        works = [
+            staged_work(
+                storage, p, current.get(oid), self.leaf_schema, replace=self.overwrite or p.rewrite
+            )
+            for oid, p in parts.items()
+        ]
+        for work in works:  # a version the stager made, if still exactly right to publish
+            work.committed = _made_while_staging(parts[work.object_id], current)
+        check_works_files(storage, [w for w in works if w.committed is None], self.owner, True)
+        guard = StillPublished(self.ctx.manifest, storage)
+        self.last = Prepared(state, works, guard, self.owner, _Read(current))
+        return self.last
+
+    def leaves_failed(self, prepared: Prepared[_Read], error: Exception) -> Outcome:
+        if not isinstance(error, LeafMoved):
+            raise error
+        # another writer's version lies above: not ours to undo
+        log.info("publish of %s: %s; trying again", self.owner, error)
+        return Outcome.LOST
+
+    def swap(self, prepared: Prepared[_Read], versions: Mapping[str, int]) -> Swap:
+        if self.retried:
+            # A lost race's winner rolled back the leaf versions of the first attempt, and
+            # ``maintain`` may remove what lies below a published version, their files too:
+            # checked once committed again (above the published version nothing is removed;
+            # once a publish passes them, the swap fails and this runs again).
+            check_works_files(self.ctx.storage, prepared.works, self.owner, True)
+        current = prepared.detail.current
+        rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
+        new = [p for oid, p in self.parts.items() if oid not in current]
+        if new:
+            created = prepared.state.plan_partitions(
+                [tuple(p.values.values()) for p in new],
+                read_version=None,
+                spec_version=self.stage.spec_version,
+            ).rows
+            for r in created:  # fresh rows: set in place (copies cost 1 ms per 1,000)
+                r[READ_VERSION] = versions.get(r[OBJECT_ID])
+            rows += created
+        return Swap(prepared.state.version, rows)
+
+    def commit_swap(self, prepared: Prepared[_Read], swap: Swap) -> int:
+        return publish_direct(self.ctx.manifest, prepared.state, swap.upserts)
+
+    def mine(
+        self, prepared: Prepared[_Read], versions: Mapping[str, int]
+    ) -> Callable[[Mapping[str, Any]], bool]:
+        return names_versions(versions)
+
+    def lost(self, prepared: Prepared[_Read]) -> Outcome:
+        log.info("publish of %s lost a race; trying again", self.owner)
+        return Outcome.LOST
+
+    def finish(
+        self, prepared: Prepared[_Read], versions: Mapping[str, int], version: int
+    ) -> CommitResult:
+        before = {oid: row[READ_VERSION] for oid, row in prepared.detail.current.items()}
+        stage = self.stage
+        return commit_result(version, stage.mode, stage.txn_id, self.parts, versions, before)
 
 
 def _made_while_staging(part: StagedPartition, current: Mapping[str, Any]) -> int | None:
