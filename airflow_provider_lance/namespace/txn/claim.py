@@ -40,12 +40,10 @@ from airflow_provider_lance.namespace.errors import (
     ManifestError,
     OutcomeUnknown,
     StaleStage,
-    StorageError,
     TransactionAborted,
 )
 from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.manifest import CLAIM, OBJECT_ID, READ_VERSION
-from airflow_provider_lance.namespace.format.manifest_compaction import maybe_compact
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.format.txn_row import (
     TransactionHeader,
@@ -68,6 +66,7 @@ from .kernel import (
     ClaimedBy,
     CommitOptions,
     HeldClaim,
+    LeafWork,
     NoLiveClaim,
     ReadVersionIs,
     Requirement,
@@ -75,9 +74,7 @@ from .kernel import (
     Swap,
     TransactionContext,
     check_works_files,
-    commit_leaves,
     names_versions,
-    published_after_all,
     requirements_unmet,
     staged_requirements,
     staged_work,
@@ -86,14 +83,14 @@ from .lifecycle import (
     TransitionRefused,
     claim_holders,
     claim_owners,
-    collect_finished,
     load_records,
-    publish,
+    publish_claimed,
     publish_empty,
     record_and_rows,
     seal,
     steal,
 )
+from .publish import Prepared, publish
 from .publish_result import commit_result, empty_result, rebuilt_result
 from .store import TransactionStore
 
@@ -407,9 +404,18 @@ def publishing(record: TxnRecord) -> Iterator[None]:
         raise
 
 
-#: What the seal hands on: the state it read, the partition rows it wrote (by id) and the
-#: manifest version its swap made.
-Sealed = tuple[NamespaceState, Mapping[str, Mapping[str, Any]], int]
+@dataclass(frozen=True)
+class Sealed:
+    """What this committer's seal wrote: the sealed record and its plan, the state the
+    seal read, the claimed partition rows as its swap wrote them (by id) and the manifest
+    version it made. While ``__manifest`` is still at that version, the rows are current
+    and need not be read again."""
+
+    record: TxnRecord
+    plan: Plan
+    state: NamespaceState
+    claimed: Mapping[str, Mapping[str, Any]]
+    version: int
 
 
 class Background:
@@ -474,7 +480,7 @@ class Committer:
                 if isinstance(sealed, Outcome):
                     return sealed
                 if sealed is not None:
-                    return self._finish(sealed[0], sealed[1], (state, sealed[2], sealed[3]))
+                    return self._finish(sealed.record, sealed.plan, sealed)
                 state = self.ctx.load_state()  # not as this process knew it: look properly
             record = resolve(self.ctx, state, txn_id)
             if record is None and known is not None:  # began here: its records went since
@@ -518,8 +524,7 @@ class Committer:
             assert sealed is not None  # (None only without a record)
             if isinstance(sealed, CommitResult):  # nothing was staged
                 return sealed
-            record, plan, claimed, version = sealed
-            return self._finish(record, plan, (state, claimed, version))
+            return self._finish(sealed.record, sealed.plan, sealed)
 
         seconds = self.options.swap_timeout
         return retry_until(
@@ -555,7 +560,7 @@ class Committer:
         record: TxnRecord | None,
         *,
         header: TransactionHeader | None = None,
-    ) -> tuple[TxnRecord, Plan, dict[str, dict[str, Any]], int] | CommitResult | Outcome | None:
+    ) -> Sealed | CommitResult | Outcome | None:
         """Seal and claim in one swap; an Outcome when the swap lost a race or others hold
         partitions, None when the row was not as expected (only without ``record``: look
         properly). Returns the sealed record, its plan, the partition rows as the swap
@@ -614,7 +619,7 @@ class Committer:
         failpoint("commit.after_claim")
         # Only this transaction changes rows it holds claims on: they stay as written.
         claimed = {r[OBJECT_ID]: r for r in claims if r[OBJECT_ID] in plan.partitions}
-        return sealed, plan, claimed, version
+        return Sealed(sealed, plan, state, claimed, version)
 
     def _prepare(
         self,
@@ -798,45 +803,7 @@ class Committer:
 
         self.ctx.storage.map(check, moved)
 
-    # -- 2. leaves -----------------------------------------------------------------------------
-    def _commit_leaves(
-        self, record: TxnRecord, plan: Plan, sealed: Sealed | None
-    ) -> dict[str, int] | None:
-        """One verified Lance commit per leaf, in parallel (``storage.concurrency`` at once).
-
-        ``sealed`` is the state the seal read and the claimed partition rows as it wrote
-        them (read again after a takeover). None: the claims are gone because another
-        committer finished (or an abort fenced) the transaction meanwhile."""
-        rows: Mapping[str, Mapping[str, Any]]
-        if sealed is None:
-            state = self.ctx.load_state()
-            rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
-        else:
-            state, rows, _ = sealed
-        if requirements_unmet([ClaimedBy(oid, record.tag) for oid in plan.partitions], rows, None):
-            if not self._still_mine(record):
-                return None  # finished by another committer, or aborted: its outcome
-            raise ManifestError(
-                f"transaction {record.tag} is committing but does not hold its claims (was "
-                "__manifest rewritten by another tool?)",
-            )
-        schema = plan.leaf_schema or state.schema.leaf_schema()
-        storage, overwrite = self.ctx.storage, plan.mode == "overwrite"
-        works = [
-            staged_work(storage, part, dict(rows[oid]), schema, replace=overwrite or part.rewrite)
-            for oid, part in plan.partitions.items()
-        ]
-        check_works_files(
-            storage, works, record.tag, record.anonymous, lambda: self._still_mine(record)
-        )
-        guard = HeldClaim(self.manifest, record.tag)
-        try:
-            return commit_leaves(storage, works, writer=record.tag, guard=guard, name="commit")
-        except LeafMoved:  # the claim went meanwhile: finished or aborted by another
-            if self._still_mine(record):
-                raise
-            return None
-
+    # -- 2. leaves and 3. publish: the ClaimPublish strategy ----------------------------------
     def _still_mine(self, record: TxnRecord) -> bool:
         """Whether ``record``'s incarnation is still being committed (not finished by
         another committer, not aborted)."""
@@ -845,74 +812,9 @@ class Committer:
             now is not None and now.incarnation == record.incarnation and not now.state.is_terminal
         )
 
-    # -- 3. publish ------------------------------------------------------------------------------
     def _finish(self, record: TxnRecord, plan: Plan, sealed: Sealed | None = None) -> CommitResult:
-        versions = self._commit_leaves(record, plan, sealed)
-        if versions is None:
-            return self._await_outcome(record)
-        failpoint("commit.before_publish")
-        return self._publish(record, plan, versions, sealed)
-
-    def _publish(
-        self, record: TxnRecord, plan: Plan, versions: dict[str, int], sealed: Sealed | None
-    ) -> CommitResult:
-        """The publishing swap, while this committer's token owns the row; a committer
-        that lost it returns the outcome of the one that took over.
-
-        ``sealed`` (this committer sealed ``record``): while the manifest is still at the
-        version its seal made, the row and partition rows are as the seal wrote them, so
-        they are not read again."""
-
-        def attempt(_: int) -> CommitResult | Outcome:
-            state = self.ctx.load_state()
-            now: TxnRecord | None
-            if sealed is not None and state.version == sealed[2]:
-                now, rows = record, [dict(r) for r in sealed[1].values()]
-            else:
-                now, found = record_and_rows(state, record.txn_id, plan.partitions)
-                rows = list(found.values())
-            if now is None or now.incarnation != record.incarnation:
-                raise TransactionAborted(f"transaction {record.tag} was aborted")
-            if now.state is not TxnState.COMMITTING or now.owner != self.token:
-                return self._await_outcome(record)
-            before = {r[OBJECT_ID]: r[READ_VERSION] for r in rows}
-            held = {r[OBJECT_ID]: r for r in rows}
-            lost = requirements_unmet([ClaimedBy(o, record.tag) for o in held], held, None)
-            if lost:
-                raise ManifestError(
-                    f"transaction {record.tag} lost its claim on {lost[0].object_id}"
-                )
-            for r in rows:
-                r[READ_VERSION] = versions[r[OBJECT_ID]]
-                r[CLAIM] = None
-            try:
-                with publishing(record):
-                    version = publish(self.manifest, state, now, self.token, rows)
-            except (CommitConflict, TransitionRefused):
-                return Outcome.LOST
-            except StorageError as exc:  # committed after all? (else: the error, or unknown)
-                swap = Swap(state.version, rows)
-                version = published_after_all(self.manifest, swap, names_versions(versions), exc)
-            failpoint("commit.after_publish")
-            result = commit_result(
-                version, plan.mode, record.txn_id, plan.partitions, versions, before
-            )
-            self._save_result(record, result)
-            self._drop_superseded(plan)
-            maybe_compact(
-                self.manifest,
-                prepare=lambda: collect_finished(
-                    self.manifest, self.ctx.load_state, self.store.delete
-                ),
-            )
-            log.info(
-                "transaction %s published %d partitions (manifest v%d)",
-                record.tag,
-                len(result.partitions),
-                version,
-            )
-            return result
-
+        """Commit the leaves and publish, while this committer's token owns the row; a
+        committer that lost it returns the outcome of the one that took over."""
         lost = Budget(
             lambda: CommitConflict(
                 f"could not publish transaction {record.tag} within "
@@ -922,7 +824,7 @@ class Committer:
             ),
             seconds=self.options.swap_timeout,
         )
-        return retry_until(attempt, {Outcome.LOST: lost})
+        return publish(self.ctx, ClaimPublish(self, record, plan, sealed), {Outcome.LOST: lost})
 
     def _drop_superseded(self, plan: Plan) -> None:
         """Delete the extra copies of published rows that rewriting stages made (see
@@ -992,3 +894,146 @@ class Committer:
         mode = (record.mode or "append") if plan is None else plan.mode
         parts = None if plan is None else plan.partitions
         return self._save_result(record, rebuilt_result(self.ctx.load_state, record, mode, parts))
+
+
+@dataclass
+class _Held:
+    """What the claim publish's swap is against: the transaction row and the claimed
+    partition rows as read right before it, at ``state``'s version."""
+
+    state: NamespaceState
+    record: TxnRecord
+    rows: list[dict[str, Any]]
+
+
+class ClaimPublish:
+    """The claim protocol's publish as a :class:`~.publish.PublishStrategy`: the leaves
+    are committed once under the claims (:class:`~.kernel.HeldClaim`), and the swap
+    requires the transaction row COMMITTING under this committer's token and every
+    partition still claimed by it (nothing else changes those rows, so they are read
+    only right before the swap, after the leaf commits)."""
+
+    name: str = "commit"
+    kind: str | None = None
+
+    def __init__(
+        self, committer: Committer, record: TxnRecord, plan: Plan, sealed: Sealed | None
+    ) -> None:
+        self.committer = committer
+        self.ctx = committer.ctx
+        self.record = record
+        self.plan = plan
+        self.sealed = sealed
+        self.works: list[LeafWork] | None = None
+
+    def prepare(self, attempt: int) -> Prepared[_Held | None] | CommitResult:
+        """The leaf work, built (and its staged files checked) once: a later attempt
+        after a lost swap commits nothing again."""
+        record, plan, storage = self.record, self.plan, self.ctx.storage
+        guard = HeldClaim(self.ctx.manifest, record.tag)
+        if self.works is not None:
+            return Prepared(self.ctx.load_state(), self.works, guard, record.tag, None)
+        rows: Mapping[str, Mapping[str, Any]]
+        if self.sealed is not None:
+            state, rows = self.sealed.state, self.sealed.claimed
+        else:  # taken over: the rows as they are now
+            state = self.ctx.load_state()
+            rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
+            if self._claims_lost(rows):
+                return self.committer._await_outcome(record)
+        schema = plan.leaf_schema or state.schema.leaf_schema()
+        overwrite = plan.mode == "overwrite"
+        self.works = [
+            staged_work(storage, part, dict(rows[oid]), schema, replace=overwrite or part.rewrite)
+            for oid, part in plan.partitions.items()
+        ]
+        check_works_files(
+            storage,
+            self.works,
+            record.tag,
+            record.anonymous,
+            lambda: self.committer._still_mine(record),
+        )
+        return Prepared(state, self.works, guard, record.tag, None)
+
+    def _claims_lost(self, rows: Mapping[str, Mapping[str, Any]]) -> bool:
+        """True when the claims are gone because another committer finished (or an abort
+        fenced) the transaction meanwhile; an error when they are gone otherwise."""
+        record = self.record
+        if not requirements_unmet(
+            [ClaimedBy(o, record.tag) for o in self.plan.partitions], rows, None
+        ):
+            return False
+        if not self.committer._still_mine(record):
+            return True
+        raise ManifestError(
+            f"transaction {record.tag} is committing but does not hold its claims (was "
+            "__manifest rewritten by another tool?)",
+        )
+
+    def leaves_failed(self, prepared: Prepared[_Held | None], error: Exception) -> CommitResult:
+        if isinstance(error, LeafMoved) and not self.committer._still_mine(self.record):
+            # the claim went meanwhile: finished or aborted by another committer
+            return self.committer._await_outcome(self.record)
+        raise error
+
+    def swap(
+        self, prepared: Prepared[_Held | None], versions: Mapping[str, int]
+    ) -> Swap | CommitResult:
+        """The partition rows with their new versions and claims released, against the
+        latest state; or the outcome of the committer that took the row over."""
+        record, plan, sealed = self.record, self.plan, self.sealed
+        state = self.ctx.load_state()
+        now: TxnRecord | None
+        if sealed is not None and state.version == sealed.version:
+            now, rows = record, [dict(r) for r in sealed.claimed.values()]
+        else:
+            now, found = record_and_rows(state, record.txn_id, plan.partitions)
+            rows = list(found.values())
+        if now is None or now.incarnation != record.incarnation:
+            raise TransactionAborted(f"transaction {record.tag} was aborted")
+        if now.state is not TxnState.COMMITTING or now.owner != self.committer.token:
+            return self.committer._await_outcome(record)
+        held = {r[OBJECT_ID]: r for r in rows}
+        lost = requirements_unmet([ClaimedBy(o, record.tag) for o in held], held, None)
+        if lost:
+            raise ManifestError(f"transaction {record.tag} lost its claim on {lost[0].object_id}")
+        prepared.detail = _Held(state, now, [dict(r) for r in rows])
+        for r in rows:
+            r[READ_VERSION] = versions[r[OBJECT_ID]]
+            r[CLAIM] = None
+        return Swap(state.version, rows)
+
+    def commit_swap(self, prepared: Prepared[_Held | None], swap: Swap) -> int:
+        held = prepared.detail
+        assert held is not None
+        with publishing(self.record):
+            return publish_claimed(
+                self.ctx.manifest, held.state, held.record, self.committer.token, swap.upserts
+            )
+
+    def mine(
+        self, prepared: Prepared[_Held | None], versions: Mapping[str, int]
+    ) -> Callable[[Mapping[str, Any]], bool]:
+        return names_versions(versions)
+
+    def lost(self, prepared: Prepared[_Held | None]) -> Outcome:
+        return Outcome.LOST
+
+    def finish(
+        self, prepared: Prepared[_Held | None], versions: Mapping[str, int], version: int
+    ) -> CommitResult:
+        held = prepared.detail
+        assert held is not None
+        record, plan = self.record, self.plan
+        before = {r[OBJECT_ID]: r[READ_VERSION] for r in held.rows}
+        result = commit_result(version, plan.mode, record.txn_id, plan.partitions, versions, before)
+        self.committer._save_result(record, result)
+        self.committer._drop_superseded(plan)
+        log.info(
+            "transaction %s published %d partitions (manifest v%d)",
+            record.tag,
+            len(result.partitions),
+            version,
+        )
+        return result

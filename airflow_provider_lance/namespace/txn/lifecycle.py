@@ -193,7 +193,7 @@ def steal(manifest: Manifest, state: NamespaceState, record: TxnRecord, token: s
     return moved
 
 
-def publish(
+def publish_claimed(
     manifest: Manifest,
     state: NamespaceState,
     record: TxnRecord,

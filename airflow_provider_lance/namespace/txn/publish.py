@@ -86,8 +86,9 @@ class PublishStrategy(Protocol[X, R_co]):
         """A leaf commit raised ``error``: an Outcome or result, or raise it."""
         ...
 
-    def swap(self, prepared: Prepared[X], versions: Mapping[str, int]) -> Swap:
-        """The rows the swap writes, given the committed leaf versions."""
+    def swap(self, prepared: Prepared[X], versions: Mapping[str, int]) -> Swap | R_co | Outcome:
+        """The rows the swap writes, given the committed leaf versions; or the attempt's
+        end (a strategy whose rows its leaf commits cannot change reads them only now)."""
         ...
 
     def commit_swap(self, prepared: Prepared[X], swap: Swap) -> int:
@@ -127,6 +128,8 @@ def publish_once(
     except Exception as exc:  # the strategy says which failures repeat
         return strategy.leaves_failed(prepared, exc)
     swap = strategy.swap(prepared, versions)
+    if not isinstance(swap, Swap):
+        return swap
     failpoint(f"{strategy.name}.before_publish")
     try:
         version = strategy.commit_swap(prepared, swap)
