@@ -572,7 +572,7 @@ def test_a_handed_over_write_that_fails_after_its_seal(ns, monkeypatch, fail_at)
     claim protocol's incarnation 1); X publishes; W seals and then fails transiently at
     ``fail_at``. W must be aborted whole: nothing visible, no claim, no file of a
     published version deleted, partitions writable. Relies on the claim check handing W
-    over (racing X's claim instead fails this test) and on ``_commit_staged`` aborting W
+    over (racing X's claim instead fails this test) and on ``writes.commit_staged`` aborting W
     (fence, claims released, then its files and pending rows deleted)."""
     ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     with hold("direct.before_publish") as w_parked:

@@ -24,8 +24,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.admin.maintenance import SKIP_STAGED
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField, SkipReason
 from airflow_provider_lance.namespace.errors import (
     CommitConflict,
     LatestVersionCleanedUp,
@@ -108,7 +107,7 @@ def test_retention_keeps_the_files_of_a_transaction_staged_for_a_week(
     report = ns.maintain(older_than=dt.timedelta(0))
 
     staged_leaf = next(iter(stage.partitions))
-    assert report.leaves_skipped_by_reason.get(SKIP_STAGED) == [staged_leaf]
+    assert report.leaves_skipped_by_reason.get(SkipReason.STAGED) == [staged_leaf]
     assert report.leaf_versions_removed > 0  # partition 2 was cleaned as before
     assert all(path.exists() for path in staged_files(ns, stage))
     ns.commit("weekly")
@@ -131,7 +130,7 @@ def test_a_stage_recorded_while_the_manifest_is_cleaned_is_honoured(
         txn.record(stage)
     worker.join()
     assert "error" not in out, out
-    assert out["result"].leaves_skipped_by_reason.get(SKIP_STAGED) == list(stage.partitions)
+    assert out["result"].leaves_skipped_by_reason.get(SkipReason.STAGED) == list(stage.partitions)
     ns.commit("late")
     assert ids(ns) == before + Counter([100, 101, 200])
 

@@ -317,11 +317,11 @@ def test_a_dead_claim_is_cleared_by_the_delete(ns, monkeypatch) -> None:
     with crashing(monkeypatch, "commit.after_claim"), pytest.raises(FailpointError):
         ns.commit("X")
     # X aborted by hand: its row is ABORTED, the claim on partition 1 dead but set
-    from airflow_provider_lance.namespace.txn.lifecycle import fence, load_records
+    from airflow_provider_lance.namespace.txn.lifecycle import load_records, mark_aborted
 
     state = ns.state()
     record = load_records(state, ["X"])["X"]
-    fence(ns._manifest, state, record, "test", [])
+    mark_aborted(ns._manifest, state, record, "test", [])
     assert claims(ns) == ["X#1"]
     ns.delete("id = 0", claim_timeout=0.3)
     assert claims(ns) == []

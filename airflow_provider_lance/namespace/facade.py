@@ -6,8 +6,7 @@ import dataclasses
 import datetime as dt
 import logging
 import os
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -35,7 +34,6 @@ from airflow_provider_lance.namespace.format.spec import (
     spec_to_json,
 )
 from airflow_provider_lance.namespace.format.state import SCHEMA_KEY, NamespaceState, Partition
-from airflow_provider_lance.namespace.format.txn_row import TxnState, tag
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.io.storage_options import StorageOptionValue
 from airflow_provider_lance.namespace.io.uri import normalize_root
@@ -61,36 +59,26 @@ from airflow_provider_lance.namespace.read.timetravel import (
     pick,
     resolve_as_of,
 )
-from airflow_provider_lance.namespace.txn import transactions
-from airflow_provider_lance.namespace.txn.claim import refuse_if_maybe_published, resolve
-from airflow_provider_lance.namespace.txn.direct import publish_stage
+from airflow_provider_lance.namespace.txn import transactions, writes
+from airflow_provider_lance.namespace.txn.claim import resolve
 from airflow_provider_lance.namespace.txn.kernel import CommitOptions, TransactionContext
 from airflow_provider_lance.namespace.txn.lifecycle import collect_finished
-from airflow_provider_lance.namespace.txn.publish_result import rebuilt_result
 from airflow_provider_lance.namespace.txn.store import TransactionStore
 from airflow_provider_lance.namespace.txn.transactions import Transaction, TransactionInfo
 from airflow_provider_lance.namespace.write.staging import (
     FLUSH_BYTES,
     Stage,
     StagedPartition,
-    Stager,
-    discard_stage,
-    list_fragments,
 )
 
 from .errors import (
     InvalidArgumentError,
-    LanceNamespaceError,
     NamespaceNotFoundError,
     PartitionNotFoundError,
     PartitionSpecError,
-    StaleStage,
-    TransactionAborted,
     VersionBeforeCreationError,
-    aborted_meanwhile,
-    stage_again,
 )
-from .failpoints import FailpointError, failpoint
+from .failpoints import failpoint
 from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
 from .types import ArrowData, WriteMode
 
@@ -329,7 +317,8 @@ class PartitionedNamespace:
         ids = [state.leaf_id(t) for t in tuples]
         missing = sorted(set(ids) - set(state.find(ids)))
         if missing:
-            txn = self._begin("append", None, anonymous=True)
+            ctx = self._txn
+            txn = transactions.begin_transaction(ctx, "append", None, anonymous=True)
             names = [f.name for f in state.current_spec]
             stage = Stage(txn.txn_id, "create", "append", state.spec_version)
             for t, oid in zip(tuples, ids, strict=True):
@@ -337,13 +326,7 @@ class PartitionedNamespace:
                     stage.partitions[oid] = StagedPartition(
                         oid, leaf_directory(oid), dict(zip(names, t, strict=True)), None
                     )
-            try:
-                txn.record(stage)
-                self.commit(txn.txn_id)
-            except BaseException as exc:
-                if not isinstance(exc, FailpointError):
-                    self._abort_quietly(txn.txn_id, exc, forget=True)
-                raise
+            writes.commit_staged(ctx, txn, lambda: txn.record(stage), CommitOptions())
             self._store.delete(txn.txn_id)
         found = self.state().find(ids)
         return [found[i] for i in ids]
@@ -582,18 +565,10 @@ class PartitionedNamespace:
         the input where they can be (Arrow data is immutable: a generator that refills one
         NumPy buffer for every table it yields must copy it, or the buffered rows change).
         """
-        if txn_id is None:
-            result = self._write_direct(data, mode, claim_timeout, flush_bytes)
-        else:
-            txn = self._begin(mode, txn_id, anonymous=False)
-            if txn.state is not TxnState.STAGED:  # a retry got as far as committing
-                log.info("transaction %s is %s: finishing it", txn.txn_id, txn.state.value)
-                return self.commit(txn.txn_id, claim_timeout=claim_timeout)
-            result = self._commit_staged(
-                txn,
-                lambda: txn.stage(data, stage_id="write", flush_bytes=flush_bytes),
-                claim_timeout,
-            )
+        options = CommitOptions() if claim_timeout is None else CommitOptions(claim_timeout)
+        result = writes.write(
+            self._txn, data, mode, txn_id=txn_id, options=options, flush_bytes=flush_bytes
+        )
         log.info(
             "%s %d rows into %d partitions (manifest v%d)",
             mode,
@@ -602,90 +577,6 @@ class PartitionedNamespace:
             result.manifest_version,
         )
         return result
-
-    def _write_direct(
-        self, data: ArrowData, mode: WriteMode, claim_timeout: float | None, flush_bytes: int
-    ) -> CommitResult:
-        """A write nobody else knows: published in one swap (see :mod:`.direct`), or, when
-        its partitions are claimed or it keeps losing races, by the claim protocol."""
-        if mode not in transactions.MODES:
-            raise InvalidArgumentError(f"mode must be one of {transactions.MODES}, got {mode!r}")
-        state = self.state()
-        if not state.view.has_claim_column:
-            self._manifest.ensure_claim_column()
-            state = self.state()
-        txn_id = uuid.uuid4().hex
-        owner = tag(txn_id, 1)
-        stage = Stager(
-            state,
-            Stage(txn_id, "write", mode, state.spec_version),
-            self._storage,
-            flush_bytes,
-            create_leaves_as=owner,
-        ).write(data)
-        try:
-            result = publish_stage(self._txn, state, stage, owner=owner)
-        except StaleStage as exc:  # its files are discarded: a retry stages afresh
-            raise stage_again(exc) from exc
-        if result is not None:
-            return result
-        try:  # recorded for the claim protocol, which commits the files itself
-            list_fragments(stage, self._storage)
-        except BaseException:
-            discard_stage(stage, self._storage)
-            raise
-        txn = self._begin(mode, txn_id, anonymous=True)
-        failpoint("direct.handing_over")
-        try:
-            result = self._commit_staged(txn, lambda: txn.record(stage), claim_timeout)
-        except (LanceNamespaceError, OSError):
-            result = self._published_anyway(txn, stage)
-            if result is None:
-                raise
-        self._store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
-        return result
-
-    def _published_anyway(self, txn: Transaction, stage: Stage) -> CommitResult | None:
-        """The result of a handed-over write whose commit failed after its publish (the
-        store failed mid-swap, or after it): the writer's own stage says what it holds.
-        None if it was not published. A write reported failed would be written again."""
-        ctx = self._txn
-        try:
-            record = resolve(ctx, ctx.load_state(), txn.txn_id)
-            if record is not None and record.state is TxnState.PUBLISHED:
-                result = rebuilt_result(ctx.load_state, record, stage.mode, stage.partitions)
-                version = result.manifest_version
-                log.warning("the write was published (v%d) although its commit failed", version)
-                return result
-        except LanceNamespaceError as exc:  # cannot tell: the commit's own error stands
-            log.warning("could not tell whether %s was published: %s", txn.txn_id, exc)
-            return None
-        if record is None:
-            refuse_if_maybe_published(tag(txn.txn_id, txn.header.incarnation))
-        return None
-
-    def _commit_staged(
-        self, txn: Transaction, stage: Callable[[], object], claim_timeout: float | None
-    ) -> CommitResult:
-        """Stage (``stage()``) and commit ``txn``; a failure aborts it (nothing of it stays)."""
-        try:
-            stage()
-            return self.commit(txn.txn_id, claim_timeout=claim_timeout)
-        except BaseException as exc:
-            if not isinstance(exc, FailpointError):
-                self._abort_quietly(txn.txn_id, exc, forget=txn.header.anonymous)
-            if isinstance(exc, TransactionAborted):
-                raise aborted_meanwhile(txn.txn_id, exc) from exc
-            if isinstance(exc, StaleStage):  # aborted above: a retry begins and stages anew
-                raise stage_again(exc) from exc
-            raise
-
-    def _abort_quietly(self, txn_id: str, cause: BaseException, *, forget: bool) -> None:
-        """Abort a failed write; an id nobody else knows leaves no record behind."""
-        try:
-            self.abort(txn_id, reason=f"write failed: {cause}", forget=forget)
-        except LanceNamespaceError as exc:  # e.g. it was published after all
-            log.warning("could not abort transaction %s: %s", txn_id, exc)
 
     @property
     def _txn(self) -> TransactionContext:
@@ -702,12 +593,7 @@ class PartitionedNamespace:
         ``__manifest`` commit that orders concurrent stagers, and the transaction's row is
         collected once it finished. Retrying needs an id: give ``txn_id`` instead.
         """
-        return self._begin(mode, txn_id, anonymous=anonymous)
-
-    def _begin(self, mode: WriteMode, txn_id: str | None, *, anonymous: bool) -> Transaction:
-        self._manifest.ensure_claim_column()
-        ctx = self._txn
-        return Transaction(transactions.begin(ctx, mode, txn_id, anonymous=anonymous), ctx)
+        return transactions.begin_transaction(self._txn, mode, txn_id, anonymous=anonymous)
 
     def transaction(self, txn_id: str) -> Transaction:
         """The current incarnation of a transaction, e.g. to stage into it from another

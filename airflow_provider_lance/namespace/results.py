@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,24 @@ def text_value(text: str | None, dtype: pa.DataType) -> Any:
     if pa.types.is_time(dtype):  # Arrow casts no strings to times
         return pa.scalar(dt.time.fromisoformat(text), dtype).as_py()
     return pc.cast(pa.array([text], pa.utf8()), dtype)[0].as_py()
+
+
+class SkipReason(enum.StrEnum):
+    """Why a table operation or ``maintain`` left a partition alone (the values are what
+    results and reports serialise)."""
+
+    #: A transaction holds it: its commit may be under way.
+    CLAIMED = "claimed"
+    #: Its published version moved under two attempts in a row (optimize gives way).
+    KEPT_MOVING = "kept_moving"
+    #: It has an index that a rewrite would drop (optimize).
+    INDEXED = "indexed"
+    #: A NULL read_version: no version to keep is known (maintain).
+    READ_LATEST = "read_latest"
+    #: Absent at the oldest retained version (maintain).
+    CREATED_IN_WINDOW = "created_in_window"
+    #: A live transaction staged files into it: its commit needs them (maintain).
+    STAGED = "staged"
 
 
 @dataclass(frozen=True)
@@ -259,7 +278,7 @@ class OperationResult:
     manifest_version: int | None
     partitions: list[PartitionOutcome] = field(default_factory=list)
     txn_id: str | None = None
-    #: Partitions left alone and why (optimize: ``claimed``, ``kept_moving``).
+    #: Partitions left alone and why (a :class:`SkipReason` value).
     skipped: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -302,7 +321,7 @@ class OperationResult:
             "partitions_dropped": len(self.dropped),
             "partitions_rewritten": len(self.rewritten),
             "partitions": [p.to_dict() for p in self.partitions],
-            "skipped": dict(self.skipped),
+            "skipped": {oid: str(why) for oid, why in self.skipped.items()},
         }
 
     @classmethod

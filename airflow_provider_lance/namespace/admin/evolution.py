@@ -28,7 +28,7 @@ from airflow_provider_lance.namespace.format.spec import (
 )
 from airflow_provider_lance.namespace.format.state import SCHEMA_KEY, NamespaceState
 from airflow_provider_lance.namespace.retry import Budget, Outcome, Spent, backoff, retry_until
-from airflow_provider_lance.namespace.txn.spec_fence import fence, needs_fence
+from airflow_provider_lance.namespace.txn.spec_fence import fence_spec, needs_fence
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def _fence_spec(manifest: Manifest, latest: Latest, version: int) -> None:
         state = latest()
         if state.spec_version != version or not needs_fence(state):
             return None
-        return None if fence(manifest, state, version) else Outcome.LOST
+        return None if fence_spec(manifest, state, version) else Outcome.LOST
 
     try:
         retry_until(attempt, {Outcome.LOST: Budget(Spent, attempts=EVOLVE_ATTEMPTS)}, sleep=backoff)

@@ -24,16 +24,11 @@ from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.manifest import Manifest, ManifestView
 from airflow_provider_lance.namespace.format.manifest_compaction import compact_manifest
 from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.results import SkipReason
 from airflow_provider_lance.namespace.txn.spec_fence import stale_intents
 from airflow_provider_lance.namespace.txn.store import TransactionStore
 
 log = logging.getLogger(__name__)
-
-#: Why :func:`maintain` left a leaf table alone (keys of ``leaves_skipped_by_reason``).
-SKIP_CLAIMED = "claimed"  # a transaction holds it: its commit may be under way
-SKIP_READ_LATEST = "read_latest"  # a NULL read_version: no version to keep is known
-SKIP_CREATED_IN_WINDOW = "created_in_window"  # absent at the oldest retained version
-SKIP_STAGED = "staged"  # a live transaction staged files into it: its commit needs them
 
 
 @dataclass
@@ -68,9 +63,9 @@ class MaintenanceReport:
             out["retained_manifest_versions"] = list(self.retained_manifest_versions)
         return out
 
-    def _skip(self, object_id: str, reason: str) -> None:
+    def _skip(self, object_id: str, reason: SkipReason) -> None:
         self.leaves_skipped.append(object_id)
-        self.leaves_skipped_by_reason.setdefault(reason, []).append(object_id)
+        self.leaves_skipped_by_reason.setdefault(reason.value, []).append(object_id)
 
 
 def maintain(
@@ -147,13 +142,13 @@ def maintain(
         object_id, published = partition.object_id, partition.read_version
         location, first = at_oldest.get(object_id, (None, None))
         if object_id in claimed:
-            report._skip(object_id, SKIP_CLAIMED)
+            report._skip(object_id, SkipReason.CLAIMED)
         elif object_id in staged_ids or partition.directory in staged_dirs:
-            report._skip(object_id, SKIP_STAGED)
+            report._skip(object_id, SkipReason.STAGED)
         elif location is None or location != at_state.get(object_id, (None, None))[0]:
-            report._skip(object_id, SKIP_CREATED_IN_WINDOW)
+            report._skip(object_id, SkipReason.CREATED_IN_WINDOW)
         elif published is None or first is None:
-            report._skip(object_id, SKIP_READ_LATEST)
+            report._skip(object_id, SkipReason.READ_LATEST)
         else:
             # min(): a caller's state older than the window must not raise the floor.
             keep = min(first, published)

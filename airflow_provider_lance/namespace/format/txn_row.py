@@ -50,20 +50,16 @@ class TxnState(str, enum.Enum):
         return self in (TxnState.PUBLISHED, TxnState.ABORTED)
 
     @property
-    def takes_stages(self) -> bool:
-        return self is TxnState.STAGED
-
-    @property
     def holds_claims(self) -> bool:
         return self is TxnState.COMMITTING
 
 
-def tag(txn_id: str, incarnation: int) -> str:
+def incarnation_tag(txn_id: str, incarnation: int) -> str:
     """The name of one incarnation: in claims, leaf-version properties and records."""
     return f"{txn_id}#{incarnation}"
 
 
-def parse_tag(text: str) -> tuple[str, int]:
+def parse_incarnation_tag(text: str) -> tuple[str, int]:
     """``(txn_id, incarnation)`` of a tag (claims written before incarnations: 0)."""
     txn_id, sep, number = text.rpartition("#")
     if not sep or not number.isdigit():
@@ -104,8 +100,9 @@ class TxnRecord:
     stored: bool = True
 
     @property
-    def tag(self) -> str:
-        return tag(self.txn_id, self.incarnation)
+    def incarnation_tag(self) -> str:
+        """``txn#k``: this incarnation's name in claims, leaf versions and messages."""
+        return incarnation_tag(self.txn_id, self.incarnation)
 
     @property
     def age(self) -> float:

@@ -34,16 +34,15 @@ from airflow_provider_lance.namespace.errors import InvalidArgumentError
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
-from airflow_provider_lance.namespace.results import PartitionOutcome
+from airflow_provider_lance.namespace.results import PartitionOutcome, SkipReason
 from airflow_provider_lance.namespace.write.leaf_commit import content_after
 
-from .runner import LeafWork, Selection, TableOperation
+from .runner import ComputedChange, Selection, TableOperation
 
 log = logging.getLogger(__name__)
 
 #: Lance's default: fragments smaller than this are merged.
 DEFAULT_TARGET_ROWS = 1024 * 1024
-SKIP_INDEXED = "indexed"
 
 
 class Optimize(TableOperation):
@@ -77,7 +76,7 @@ class Optimize(TableOperation):
         rows = pruned_rows(state, self.filter)
         return Selection(targets={p.object_id: p for p in state.partitions_from_rows(rows)})
 
-    def compute(self, state: NamespaceState, partition: Partition, base: int) -> LeafWork:
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         leaf = self.storage.table(partition.location, base)
         before = len(leaf.get_fragments())
         change = PartitionOutcome(
@@ -89,16 +88,16 @@ class Optimize(TableOperation):
         )
         if leaf.describe_indices():
             log.info("optimize left %s alone: it has indices", partition.object_id)
-            return LeafWork(partition, base, None, change, skip=SKIP_INDEXED)
+            return ComputedChange(partition, base, None, change, skip=SkipReason.INDEXED)
         with self.storage.failures("plan the compaction of", partition.location):
             plan = Compaction.plan(leaf, self.options)
         if plan.num_tasks() == 0:
-            return LeafWork(partition, base, None, change)
+            return ComputedChange(partition, base, None, change)
         with self.storage.failures("compact", partition.location):
             rewrites = [task.execute(leaf) for task in plan.tasks]
         operation = LanceOperation.Rewrite([_group(r) for r in rewrites], [])
         after = len(content_after(leaf, base, operation))
-        return LeafWork(
+        return ComputedChange(
             partition, base, operation, replace(change, fragments_after=after), leaf=leaf
         )
 

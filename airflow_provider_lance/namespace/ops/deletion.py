@@ -35,7 +35,7 @@ from airflow_provider_lance.namespace.read.pruning import parse_filter
 from airflow_provider_lance.namespace.read.scan import filter_columns, lance_filter
 from airflow_provider_lance.namespace.results import PartitionOutcome
 
-from .runner import LeafWork, Selection, TableOperation
+from .runner import ComputedChange, Selection, TableOperation
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class DropPartitions(TableOperation):
         rows = partition_filter(state, self.filter)
         return Selection(drops={p.object_id: p for p in state.partitions_from_rows(rows)})
 
-    def compute(self, state: NamespaceState, partition: Partition, base: int) -> LeafWork:
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         raise AssertionError("drop_partitions changes no leaf")
 
 
@@ -85,7 +85,7 @@ class DeleteRows(TableOperation):
             target.update((p.object_id, p) for p in found)
         return selection
 
-    def compute(self, state: NamespaceState, partition: Partition, base: int) -> LeafWork:
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         residual = parse_filter(self.filter, state.schema)[0]
         leaf = self.storage.table(partition.location, base)
         fragments = leaf.get_fragments()
@@ -112,9 +112,9 @@ class DeleteRows(TableOperation):
             fragments_after=len(fragments) - len(deleted),
         )
         if not removed:
-            return LeafWork(partition, base, None, change)
+            return ComputedChange(partition, base, None, change)
         operation = LanceOperation.Delete(updated, deleted, self.filter)
-        return LeafWork(partition, base, operation, change, leaf=leaf)
+        return ComputedChange(partition, base, operation, change, leaf=leaf)
 
 
 def live_rows(metadata: FragmentMetadata) -> int:

@@ -44,7 +44,7 @@ from airflow_provider_lance.namespace.write.leaf_commit import content_after, st
 from airflow_provider_lance.namespace.write.splitting import split
 from airflow_provider_lance.namespace.write.staging import as_tables
 
-from .runner import LeafWork, NewLeaf, Selection, TableOperation
+from .runner import ComputedChange, NewLeaf, Selection, TableOperation
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class MergeRows(TableOperation):
         return rows.filter(wanted)
 
     # -- changes ------------------------------------------------------------------------------
-    def compute(self, state: NamespaceState, partition: Partition, base: int) -> LeafWork:
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         source = self._sources[partition.object_id]
         rows = source.rows.drop_columns([_INDEX])
         leaf = self.storage.table(partition.location, base)
@@ -241,7 +241,7 @@ class MergeRows(TableOperation):
         if changed is not None:
             change = replace(change, fragments_after=len(content_after(leaf, base, changed)))
         kept = leaf if changed is not None else None  # kept for the commit only
-        return LeafWork(partition, base, changed, change, inputs=source.digest, leaf=kept)
+        return ComputedChange(partition, base, changed, change, inputs=source.digest, leaf=kept)
 
     def _merge_insert(
         self,

@@ -78,16 +78,21 @@ from airflow_provider_lance.namespace.format.txn_row import (
     TransactionHeader,
     TxnRecord,
     TxnState,
+    incarnation_tag,
     row_id,
-    tag,
 )
 from airflow_provider_lance.namespace.io.storage import Storage
-from airflow_provider_lance.namespace.results import OperationResult, PartitionOutcome
+from airflow_provider_lance.namespace.results import (
+    OperationResult,
+    PartitionOutcome,
+    SkipReason,
+)
 from airflow_provider_lance.namespace.retry import Budget, Outcome, backoff
 from airflow_provider_lance.namespace.txn.claim import resolve
 from airflow_provider_lance.namespace.txn.kernel import (
     ApplyChange,
     CommitOptions,
+    LeafWork,
     NoLiveClaim,
     ReplaceLeaf,
     StillPublished,
@@ -95,9 +100,6 @@ from airflow_provider_lance.namespace.txn.kernel import (
     TransactionContext,
     names_versions,
     requirements_unmet,
-)
-from airflow_provider_lance.namespace.txn.kernel import (
-    LeafWork as PublishWork,  # this module's LeafWork is the computed change
 )
 from airflow_provider_lance.namespace.txn.lifecycle import (
     claim_holders,
@@ -107,7 +109,7 @@ from airflow_provider_lance.namespace.txn.lifecycle import (
 from airflow_provider_lance.namespace.txn.publish import Prepared, publish
 from airflow_provider_lance.namespace.txn.publish_result import operation_result, published_at
 from airflow_provider_lance.namespace.txn.spec_fence import (
-    fence,
+    fence_spec,
     needs_fence,
     new_intent_id,
     register_intent,
@@ -124,15 +126,12 @@ log = logging.getLogger(__name__)
 #: Swaps lost to concurrent publishes before an operation gives up (each retry recomputes
 #: only the partitions whose read_version moved).
 OPERATION_ATTEMPTS = 8
-#: Why an operation left a partition alone (:attr:`OperationResult.skipped`).
-SKIP_CLAIMED = "claimed"
-SKIP_KEPT_MOVING = "kept_moving"
 #: Key of the outcome document's name in a table operation's transaction row metadata.
 OUTCOME_KEY = "outcome"
 
 
 @dataclass
-class LeafWork:
+class ComputedChange:
     """What an operation does to one existing partition: ``operation`` computed against
     its published version ``base`` (None: nothing to change there)."""
 
@@ -215,7 +214,7 @@ class TableOperation(ABC):
         """The partitions touched as of ``state`` (cheap: no leaf is opened)."""
 
     @abstractmethod
-    def compute(self, state: NamespaceState, partition: Partition, base: int) -> LeafWork:
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         """The change to ``partition``'s leaf computed on version ``base`` (its published
         one). Runs in parallel with the other partitions' (a storage worker thread)."""
 
@@ -276,7 +275,7 @@ class TableOperation(ABC):
 class _Attempt:
     """What one attempt computed: reused by the next one where it still applies."""
 
-    works: dict[str, LeafWork] = field(default_factory=dict)
+    works: dict[str, ComputedChange] = field(default_factory=dict)
     created: dict[str, NewLeaf] = field(default_factory=dict)
     #: The namespace schema and spec version it was computed under (see :func:`_shape`).
     shape: tuple[str, int] | None = None
@@ -289,7 +288,7 @@ class _Computed:
 
     selection: Selection
     attempt: _Attempt
-    changed: dict[str, LeafWork]
+    changed: dict[str, ComputedChange]
     current: dict[str, dict[str, Any]]
     result: OperationResult | None = None
 
@@ -331,7 +330,7 @@ class OperationRunner:
             CommitOptions().claim_timeout if claim_timeout is None else claim_timeout
         )
         self.incarnation = 1
-        self.owner = tag(self.txn_id or uuid.uuid4().hex, 1)
+        self.owner = incarnation_tag(self.txn_id or uuid.uuid4().hex, 1)
         self.token = uuid.uuid4().hex[:16]
         self._previous = _Attempt()
         #: Partition -> how often its published version moved under an attempt's swap.
@@ -405,7 +404,7 @@ class OperationRunner:
         what it computed. (Done after computing, so bad input found there writes
         nothing.)"""
         if needs_fence(state):
-            fence(self.ctx.manifest, state, state.spec_version)
+            fence_spec(self.ctx.manifest, state, state.spec_version)
             return False
         if self._intent is not None and state.existing([self._intent]):
             return True
@@ -445,7 +444,7 @@ class OperationRunner:
                 return self._outcome(state, record)
             incarnation = record.incarnation + (record.state is TxnState.ABORTED)
         self.incarnation = incarnation
-        self.owner = tag(self.txn_id, incarnation)
+        self.owner = incarnation_tag(self.txn_id, incarnation)
         if record is None or record.state is TxnState.ABORTED:
             self.ctx.store.save(
                 TransactionHeader(
@@ -532,7 +531,7 @@ class OperationRunner:
         if self.op.skips_busy:
             for oid in [o for o in selection.targets if self._moves.get(o, 0) >= 2]:
                 del selection.targets[oid]
-                selection.skipped[oid] = SKIP_KEPT_MOVING
+                selection.skipped[oid] = SkipReason.KEPT_MOVING
         ids = selection.object_ids
         txn_row = [row_id(self.txn_id)] if self.txn_id is not None else []
         current = {r[OBJECT_ID]: r for r in state.full_rows([*ids, *txn_row]).to_pylist()}
@@ -693,7 +692,7 @@ class OperationRunner:
         if self.op.skips_busy:
             for oid in live:
                 selection.targets.pop(oid, None)
-                selection.skipped[oid] = SKIP_CLAIMED
+                selection.skipped[oid] = SkipReason.CLAIMED
             return False
         failpoint(f"{self.op.kind}.claim_blocked")
         self._blocked = (live, holders)
@@ -708,7 +707,7 @@ class OperationRunner:
         # before the schema change or after it, for every partition alike.
         previous = self._previous if self._previous.shape == shape else _Attempt()
 
-        def work(oid: str) -> LeafWork:
+        def work(oid: str) -> ComputedChange:
             partition = selection.targets[oid]
             base = self._base(partition)
             earlier = previous.works.get(oid)
@@ -748,13 +747,13 @@ class OperationRunner:
         return int(ds.version) if found is None else found
 
     def _leaf_works(
-        self, changed: dict[str, LeafWork], created: dict[str, NewLeaf]
-    ) -> list[PublishWork]:
+        self, changed: dict[str, ComputedChange], created: dict[str, NewLeaf]
+    ) -> list[LeafWork]:
         """Each change as exactly the next version of its base, each new partition as a
         new leaf: all in one fan-out (:func:`~.kernel.commit_leaves`)."""
         storage = self.ctx.storage
         works = [
-            PublishWork(
+            LeafWork(
                 oid,
                 w.partition.location,
                 w.partition.read_version,
@@ -765,7 +764,7 @@ class OperationRunner:
             if w.operation is not None
         ]
         works += [
-            PublishWork(
+            LeafWork(
                 oid,
                 storage.uri(leaf.directory),
                 None,
@@ -786,7 +785,7 @@ class OperationRunner:
         self,
         state: NamespaceState,
         current: dict[str, dict[str, Any]],
-        changed: dict[str, LeafWork],
+        changed: dict[str, ComputedChange],
         created: dict[str, NewLeaf],
     ) -> list[dict[str, Any]]:
         """The ``__manifest`` rows the swap writes: changed partitions with their new
@@ -820,7 +819,7 @@ class OperationRunner:
         return rows
 
     def _changes(
-        self, selection: Selection, changed: dict[str, LeafWork], created: dict[str, NewLeaf]
+        self, selection: Selection, changed: dict[str, ComputedChange], created: dict[str, NewLeaf]
     ) -> list[PartitionOutcome]:
         storage = self.ctx.storage
         drops = list(selection.drops.values())

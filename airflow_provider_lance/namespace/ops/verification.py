@@ -37,7 +37,7 @@ from airflow_provider_lance.namespace.results import PartitionOutcome, value_tex
 from airflow_provider_lance.namespace.write.leaf_commit import stage_fragments
 from airflow_provider_lance.namespace.write.splitting import partition_values, split
 
-from .runner import LeafWork, NewLeaf, Selection, TableOperation
+from .runner import ComputedChange, NewLeaf, Selection, TableOperation
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ class RelocateRows(TableOperation):
         earlier attempt's change is reused only for the same)."""
         return self._digests.get(object_id, "")
 
-    def compute(self, state: NamespaceState, partition: Partition, base: int) -> LeafWork:
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         oid = partition.object_id
         leaf = self.storage.table(partition.location, base)
         kept = self._keep.get(oid)
@@ -266,7 +266,7 @@ class RelocateRows(TableOperation):
             rows_inserted=0 if incoming is None else incoming.num_rows,
             fragments_before=len(leaf.get_fragments()),
         )
-        return LeafWork(
+        return ComputedChange(
             partition,
             base,
             LanceOperation.Overwrite(schema, fragments),

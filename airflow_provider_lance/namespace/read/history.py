@@ -273,7 +273,9 @@ class History:
                 )
             if state is TxnState.ABORTED:
                 return _Described("abort", txn_id=record.txn_id)
-            return _Described("seal" if record.tag in claimed else "takeover", txn_id=record.txn_id)
+            return _Described(
+                "seal" if record.incarnation_tag in claimed else "takeover", txn_id=record.txn_id
+            )
         if records:
             return _Described("stage", txn_id=records[0].txn_id)
         published = self._published(ds, before, leaves)

@@ -49,9 +49,9 @@ from airflow_provider_lance.namespace.format.txn_row import (
     TransactionHeader,
     TxnRecord,
     TxnState,
+    incarnation_tag,
     new_token,
-    parse_tag,
-    tag,
+    parse_incarnation_tag,
 )
 from airflow_provider_lance.namespace.results import CommitResult, value_text
 from airflow_provider_lance.namespace.retry import Budget, Outcome, retry_until
@@ -393,14 +393,14 @@ def publishing(record: TxnRecord) -> Iterator[None]:
         yield
         return
     with _PUBLISH_TRIED_LOCK:
-        _PUBLISH_TRIED[record.tag] = None
+        _PUBLISH_TRIED[record.incarnation_tag] = None
         while len(_PUBLISH_TRIED) > _PUBLISH_TRIED_MAX:
             _PUBLISH_TRIED.popitem(last=False)
     try:
         yield
     except (CommitConflict, TransitionRefused):
         with _PUBLISH_TRIED_LOCK:
-            _PUBLISH_TRIED.pop(record.tag, None)
+            _PUBLISH_TRIED.pop(record.incarnation_tag, None)
         raise
 
 
@@ -484,7 +484,7 @@ class Committer:
                 state = self.ctx.load_state()  # not as this process knew it: look properly
             record = resolve(self.ctx, state, txn_id)
             if record is None and known is not None:  # began here: its records went since
-                gone = tag(known.txn_id, known.incarnation)
+                gone = incarnation_tag(known.txn_id, known.incarnation)
                 refuse_if_maybe_published(gone)
                 raise TransactionAborted(
                     f"transaction {gone} was aborted meanwhile (its records are gone)"
@@ -495,18 +495,20 @@ class Committer:
                 return self.result(record, state)
             if record.state is TxnState.ABORTED:
                 raise TransactionAborted(
-                    f"transaction {record.tag} was aborted: {record.error}; begin it again "
-                    "to start a new incarnation"
+                    f"transaction {record.incarnation_tag} was aborted: {record.error}; begin "
+                    "it again to start a new incarnation"
                 )
             if record.state is TxnState.MERGED:
                 assert record.merged_into is not None
-                return Committer(self.ctx, self.options).commit(parse_tag(record.merged_into)[0])
+                return Committer(self.ctx, self.options).commit(
+                    parse_incarnation_tag(record.merged_into)[0]
+                )
             if record.state is TxnState.COMMITTING:
                 if record.plan is None and record.anonymous:  # not taken over: it may be live
                     raise InvalidArgumentError(
-                        f"transaction {record.tag} is an anonymous write committing in its "
-                        "own process, or one whose process stopped while committing it (such "
-                        "a write keeps no plan for anyone else to finish): nothing of it is "
+                        f"transaction {record.incarnation_tag} is an anonymous write committing "
+                        "in its own process, or one whose process stopped while committing it "
+                        "(such a write keeps no plan for anyone else to finish): nothing of it is "
                         "published yet; if its process is gone, abort it or let recover() "
                         "release it, then write again"
                     )
@@ -515,8 +517,10 @@ class Committer:
                 except CommitConflict:
                     return Outcome.LOST
                 if record.plan is None:
-                    raise ManifestError(f"transaction {record.tag} is committing without a plan")
-                log.info("transaction %s: taking over an unfinished commit", record.tag)
+                    raise ManifestError(
+                        f"transaction {record.incarnation_tag} is committing without a plan"
+                    )
+                log.info("transaction %s: taking over an unfinished commit", record.incarnation_tag)
                 return self._finish(record, self.load_plan(record))
             sealed = self._seal(state, record)
             if isinstance(sealed, Outcome):
@@ -575,7 +579,7 @@ class Committer:
             assert record is not None
             header = self.store.load(record.txn_id, record.incarnation)
             if header is None:
-                raise InvalidArgumentError(f"transaction {record.tag} has no record")
+                raise InvalidArgumentError(f"transaction {record.incarnation_tag} has no record")
         txn = TxnRecord.staged(header) if record is None else record
         txn = replace(
             txn, mode=header.mode, sources=tuple(header.sources), anonymous=header.anonymous
@@ -714,7 +718,7 @@ class Committer:
         """The claimed and created rows for the seal (``current``: the plan's partition rows
         as of ``state``); None while other transactions hold partitions (kept in
         ``_blocked`` for the error once the claim timeout is spent)."""
-        tag, overwrite = record.tag, plan.mode == "overwrite"
+        tag, overwrite = record.incarnation_tag, plan.mode == "overwrite"
         holders = load_records(state, claim_owners(current.values()))
         unmet = requirements_unmet(
             [
@@ -817,7 +821,7 @@ class Committer:
         committer that lost it returns the outcome of the one that took over."""
         lost = Budget(
             lambda: CommitConflict(
-                f"could not publish transaction {record.tag} within "
+                f"could not publish transaction {record.incarnation_tag} within "
                 f"{self.options.swap_timeout:.0f}s of concurrent commits; commit again "
                 "to finish it",
                 list(plan.partitions),
@@ -837,23 +841,27 @@ class Committer:
 
     def _await_outcome(self, record: TxnRecord) -> CommitResult:
         """Another committer took this transaction over: return its outcome."""
-        log.info("transaction %s was taken over by another committer; waiting", record.tag)
+        log.info(
+            "transaction %s was taken over by another committer; waiting", record.incarnation_tag
+        )
 
         def poll(_: int) -> CommitResult | Outcome:
             state = self.ctx.load_state()
             now = resolve(self.ctx, state, record.txn_id)
             if now is None or now.incarnation != record.incarnation:
-                raise TransactionAborted(f"transaction {record.tag} was aborted")
+                raise TransactionAborted(f"transaction {record.incarnation_tag} was aborted")
             if now.state is TxnState.PUBLISHED:
                 return self.result(now, state)
             if now.state is TxnState.ABORTED:
-                raise TransactionAborted(f"transaction {record.tag} was aborted: {now.error}")
+                raise TransactionAborted(
+                    f"transaction {record.incarnation_tag} was aborted: {now.error}"
+                )
             return Outcome.TAKEN_OVER
 
         pending = Budget(
             lambda: CommitConflict(
-                f"transaction {record.tag} is being committed by another process; its outcome "
-                "is not known yet: commit it again later"
+                f"transaction {record.incarnation_tag} is being committed by another process; "
+                "its outcome is not known yet: commit it again later"
             ),
             seconds=self.options.swap_timeout,
         )
@@ -870,7 +878,7 @@ class Committer:
         try:
             self.store.save_result(record.txn_id, record.incarnation, result.to_dict())
         except (OSError, LanceNamespaceError) as exc:  # a cache: rebuilt when missing
-            log.warning("could not record the result of %s: %s", record.tag, exc)
+            log.warning("could not record the result of %s: %s", record.incarnation_tag, exc)
         return result
 
     def result(self, record: TxnRecord, state: NamespaceState) -> CommitResult:
@@ -888,7 +896,9 @@ class Committer:
                 return CommitResult.from_dict(raw, types)
             except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
                 log.warning(
-                    "the recorded result of %s does not read (%s): rebuilt", record.tag, exc
+                    "the recorded result of %s does not read (%s): rebuilt",
+                    record.incarnation_tag,
+                    exc,
                 )
         plan = None if record.plan is None else self.load_plan(record)
         mode = (record.mode or "append") if plan is None else plan.mode
@@ -930,9 +940,9 @@ class ClaimPublish:
         """The leaf work, built (and its staged files checked) once: a later attempt
         after a lost swap commits nothing again."""
         record, plan, storage = self.record, self.plan, self.ctx.storage
-        guard = HeldClaim(self.ctx.manifest, record.tag)
+        guard = HeldClaim(self.ctx.manifest, record.incarnation_tag)
         if self.works is not None:
-            return Prepared(self.ctx.load_state(), self.works, guard, record.tag, None)
+            return Prepared(self.ctx.load_state(), self.works, guard, record.incarnation_tag, None)
         rows: Mapping[str, Mapping[str, Any]]
         if self.sealed is not None:
             state, rows = self.sealed.state, self.sealed.claimed
@@ -950,24 +960,24 @@ class ClaimPublish:
         check_works_files(
             storage,
             self.works,
-            record.tag,
+            record.incarnation_tag,
             record.anonymous,
             lambda: self.committer._still_mine(record),
         )
-        return Prepared(state, self.works, guard, record.tag, None)
+        return Prepared(state, self.works, guard, record.incarnation_tag, None)
 
     def _claims_lost(self, rows: Mapping[str, Mapping[str, Any]]) -> bool:
         """True when the claims are gone because another committer finished (or an abort
         fenced) the transaction meanwhile; an error when they are gone otherwise."""
         record = self.record
         if not requirements_unmet(
-            [ClaimedBy(o, record.tag) for o in self.plan.partitions], rows, None
+            [ClaimedBy(o, record.incarnation_tag) for o in self.plan.partitions], rows, None
         ):
             return False
         if not self.committer._still_mine(record):
             return True
         raise ManifestError(
-            f"transaction {record.tag} is committing but does not hold its claims (was "
+            f"transaction {record.incarnation_tag} is committing but does not hold its claims (was "
             "__manifest rewritten by another tool?)",
         )
 
@@ -991,13 +1001,15 @@ class ClaimPublish:
             now, found = record_and_rows(state, record.txn_id, plan.partitions)
             rows = list(found.values())
         if now is None or now.incarnation != record.incarnation:
-            raise TransactionAborted(f"transaction {record.tag} was aborted")
+            raise TransactionAborted(f"transaction {record.incarnation_tag} was aborted")
         if now.state is not TxnState.COMMITTING or now.owner != self.committer.token:
             return self.committer._await_outcome(record)
         held = {r[OBJECT_ID]: r for r in rows}
-        lost = requirements_unmet([ClaimedBy(o, record.tag) for o in held], held, None)
+        lost = requirements_unmet([ClaimedBy(o, record.incarnation_tag) for o in held], held, None)
         if lost:
-            raise ManifestError(f"transaction {record.tag} lost its claim on {lost[0].object_id}")
+            raise ManifestError(
+                f"transaction {record.incarnation_tag} lost its claim on {lost[0].object_id}"
+            )
         prepared.detail = _Held(state, now, [dict(r) for r in rows])
         for r in rows:
             r[READ_VERSION] = versions[r[OBJECT_ID]]
@@ -1032,7 +1044,7 @@ class ClaimPublish:
         self.committer._drop_superseded(plan)
         log.info(
             "transaction %s published %d partitions (manifest v%d)",
-            record.tag,
+            record.incarnation_tag,
             len(result.partitions),
             version,
         )

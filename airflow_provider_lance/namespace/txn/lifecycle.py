@@ -27,7 +27,7 @@ Transitions (each a single compare-and-swap):
                               source of a combined transaction -> MERGED) in one commit
     COMMITTING -> COMMITTING  steal: a retry takes over from a dead or stale committer
     COMMITTING -> PUBLISHED   publish, conditional on the committer's own token
-    STAGED | COMMITTING -> ABORTED  fence (claims released in the same commit)
+    STAGED | COMMITTING -> ABORTED  mark_aborted (claims released in the same commit)
     ABORTED    -> STAGED      implicitly, when ``begin`` writes the next incarnation's header
 
 A write no other process knows (``ns.write()`` without a ``txn_id``) has no row and no
@@ -48,7 +48,12 @@ from airflow_provider_lance.namespace.format.manifest import (
     Manifest,
 )
 from airflow_provider_lance.namespace.format.state import NamespaceState
-from airflow_provider_lance.namespace.format.txn_row import TxnRecord, TxnState, parse_tag, row_id
+from airflow_provider_lance.namespace.format.txn_row import (
+    TxnRecord,
+    TxnState,
+    parse_incarnation_tag,
+    row_id,
+)
 
 
 def load_records(state: NamespaceState, txn_ids: Iterable[str]) -> dict[str, TxnRecord]:
@@ -81,7 +86,7 @@ def claim_is_live(claim: str, records: Mapping[str, TxnRecord]) -> bool:
     an aborted, merged, published, newer or missing incarnation is dead and anyone may
     take it over (Percolator's rule for a secondary lock whose primary rolled back).
     """
-    txn_id, incarnation = parse_tag(claim)
+    txn_id, incarnation = parse_incarnation_tag(claim)
     record = records.get(txn_id)
     return (
         record is not None
@@ -92,14 +97,17 @@ def claim_is_live(claim: str, records: Mapping[str, TxnRecord]) -> bool:
 
 
 def claim_owners(rows: Iterable[Mapping[str, Any]]) -> set[str]:
-    return {parse_tag(r[CLAIM])[0] for r in rows if r.get(CLAIM)}
+    return {parse_incarnation_tag(r[CLAIM])[0] for r in rows if r.get(CLAIM)}
 
 
 def claim_holders(claims: Iterable[str], records: Mapping[str, TxnRecord]) -> list[str]:
     """Each live claim (``txn#k``) with how long its transaction has been committing, for
     the error of a wait for claims that timed out."""
     return sorted(
-        {f"{claim} (committing for {records[parse_tag(claim)[0]].age:.0f}s)" for claim in claims}
+        {
+            f"{claim} (committing for {records[parse_incarnation_tag(claim)[0]].age:.0f}s)"
+            for claim in claims
+        }
     )
 
 
@@ -141,7 +149,7 @@ class TransitionRefused(Exception):
     the caller decides what that means (e.g. a stager whose transaction was sealed)."""
 
     def __init__(self, record: TxnRecord) -> None:
-        super().__init__(f"transaction {record.tag} is {record.state.value}")
+        super().__init__(f"transaction {record.incarnation_tag} is {record.state.value}")
         self.record = record
 
 
@@ -155,7 +163,7 @@ def _merged(sources: Iterable[TxnRecord], into: TxnRecord, plan: str | None) -> 
     out = []
     for source in sources:
         _expect(source, TxnState.STAGED)
-        out.append(source.moved(TxnState.MERGED, merged_into=into.tag, plan=plan))
+        out.append(source.moved(TxnState.MERGED, merged_into=into.incarnation_tag, plan=plan))
     return out
 
 
@@ -230,7 +238,7 @@ def publish_empty(
     return swap(manifest, state, [record.moved(TxnState.PUBLISHED), *merged])
 
 
-def fence(
+def mark_aborted(
     manifest: Manifest,
     state: NamespaceState,
     record: TxnRecord,
@@ -245,9 +253,9 @@ def fence(
     keep = released(claimed)
     moved = record.moved(TxnState.ABORTED, owner=None, error=reason)
     dead = [
-        s.moved(TxnState.ABORTED, error=f"{reason} (merged into {record.tag})")
+        s.moved(TxnState.ABORTED, error=f"{reason} (merged into {record.incarnation_tag})")
         for s in sources
-        if s.state is TxnState.MERGED and s.merged_into == record.tag
+        if s.state is TxnState.MERGED and s.merged_into == record.incarnation_tag
     ]
     swap(manifest, state, [moved, *dead], keep)
     return moved

@@ -89,7 +89,7 @@ def register_intent(manifest: Manifest, state: NamespaceState, intent: str, owne
     manifest.insert_absent(rows)
 
 
-def fence(manifest: Manifest, state: NamespaceState, spec_version: int) -> bool:
+def fence_spec(manifest: Manifest, state: NamespaceState, spec_version: int) -> bool:
     """Insert the fence of ``spec_version`` and rewrite every intent row of ``state``, in
     one commit against ``state``'s version. False if a concurrent commit changed one of
     those rows (read the namespace again: the fence may be there now)."""

@@ -42,7 +42,7 @@ from airflow_provider_lance.namespace.format.txn_row import (
     TransactionHeader,
     TxnRecord,
     TxnState,
-    parse_tag,
+    parse_incarnation_tag,
 )
 from airflow_provider_lance.namespace.results import CommitResult
 from airflow_provider_lance.namespace.retry import Budget, Outcome, Spent, retry_until
@@ -58,8 +58,8 @@ from .lifecycle import (
     claim_is_live,
     claim_owners,
     drop_pending,
-    fence,
     load_records,
+    mark_aborted,
     released,
     swap,
 )
@@ -206,13 +206,13 @@ class Transaction:
         self._store.save_stages(self.txn_id, k, records)
         failpoint("stage.recorded")
         if not self.header.anonymous:
-            self._fence_stages({s.stage_id: (s, records[s.stage_id]) for s in stages})
+            self._order_stages({s.stage_id: (s, records[s.stage_id]) for s in stages})
         for stage in stages:
             earlier = previous[stage.stage_id]
             if earlier is not None:  # no plan can include it any more: the seal is ordered
                 discard_stage(Stage.from_json(earlier), self._ctx.storage, keep=_fragments([stage]))
 
-    def _fence_stages(self, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]) -> None:
+    def _order_stages(self, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]) -> None:
         """Order recorded stages before any seal (the epoch bump), or learn the seal's plan."""
 
         def attempt(_: int) -> Outcome | None:
@@ -271,7 +271,7 @@ class Transaction:
             return None
         txn_id, incarnation = self.txn_id, record.incarnation
         if record.state is TxnState.MERGED and record.merged_into:
-            txn_id, incarnation = parse_tag(record.merged_into)
+            txn_id, incarnation = parse_incarnation_tag(record.merged_into)
         return Plan.from_json(self._store.plan(txn_id, incarnation, record.plan))
 
     def stages(self) -> dict[str, Stage]:
@@ -326,7 +326,7 @@ class Transaction:
             self._store.delete_stage(self.txn_id, self.incarnation, sid)
         if not self.header.anonymous and raws:
             with contextlib.suppress(TransactionAborted):
-                self._fence_stages({})
+                self._order_stages({})
         plan = self._sealed_plan(current(self._ctx, self.header))
         kept = []
         for sid, raw in raws.items():
@@ -372,8 +372,7 @@ def begin(
 
     An aborted transaction's id starts a new incarnation: nothing of the old one remains.
     """
-    if mode not in MODES:
-        raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+    check_mode(mode)
     fresh = txn_id is None  # a new random id: nothing can exist under it yet
     txn_id = check_txn_id(txn_id or uuid.uuid4().hex)
     state = ctx.load_state()
@@ -396,6 +395,21 @@ def begin(
     )
     ctx.store.save(header)
     return header
+
+
+def check_mode(mode: object) -> None:
+    """A write mode, or the error naming the ones there are."""
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def begin_transaction(
+    ctx: TransactionContext, mode: WriteMode, txn_id: str | None, *, anonymous: bool = False
+) -> Transaction:
+    """:func:`begin`, as the handle users stage into (the ``claim`` column added to an
+    older ``__manifest`` first: every transaction needs it)."""
+    ctx.manifest.ensure_claim_column()
+    return Transaction(begin(ctx, mode, txn_id, anonymous=anonymous), ctx)
 
 
 def commit(
@@ -513,12 +527,17 @@ def abort(
         sources = list(load_records(state, source_ids).values())
         try:
             failpoint("abort.before_fence")
-            record = fence(
-                ctx.manifest, state, record, reason, state.view.claimed_by(record.tag), sources
+            record = mark_aborted(
+                ctx.manifest,
+                state,
+                record,
+                reason,
+                state.view.claimed_by(record.incarnation_tag),
+                sources,
             )
         except (CommitConflict, TransitionRefused):
             return Outcome.LOST
-        log.info("transaction %s aborted: %s", record.tag, reason)
+        log.info("transaction %s aborted: %s", record.incarnation_tag, reason)
         return record
 
     lost = Budget(
@@ -541,7 +560,7 @@ def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
     state = ctx.load_state()
     doomed = [(record.txn_id, record.incarnation)]
     for source in load_records(state, record.sources).values():
-        if source.merged_into == record.tag:
+        if source.merged_into == record.incarnation_tag:
             doomed.append((source.txn_id, source.incarnation))
     fragments: dict[str, Stage] = {}
     for txn_id, k in doomed:
@@ -552,7 +571,7 @@ def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
             plan = Plan.from_json(ctx.store.plan(record.txn_id, record.incarnation, record.plan))
             fragments["plan"] = Stage("plan", "plan", plan.mode, plan.spec_version, plan.partitions)
         except LanceNamespaceError as exc:  # a missing plan: nothing more to delete
-            log.debug("no plan to clean up for %s: %s", record.tag, exc)
+            log.debug("no plan to clean up for %s: %s", record.incarnation_tag, exc)
     seen: set[str] = set()
     for stage in fragments.values():
         discard_stage(stage, ctx.storage, keep=frozenset(seen))
@@ -560,12 +579,14 @@ def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
     for txn_id, k in doomed:
         for stage_id in ctx.store.stages(txn_id, k):
             ctx.store.delete_stage(txn_id, k, stage_id)
-    rows = [r for r in state.view.claimed_by(record.tag) if r[READ_VERSION] is None]
+    rows = [r for r in state.view.claimed_by(record.incarnation_tag) if r[READ_VERSION] is None]
     if rows:
         try:
             drop_pending(ctx.manifest, state, rows)
         except CommitConflict:
-            log.info("left %d dead partition rows of %s to recovery", len(rows), record.tag)
+            log.info(
+                "left %d dead partition rows of %s to recovery", len(rows), record.incarnation_tag
+            )
 
 
 def _fragments(stages: Iterable[Stage]) -> set[str]:

@@ -1,0 +1,161 @@
+"""``PartitionedNamespace.write``: one transaction per write, published whole or not at all.
+
+A write without a ``txn_id`` is known to nobody else: it publishes directly
+(:mod:`.direct`), and hands its staged files to the claim protocol only when a partition is
+claimed or it keeps losing races. A write with a ``txn_id`` stages into that transaction
+and commits it, so a retry finds the first attempt's outcome. A write that fails is
+aborted: nothing of it stays, and the error says whether a retry will succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+
+from airflow_provider_lance.namespace.errors import (
+    LanceNamespaceError,
+    StaleStage,
+    TransactionAborted,
+    aborted_meanwhile,
+    stage_again,
+)
+from airflow_provider_lance.namespace.failpoints import FailpointError, failpoint
+from airflow_provider_lance.namespace.format.txn_row import TxnState, incarnation_tag
+from airflow_provider_lance.namespace.results import CommitResult
+from airflow_provider_lance.namespace.types import ArrowData, WriteMode
+from airflow_provider_lance.namespace.write.staging import (
+    Stage,
+    Stager,
+    discard_stage,
+    list_fragments,
+)
+
+from . import transactions
+from .claim import refuse_if_maybe_published, resolve
+from .direct import publish_stage
+from .kernel import CommitOptions, TransactionContext
+from .publish_result import rebuilt_result
+from .transactions import Transaction
+
+log = logging.getLogger(__name__)
+
+
+def write(
+    ctx: TransactionContext,
+    data: ArrowData,
+    mode: WriteMode,
+    *,
+    txn_id: str | None,
+    options: CommitOptions,
+    flush_bytes: int,
+) -> CommitResult:
+    """Stage ``data`` and publish it (see the module docstring)."""
+    if txn_id is None:
+        return write_direct(ctx, data, mode, options, flush_bytes)
+    txn = transactions.begin_transaction(ctx, mode, txn_id, anonymous=False)
+    if txn.state is not TxnState.STAGED:  # a retry got as far as committing
+        log.info("transaction %s is %s: finishing it", txn.txn_id, txn.state.value)
+        return transactions.commit(ctx, txn.txn_id, options)
+    return commit_staged(
+        ctx, txn, lambda: txn.stage(data, stage_id="write", flush_bytes=flush_bytes), options
+    )
+
+
+def write_direct(
+    ctx: TransactionContext,
+    data: ArrowData,
+    mode: WriteMode,
+    options: CommitOptions,
+    flush_bytes: int,
+) -> CommitResult:
+    """A write nobody else knows: published in one swap (see :mod:`.direct`), or, when
+    its partitions are claimed or it keeps losing races, by the claim protocol."""
+    transactions.check_mode(mode)
+    state = ctx.load_state()
+    if not state.view.has_claim_column:
+        ctx.manifest.ensure_claim_column()
+        state = ctx.load_state()
+    txn_id = uuid.uuid4().hex
+    owner = incarnation_tag(txn_id, 1)
+    stage = Stager(
+        state,
+        Stage(txn_id, "write", mode, state.spec_version),
+        ctx.storage,
+        flush_bytes,
+        create_leaves_as=owner,
+    ).write(data)
+    try:
+        result = publish_stage(ctx, state, stage, owner=owner)
+    except StaleStage as exc:  # its files are discarded: a retry stages afresh
+        raise stage_again(exc) from exc
+    if result is not None:
+        return result
+    try:  # recorded for the claim protocol, which commits the files itself
+        list_fragments(stage, ctx.storage)
+    except BaseException:
+        discard_stage(stage, ctx.storage)
+        raise
+    txn = transactions.begin_transaction(ctx, mode, txn_id, anonymous=True)
+    failpoint("direct.handing_over")
+    try:
+        result = commit_staged(ctx, txn, lambda: txn.record(stage), options)
+    except (LanceNamespaceError, OSError):
+        result = _published_anyway(ctx, txn, stage)
+        if result is None:
+            raise
+    ctx.store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
+    return result
+
+
+def _published_anyway(
+    ctx: TransactionContext, txn: Transaction, stage: Stage
+) -> CommitResult | None:
+    """The result of a handed-over write whose commit failed after its publish (the
+    store failed mid-swap, or after it): the writer's own stage says what it holds.
+    None if it was not published. A write reported failed would be written again."""
+    try:
+        record = resolve(ctx, ctx.load_state(), txn.txn_id)
+        if record is not None and record.state is TxnState.PUBLISHED:
+            result = rebuilt_result(ctx.load_state, record, stage.mode, stage.partitions)
+            version = result.manifest_version
+            log.warning("the write was published (v%d) although its commit failed", version)
+            return result
+    except LanceNamespaceError as exc:  # cannot tell: the commit's own error stands
+        log.warning("could not tell whether %s was published: %s", txn.txn_id, exc)
+        return None
+    if record is None:
+        refuse_if_maybe_published(incarnation_tag(txn.txn_id, txn.header.incarnation))
+    return None
+
+
+def commit_staged(
+    ctx: TransactionContext,
+    txn: Transaction,
+    stage: Callable[[], object],
+    options: CommitOptions,
+) -> CommitResult:
+    """Stage (``stage()``) and commit ``txn``; a failure aborts it (nothing of it stays)."""
+    try:
+        stage()
+        return transactions.commit(ctx, txn.txn_id, options)
+    except BaseException as exc:
+        if not isinstance(exc, FailpointError):
+            _abort_quietly(ctx, txn.txn_id, exc, forget=txn.header.anonymous)
+        if isinstance(exc, TransactionAborted):
+            raise aborted_meanwhile(txn.txn_id, exc) from exc
+        if isinstance(exc, StaleStage):  # aborted above: a retry begins and stages anew
+            raise stage_again(exc) from exc
+        raise
+
+
+def _abort_quietly(
+    ctx: TransactionContext, txn_id: str, cause: BaseException, *, forget: bool
+) -> None:
+    """Abort a failed write; an id nobody else knows leaves no record behind."""
+    try:
+        transactions.abort(ctx, txn_id, f"write failed: {cause}", own_write=forget)
+        if forget:
+            ctx.store.delete(txn_id)
+    except LanceNamespaceError as exc:  # e.g. it was published after all
+        log.warning("could not abort transaction %s: %s", txn_id, exc)
