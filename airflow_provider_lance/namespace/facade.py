@@ -554,7 +554,7 @@ class PartitionedNamespace:
         partitions the data touches. ``data`` is anything Arrow-exportable (pyarrow, polars,
         DuckDB, pandas through pyarrow) or an iterable of pyarrow tables or batches.
         ``claim_timeout`` bounds the wait for partitions another transaction is committing
-        (default 120 s, :class:`~.commit.CommitOptions`); the error names the holder
+        (default 120 s, :class:`~.kernel.CommitOptions`); the error names the holder
         and its age.
 
         One transaction: stage, then publish every touched partition (and those it creates)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from tests.conftest import EVENTS_SCHEMA, events
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,3 +37,15 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def ns(root: Path) -> PartitionedNamespace:
+    """Six days of events, partitioned by day, written in two writes (so two partitions
+    hold a second fragment): what the read tests read (a test module may define its own)."""
+    ns = PartitionedNamespace.create(
+        root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
+    )
+    ns.write(events(600, days=6))
+    ns.write(events(60, days=2, first_id=1000))  # a second fragment in two partitions
+    return ns

@@ -22,16 +22,6 @@ def registered(spark: SparkSession) -> None:
     register(spark)
 
 
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    ns = PartitionedNamespace.create(
-        root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
-    )
-    ns.write(events(600, days=6))
-    ns.write(events(60, days=2, first_id=1000))  # a second fragment in two partitions
-    return ns
-
-
 def rows(df) -> list[dict]:  # type: ignore[no-untyped-def]
     return sort_rows(pa.Table.from_pylist([r.asDict() for r in df.collect()]))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -14,22 +13,11 @@ from airflow_provider_lance.namespace import (
     FilterError,
     InvalidArgumentError,
     PartitionedNamespace,
-    PartitionField,
     VersionNotFoundError,
 )
 from airflow_provider_lance.namespace.errors import SchemaError
 from airflow_provider_lance.spark import read_partitioned
 from tests.conftest import EVENTS_SCHEMA, events, sort_rows
-
-
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    ns = PartitionedNamespace.create(
-        root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
-    )
-    ns.write(events(600, days=6))
-    ns.write(events(60, days=2, first_id=1000))  # a second fragment in two partitions
-    return ns
 
 
 def spark_rows(df) -> list[dict]:  # type: ignore[no-untyped-def]

@@ -98,7 +98,7 @@ def maintain(
     that read is honoured. One recorded later (while this runs) is not, but its files
     were written moments ago (unless its stager held them unrecorded for 7 days), and if
     they are gone anyway its commit refuses to publish them
-    (:func:`~.leaves.check_staged_files`).
+    (:func:`~.leaf_commit.check_staged_files`).
     """
     if older_than is not None and older_than < dt.timedelta(0):
         raise InvalidArgumentError(

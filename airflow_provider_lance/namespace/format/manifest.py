@@ -401,7 +401,7 @@ class ManifestView:
     these named questions instead, so what a row kind is (a leaf, a transaction, a claim)
     is spelled out once. The version never changes, so rows looked up by id, the row count
     and the ids are read once. Reads raise Lance's own errors (a
-    :class:`~.catalog.NamespaceState` says when retention removed its version).
+    :class:`~.state.NamespaceState` says when retention removed its version).
     """
 
     def __init__(self, dataset: lance.LanceDataset) -> None:

@@ -4,9 +4,9 @@ Every daily append adds a fragment (a file) to its leaf; deletes and merges leav
 files. Lance's compaction rewrites such fragments into few large ones. Here it is
 planned and executed on each leaf's *published* version (``Compaction.plan`` and
 ``CompactionTask.execute``: the new files are written, nothing is committed), the result
-committed as that version's ``Rewrite`` through :func:`~.leaves.commit_change`, and every
+committed as that version's ``Rewrite`` through :func:`~.leaf_commit.commit_change`, and every
 compacted leaf's new ``read_version`` published in one ``__manifest`` swap, like any table
-operation (:mod:`.operations`). Writers keep writing meanwhile: a leaf whose published
+operation (:mod:`~.runner`). Writers keep writing meanwhile: a leaf whose published
 version moved under the swap is compacted again on the new one, and one that keeps moving
 is left alone (reported ``kept_moving``); so is one a committing transaction holds
 (``claimed``). A compaction never changes what a leaf holds, only how it is stored.

@@ -6,7 +6,7 @@ read it at their ``read_version``) until maintenance reclaims it; the partition 
 rows above it stay too (a concurrent writer may be creating a sibling under them, and
 deleting a parent is not conditional on its children), so writing the values again
 reuses them and creates a fresh leaf: a leaf committed for a partition without a row
-replaces whatever a dropped one left at that location (:func:`~.leaves.commit_leaf`).
+replaces whatever a dropped one left at that location (:func:`~.leaf_commit.commit_leaf`).
 
 ``delete(filter)`` drops the partitions the filter covers entirely (:mod:`.coverage`) and
 writes Lance deletion files into the others (``LanceFragment.delete``: no data rewritten),

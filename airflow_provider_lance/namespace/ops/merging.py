@@ -3,7 +3,7 @@
 Every source row is routed by the current partition spec, as a write routes it. The key
 must name every source column of the current spec's partition fields: then a row and the
 stored row with its key live in the same partition, and a Lance ``merge_insert`` per leaf
-(uncommitted: ``execute_uncommitted``, committed through :func:`~.leaves.commit_change`
+(uncommitted: ``execute_uncommitted``, committed through :func:`~.leaf_commit.commit_change`
 on the published version) updates the matches and inserts the rest. Partition values not
 seen before become new partitions, staged and created as a write creates them.
 

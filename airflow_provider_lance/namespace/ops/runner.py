@@ -12,7 +12,7 @@ computed here instead of staged by a writer:
    ``Rewrite``; or, for a partition the operation creates, its staged data files. A change
    computed by an earlier attempt against the same R, under the same schema and partition
    spec, is reused;
-4. commit each change as leaf version R+1 exactly (:func:`~.leaves.commit_change`: versions
+4. commit each change as leaf version R+1 exactly (:func:`~.leaf_commit.commit_change`: versions
    above R rolled back, a rebased commit made again, tagged with the operation's owner);
 5. ONE compare-and-swap against S sets the new ``read_version``\\ s, inserts the rows of
    created partitions, deletes the rows of dropped ones and, with a ``txn_id``, writes
@@ -147,7 +147,7 @@ class ComputedChange:
     #: Why the operation leaves this partition alone (reported in the result).
     skip: str | None = None
     #: The leaf opened at ``base`` to compute the change, if kept: its commit reuses it
-    #: (see :func:`~.leaves.commit_change`), then lets it go.
+    #: (see :func:`~.leaf_commit.commit_change`), then lets it go.
     leaf: lance.LanceDataset | None = field(default=None, repr=False, compare=False)
 
 

@@ -783,7 +783,7 @@ class Committer:
     def _check_append_schemas(self, plan: Plan, current: Mapping[str, Mapping[str, Any]]) -> None:
         """Before claiming: appended files only go onto a leaf version whose schema gives
         their field ids the meaning they were staged with (the leaf may have been rewritten
-        under a new schema since: see :func:`~.leaves.schema_digest`). Opens only leaves
+        under a new schema since: see :func:`~.leaf_commit.schema_digest`). Opens only leaves
         published anew since they were staged."""
         moved = [
             (oid, row[READ_VERSION])
@@ -935,14 +935,17 @@ class ClaimPublish:
         self.plan = plan
         self.sealed = sealed
         self.works: list[LeafWork] | None = None
+        #: The state the leaf work was built on (the seal's, or read after a takeover).
+        self.leaf_state: NamespaceState | None = None
 
     def prepare(self, attempt: int) -> Prepared[_Held | None] | CommitResult:
         """The leaf work, built (and its staged files checked) once: a later attempt
         after a lost swap commits nothing again."""
         record, plan, storage = self.record, self.plan, self.ctx.storage
         guard = HeldClaim(self.ctx.manifest, record.incarnation_tag)
-        if self.works is not None:
-            return Prepared(self.ctx.load_state(), self.works, guard, record.incarnation_tag, None)
+        if self.works is not None and self.leaf_state is not None:
+            # committed already: the swap reads what it is against
+            return Prepared(self.leaf_state, self.works, guard, record.incarnation_tag, None)
         rows: Mapping[str, Mapping[str, Any]]
         if self.sealed is not None:
             state, rows = self.sealed.state, self.sealed.claimed
@@ -951,6 +954,7 @@ class ClaimPublish:
             rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
             if self._claims_lost(rows):
                 return self.committer._await_outcome(record)
+        self.leaf_state = state
         schema = plan.leaf_schema or state.schema.leaf_schema()
         overwrite = plan.mode == "overwrite"
         self.works = [

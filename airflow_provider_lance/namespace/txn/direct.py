@@ -3,7 +3,7 @@
 ``ns.write()`` without a ``txn_id`` is such a write: nobody else stages into it, commits it
 or retries it, so nothing has to be fenced, no plan has to be durable for anyone else and no
 claim has to be held while its leaves commit. It takes the optimistic path of Delta and
-Iceberg instead of the claim protocol of :mod:`.commit`:
+Iceberg instead of the claim protocol of :mod:`.claim`:
 
 1. the rows are staged against manifest version S, partitions in parallel: each leaf is
    written and committed in one Lance call on its published version (a new partition's
@@ -12,7 +12,7 @@ Iceberg instead of the claim protocol of :mod:`.commit`:
 3. a leaf version made in step 1 right above the version still published (it holds
    exactly that version's rows plus the write's) is used as it is; any other leaf is
    committed now on its published ``read_version`` (in parallel, tagged and verified like
-   every leaf commit: :func:`~.leaves.commit_leaf`), rolling back what lies above it;
+   every leaf commit: :func:`~.leaf_commit.commit_leaf`), rolling back what lies above it;
 4. one compare-and-swap against S (:func:`~.lifecycle.publish_direct`) sets the new
    ``read_version``\\ s and inserts the rows of new partitions. It fails if any of those
    rows changed since S, and the write goes back to 2 at the newer version.

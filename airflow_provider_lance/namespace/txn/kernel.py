@@ -1,11 +1,11 @@
-"""The publish kernel: what every publish path (the claim protocol of :mod:`.commit`, the
-direct write of :mod:`.direct`, the table operations of :mod:`.operations`) does alike.
+"""The publish kernel: what every publish path (the claim protocol of :mod:`.claim`, the
+direct write of :mod:`.direct`, the table operations of :mod:`~.runner`) does alike.
 
 * **Leaf fan-out.** A publish is a set of :class:`LeafWork`, one per touched leaf, each a
   :data:`LeafChange`: staged files appended (:class:`AppendFiles`), a leaf replaced whole
   (:class:`ReplaceLeaf`) or a Lance operation computed on the published version applied
   (:class:`ApplyChange`). :func:`commit_leaves` commits them all in ONE ``storage.map``,
-  with the guards of :func:`~.leaves.commit_leaf` and :func:`~.leaves.commit_change` (G1:
+  with the guards of :func:`~.leaf_commit.commit_leaf` and :func:`~.leaf_commit.commit_change` (G1:
   a commit is used only as base + 1; G3: a roll-back restored exactly the base; G5: an
   append only onto a leaf of the schema its files were written with; G6: a partition that
   does not exist is replaced whole) and one :class:`LeafGuard` asked before any roll-back
@@ -164,7 +164,7 @@ def staged_work(
 class LeafGuard(Protocol):
     """Asked before any roll-back of versions above ``base`` (and when ``base`` cannot be
     read): False means they may be another writer's to publish, and the commit raises
-    :class:`~.leaves.LeafMoved` instead of rolling them back."""
+    :class:`~.leaf_commit.LeafMoved` instead of rolling them back."""
 
     def may_roll_back(self, work: LeafWork, base: int) -> bool: ...
 
@@ -222,7 +222,7 @@ def check_works_files(
     anonymous: bool = False,
     still_live: Callable[[], bool] | None = None,
 ) -> None:
-    """G4: :func:`~.leaves.check_staged_files` for the staged files of ``works``."""
+    """G4: :func:`~.leaf_commit.check_staged_files` for the staged files of ``works``."""
     parts = {w.object_id: w.files for w in works if w.files is not None}
     if parts:
         check_staged_files(storage, parts, owner, anonymous, still_live)

@@ -65,7 +65,7 @@ class StagedPartition:
     #: lists the others in ``superseded`` (deleted once published, never committed).
     base_fragments: Sequence[str] = ()
     superseded: Sequence[str] = ()
-    #: :func:`~.leaves.schema_digest` of the schema the files' field ids refer to: the leaf
+    #: :func:`~.leaf_commit.schema_digest` of the schema the files' field ids refer to: the leaf
     #: version appended to, or the namespace's leaf schema for a new or replaced leaf
     #: (None in records written before it was kept: not checked).
     schema: str | None = None
@@ -518,7 +518,7 @@ class Stager:
         target.committed_version = version
 
     def _digest_of_created(self, table: lance.LanceDataset) -> str:
-        """The :func:`~.leaves.schema_digest` of ``table``, a new leaf Lance created from rows
+        """The :func:`~.leaf_commit.schema_digest` of ``table``, a new leaf Lance created from rows
         in the new leaf schema: read from the first such table only. Lance numbers a new
         table's fields from the Arrow schema alone, so every table created from one schema
         has the same field ids (reading them from each cost 2% of a 1,000-partition load)."""
