@@ -102,8 +102,8 @@ from airflow_provider_lance.namespace.txn.kernel import (
     requirements_unmet,
 )
 from airflow_provider_lance.namespace.txn.lifecycle import (
-    claim_holders,
     claim_owners,
+    claims_timed_out,
     load_records,
 )
 from airflow_provider_lance.namespace.txn.publish import Prepared, publish
@@ -387,13 +387,12 @@ class OperationRunner:
 
     def _claims_timed_out(self) -> CommitConflict:
         live, holders = self._blocked
-        held = claim_holders(live.values(), holders)
-        return CommitConflict(
-            f"{self.op.kind}: partitions are held by other transactions {held} for "
-            f"longer than the claim timeout ({self.claim_timeout:g}s); they are still "
-            "committing, or crashed: PartitionedNamespace.recover() releases them; "
-            "nothing was changed",
+        return claims_timed_out(
             live,
+            holders,
+            self.claim_timeout,
+            what=f"{self.op.kind}: ",
+            after="; nothing was changed",
         )
 
     # -- ordering against spec changes (see spec_fence) --------------------------------------

@@ -81,8 +81,8 @@ from .kernel import (
 )
 from .lifecycle import (
     TransitionRefused,
-    claim_holders,
     claim_owners,
+    claims_timed_out,
     load_records,
     publish_claimed,
     publish_empty,
@@ -549,13 +549,7 @@ class Committer:
 
     def _claims_timed_out(self) -> CommitConflict:
         blocked, holders = self._blocked
-        held = claim_holders(blocked.values(), holders)
-        return CommitConflict(
-            f"partitions are held by other transactions {held} for longer than "
-            f"the claim timeout ({self.options.claim_timeout:g}s); they are still "
-            "committing, or crashed: PartitionedNamespace.recover() releases them",
-            blocked,
-        )
+        return claims_timed_out(blocked, holders, self.options.claim_timeout)
 
     # -- 1. seal -----------------------------------------------------------------------------
     def _seal(

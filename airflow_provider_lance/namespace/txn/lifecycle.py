@@ -100,14 +100,28 @@ def claim_owners(rows: Iterable[Mapping[str, Any]]) -> set[str]:
     return {parse_incarnation_tag(r[CLAIM])[0] for r in rows if r.get(CLAIM)}
 
 
-def claim_holders(claims: Iterable[str], records: Mapping[str, TxnRecord]) -> list[str]:
-    """Each live claim (``txn#k``) with how long its transaction has been committing, for
-    the error of a wait for claims that timed out."""
-    return sorted(
+def claims_timed_out(
+    blocked: Mapping[str, str],
+    records: Mapping[str, TxnRecord],
+    timeout: float,
+    *,
+    what: str = "",
+    after: str = "",
+) -> CommitConflict:
+    """The error once a wait for partitions other transactions hold spent its claim
+    timeout: ``blocked`` maps each partition to its claim (``txn#k``), ``records`` the
+    holders' records (named with how long each has been committing), and the remedy."""
+    held = sorted(
         {
             f"{claim} (committing for {records[parse_incarnation_tag(claim)[0]].age:.0f}s)"
-            for claim in claims
+            for claim in blocked.values()
         }
+    )
+    return CommitConflict(
+        f"{what}partitions are held by other transactions {held} for longer than the "
+        f"claim timeout ({timeout:g}s); they are still committing, or crashed: "
+        f"PartitionedNamespace.recover() releases them{after}",
+        dict(blocked),
     )
 
 
