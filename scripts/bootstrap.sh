@@ -17,4 +17,10 @@ echo "installing airflow-provider-lance[${extras}] into .venv (the first time do
 # uv draws its progress on a terminal; elsewhere (CI, a log file) it stays quiet.
 QUIET=(--quiet)
 [ -t 2 ] && QUIET=()
-"${UV[@]}" pip install ${QUIET[@]+"${QUIET[@]}"} --python .venv/bin/python -e ".[${extras}]"
+# --compile-bytecode: every process (a test's subprocess, a Spark Python worker, an Airflow
+# task) imports pyarrow, pylance and Airflow from bytecode, as after a plain pip install;
+# without it, where PYTHONDONTWRITEBYTECODE is set, each one compiles them from source
+# again (importing lance, datafusion and pyarrow.dataset: 2.5 s instead of 4.4-10 s,
+# measured on 2 loaded cores).
+"${UV[@]}" pip install ${QUIET[@]+"${QUIET[@]}"} --compile-bytecode --python .venv/bin/python \
+    -e ".[${extras}]"

@@ -23,7 +23,7 @@ if [ ! -s "$constraints" ]; then
             --exclude-newer "$RELEASED" -o "$constraints.all"
     grep -v '^apache-airflow-providers-' "$constraints.all" > "$constraints"
 fi
-"${UV[@]}" pip install --quiet --python "$VENV/bin/python" -e ".[test]" \
+"${UV[@]}" pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[test]" \
     "apache-airflow==$AIRFLOW_VERSION" -c "$constraints"
 "$VENV/bin/python" -c "import airflow; print('Airflow tests against Airflow', airflow.__version__)"
 exec "$VENV/bin/python" -m pytest -n auto --dist loadfile tests/airflow \
