@@ -59,17 +59,53 @@ def rows(parts: range | list[int], per_part: int, first_id: int = 0) -> pa.Table
 
 
 class PhaseTimer:
-    """Times the claim / leaf-commit / publish phases by wrapping the Committer's steps."""
+    """Times the claim / leaf-commit / publish phases by wrapping the Committer's steps.
+
+    Since the publish kernel (issue 24) the claim protocol's leaf commits and publish run
+    as one strategy over ``txn/publish.py``: "leaf commits" is then its ``prepare`` (the
+    leaf work and the staged-file check) plus the kernel's ``commit_leaves``, as the old
+    ``_commit_leaves`` step was, and "publish" the rest of ``_finish``."""
 
     def __init__(self) -> None:
         self.phases: dict[str, float] = {}
+        self._leaves = 0.0
         committer = commit_module.Committer
         # "_claim" before the transaction redesign, "_seal" (seal + claims) after it: the
         # same script measures both revisions side by side.
         claim = "_seal" if hasattr(committer, "_seal") else "_claim"
-        phases = ((claim, "_claim"), ("_commit_leaves", "_commit_leaves"), ("_publish", "_publish"))
-        for name, phase in phases:
-            setattr(committer, name, self._wrap(phase, getattr(committer, name)))
+        setattr(committer, claim, self._wrap("_claim", getattr(committer, claim)))
+        if hasattr(committer, "_commit_leaves"):  # before the publish kernel
+            for name in ("_commit_leaves", "_publish"):
+                setattr(committer, name, self._wrap(name, getattr(committer, name)))
+            return
+        from airflow_provider_lance.namespace.txn import publish as kernel
+
+        strategy = commit_module.ClaimPublish
+        strategy.prepare = self._add(strategy.prepare)  # type: ignore[method-assign]
+        leaves = getattr(kernel, "commit_leaves")  # noqa: B009
+        setattr(kernel, "commit_leaves", self._add(leaves))  # noqa: B010
+        finish = committer._finish
+
+        def finished(*args: Any, **kwargs: Any) -> Any:
+            self._leaves = 0.0
+            t0 = time.perf_counter()
+            try:
+                return finish(*args, **kwargs)
+            finally:
+                self.phases["_commit_leaves"] = self._leaves
+                self.phases["_publish"] = time.perf_counter() - t0 - self._leaves
+
+        committer._finish = finished  # type: ignore[method-assign]
+
+    def _add(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._leaves += time.perf_counter() - t0
+
+        return timed
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
