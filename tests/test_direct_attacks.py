@@ -1073,6 +1073,54 @@ def test_a_zombie_committer_never_rolls_back_the_next_claim_holders_version(ns) 
     published_files_exist(ns)
 
 
+def test_a_committer_taken_over_before_its_publish_waits_for_the_new_committer(ns) -> None:
+    """Committer A commits X's leaf and parks before its publish; B takes X over (its token
+    owns the row now), commits the leaf and parks before its own publish. A, resumed,
+    reads a row another committer owns: it must send no publish of its own (it could only
+    fail, or, were the token not checked, publish over B) and wait for B's outcome, which
+    it returns. Relies on ``ClaimPublish.swap`` checking the owner before the swap (and,
+    behind it, ``lifecycle.publish_claimed``)."""
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    before = ns.partition({"part": 1}).read_version
+    arrived: list[str] = []
+
+    def b_only(b: list[threading.Thread]) -> Callable[[], bool]:
+        def when() -> bool:
+            arrived.append(threading.current_thread().name)
+            return threading.current_thread() is b[0]
+
+        return when
+
+    a = Worker(other(ns).commit, "X")
+    b_thread: list[threading.Thread] = []
+    with ExitStack() as stack:
+        a_done = stack.enter_context(
+            hold("commit.leaf_committed", when=lambda: threading.current_thread() is a)
+        )
+        a.start()
+        a_done.wait_reached()  # A's leaf version is committed; its publish comes next
+        b_parked = stack.enter_context(
+            hold("commit.before_publish", times=None, when=b_only(b_thread))
+        )
+        b = Worker(other(ns).commit, "X")
+        b_thread.append(b)
+        b.start()
+        b_parked.wait_reached()  # B owns X's row and is about to publish
+        a_done.release()
+        a.join(timeout=2)  # A reads the row B owns: it waits, publishing nothing
+        assert a.is_alive(), "A returned while B, which owns X, had not published"
+        assert a.name not in arrived, "A sent a publish for a row B owns"
+        assert ns.partition({"part": 1}).read_version == before
+        b_parked.release()
+        b_result = b.outcome()
+    assert a.outcome() == b_result
+    assert a.name not in arrived
+    assert tag_counts(ns) == Counter({"seed": 4, "x": 2})
+    no_duplicates(ns)
+    assert claims(ns) == []
+    published_files_exist(ns)
+
+
 def test_a_leaf_commit_rebased_onto_an_unpublished_version_is_made_again(ns) -> None:
     """X has sealed partition 1 and is about to commit its leaf on the published version
     P; W, a direct write, commits version P+1 while staging (then finds X's claim and
