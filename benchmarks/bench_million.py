@@ -16,7 +16,8 @@ For each size N (dates, one partition each, identity-partitioned on ``event_date
 * **plan one date**, **read one date** (a real one), **read a 1% range** (the real dates)
   and **a daily append** (1,000 rows of the next new date), each the one call of a fresh
   interpreter after its imports (as an Airflow task runs), medians over ``--reps``; and the
-  **peak RSS of the planning process** (``ru_maxrss``, imports included);
+  **peak RSS of the planning process** (``VmHWM``, imports included; ``ru_maxrss`` would
+  carry the parent's size over the ``execve``);
 * **delta-rs** beside it for the 1% range read, at the sizes up to ``--delta-max`` (one
   Parquet file per date: building more is the limit of this machine, not of delta-rs),
   reported per partition read.
@@ -92,7 +93,12 @@ elif op == "delta-read":  # its fastest read (see _peers.Delta.read)
 else:
     raise SystemExit(f"unknown op {op}")
 seconds = time.perf_counter() - t0
-peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, the peak of this process's own memory: ru_maxrss is kept across execve, so it
+# would report the parent's size at the fork when that is larger.
+with open("/proc/self/status") as status:
+    hwm = [line for line in status if line.startswith("VmHWM:")]
+usage = resource.getrusage(resource.RUSAGE_SELF)
+peak_mb = int(hwm[0].split()[1]) / 1024 if hwm else usage.ru_maxrss / 1024
 print(json.dumps({"seconds": seconds, "out": out, "peak_mb": peak_mb}))
 """
 
