@@ -6,7 +6,6 @@ import dataclasses
 import datetime as dt
 import logging
 import os
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -87,10 +86,6 @@ log = logging.getLogger(__name__)
 
 StorageOptions = Mapping[str, StorageOptionValue | None] | None
 
-#: Seconds after :meth:`PartitionedNamespace.open` during which the state it loaded counts as
-#: the latest without asking the store again (see :meth:`PartitionedNamespace.state`).
-FRESH_AFTER_OPEN = 1.0
-
 
 class PartitionedNamespace:
     """One logical dataset made of many Lance tables (a Lance Partitioned Namespace).
@@ -99,15 +94,10 @@ class PartitionedNamespace:
     reads the latest ``__manifest`` version; reads resolve all partitions from one version.
     """
 
-    def __init__(
-        self, root: str, manifest: Manifest, state: NamespaceState, *, opened_at: float = 0.0
-    ) -> None:
+    def __init__(self, root: str, manifest: Manifest, state: NamespaceState) -> None:
         self._root = root
         self._manifest = manifest
         self._state = state
-        #: Until when (``time.monotonic()``) the state ``open()`` loaded counts as the
-        #: latest without asking (see :meth:`state`).
-        self._fresh_until = opened_at + FRESH_AFTER_OPEN if opened_at else 0.0
         self._storage = manifest.storage
         self._store = TransactionStore(manifest.storage)
         self._history = History(manifest)
@@ -154,8 +144,7 @@ class PartitionedNamespace:
         ``concurrency``: see :meth:`create`."""
         root = normalize_root(uri)
         manifest = Manifest(Storage(root, storage_options, concurrency=concurrency))
-        asked = time.monotonic()  # before the LIST that finds the latest version
-        return cls(root, manifest, NamespaceState.load(root, manifest.latest()), opened_at=asked)
+        return cls(root, manifest, NamespaceState.load(root, manifest.latest()))
 
     @classmethod
     def exists(cls, uri: str | os.PathLike[str], storage_options: StorageOptions = None) -> bool:
@@ -191,16 +180,6 @@ class PartitionedNamespace:
         latest version committed at or before it) or a tag name; ``version`` is the older
         name of an int ``as_of``. :class:`VersionNotFoundError` when that state does not
         exist (not yet, never, or cleaned up by :meth:`maintain`).
-
-        The latest is asked of the store (a LIST of ``__manifest/_versions``) on every
-        call, except within :data:`FRESH_AFTER_OPEN` seconds of :meth:`open`: then the
-        state ``open()`` just loaded (by that same LIST) is taken as it is, unless this
-        process has opened or committed a later version of the namespace meanwhile (through
-        any handle). A scheduled task opens a handle and uses it at once: its operation
-        reads (or writes against) the version its open found, as a Lance dataset opened and
-        read, or a delta-rs table loaded and written, does. Writes never depend on it: each
-        publish is a compare-and-swap against the version it read, which fails if a row it
-        depends on changed since, however old that version is.
         """
         target = pick(as_of, version)
         if target is not None:
@@ -215,13 +194,6 @@ class PartitionedNamespace:
                     f"__manifest version {number} of {self._root} predates the namespace: "
                     "its creation was finished at a later version"
                 ) from exc
-        if self._fresh_until:
-            if (
-                time.monotonic() < self._fresh_until
-                and self._manifest.newest_known() <= self._state.version
-            ):
-                return self._state
-            self._fresh_until = 0.0  # from now on every call asks
         if not self._state.view.is_latest():
             self._state = NamespaceState.load(self._root, self._manifest.latest())
         return self._state

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
@@ -46,11 +45,6 @@ log = logging.getLogger(__name__)
 
 #: Looks at a root that concurrent creators keep changing before create gives up.
 CREATE_ATTEMPTS = 16
-
-#: The newest ``__manifest`` version this process opened as the latest or committed, per
-#: table URI (see :meth:`Manifest.newest_known`).
-_newest: dict[str, int] = {}
-_newest_lock = threading.Lock()
 
 MANIFEST_NAME = "__manifest"
 PRIMARY_KEY_METADATA = {"lance-schema:unenforced-primary-key:position": "0"}
@@ -133,7 +127,7 @@ class Manifest:
 
     def open(self, version: int | None = None) -> lance.LanceDataset:
         try:
-            ds = self.storage.table(self.uri, version, session=self._session)
+            return self.storage.table(self.uri, version, session=self._session)
         except TableNotFoundError as exc:
             if version is not None and self._exists():
                 raise ManifestError(
@@ -148,21 +142,6 @@ class Manifest:
             ) from exc
         except StorageError as exc:  # its own class: whether a retry helps stays decided
             raise type(exc)(f"cannot read the __manifest of {self.root}: {exc}") from exc
-        if version is None:
-            self._saw(int(ds.version))
-        return ds
-
-    def _saw(self, version: int) -> None:
-        """``version`` exists (opened as the latest, or made by a commit of this process)."""
-        with _newest_lock:
-            if _newest.get(self.uri, -1) < version:
-                _newest[self.uri] = version
-
-    def newest_known(self) -> int:
-        """The newest version of this ``__manifest`` this process opened as the latest or
-        committed, through any handle (-1: none): a state older than it is known to be
-        stale without asking the store."""
-        return _newest.get(self.uri, -1)
 
     def _exists(self) -> bool:
         try:
@@ -270,7 +249,6 @@ class Manifest:
                 f"{[f.name for f in missing]}",
             ):
                 ds.add_columns(pa.schema([f.with_nullable(True) for f in missing]))
-            self._saw(int(ds.version))
 
     # -- rows ---------------------------------------------------------------------------
     def conform(self, rows: pa.Table, ds: lance.LanceDataset) -> pa.Table:
@@ -298,7 +276,6 @@ class Manifest:
         result = (
             ds.merge_insert(OBJECT_ID).when_not_matched_insert_all().execute(self.conform(rows, ds))
         )
-        self._saw(int(ds.version))
         return int(result["num_inserted_rows"])
 
     def compare_and_swap(self, rows: pa.Table, base_version: int, *, delete: bool = False) -> int:
@@ -339,7 +316,6 @@ class Manifest:
             builder.conflict_retries(0).execute(self.conform(rows, base))
             failpoint("manifest.after_swap")  # committed: "=error" makes its outcome unknown
         self.last_swapped = base  # the commit advanced it to the version it made
-        self._saw(int(base.version))
         return int(base.version)
 
     def compare_and_swap_dropping(
@@ -383,7 +359,6 @@ class Manifest:
             builder.conflict_retries(0).execute(self.conform(rows, base))
             failpoint("manifest.after_swap")
         self.last_swapped = base
-        self._saw(int(base.version))
         return int(base.version)
 
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:
@@ -400,7 +375,6 @@ class Manifest:
             conflict=f"a concurrent change to the namespace metadata ({', '.join(values)}) "
             "won the race",
         )
-        self._saw(int(committed.version))
         return int(committed.version)
 
     def delete_rows(self, object_ids: list[str]) -> None:
@@ -412,9 +386,7 @@ class Manifest:
                 self.uri,
                 conflict="a concurrent commit to __manifest changed the rows being deleted",
             ):
-                ds = self.open()
-                ds.delete(ids_filter(object_ids))
-            self._saw(int(ds.version))
+                self.open().delete(ids_filter(object_ids))
 
     def ensure_claim_column(self) -> None:
         """Namespaces created before transactions lack the claim column: add it."""
