@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,41 @@ def test_reads_are_isolated_to_one_manifest_version(daily: PartitionedNamespace)
     # the leaf tables moved on, but readers of the old manifest version do not see it
     for p in daily.partitions():
         assert lance.dataset(p.location).version >= (p.read_version or 0)
+
+
+def test_a_handle_sees_what_another_process_published_before_it_reads(
+    daily: PartitionedNamespace,
+) -> None:
+    """A handle is opened; right after, another process (a Spark task's commit, another
+    Airflow task) publishes; the handle then reads: it sees the rows, however soon after
+    its open. (A handle that took the state its open loaded as the latest for a second
+    returned no rows here, as a Spark format write read back through the driver's handle
+    did.) The writer imports first and writes on a signal, so the write falls well inside
+    that second."""
+    script = (
+        "import sys; from tests.conftest import events; "
+        "from airflow_provider_lance.namespace import PartitionedNamespace; "
+        "print('ready', flush=True); sys.stdin.readline(); "
+        "PartitionedNamespace.open(sys.argv[1]).write(events(30)); print('done', flush=True)"
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", script, daily.uri],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path.cwd(),
+    )
+    assert writer.stdin is not None
+    assert writer.stdout is not None
+    assert writer.stdout.readline().strip() == "ready"
+    ns = PartitionedNamespace.open(daily.uri)
+    started = ns.version
+    writer.stdin.write("go\n")
+    writer.stdin.flush()
+    assert writer.stdout.readline().strip() == "done"
+    assert writer.wait(timeout=60) == 0
+    assert ns.count_rows() == 30
+    assert ns.version > started
 
 
 def test_unpublished_leaf_versions_are_invisible(daily: PartitionedNamespace) -> None:
