@@ -565,7 +565,7 @@ class PartitionedNamespace:
         the input where they can be (Arrow data is immutable: a generator that refills one
         NumPy buffer for every table it yields must copy it, or the buffered rows change).
         """
-        options = CommitOptions() if claim_timeout is None else CommitOptions(claim_timeout)
+        options = CommitOptions.for_claim_timeout(claim_timeout)
         result = writes.write(
             self._txn, data, mode, txn_id=txn_id, options=options, flush_bytes=flush_bytes
         )
@@ -622,7 +622,7 @@ class PartitionedNamespace:
             t.txn_id if isinstance(t, Transaction) else t
             for t in ([txn] if isinstance(txn, (str, Transaction)) else txn)
         ]
-        options = CommitOptions() if claim_timeout is None else CommitOptions(claim_timeout)
+        options = CommitOptions.for_claim_timeout(claim_timeout)
         for t in ids:
             if not isinstance(t, str):
                 raise InvalidArgumentError(f"transactions are named by their ids, got {t!r}")

@@ -326,9 +326,7 @@ class OperationRunner:
         self.ctx = ctx
         self.op = operation
         self.txn_id = None if txn_id is None else check_txn_id(txn_id)
-        self.claim_timeout = (
-            CommitOptions().claim_timeout if claim_timeout is None else claim_timeout
-        )
+        self.claim_timeout = CommitOptions.for_claim_timeout(claim_timeout).claim_timeout
         self.incarnation = 1
         self.owner = incarnation_tag(self.txn_id or uuid.uuid4().hex, 1)
         self.token = uuid.uuid4().hex[:16]

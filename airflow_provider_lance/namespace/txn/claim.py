@@ -66,7 +66,6 @@ from .kernel import (
     ClaimedBy,
     CommitOptions,
     HeldClaim,
-    LeafWork,
     NoLiveClaim,
     ReadVersionIs,
     Requirement,
@@ -903,11 +902,12 @@ class Committer:
 @dataclass
 class _Held:
     """What the claim publish's swap is against: the transaction row and the claimed
-    partition rows as read right before it, at ``state``'s version."""
+    partitions' versions as read right before it, at ``state``'s version."""
 
     state: NamespaceState
     record: TxnRecord
-    rows: list[dict[str, Any]]
+    #: Each partition's read_version before the swap (for the result's "created").
+    before: dict[str, int | None]
 
 
 class ClaimPublish:
@@ -928,18 +928,15 @@ class ClaimPublish:
         self.record = record
         self.plan = plan
         self.sealed = sealed
-        self.works: list[LeafWork] | None = None
-        #: The state the leaf work was built on (the seal's, or read after a takeover).
-        self.leaf_state: NamespaceState | None = None
+        #: The leaf work, built once: a later attempt commits nothing again.
+        self.prepared: Prepared[_Held | None] | None = None
 
     def prepare(self, attempt: int) -> Prepared[_Held | None] | CommitResult:
         """The leaf work, built (and its staged files checked) once: a later attempt
         after a lost swap commits nothing again."""
+        if self.prepared is not None:  # committed already: the swap reads what it is against
+            return self.prepared
         record, plan, storage = self.record, self.plan, self.ctx.storage
-        guard = HeldClaim(self.ctx.manifest, record.incarnation_tag)
-        if self.works is not None and self.leaf_state is not None:
-            # committed already: the swap reads what it is against
-            return Prepared(self.leaf_state, self.works, guard, record.incarnation_tag, None)
         rows: Mapping[str, Mapping[str, Any]]
         if self.sealed is not None:
             state, rows = self.sealed.state, self.sealed.claimed
@@ -948,21 +945,22 @@ class ClaimPublish:
             rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
             if self._claims_lost(rows):
                 return self.committer._await_outcome(record)
-        self.leaf_state = state
         schema = plan.leaf_schema or state.schema.leaf_schema()
         overwrite = plan.mode == "overwrite"
-        self.works = [
+        works = [
             staged_work(storage, part, dict(rows[oid]), schema, replace=overwrite or part.rewrite)
             for oid, part in plan.partitions.items()
         ]
         check_works_files(
             storage,
-            self.works,
+            works,
             record.incarnation_tag,
             record.anonymous,
             lambda: self.committer._still_mine(record),
         )
-        return Prepared(state, self.works, guard, record.incarnation_tag, None)
+        guard = HeldClaim(self.ctx.manifest, record.incarnation_tag)
+        self.prepared = Prepared(state, works, guard, record.incarnation_tag, None)
+        return self.prepared
 
     def _claims_lost(self, rows: Mapping[str, Mapping[str, Any]]) -> bool:
         """True when the claims are gone because another committer finished (or an abort
@@ -1008,7 +1006,7 @@ class ClaimPublish:
             raise ManifestError(
                 f"transaction {record.incarnation_tag} lost its claim on {lost[0].object_id}"
             )
-        prepared.detail = _Held(state, now, [dict(r) for r in rows])
+        prepared.detail = _Held(state, now, {oid: r[READ_VERSION] for oid, r in held.items()})
         for r in rows:
             r[READ_VERSION] = versions[r[OBJECT_ID]]
             r[CLAIM] = None
@@ -1036,8 +1034,9 @@ class ClaimPublish:
         held = prepared.detail
         assert held is not None
         record, plan = self.record, self.plan
-        before = {r[OBJECT_ID]: r[READ_VERSION] for r in held.rows}
-        result = commit_result(version, plan.mode, record.txn_id, plan.partitions, versions, before)
+        result = commit_result(
+            version, plan.mode, record.txn_id, plan.partitions, versions, held.before
+        )
         self.committer._save_result(record, result)
         self.committer._drop_superseded(plan)
         log.info(

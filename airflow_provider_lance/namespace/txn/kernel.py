@@ -69,6 +69,11 @@ class CommitOptions:
     #: How long to retry compare-and-swaps that lose to unrelated concurrent commits.
     swap_timeout: float = 120.0
 
+    @classmethod
+    def for_claim_timeout(cls, claim_timeout: float | None) -> CommitOptions:
+        """The defaults, with the caller's ``claim_timeout`` when it gave one."""
+        return cls() if claim_timeout is None else cls(claim_timeout)
+
 
 @dataclass(frozen=True)
 class TransactionContext:
