@@ -103,6 +103,25 @@ def test_bad_mode(populated: PartitionedNamespace, root: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("timeout", ["soon", -1, float("nan"), float("inf"), True])
+@pytest.mark.parametrize("call", ["write", "write_txn", "commit", "delete"])
+def test_a_bad_claim_timeout_is_refused_before_anything_is_written(
+    populated: PartitionedNamespace, root: Path, timeout: object, call: str
+) -> None:
+    """A claim timeout that is no number of seconds (or negative, NaN, infinite) is
+    refused up front; otherwise a write that never waits accepts it silently and one that
+    waits fails inside the retry loop with a TypeError."""
+    if call == "commit":
+        populated.begin("append", "staged").stage(events(2, first_id=100))
+    actions: dict[str, Callable[[], object]] = {
+        "write": lambda: populated.write(events(1), claim_timeout=timeout),  # type: ignore[arg-type]
+        "write_txn": lambda: populated.write(events(1), txn_id="w", claim_timeout=timeout),  # type: ignore[arg-type]
+        "commit": lambda: populated.commit("staged", claim_timeout=timeout),  # type: ignore[arg-type]
+        "delete": lambda: populated.delete("id = 1", claim_timeout=timeout),  # type: ignore[arg-type]
+    }
+    unchanged(populated, root, actions[call], InvalidArgumentError, "claim_timeout must be")
+
+
 def test_bad_data_in_a_later_batch_publishes_nothing(
     populated: PartitionedNamespace, root: Path
 ) -> None:

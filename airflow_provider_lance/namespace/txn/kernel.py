@@ -23,6 +23,7 @@ direct write of :mod:`.direct`, the table operations of :mod:`~.runner`) does al
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from airflow_provider_lance.namespace.errors import (
+    InvalidArgumentError,
     LanceNamespaceError,
     OutcomeUnknown,
     StorageError,
@@ -71,8 +73,20 @@ class CommitOptions:
 
     @classmethod
     def for_claim_timeout(cls, claim_timeout: float | None) -> CommitOptions:
-        """The defaults, with the caller's ``claim_timeout`` when it gave one."""
-        return cls() if claim_timeout is None else cls(claim_timeout)
+        """The defaults, with the caller's ``claim_timeout`` when it gave one: a number of
+        seconds, checked before anything is written (otherwise a wrong one would surface
+        only once a wait began, deep inside the retry loop)."""
+        if claim_timeout is None:
+            return cls()
+        if (
+            isinstance(claim_timeout, bool)
+            or not isinstance(claim_timeout, (int, float))
+            or not 0 <= claim_timeout < math.inf
+        ):
+            raise InvalidArgumentError(
+                f"claim_timeout must be a number of seconds, 0 or more, got {claim_timeout!r}"
+            )
+        return cls(float(claim_timeout))
 
 
 @dataclass(frozen=True)
