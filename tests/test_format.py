@@ -72,8 +72,13 @@ def test_manifest_columns(daily: PartitionedNamespace, root: Path) -> None:
     assert schema.field("event_date").nullable
     assert schema.field("base_objects").type == pa.list_(pa.field("object_id", pa.utf8()))
     indices = {tuple(i.field_names): i.index_type for i in manifest(root).describe_indices()}
-    # no BTREE on object_id: it breaks merge_insert's conflict detection (pylance 14.0.2)
-    assert indices == {("object_type",): "Bitmap"}
+    # no BTREE on object_id: it breaks merge_insert's conflict detection (pylance 14.0.2);
+    # one on each partition column answers a prune's pushed-down predicate
+    assert indices == {
+        ("object_type",): "Bitmap",
+        ("object_id",): "BloomFilter",
+        ("event_date",): "BTree",
+    }
 
 
 def test_rows_names_and_leaf_tables(daily: PartitionedNamespace, root: Path) -> None:

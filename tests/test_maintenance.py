@@ -37,7 +37,7 @@ def test_publishes_keep_the_manifest_compact(ns: PartitionedNamespace) -> None:
     indexed = {
         tuple(i.field_names) for i in lance.dataset(ns.uri + "/__manifest").describe_indices()
     }
-    assert indexed == {("object_type",)}
+    assert indexed == {("object_type",), ("object_id",), ("part",)}
 
 
 def test_cleanup_never_removes_what_readers_or_transactions_need(

@@ -7,13 +7,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_lance.namespace import FilterError, PartitionedNamespace, PartitionField
 from airflow_provider_lance.namespace.format.expressions import bind
+from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.read.pruning import holds_for_kept_partitions, parse_filter
 from airflow_provider_lance.namespace.write.splitting import partition_values
 
@@ -77,6 +81,12 @@ def check_filter(ns: PartitionedNamespace, data: pa.Table, where: str) -> None:
     expected = bind(where, SCHEMA, "filter").filter(data)
     pruned = {p.object_id for p in ns.prune(where)}
     state = ns.state()
+    # The predicate pushed into the __manifest scan (a fresh state: nothing loaded) keeps
+    # exactly what filtering every loaded row keeps: it selects a superset.
+    fresh = NamespaceState.load(state.root, state.view)
+    pushed = pruned_rows(fresh, where).column("object_id").to_pylist()
+    assert state.tables.num_rows >= 0  # loaded: pruned_rows filters it in memory
+    assert sorted(pushed) == sorted(pruned_rows(state, where).column("object_id").to_pylist())
     reachable = set()
     for version, spec in state.specs.items():
         values = partition_values(expected, spec, state.schema)
@@ -364,3 +374,79 @@ def test_pruning_is_sound(data: pa.Table, specs: list[str], wheres: list[str]) -
         ns = make_ns(Path(tmp) / "ns", specs, data)
         for where in wheres:
             check_filter(ns, data, where)
+
+
+# -- the predicate pushed into the __manifest scan ---------------------------------------------
+def test_a_prune_reads_only_the_rows_its_index_finds(
+    spaces: dict[str, PartitionedNamespace],
+) -> None:
+    """Planning one value reads the ``__manifest`` rows the partition column's index finds,
+    not every partition row (a million-partition namespace plans one date in milliseconds);
+    a predicate with nothing to push (a negation) reads every row, as before."""
+    ns = spaces["identity-n"]
+    state = NamespaceState.load(ns.state().root, ns.state().view)
+    assert [p.values for p in state.partitions_from_rows(pruned_rows(state, "n = 3"))] == [
+        {"p_n": 3}
+    ]
+    assert state._tables is None  # no full load
+    indexed = {tuple(i.field_names): i.index_type for i in state.view._ds.describe_indices()}
+    assert indexed[("p_n",)] == "BTree"
+    kept = pruned_rows(state, "n <> 3").column("p_n").to_pylist()
+    assert 3 not in kept
+    assert None in kept  # the NULL partition is kept: the pruner's (sound) answer
+    assert state._tables is not None
+
+
+def test_a_predicate_lance_cannot_plan_falls_back_to_every_row(
+    spaces: dict[str, PartitionedNamespace],
+) -> None:
+    """Lance's filter planner is stricter than Arrow's (an int32 column against 2.5): a
+    pushed-down predicate it refuses reads every row instead, never fails the prune."""
+    ns = spaces["identity-n"]
+    state = NamespaceState.load(ns.state().root, ns.state().view)
+    rows = state.candidates(pc.field("p_n") > pc.scalar(2.5))
+    assert rows.num_rows == len(ns.partitions())
+
+
+def test_an_evolved_spec_and_maintain_index_the_partition_columns(tmp_path: Path) -> None:
+    """A partition column added by evolution is indexed, and ``maintain`` indexes one a
+    namespace made without (an earlier release) lacks; prunes are right either way."""
+    ns = PartitionedNamespace.create(
+        tmp_path / "ns", schema=SCHEMA, partition_fields=SPECS["identity-n"]
+    )
+    ns.write(pa.table({"id": [1, 2], "n": [1, 2], "s": ["a", "b"], "d": [None, None]}, SCHEMA))
+    ns.evolve_partition_spec(SPECS["identity-s"])
+    ns.write(pa.table({"id": [3], "n": [3], "s": ["c"], "d": [None]}, SCHEMA))
+
+    def indexed() -> set[str]:
+        return {i.field_names[0] for i in ns.state().view._ds.describe_indices()}
+
+    def pruned(where: str) -> list[dict[str, object]]:
+        return sorted((p.values for p in ns.prune(where)), key=str)
+
+    # v1's partitions (by n) are kept for s: v1 does not partition by it
+    by_s = [{"p_n": 1}, {"p_n": 2}, {"p_s": "c"}]
+
+    assert indexed() == {"object_id", "object_type", "p_n", "p_s"}
+    manifest = lance.dataset(str(tmp_path / "ns" / "__manifest"))
+    manifest.drop_index("p_n_idx")
+    manifest.drop_index("p_s_idx")
+    assert pruned("s = 'c'") == by_s  # unindexed: the scan filters the column
+    assert pruned("n >= 2") == [{"p_n": 2}, {"p_s": "c"}]
+    ns.maintain()
+    assert indexed() == {"object_id", "object_type", "p_n", "p_s"}
+    assert pruned("s = 'c'") == by_s
+
+
+def test_a_filter_no_partition_can_match_reads_no_row(
+    spaces: dict[str, PartitionedNamespace],
+) -> None:
+    """A contradiction prunes everything without a scan, and its empty result has the
+    columns of a loaded state's."""
+    ns = spaces["identity-n"]
+    state = NamespaceState.load(ns.state().root, ns.state().view)
+    for where in ("n = 1 AND n = 2", "n = NULL", "FALSE"):
+        empty = pruned_rows(state, where)
+        assert empty.num_rows == 0, where
+    assert state._tables is None
+    assert empty.schema == state.tables.schema

@@ -177,8 +177,8 @@ def test_fact_merge_insert_without_primary_key_metadata_duplicates_concurrent_in
 
 
 def test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts(keyed):
-    """``manifest.Manifest._ensure_index`` (no BTREE on ``object_id``, only a BITMAP on
-    ``object_type``): with a BTREE on the merge key, a stale ``merge_insert`` with
+    """``manifest.Manifest.ensure_indices`` (no BTREE on ``object_id``, a bloom filter
+    instead): with a BTREE on the merge key, a stale ``merge_insert`` with
     ``conflict_retries(0)`` inserts a key a concurrent commit inserted, primary-key metadata
     notwithstanding (a duplicate partition row). Should this start to conflict, the index
     could be created (lookups by id would get faster)."""
@@ -188,6 +188,57 @@ def test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts(keye
     upsert(lance.dataset(uri)).execute(rows(("c", 1)))
     upsert(stale).conflict_retries(0).execute(rows(("c", 2)))
     assert content(uri) == [("a", 1), ("b", 2), ("c", 1), ("c", 2)]
+
+
+@pytest.mark.parametrize(("column", "kind"), [("v", "BTREE"), ("object_id", "BLOOMFILTER")])
+def test_fact_other_indices_keep_merge_insert_conflicts(keyed, column, kind):
+    """``manifest.Manifest.ensure_indices`` (a BTREE on every partition column, a
+    BLOOMFILTER on ``object_id``): with a BTREE on a column other than the merge key, or a
+    bloom filter on the key, a stale ``merge_insert`` with ``conflict_retries(0)`` still
+    raises on a concurrent change of its row and on a concurrent insert of its key, and
+    insert-if-absent still has one winner. If not, these indices would let two publishes
+    of one partition both win."""
+    changed, inserted, absent = keyed(), keyed(), keyed()
+    for uri in (changed, inserted, absent):
+        lance.dataset(uri).create_scalar_index(column, kind)
+    stale = lance.dataset(changed)
+    upsert(lance.dataset(changed)).execute(rows(("a", 10)))
+    with pytest.raises(OSError, match=CONFLICT):
+        upsert(stale).conflict_retries(0).execute(rows(("a", 11)))
+    stale = lance.dataset(inserted)
+    upsert(lance.dataset(inserted)).execute(rows(("c", 1)))
+    with pytest.raises(OSError, match=CONFLICT):
+        upsert(stale).conflict_retries(0).execute(rows(("c", 2)))
+    stale = lance.dataset(absent)
+    lance.dataset(absent).merge_insert("object_id").when_not_matched_insert_all().execute(
+        rows(("c", 1))
+    )
+    result = stale.merge_insert("object_id").when_not_matched_insert_all().execute(rows(("c", 2)))
+    assert result["num_inserted_rows"] == 0
+    assert (content(changed), content(inserted), content(absent)) == (
+        [("a", 10), ("b", 2)],
+        [("a", 1), ("b", 2), ("c", 1)],
+        [("a", 1), ("b", 2), ("c", 1)],
+    )
+
+
+def test_fact_an_index_created_concurrently_with_a_compare_and_swap_lets_both_commit(keyed):
+    """``manifest.Manifest.ensure_indices`` runs beside publishes (``maintain``, the
+    compaction after a publish): an index created after a ``merge_insert`` read its version
+    does not make it conflict, and one created from a version older than a ``merge_insert``
+    lands too and still finds the row that commit rewrote (the new fragment is scanned)."""
+    first, second = keyed(), keyed()
+    stale = lance.dataset(first)
+    lance.dataset(first).create_scalar_index("v", "BTREE")
+    upsert(stale).conflict_retries(0).execute(rows(("a", 11)))
+    stale = lance.dataset(second)
+    upsert(lance.dataset(second)).conflict_retries(0).execute(rows(("a", 11)))
+    stale.create_scalar_index("v", "BTREE")
+    for uri in (first, second):
+        assert content(uri) == [("a", 11), ("b", 2)]
+        assert lance.dataset(uri).to_table(filter="v = 11").column("object_id").to_pylist() == ["a"]
+        assert lance.dataset(uri).to_table(filter="v = 1").num_rows == 0
+        assert [i.field_names for i in lance.dataset(uri).describe_indices()] == [["v"]]
 
 
 def _dropping(ds: lance.LanceDataset, drop: str) -> MergeInsertBuilder:

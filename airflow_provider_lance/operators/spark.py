@@ -130,7 +130,9 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
     :param source: path or URI of the input (or a table name with ``source_format="table"``)
         (templated).
     :param namespace: relative name or full URI (templated).
-    :param source_format: ``parquet``, ``csv``, ``json`` or ``table`` (templated).
+    :param source_format: ``parquet``, ``csv``, ``json``, ``table`` or ``lance_partitioned``
+        (another namespace, read with ``spark.read.format("lance_partitioned")``: the
+        ``WHERE`` of ``sql`` prunes its partitions) (templated).
     :param sql: optional ``SELECT ... FROM source`` applied before writing (templated).
     :param read_options: Spark reader options (templated).
     :param mode: ``append`` or ``overwrite`` (replaces exactly the partitions the data

@@ -6,13 +6,20 @@ day's rows only, so yesterday's partition is never clobbered by late arrivals), 
 commit publishes it atomically. Re-running a day replaces it; retrying a task never
 duplicates rows (the transaction id is derived from dag/run/task).
 
+Once published, a PySpark job of your own (``jobs/daily_rollup.py``, submitted with
+Airflow's SparkSubmitOperator) reads the day with ``spark.read.format("lance_partitioned")``
+and overwrites the day's totals per country in a rollup namespace with
+``df.write.format("lance_partitioned")``, once per day however often it is retried.
+
 Connections: ``lance_default`` (undefined: ``$AIRFLOW_HOME/lance``), ``spark_default``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, AssetAlias, task
 
 from airflow_provider_lance.example_data import EVENTS_SCHEMA
@@ -23,6 +30,14 @@ from airflow_provider_lance.operators import (
 )
 
 NAMESPACE = "examples/daily_events"
+ROLLUP = "examples/daily_totals"
+ROLLUP_SCHEMA = [
+    {"name": "event_date", "type": "date32"},
+    {"name": "country", "type": "utf8"},
+    {"name": "events", "type": "int64"},
+    {"name": "amount", "type": "float64"},
+]
+ROLLUP_JOB = str(Path(__file__).parent / "jobs" / "daily_rollup.py")
 SPARK_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
@@ -75,4 +90,30 @@ with DAG(
         outlets=[AssetAlias("lance_daily_events")],
     )
 
+    ensure_rollup = LanceCreatePartitionOperator(
+        task_id="ensure_rollup_partition",
+        namespace=ROLLUP,
+        schema=ROLLUP_SCHEMA,
+        partition_fields=[{"name": "event_date", "source": "event_date"}],
+        values={"event_date": "{{ ds }}"},
+    )
+
+    @task
+    def rollup_arguments(ds: str | None = None) -> list[str]:
+        """The job's arguments: both namespaces' URIs, as the Lance connection resolves
+        them, and the day."""
+        from airflow_provider_lance.hooks import LancePartitionedHook
+
+        assert ds is not None
+        hook = LancePartitionedHook()
+        return [hook.namespace_uri(NAMESPACE), hook.namespace_uri(ROLLUP), ds]
+
+    rollup_day = SparkSubmitOperator(
+        task_id="spark_rollup_day",
+        application=ROLLUP_JOB,
+        application_args=rollup_arguments(),
+        conf=SPARK_CONF,
+    )
+
     ensure_partition >> landed
+    [publish, ensure_rollup] >> rollup_day

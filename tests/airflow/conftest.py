@@ -40,6 +40,8 @@ for source in [
     *sorted((Path(__file__).parent / "dag_files").glob("*.py")),
 ]:
     shutil.copy(source, DAGS / source.name)
+shutil.copytree(REPO / "dags" / "examples" / "jobs", DAGS / "jobs")  # PySpark jobs they submit
+shutil.copy(REPO / "dags" / "examples" / ".airflowignore", DAGS / ".airflowignore")
 
 os.environ.update(
     {

@@ -60,6 +60,14 @@ def test_example_dag_shapes(dagbag: Any) -> None:
         "land_events",
         "spark_overwrite_day",
         "publish_day",
+        "ensure_rollup_partition",
+        "rollup_arguments",
+        "spark_rollup_day",
+    }
+    assert backfill.get_task("spark_rollup_day").upstream_task_ids == {
+        "publish_day",
+        "ensure_rollup_partition",
+        "rollup_arguments",
     }
     atomic = dagbag.dags["lance_atomic_publish"]
     assert atomic.get_task("stage_region").is_mapped
@@ -101,6 +109,22 @@ def test_daily_backfill_runs_end_to_end_with_spark_submit(run_dag: RunDag) -> No
         ]
     assert extras
     assert extras[-1]["partitions"][0]["values"] == {"event_date": "2025-12-02"}
+
+    # the user's own PySpark job (jobs/daily_rollup.py) read the published day with
+    # format("lance_partitioned") and wrote its totals per country with it
+    day_rows = ns.to_table()
+    totals = PartitionedNamespace.open(LANCE_ROOT / "examples" / "daily_totals")
+    [partition] = totals.partitions()
+    assert partition.values == {"event_date": day.date()}
+    assert partition.read_version is not None  # published
+    got = {
+        r["country"]: (r["events"], round(r["amount"], 6)) for r in totals.to_table().to_pylist()
+    }
+    want: dict[str, tuple[int, float]] = {}
+    for r in day_rows.to_pylist():
+        n, total = want.get(r["country"], (0, 0.0))
+        want[r["country"]] = (n + 1, total + r["amount"])
+    assert got == {c: (n, round(total, 6)) for c, (n, total) in want.items()}
 
 
 @pytest.mark.slow

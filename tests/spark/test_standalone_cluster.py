@@ -4,8 +4,10 @@ directories of their own (nothing shared with the driver but the namespace URI).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,6 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -139,3 +143,76 @@ def test_spark_submit_write_job_on_a_standalone_cluster(
     executor_logs = [p.read_text() for p in app.glob("*/stderr")]
     assert executor_logs
     assert any("Finished task" in text for text in executor_logs)
+
+
+def test_a_pyspark_job_using_the_format_on_a_standalone_cluster(
+    cluster: tuple[str, Path], tmp_path: Path
+) -> None:
+    """``format("lance_partitioned")`` where executors share nothing with the driver: the
+    example DAGs' own PySpark job (``dags/examples/jobs/daily_rollup.py``) reads one day of
+    a namespace (pushed down: the other days' leaves are made unreadable first) and
+    overwrites that day of another, its tasks staging in the worker's executors and the
+    driver publishing; submitted again, it publishes nothing twice."""
+    master_url, _ = cluster
+    root = tmp_path / "lake"
+    day = dt.date(2025, 12, 11)
+    ns = PartitionedNamespace.create(
+        root / "events",
+        schema=EVENTS_SCHEMA,
+        partition_fields=[PartitionField("event_date", "event_date")],
+    )
+    table = events(3000)
+    ns.write(table)
+    for partition in ns.partitions():
+        if partition.values["event_date"] != day:
+            # no data files any more: a read that touched this leaf would fail
+            shutil.rmtree(Path(partition.location.removeprefix("file://")) / "data")
+    totals = PartitionedNamespace.create(
+        root / "totals",
+        schema=pa.schema(
+            [
+                pa.field("event_date", pa.date32()),
+                pa.field("country", pa.utf8()),
+                pa.field("events", pa.int64()),
+                pa.field("amount", pa.float64()),
+            ]
+        ),
+        partition_fields=[PartitionField("event_date", "event_date")],
+    )
+    job = Path(__file__).resolve().parents[2] / "dags" / "examples" / "jobs" / "daily_rollup.py"
+    submit = [
+        str(BIN / "spark-submit"),
+        "--master", master_url,
+        "--executor-memory", "512m",
+        "--driver-memory", "512m",
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        "--conf", "spark.ui.enabled=false",
+        str(job), ns.uri, totals.uri, day.isoformat(),
+    ]  # fmt: skip
+    versions = []
+    for _ in range(2):  # the second run is a retry: its txn_id was published
+        done = subprocess.run(
+            submit,
+            env=cluster_env(),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        versions.append(PartitionedNamespace.open(totals.uri).version)
+    assert versions[1] == versions[0]  # the retry published nothing
+    on_day = table.filter(pc.equal(table["event_date"], day)).to_pylist()
+    want: dict[str | None, tuple[int, float]] = {}
+    for r in on_day:
+        n, total = want.get(r["country"], (0, 0.0))
+        want[r["country"]] = (n + 1, total + r["amount"])
+    got = {
+        r["country"]: (r["events"], round(r["amount"], 6)) for r in totals.to_table().to_pylist()
+    }
+    assert got == {c: (n, round(total, 6)) for c, (n, total) in want.items()}
+    assert [p.values for p in totals.partitions()] == [{"event_date": day}]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "day": day.isoformat(),
+        "countries": len(want),
+    }

@@ -69,6 +69,7 @@ def evolve_partition_spec(
             latest().rows_table([row(spec_namespace_id(version), NAMESPACE, metadata="{}")])
         )
         _fence_spec(manifest, latest, version)
+        manifest.ensure_indices()  # the new partition columns', for pushed-down prunes
         log.info("partition spec v%d: %s", version, [f.name for f in resolved])
         return version
 

@@ -101,7 +101,7 @@ def repair(manifest: Manifest, root: str) -> RepairReport:
     meta: dict[str, str | None] = dict(current.metadata)
     repaired = manifest.storage.replace_table(table, manifest.uri)
     repaired.update_metadata(meta)
-    repaired.create_scalar_index(OBJECT_TYPE, "BITMAP")
+    manifest.ensure_indices(repaired)
     version = int(manifest.open().version)
     log.warning(
         "repaired __manifest of %s from version %d: %d rows restored, %d from partition "

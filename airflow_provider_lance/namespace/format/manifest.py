@@ -171,7 +171,7 @@ class Manifest:
                 return Outcome.AGAIN  # created (by us or a concurrent creator): look again
             present = {k: ds.metadata.get(k) for k in metadata}
             if present == dict(metadata):
-                self._ensure_index(ds)
+                self.ensure_indices(ds)
                 return self.open()
             if any(v is not None for v in present.values()) or not self._is_fresh(ds):
                 raise NamespaceExistsError(
@@ -222,17 +222,38 @@ class Manifest:
         types = set(ds.to_table(columns=[OBJECT_TYPE]).column(OBJECT_TYPE).to_pylist())
         return types <= {NAMESPACE}
 
-    @staticmethod
-    def _ensure_index(ds: lance.LanceDataset) -> None:
-        # No BTREE on object_id: that index makes merge_insert miss concurrent inserts
-        # of the same key (duplicate partitions; pinned by tests/test_pylance_facts.py::
-        # test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts).
-        if any(i.field_names == [OBJECT_TYPE] for i in ds.describe_indices()):
-            return
-        try:
-            ds.create_scalar_index(OBJECT_TYPE, "BITMAP")
-        except (ValueError, OSError) as exc:  # a concurrent creator indexed it first
-            log.info("did not index %s: %s", OBJECT_TYPE, first_line(exc))
+    def ensure_indices(self, ds: lance.LanceDataset | None = None) -> None:
+        """Index what ``__manifest`` reads filter on, so that they read the rows they
+        want and not every row (two million at a million partitions):
+
+        * a BTREE on every partition column: a prune's predicate is pushed into the scan,
+          and the index answers it (planning one date: 3 ms, against 450 ms);
+        * a BLOOMFILTER on ``object_id``: lookups by id (a write finding its partitions:
+          5 ms, against 145 ms). Not a BTREE: that index makes ``merge_insert`` miss
+          concurrent inserts of the same key (duplicate partitions; pinned by
+          tests/test_pylance_facts.py::
+          test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts), a
+          bloom filter or a BTREE on another column does not (::
+          test_fact_other_indices_keep_merge_insert_conflicts);
+        * a BITMAP on ``object_type``.
+
+        Best effort: an index is only ever a speed-up, so one a concurrent creator made
+        first, or a type Lance cannot index, is skipped.
+        """
+        ds = ds if ds is not None else self.open()
+        indexed = {tuple(i.field_names) for i in ds.describe_indices()}
+        wanted = [(OBJECT_TYPE, "BITMAP"), (OBJECT_ID, "BLOOMFILTER")] + [
+            (f.name, "BTREE")
+            for f in ds.schema
+            if f.name not in RESERVED_COLUMNS and prunes_in_scan(f.type)
+        ]
+        for column, kind in wanted:
+            if (column,) in indexed:
+                continue
+            try:
+                ds.create_scalar_index(column, kind)
+            except (ValueError, OSError, NotImplementedError) as exc:
+                log.info("did not index %s: %s", column, first_line(exc))
 
     # -- metadata and columns -------------------------------------------------------------
     def add_columns(self, fields: list[pa.Field]) -> None:
@@ -506,9 +527,16 @@ class ManifestView:
     def all_rows(self) -> list[ManifestRow]:
         return list(self._ds.to_table().to_pylist())
 
-    def leaf_rows(self, columns: Sequence[str]) -> pa.Table:
-        """These columns of every table row (published, being created, or foreign)."""
-        return self._ds.to_table(columns=list(columns), filter=_LEAVES)
+    def leaf_rows(self, columns: Sequence[str], where: pc.Expression | None = None) -> pa.Table:
+        """These columns of every table row (published, being created, or foreign), or of
+        those ``where`` (a predicate on partition columns, answered by their indices)
+        selects. The row kind is then checked on the rows found: combined with the
+        ``object_type`` index in one scan filter it read every row (358 ms at two million
+        rows, against 3 ms)."""
+        if where is None:
+            return self._ds.to_table(columns=list(columns), filter=_LEAVES)
+        rows = self._ds.to_table(columns=[*columns, OBJECT_TYPE], filter=where)
+        return rows.filter(pc.equal(rows.column(OBJECT_TYPE), TABLE)).drop_columns([OBJECT_TYPE])
 
     def leaf_ids(self) -> set[str]:
         """The ids of every table row."""
@@ -576,16 +604,31 @@ class ManifestView:
         return set(rows.column(OBJECT_ID).to_pylist())
 
 
+def prunes_in_scan(dtype: pa.DataType) -> bool:
+    """Whether a prune's predicate on a partition column of this type is pushed into the
+    ``__manifest`` scan (and the column indexed): Lance evaluates it as Arrow does. Not
+    floating point: Lance orders NaN above every number and equal to itself, where every
+    Arrow comparison with NaN is false, so the two disagree on which partitions match."""
+    return bool(
+        pa.types.is_integer(dtype)
+        or pa.types.is_temporal(dtype)
+        or pa.types.is_string(dtype)
+        or pa.types.is_large_string(dtype)
+        or pa.types.is_decimal(dtype)
+        or pa.types.is_boolean(dtype)
+    )
+
+
 def _sql_literal(text: str) -> str:
     """``text`` as a SQL string literal for a Lance filter."""
     return "'" + text.replace("'", "''") + "'"
 
 
 def ids_filter(object_ids: Iterable[str]) -> str:
-    """A Lance filter selecting the rows with these ids (``object_id`` has no index: see
-    :meth:`Manifest._ensure_index`). Public only for the publish paths that still query
-    ``__manifest`` themselves (commit, direct, operations), until the kernel asks a
-    :class:`ManifestView` instead."""
+    """A Lance filter selecting the rows with these ids (answered by the bloom filter on
+    ``object_id``: see :meth:`Manifest.ensure_indices`). Public only for the publish
+    paths that still query ``__manifest`` themselves (commit, direct, operations), until
+    the kernel asks a :class:`ManifestView` instead."""
     return f"{OBJECT_ID} IN ({', '.join(map(_sql_literal, object_ids))})"
 
 

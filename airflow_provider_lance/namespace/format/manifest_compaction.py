@@ -18,7 +18,8 @@ AUTO_COMPACT_FRAGMENTS = 16
 
 
 def compact_manifest(manifest: Manifest) -> tuple[int, int]:
-    """Merge the manifest's fragments and bring its index up to date; (before, after)."""
+    """Merge the manifest's fragments and bring its indices up to date (creating those a
+    namespace made by an earlier release lacks); (before, after)."""
     ds = manifest.open()
     before = len(ds.get_fragments())
     if before > 1:
@@ -26,6 +27,7 @@ def compact_manifest(manifest: Manifest) -> tuple[int, int]:
         ds = manifest.open()
         ds.optimize.optimize_indices()
         ds = manifest.open()
+    manifest.ensure_indices(ds)
     return before, len(ds.get_fragments())
 
 

@@ -7,6 +7,7 @@ concurrent writers. It also plans the ``__manifest`` rows that create new partit
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ from .naming import (
 )
 from .schema import NamespaceSchema
 from .spec import PartitionField, spec_from_json, spec_key, spec_versions
+
+log = logging.getLogger(__name__)
 
 SCHEMA_KEY = "schema"
 PARTITION_PROPERTY_PREFIX = "partition."
@@ -249,6 +252,33 @@ class NamespaceState:
                 rows = self.view.leaf_rows(self._columns)
             self._tables = self._narrow(rows)
         return self._tables
+
+    def candidates(self, where: pc.Expression | bool | None) -> pa.Table:
+        """Rows of :attr:`tables` among which are all those ``where`` selects (every row
+        for None or True, none for False), and usually few more.
+
+        ``where`` is a predicate on partition columns that every row a prune keeps
+        satisfies (see :func:`~..read.coverage.pruned_rows`); it is pushed into the
+        ``__manifest`` scan, whose indices answer it, unless this state's rows are loaded
+        already. A scan Lance cannot plan (its planner is stricter than Arrow's) loads
+        every row instead: the caller filters them exactly either way.
+        """
+        if where is False:  # nothing can match: no scan at all
+            if self._tables is not None:
+                return self._tables.slice(0, 0)
+            fields = [self.view.schema.field(c) for c in self._columns if c != CLAIM]
+            return pa.schema([*fields, pa.field(SPEC_COLUMN, pa.int32())]).empty_table()
+        if where is None or where is True or self._tables is not None:
+            return self.tables
+        try:
+            with self._reading():
+                rows = self.view.leaf_rows(self._columns, where)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            if is_missing(exc) or isinstance(exc, LanceNamespaceError):
+                raise
+            log.debug("__manifest scan with %s failed, reading every row: %s", where, exc)
+            return self.tables
+        return self._narrow(rows)
 
     @cached_property
     def _columns(self) -> list[str]:

@@ -42,30 +42,36 @@ from airflow_provider_lance.namespace.format.manifest import OBJECT_ID
 from airflow_provider_lance.namespace.format.schema import field_id
 from airflow_provider_lance.namespace.format.state import SPEC_COLUMN, NamespaceState
 
-from .pruning import SpecProjector, parse_filter
+from .pruning import SpecProjector, parse_filter, pc_or
 from .scan import filter_columns
 
 
 def pruned_rows(state: NamespaceState, filter: str | None) -> pa.Table:
     """The rows of :attr:`NamespaceState.tables` whose partitions may hold rows matching
-    ``filter`` (all of them for None); a bad filter raises :class:`FilterError`."""
-    tables = state.tables
+    ``filter`` (all of them for None); a bad filter raises :class:`FilterError`.
+
+    The projection is pushed into the ``__manifest`` scan first (what Lance evaluates as
+    Arrow does, see :class:`SpecProjector`), so a prune of one date among a million
+    partitions reads the rows its index finds; the exact mask is applied to those.
+    """
     if filter is None:
-        return tables
+        return state.tables
     _, pred = parse_filter(filter, state.schema)
     if isinstance(pred, bool):
-        return tables if pred else tables.slice(0, 0)
+        return state.candidates(pred)
     mask: pc.Expression | bool = False
+    in_scan: list[pc.Expression | bool] = []
     for version, fields in state.specs.items():
         projected = SpecProjector(fields, state.schema).project(pred)
         if projected is False:
             continue
+        in_scan.append(SpecProjector(fields, state.schema, in_scan=True).project(pred))
         in_version = pc.field(SPEC_COLUMN) == version
         term = in_version if projected is True else in_version & projected
         mask = term if mask is False else mask | term
     if mask is False:
-        return tables.slice(0, 0)
-    return tables.filter(mask)
+        return state.candidates(False)
+    return state.candidates(pc_or(in_scan)).filter(mask)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from airflow_provider_lance.namespace.format.expressions import (
     root_cause,
     to_sql,
 )
+from airflow_provider_lance.namespace.format.manifest import prunes_in_scan
 from airflow_provider_lance.namespace.format.schema import (
     NamespaceSchema,
     cast_losslessly,
@@ -63,6 +64,8 @@ from airflow_provider_lance.namespace.format.spec import PartitionField, bound_e
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
 _NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "=": "!=", "!=": "="}
 _COMPARISONS = frozenset(_FLIP)
+#: Leaf operations that hold for a NULL partition in Arrow (``~isin``) but not in SQL.
+_NEGATED = frozenset({"!=", "not in"})
 
 
 # -- a small predicate algebra ---------------------------------------------------------------
@@ -486,10 +489,18 @@ def _literal(node: Any) -> Any:
 
 @dataclass(frozen=True)
 class SpecProjector:
-    """Projects predicates on source columns onto one spec version's partition columns."""
+    """Projects predicates on source columns onto one spec version's partition columns.
+
+    With ``in_scan``, only what the ``__manifest`` scan evaluates as Arrow does is
+    projected (see :func:`~..format.manifest.prunes_in_scan`), and no negation: SQL keeps
+    no NULL partition where Arrow's ``~isin`` keeps it. The rest becomes TRUE, which under
+    AND/OR (monotone, and the projection has no NOT otherwise) only keeps more: the scan's
+    predicate is implied by the exact one, so it selects a superset of its rows.
+    """
 
     fields: Sequence[PartitionField]
     schema: NamespaceSchema
+    in_scan: bool = False
 
     def project(self, pred: Pred) -> pc.Expression | bool:
         if isinstance(pred, bool):
@@ -497,7 +508,7 @@ class SpecProjector:
         if isinstance(pred, And):
             return _pc_and([self.project(p) for p in pred.parts])
         if isinstance(pred, Or):
-            return _pc_or([self.project(p) for p in pred.parts])
+            return pc_or([self.project(p) for p in pred.parts])
         return self._leaf(pred)
 
     def _leaf(self, leaf: Leaf) -> pc.Expression | bool:
@@ -515,6 +526,8 @@ class SpecProjector:
         column = pc.field(f.name)
         identity = _is_identity(f, source_type)
         op = leaf.op
+        if self.in_scan and (op in _NEGATED or not prunes_in_scan(f.result_type)):
+            return True
         if op in ("=", "in", "is null"):
             values = leaf.values if op != "is null" else (pa.scalar(None, source_type),)
             mapped = self._apply(f, source_type, values)
@@ -567,7 +580,7 @@ def _is_in(column: pc.Expression, values: list[pa.Scalar], dtype: Any) -> pc.Exp
         parts.append(column.isin(pa.array(non_null, dtype)))
     if has_null:
         parts.append(column.is_null())
-    result = _pc_or(parts)
+    result = pc_or(parts)
     assert not isinstance(result, bool)
     return result
 
@@ -576,7 +589,8 @@ def _pc_and(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
     return _pc_combine(parts, absorbing=False)
 
 
-def _pc_or(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
+def pc_or(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
+    """The OR of Arrow predicates, where ``True`` absorbs and ``False`` vanishes."""
     return _pc_combine(parts, absorbing=True)
 
 
