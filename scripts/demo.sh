@@ -96,7 +96,7 @@ for day in 2025-12-01 2025-12-02 2025-12-03; do
     fi
     summary="$(grep -o "published [0-9]* partition(s), [0-9]* rows -> manifest v[0-9]*" "$log" | tail -n 1)"
     echo "   $day: ensure_partition -> land_events -> spark_overwrite_day -> publish_day:" \
-        "$summary ($((SECONDS - started))s)"
+        "$summary, then spark_rollup_day ($((SECONDS - started))s)"
 done
 
 echo
@@ -105,5 +105,9 @@ echo "=== published by the backfill ($DEMO/lance/examples/daily_events)"
 echo
 echo "=== its transactions (one per Spark write, retries reuse the id)"
 .venv/bin/python -m airflow_provider_lance transactions "$DEMO/lance/examples/daily_events"
+echo
+echo "=== the day totals your own PySpark job wrote with format(\"lance_partitioned\")"
+echo "    ($DEMO/lance/examples/daily_totals)"
+.venv/bin/python -m airflow_provider_lance describe "$DEMO/lance/examples/daily_totals"
 echo
 echo "Open the UI on this state:  source .demo/airflow/env.sh && airflow standalone"
