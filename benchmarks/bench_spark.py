@@ -22,8 +22,16 @@ Reported: wall seconds, ratios to the Parquet baseline measured in the same run,
 peak RSS of the Python driver process after the Spark writes (``ru_maxrss``; the floor runs
 in its own process; the JVM's heap is bounded by ``--driver-memory``).
 
+**Cold**, as a scheduled Spark task meets it: each of the four paths (the format's write
+then read, ``write_partitioned`` then ``read_partitioned``) in a fresh process of its own,
+timed from its new SparkSession on (``--cold``, default 200,000 rows into 200 partitions),
+so every Python worker it needs starts then: the format's planning runs in Python planner
+workers of PySpark's Data Source API (two per read, two per write, each importing pyarrow,
+pylance and DataFusion) on top of the executors' workers both paths start.
+
     .venv/bin/python benchmarks/bench_spark.py                       # ~10 min on 2 cores
     .venv/bin/python benchmarks/bench_spark.py --cases 1000000:200   # rows:partitions
+    .venv/bin/python benchmarks/bench_spark.py --cases --cold 200000:200  # cold only
 """
 
 from __future__ import annotations
@@ -160,26 +168,78 @@ def run_case(spark: Any, rows: int, partitions: int, work: Path) -> dict[str, An
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--cases", nargs="+", default=["5000000:200", "1000000:5000"], help="rows:partitions"
+def cold_path(path: str, rows: int, partitions: int, work: Path, master: str) -> dict[str, float]:
+    """One path's write and read, from the new SparkSession of a fresh process on."""
+    spark = session(master, "1g")
+    root = work / path
+    shutil.rmtree(root, ignore_errors=True)
+    ns = PartitionedNamespace.create(
+        root, schema=SCHEMA, partition_fields=[PartitionField("event_date", "event_date")]
     )
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--driver-memory", default="2g")
-    args = parser.parse_args()
-    env = print_environment()
+    sql = f"event_date BETWEEN DATE '{START}' AND DATE '{START + dt.timedelta(days=1)}'"
+    df = source(spark, rows, partitions)
+    if path == "format":
+        write_s, _ = timed(lambda: df.write.format(FORMAT).mode("append").save(str(root)))
+        read_s, got = timed(lambda: spark.read.format(FORMAT).load(str(root)).where(sql).count())
+    else:
+        write_s, _ = timed(lambda: write_partitioned(df, str(root), distribution="none"))
+        read_s, got = timed(lambda: read_partitioned(spark, str(root), filter=sql).count())
+    assert ns.count_rows() == rows
+    assert got == ns.count_rows(filter=sql)
+    spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
+    return {"write_s": write_s, "read_s": read_s}
+
+
+def session(master: str, driver_memory: str) -> Any:
     spark = get_session(
         "bench_spark",
         {
-            "spark.master": args.master,
-            "spark.driver.memory": args.driver_memory,
+            "spark.master": master,
+            "spark.driver.memory": driver_memory,
             "spark.ui.enabled": "false",
             "spark.sql.session.timeZone": "UTC",
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    return spark
+
+
+def cold(rows: int, partitions: int, master: str) -> dict[str, dict[str, float]]:
+    """Each path in a process of its own (``spawn``: nothing imported or started before)."""
+    work = DATA_DIR / "spark" / "cold"
+    work.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for path in ("format", "write_partitioned"):
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            out[path] = pool.apply(cold_path, (path, rows, partitions, work, master))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--cases", nargs="*", default=["5000000:200", "1000000:5000"], help="rows:partitions"
+    )
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--cold", default="200000:200", help="rows:partitions ('' for none)")
+    args = parser.parse_args()
+    env = print_environment()
+    cold_runs = {}
+    if args.cold:
+        rows, partitions = (int(x) for x in args.cold.split(":"))
+        cold_runs = cold(rows, partitions, args.master)
+        print_table(
+            ["path", "cold write s", "cold read s"],
+            [[k, f"{v['write_s']:.2f}", f"{v['read_s']:.2f}"] for k, v in cold_runs.items()],
+            title=f"cold: {rows:,} rows / {partitions} partitions, a fresh process per path",
+        )
+    if not args.cases:
+        write_results("bench_spark", {"environment": env, "cases": [], "cold": cold_runs})
+        return
+    spark = session(args.master, args.driver_memory)
     warm = DATA_DIR / "spark" / "warm-up"  # JIT, Python workers, first-job costs: untimed
     shutil.rmtree(warm, ignore_errors=True)
     warm.mkdir(parents=True)
@@ -231,7 +291,12 @@ def main() -> None:
     )
     write_results(
         "bench_spark",
-        {"environment": env, "driver_peak_rss_bytes": driver_peak, "cases": results},
+        {
+            "environment": env,
+            "driver_peak_rss_bytes": driver_peak,
+            "cases": results,
+            "cold": cold_runs,
+        },
     )
 
 
