@@ -223,3 +223,45 @@ def test_namespace_row_properties_are_exactly_the_json_of_their_values(make_ns, 
         both = {**first, **({"partition.b": b} if b is not None else {})}
         assert by_values[(a, None)] == json.dumps(first, separators=(",", ":"), ensure_ascii=False)
         assert by_values[(a, b)] == json.dumps(both, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_a_lookup_by_partition_values_finds_what_a_lookup_by_id_finds(tmp_path: Path) -> None:
+    """A write looks its partitions (and their parent namespaces) up through the first
+    partition column's index, not the ids: it must find exactly the rows the ids do,
+    NULL values and the spec's own namespace row included. (The ``__manifest`` rows are
+    planned by the format and appended directly, enough of them that a lookup does not
+    read the whole table instead.)"""
+    ns = PartitionedNamespace.create(
+        tmp_path / "ns",
+        schema=EVENTS_SCHEMA,
+        partition_fields=[
+            PartitionField("d", "event_date"),
+            PartitionField("c", "country"),
+        ],
+    )
+    start = dt.date(2025, 1, 1)
+    tuples = [
+        (start + dt.timedelta(days=i) if i % 7 else None, c)
+        for i in range(40)
+        for c in ("US", "DE", "FR", None, *(f"x{k}" for k in range(26)))
+    ]
+    state = ns.state()
+    rows = state.plan_partitions(tuples, read_version=1).rows
+    lance.write_dataset(state.rows_table(rows), ns.uri + "/__manifest", mode="append")
+    probes = [
+        *tuples[::97],  # existing, some with NULLs
+        (start + dt.timedelta(days=3), "NEW"),  # a new leaf under an existing namespace
+        (dt.date(2030, 1, 1), "US"),  # a new date
+        (None, "NEW"),
+    ]
+    for probe in probes:
+        fresh = [PartitionedNamespace.open(ns.uri).state() for _ in range(2)]
+        ids = [fresh[0].leaf_id(probe)]
+        assert fresh[0].view.scan_is_cheaper(3) is False  # the lookup reads by index
+        by_values = fresh[0].find(ids, [probe])
+        assert by_values == fresh[1].find(ids), probe
+        assert fresh[0].existing(ids) == fresh[1].existing(ids)
+        parents = fresh[0].plan_partitions([probe], read_version=1).rows
+        again = fresh[1].plan_partitions([probe], read_version=1).rows
+        assert [r["object_id"] for r in parents] == [r["object_id"] for r in again], probe
+    assert len(ns.partitions()) == len(set(tuples))

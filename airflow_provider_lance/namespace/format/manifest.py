@@ -469,17 +469,28 @@ class ManifestView:
         return list(self._ds.get_fragments())
 
     # -- rows by id ----------------------------------------------------------------------------
-    def rows_by_id(self, object_ids: Sequence[str]) -> dict[str, ManifestRow]:
+    def rows_by_id(
+        self, object_ids: Sequence[str], where: pc.Expression | None = None
+    ) -> dict[str, ManifestRow]:
         """The rows with these ids (every column), by an ``object_id IN (...)`` filter, or
         by reading the whole table when it is small next to the ids (measured with pylance
         14.0.2, a timing that no test pins: an ``IN`` list costs ~5 us an id to plan, a scan
         ~0.2 us a row; 1,000 ids of a new namespace's load took 4.9 ms by an ``IN`` list,
         0.5 ms by a scan; either reads the same rows). Each id is read once per version
-        (a write looks up its partitions, their parents, commits)."""
+        (a write looks up its partitions, their parents, commits).
+
+        ``where``, a predicate on partition columns that every row with one of these ids
+        satisfies, finds them instead, through the partition columns' BTREE: in a fresh
+        process the ``object_id`` bloom filter is loaded whole first (60 ms at two million
+        rows, against 12 ms)."""
         wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
         if wanted:
             if self.scan_is_cheaper(len(wanted)):
                 table = self.scan_by_id(wanted)
+            elif where is not None:
+                table = self._ds.to_table(filter=where)
+                ids = pa.array(wanted, pa.utf8())
+                table = table.filter(pc.is_in(table.column(OBJECT_ID), ids))
             else:
                 table = self._ds.to_table(filter=ids_filter(wanted))
             found = {r[OBJECT_ID]: r for r in table.to_pylist()}

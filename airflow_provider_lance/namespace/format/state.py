@@ -39,6 +39,7 @@ from .manifest import (
     TABLE,
     ManifestRow,
     ManifestView,
+    prunes_in_scan,
     row,
 )
 from .naming import (
@@ -362,10 +363,33 @@ class NamespaceState:
         with self._reading():
             return self.view.scan_by_id(object_ids)
 
-    def _rows(self, object_ids: Sequence[str]) -> dict[str, ManifestRow]:
+    def _rows(
+        self, object_ids: Sequence[str], where: pc.Expression | None = None
+    ) -> dict[str, ManifestRow]:
         """The rows with these ids (see :meth:`ManifestView.rows_by_id`)."""
         with self._reading():
-            return self.view.rows_by_id(object_ids)
+            return self.view.rows_by_id(object_ids, where)
+
+    def _chain_predicate(self, value_tuples: Sequence[Sequence[Any]]) -> pc.Expression | None:
+        """A predicate on the first partition column that the rows of these partitions
+        (values under the current spec), of their parent namespaces and of the spec's own
+        namespace all satisfy: each carries its own and its ancestors' values, the spec's
+        namespace none (``IS NULL``). Only with one spec version (the rows of another lack
+        the column, so ``IS NULL`` would select them all) and a column prunes push down."""
+        if len(self.specs) != 1:
+            return None
+        first = self.current_spec[0]
+        if not prunes_in_scan(first.result_type):
+            return None
+        values = [v[0] for v in value_tuples if v[0] is not None]
+        column = pc.field(first.name)
+        if not values:
+            return column.is_null()
+        try:
+            found = pa.array(values, first.result_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        return column.is_null() | column.isin(found)
 
     def _scan_is_cheaper(self, ids: int) -> bool:
         with self._reading():
@@ -386,8 +410,12 @@ class NamespaceState:
     def _positions(self) -> dict[str, int]:
         return {oid: i for i, oid in enumerate(self.tables.column(OBJECT_ID).to_pylist())}
 
-    def find(self, object_ids: Sequence[str]) -> dict[str, Partition]:
-        """The existing partitions among ``object_ids`` (leaf table ids), by id.
+    def find(
+        self, object_ids: Sequence[str], values: Sequence[Sequence[Any]] | None = None
+    ) -> dict[str, Partition]:
+        """The existing partitions among ``object_ids`` (leaf table ids), by id; ``values``
+        (each id's partition values under the current spec, if the caller has them) let a
+        lookup by id use the partition columns' index.
 
         Before the partition rows are loaded, a few ids are looked up by id (a daily
         append to a namespace of 100k partitions materializes a few rows, not all of
@@ -407,7 +435,8 @@ class NamespaceState:
             with_parents = list(dict.fromkeys(p for i in object_ids for p in _prefixes(i)))
             by_id = few or self._scan_is_cheaper(len(with_parents))
         if by_id:
-            found = self._rows(with_parents)
+            where = self._chain_predicate(values) if values is not None else None
+            found = self._rows(with_parents, where)
             leaves = [found[i] for i in object_ids if i in found]
             rows = self._narrow(self.rows_table(leaves).select(self._columns))
         elif "_positions" not in self.__dict__ and self._lookups <= _SCAN_LOOKUPS:

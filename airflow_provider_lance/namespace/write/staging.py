@@ -310,7 +310,7 @@ class Stager:
             oid: v for oid, v in zip(ids, values, strict=True) if oid not in self.stage.partitions
         }
         if new:
-            existing = self.state.find(list(new))
+            existing = self.state.find(list(new), list(new.values()))
             names = [f.name for f in self.state.current_spec]
             for oid, v in new.items():  # registered first: discard() sees what they stage
                 found = existing.get(oid)
