@@ -286,10 +286,15 @@ def _cast_constant(value: pa.Scalar, target: pa.DataType, rounding: str) -> pa.S
     rounded down (``floor``) or up (``ceil``) as the comparison needs, or is
     :data:`_NO_VALUE` (``exact``: no value of the column equals it); anything else lossy
     is given up (Arrow's cast would truncate the timestamp, and ``d < '... 12:00'`` would
-    lose the rows of that day).
+    lose the rows of that day). So is a zone-less time (a naive timestamp, a date or a
+    string) against a column zoned other than UTC: DataFusion reads it in the column's zone
+    (``TIMESTAMP '2025-01-02 00:00:00'`` against a New York column is 05:00 UTC), Arrow's
+    cast as UTC.
     """
     if not value.is_valid:
         return pa.scalar(None, target)
+    if _zone_less_against_a_zone(value.type, target):
+        return None
     try:
         return cast_losslessly(pa.array([value]), target)[0]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -311,6 +316,25 @@ def _cast_constant(value: pa.Scalar, target: pa.DataType, rounding: str) -> pa.S
         return pc.cast(pa.scalar(math.floor(py) if rounding == "floor" else math.ceil(py)), target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
+
+
+_UTC_ZONES = frozenset({"utc", "etc/utc", "z", "+00:00", "-00:00", "gmt", "etc/gmt"})
+
+
+def _zone_less_against_a_zone(value: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a constant of type ``value`` is read in ``target``'s zone by DataFusion
+    and as UTC by Arrow: a zone-less time against a timestamp column zoned other than UTC."""
+    if not pa.types.is_timestamp(target) or target.tz is None:
+        return False
+    if target.tz.lower() in _UTC_ZONES:
+        return False
+    naive = pa.types.is_timestamp(value) and value.tz is None
+    return (
+        naive
+        or pa.types.is_date(value)
+        or pa.types.is_string(value)
+        or pa.types.is_large_string(value)
+    )
 
 
 def _and(parts: Sequence[Pred]) -> Pred:
