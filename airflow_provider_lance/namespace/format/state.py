@@ -267,8 +267,7 @@ class NamespaceState:
         if where is False:  # nothing can match: no scan at all
             if self._tables is not None:
                 return self._tables.slice(0, 0)
-            fields = [self.view.schema.field(c) for c in self._columns if c != CLAIM]
-            return pa.schema([*fields, pa.field(SPEC_COLUMN, pa.int32())]).empty_table()
+            return self._narrow(self.rows_table([]).select(self._columns))
         if where is None or where is True or self._tables is not None:
             return self.tables
         try:

@@ -62,10 +62,11 @@ def pruned_rows(state: NamespaceState, filter: str | None) -> pa.Table:
     mask: pc.Expression | bool = False
     in_scan: list[pc.Expression | bool] = []
     for version, fields in state.specs.items():
-        projected = SpecProjector(fields, state.schema).project(pred)
+        projection = SpecProjector(fields, state.schema).project(pred)
+        projected = projection.exact
         if projected is False:
             continue
-        in_scan.append(SpecProjector(fields, state.schema, in_scan=True).project(pred))
+        in_scan.append(projection.in_scan)
         in_version = pc.field(SPEC_COLUMN) == version
         term = in_version if projected is True else in_version & projected
         mask = term if mask is False else mask | term

@@ -512,37 +512,52 @@ def _literal(node: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class SpecProjector:
-    """Projects predicates on source columns onto one spec version's partition columns.
+class Projection:
+    """A predicate on source columns projected onto one spec version's partition columns.
 
-    With ``in_scan``, only what the ``__manifest`` scan evaluates as Arrow does is
-    projected (see :func:`~..format.manifest.prunes_in_scan`), and no negation: SQL keeps
-    no NULL partition where Arrow's ``~isin`` keeps it. The rest becomes TRUE, which under
-    AND/OR (monotone, and the projection has no NOT otherwise) only keeps more: the scan's
-    predicate is implied by the exact one, so it selects a superset of its rows.
+    ``exact`` is the pruner's projection. ``in_scan`` keeps of it only what the
+    ``__manifest`` scan evaluates as Arrow does (see
+    :func:`~..format.manifest.prunes_in_scan`), and no negation: SQL keeps no NULL
+    partition where Arrow's ``~isin`` keeps it. The rest becomes TRUE, which under AND/OR
+    (monotone, and the projection has no NOT otherwise) only keeps more: ``in_scan`` is
+    implied by ``exact``, so a scan filtered by it selects a superset of its rows.
     """
+
+    exact: pc.Expression | bool
+    in_scan: pc.Expression | bool
+
+
+@dataclass(frozen=True)
+class SpecProjector:
+    """Projects predicates on source columns onto one spec version's partition columns
+    (both projections at once: their leaves cost a query each for computed fields)."""
 
     fields: Sequence[PartitionField]
     schema: NamespaceSchema
-    in_scan: bool = False
 
-    def project(self, pred: Pred) -> pc.Expression | bool:
+    def project(self, pred: Pred) -> Projection:
         if isinstance(pred, bool):
-            return pred
-        if isinstance(pred, And):
-            return _pc_and([self.project(p) for p in pred.parts])
-        if isinstance(pred, Or):
-            return pc_or([self.project(p) for p in pred.parts])
+            return Projection(pred, pred)
+        if isinstance(pred, And | Or):
+            parts = [self.project(p) for p in pred.parts]
+            combine = _pc_and if isinstance(pred, And) else pc_or
+            return Projection(
+                combine([p.exact for p in parts]), combine([p.in_scan for p in parts])
+            )
         return self._leaf(pred)
 
-    def _leaf(self, leaf: Leaf) -> pc.Expression | bool:
+    def _leaf(self, leaf: Leaf) -> Projection:
         source = self.schema.field(leaf.column)
         sid = field_id(source)
-        out: list[pc.Expression | bool] = []
+        exact: list[pc.Expression | bool] = []
+        in_scan: list[pc.Expression | bool] = []
         for f in self.fields:
             if f.source_id == sid:
-                out.append(self._field_leaf(f, source.type, leaf))
-        return _pc_and(out)
+                projected = self._field_leaf(f, source.type, leaf)
+                exact.append(projected)
+                scans = leaf.op not in _NEGATED and prunes_in_scan(f.result_type)
+                in_scan.append(projected if scans else True)
+        return Projection(_pc_and(exact), _pc_and(in_scan))
 
     def _field_leaf(
         self, f: PartitionField, source_type: pa.DataType, leaf: Leaf
@@ -550,8 +565,6 @@ class SpecProjector:
         column = pc.field(f.name)
         identity = _is_identity(f, source_type)
         op = leaf.op
-        if self.in_scan and (op in _NEGATED or not prunes_in_scan(f.result_type)):
-            return True
         if op in ("=", "in", "is null"):
             values = leaf.values if op != "is null" else (pa.scalar(None, source_type),)
             mapped = self._apply(f, source_type, values)
