@@ -52,10 +52,15 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
-    events_uri, rollup_uri, day = argv
+    events_uri, rollup_uri, text = argv
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        print(f"the day must be a date written YYYY-MM-DD, got {text!r}", file=sys.stderr)
+        return 2
     spark = SparkSession.builder.appName(f"daily_rollup {day}").getOrCreate()
-    written = rollup(spark, events_uri, rollup_uri, dt.date.fromisoformat(day)).count()
-    print(json.dumps({"day": day, "countries": written}))
+    written = rollup(spark, events_uri, rollup_uri, day).count()
+    print(json.dumps({"day": day.isoformat(), "countries": written}))
     return 0
 
 
