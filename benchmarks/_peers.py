@@ -1,7 +1,8 @@
 """The systems the benchmarks compare, each driven through the same operations.
 
-``Ours`` (this project), ``Delta`` (delta-rs) and ``Iceberg`` (pyiceberg with a SQLite
-catalog) take a location and, for an object store, its options; every method opens a fresh
+``Ours`` (this project), ``Delta`` (delta-rs), ``Iceberg`` (pyiceberg with a SQLite
+catalog) and ``Floor`` (the bare Lance calls under ours: a table per date and a reduced
+``__manifest``) take a location and, for an object store, its options; every method opens a fresh
 handle, as a scheduled task would. Used by ``bench_peers.py`` (local disk),
 ``bench_table_ops.py`` (delete, merge, optimize), ``bench_s3.py`` (the same calls on S3)
 and ``bench_first_query.py`` (one call in a fresh interpreter).
@@ -13,10 +14,11 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Protocol
 
+import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from bench_floor import SCHEMA
+from bench_floor import MANIFEST_SCHEMA, SCHEMA, by_date, leaf_uri, parallel
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 
@@ -78,6 +80,9 @@ class Ours:
 
     def delete(self, where: str) -> int:
         return self.ns().delete(where).rows_removed
+
+    def drop_date(self, day: dt.date) -> int:
+        return self.delete(f"{self.by} = DATE '{day}'")
 
     def merge(self, data: pa.Table) -> int:
         result = self.ns().merge(data, on=["id", self.by])
@@ -151,6 +156,9 @@ class Delta:
     def delete(self, where: str) -> int:
         return int(self.table().delete(where)["num_deleted_rows"])
 
+    def drop_date(self, day: dt.date) -> int:
+        return self.delete(f"{self.by} = '{day}'")
+
     def merge(self, data: pa.Table) -> int:
         metrics = (
             self.table()
@@ -175,6 +183,139 @@ class Delta:
 
     def rows(self) -> pa.Table:
         return self.query("SELECT * FROM t")
+
+
+class Floor:
+    """The bare Lance calls: one Lance table per date and a reduced ``__manifest``.
+
+    The leaf calls and the ``__manifest`` call of an operation are measured apart (the
+    manifest call publishes the versions the leaf call made, so it runs right after it).
+    ``versions`` is what the ``__manifest`` would say: each leaf's current version.
+    """
+
+    name = "floor"
+
+    def __init__(self, root: str, *, storage_options: dict[str, str] | None = None) -> None:
+        self.root, self.options = root, storage_options or {}
+        self.versions: dict[dt.date, int] = {}
+
+    def manifest(self) -> str:
+        return f"{self.root}/__manifest"
+
+    def load(self, data: pa.Table) -> None:
+        """The initial load of the leaves in ``data`` and their ``__manifest`` rows."""
+        self.publish(self.write_leaves(data, "append"))
+
+    def write_leaves(self, data: pa.Table, mode: str) -> list[dt.date]:
+        """One ``write_dataset`` per date in ``data`` (``append`` also creates a new leaf)."""
+
+        def one(part: tuple[dt.date, pa.Table]) -> tuple[dt.date, int]:
+            ds = lance.write_dataset(
+                part[1], leaf_uri(self.root, part[0]), mode=mode, storage_options=self.options
+            )
+            return part[0], int(ds.version)
+
+        written = dict(parallel(one, by_date(data)))
+        self.versions |= written
+        return sorted(written)
+
+    def leaf(self, day: dt.date) -> lance.LanceDataset:
+        return lance.dataset(
+            leaf_uri(self.root, day), version=self.versions[day], storage_options=self.options
+        )
+
+    def delete_leaves(self, where: str) -> list[dt.date]:
+        """A delete on every leaf, in parallel (deletion files, one commit each)."""
+
+        def one(day: dt.date) -> tuple[dt.date, int]:
+            ds = self.leaf(day)
+            ds.delete(where)
+            return day, int(ds.version)
+
+        self.versions |= dict(parallel(one, sorted(self.versions)))
+        return sorted(self.versions)
+
+    def merge_leaves(self, data: pa.Table) -> list[dt.date]:
+        """One ``merge_insert`` on ``id`` per date in ``data``, in parallel."""
+
+        def one(part: tuple[dt.date, pa.Table]) -> tuple[dt.date, int]:
+            ds = self.leaf(part[0])
+            ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
+                part[1]
+            )
+            return part[0], int(ds.version)
+
+        written = dict(parallel(one, by_date(data)))
+        self.versions |= written
+        return sorted(written)
+
+    def publish(self, days: list[dt.date]) -> None:
+        """One ``merge_insert`` of the rows of ``days`` into ``__manifest`` (created with a
+        BTREE index on ``object_id`` the first time)."""
+        table = pa.table(
+            {
+                "object_id": [leaf_uri("", d)[1:] for d in days],
+                "event_date": pa.array(days, pa.date32()),
+                "read_version": pa.array([self.versions[d] for d in days], pa.int64()),
+            },
+            schema=MANIFEST_SCHEMA,
+        )
+        try:
+            ds = lance.dataset(self.manifest(), storage_options=self.options)
+        except ValueError:
+            ds = lance.write_dataset(table, self.manifest(), storage_options=self.options)
+            ds.create_scalar_index("object_id", "BTREE")
+            return
+        (
+            ds.merge_insert("object_id")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute(table)
+        )
+
+    def plan(self, day: dt.date) -> int:
+        """One filtered scan of ``__manifest`` (fresh handle)."""
+        ds = lance.dataset(self.manifest(), storage_options=self.options)
+        return ds.to_table(filter=pc.field("event_date") == pa.scalar(day, pa.date32())).num_rows
+
+    def read_leaf(self, day: dt.date) -> pa.Table:
+        """Open the leaf of ``day`` at its version (known from ``__manifest``) and scan it."""
+        return self.leaf(day).to_table()
+
+    def rows(self) -> pa.Table:
+        """Every row, through ``__manifest`` (checks that it names each leaf's version)."""
+        ds = lance.dataset(self.manifest(), storage_options=self.options)
+        listed = ds.to_table()
+        pinned = dict(
+            zip(
+                listed.column("event_date").to_pylist(),
+                listed.column("read_version").to_pylist(),
+                strict=True,
+            )
+        )
+        if pinned != self.versions:
+            wrong = {d: (pinned.get(d), v) for d, v in self.versions.items() if pinned.get(d) != v}
+            raise AssertionError(f"the floor's __manifest names other versions: {wrong}")
+        return pa.concat_tables(parallel(self.read_leaf, sorted(self.versions)))
+
+    # -- whole operations (leaves, then the __manifest call), as the other systems' --------
+    def delete(self, where: str) -> int:
+        """A delete on every leaf, then one ``__manifest`` call publishing them; leaves."""
+        days = self.delete_leaves(where)
+        self.publish(days)
+        return len(days)
+
+    def merge(self, data: pa.Table) -> int:
+        """One ``merge_insert`` per date in ``data``, then one ``__manifest`` call; leaves."""
+        days = self.merge_leaves(data)
+        self.publish(days)
+        return len(days)
+
+    def drop_date(self, day: dt.date) -> int:
+        """A whole date removed: its ``__manifest`` row deleted (the leaf stays)."""
+        ds = lance.dataset(self.manifest(), storage_options=self.options)
+        ds.delete(pc.field("event_date") == pa.scalar(day, pa.date32()))
+        return int(self.versions.pop(day) is not None)
 
 
 class Iceberg:

@@ -65,12 +65,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 os.environ.setdefault("LANCE_LOG", "error")  # before pylance reads it
 import lance
 import pyarrow as pa
-import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_environment, print_table, write_results
-from _peers import Delta, Iceberg, Ours, canonical, updates
-from bench_floor import EPOCH, MANIFEST_SCHEMA, by_date, dates, leaf_uri, parallel, rows
+from _peers import Delta, Floor, Iceberg, Ours, canonical, updates
+from bench_floor import EPOCH, dates, rows
 
 #: The first bytes of an HTTP request; anything else the client sends after an answer is
 #: the body that follows a ``100 Continue`` (pyarrow's S3 client asks for one on uploads).
@@ -214,118 +213,6 @@ class CatalogStatements:
 
     def _seen(self, *_: Any, **__: Any) -> None:
         self.count += 1
-
-
-class FloorS3:
-    """The bare Lance calls on S3: one Lance table per date and a reduced ``__manifest``.
-
-    The leaf calls and the ``__manifest`` call of an operation are measured apart (the
-    manifest call publishes the versions the leaf call made, so it runs right after it).
-    ``versions`` is what the ``__manifest`` would say: each leaf's current version.
-    """
-
-    def __init__(self, root: str, storage_options: dict[str, str]) -> None:
-        self.root, self.options = root, storage_options
-        self.versions: dict[dt.date, int] = {}
-
-    def manifest(self) -> str:
-        return f"{self.root}/__manifest"
-
-    def load(self, data: pa.Table) -> None:
-        """The initial load of the leaves in ``data`` and their ``__manifest`` rows."""
-        self.publish(self.write_leaves(data, "append"))
-
-    def write_leaves(self, data: pa.Table, mode: str) -> list[dt.date]:
-        """One ``write_dataset`` per date in ``data`` (``append`` also creates a new leaf)."""
-
-        def one(part: tuple[dt.date, pa.Table]) -> tuple[dt.date, int]:
-            ds = lance.write_dataset(
-                part[1], leaf_uri(self.root, part[0]), mode=mode, storage_options=self.options
-            )
-            return part[0], int(ds.version)
-
-        written = dict(parallel(one, by_date(data)))
-        self.versions |= written
-        return sorted(written)
-
-    def leaf(self, day: dt.date) -> lance.LanceDataset:
-        return lance.dataset(
-            leaf_uri(self.root, day), version=self.versions[day], storage_options=self.options
-        )
-
-    def delete_leaves(self, where: str) -> list[dt.date]:
-        """A delete on every leaf, in parallel (deletion files, one commit each)."""
-
-        def one(day: dt.date) -> tuple[dt.date, int]:
-            ds = self.leaf(day)
-            ds.delete(where)
-            return day, int(ds.version)
-
-        self.versions |= dict(parallel(one, sorted(self.versions)))
-        return sorted(self.versions)
-
-    def merge_leaves(self, data: pa.Table) -> list[dt.date]:
-        """One ``merge_insert`` on ``id`` per date in ``data``, in parallel."""
-
-        def one(part: tuple[dt.date, pa.Table]) -> tuple[dt.date, int]:
-            ds = self.leaf(part[0])
-            ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
-                part[1]
-            )
-            return part[0], int(ds.version)
-
-        written = dict(parallel(one, by_date(data)))
-        self.versions |= written
-        return sorted(written)
-
-    def publish(self, days: list[dt.date]) -> None:
-        """One ``merge_insert`` of the rows of ``days`` into ``__manifest`` (created with a
-        BTREE index on ``object_id`` the first time)."""
-        table = pa.table(
-            {
-                "object_id": [leaf_uri("", d)[1:] for d in days],
-                "event_date": pa.array(days, pa.date32()),
-                "read_version": pa.array([self.versions[d] for d in days], pa.int64()),
-            },
-            schema=MANIFEST_SCHEMA,
-        )
-        try:
-            ds = lance.dataset(self.manifest(), storage_options=self.options)
-        except ValueError:
-            ds = lance.write_dataset(table, self.manifest(), storage_options=self.options)
-            ds.create_scalar_index("object_id", "BTREE")
-            return
-        (
-            ds.merge_insert("object_id")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute(table)
-        )
-
-    def plan(self, day: dt.date) -> int:
-        """One filtered scan of ``__manifest`` (fresh handle)."""
-        ds = lance.dataset(self.manifest(), storage_options=self.options)
-        return ds.to_table(filter=pc.field("event_date") == pa.scalar(day, pa.date32())).num_rows
-
-    def read_leaf(self, day: dt.date) -> pa.Table:
-        """Open the leaf of ``day`` at its version (known from ``__manifest``) and scan it."""
-        return self.leaf(day).to_table()
-
-    def rows(self) -> pa.Table:
-        """Every row, through ``__manifest`` (checks that it names each leaf's version)."""
-        ds = lance.dataset(self.manifest(), storage_options=self.options)
-        listed = ds.to_table()
-        pinned = dict(
-            zip(
-                listed.column("event_date").to_pylist(),
-                listed.column("read_version").to_pylist(),
-                strict=True,
-            )
-        )
-        if pinned != self.versions:
-            wrong = {d: (pinned.get(d), v) for d, v in self.versions.items() if pinned.get(d) != v}
-            raise AssertionError(f"the floor's __manifest names other versions: {wrong}")
-        return pa.concat_tables(parallel(self.read_leaf, sorted(self.versions)))
 
 
 # -- measuring ------------------------------------------------------------------------------
@@ -496,7 +383,7 @@ class Systems:
         self.iceberg = Iceberg(
             catalog_dir, warehouse="s3://iceberg/wh", properties=iceberg_properties(proxy)
         )
-        self.floor = FloorS3("s3://floor/f", options(proxy))
+        self.floor = Floor("s3://floor/f", storage_options=options(proxy))
         self.names = names
         #: Systems whose rows are compared (pyiceberg leaves after the wide operations).
         self.checked = {n for n in names if not n.startswith("floor")}

@@ -1,10 +1,12 @@
-"""Table operations side by side with delta-rs: delete, merge, optimize, on the same data.
+"""Table operations beside delta-rs and the Lance floor: delete, merge, optimize, same data.
 
     python benchmarks/bench_table_ops.py            # ~6 min on 2 cores
     python benchmarks/bench_table_ops.py --quick    # fewer rounds, 30 appends
 
 Scenario 1 (``--partitions`` dates x ``--rows`` rows, identity partitioning on
-``event_date``, both systems loaded with the same Arrow table):
+``event_date``, every system loaded with the same Arrow table; the floor is the bare Lance
+calls under ours (``_peers.Floor``): a table per date, each changed by one Lance call in
+parallel, then one ``merge_insert`` into a reduced ``__manifest``, goal 5 of issue 26):
 
 * delete 1% of the rows, spread over every partition (``id % 100 = k``): ours writes
   deletion files on each leaf's published version and publishes them in one
@@ -13,19 +15,21 @@ Scenario 1 (``--partitions`` dates x ``--rows`` rows, identity partitioning on
   ``merge_insert`` per leaf and one publish; delta-rs ``DeltaTable.merge(...)
   .when_matched_update_all().when_not_matched_insert_all()``;
 * delete one whole date: ours drops the partition as metadata; delta-rs removes its files
-  by partition predicate.
+  by partition predicate; the floor deletes its ``__manifest`` row.
 
 Scenario 2: ``--buckets`` partitions (``bucket = id % buckets``), ``--appends`` daily
 appends each writing rows into every partition (a fragment, or a file, per partition per
-append), then one ``optimize`` (delta-rs ``optimize.compact()``), files before and after.
+append), then one ``optimize`` (delta-rs ``optimize.compact()``), files before and after
+(ours and delta-rs only).
 
 Every operation opens a fresh handle; samples are interleaved (the order alternates each
-round); after each phase both systems must hold exactly the same rows (checked).
+round); after each phase every system must hold exactly the same rows (checked).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import sys
 import tempfile
@@ -47,7 +51,7 @@ from _common import (
     summarize,
     write_results,
 )
-from _peers import Delta, Ours, canonical, updates
+from _peers import Delta, Floor, Ours, canonical, updates
 from bench_floor import SCHEMA, rows
 
 BUCKET_SCHEMA = pa.schema([*SCHEMA, pa.field("bucket", pa.int32())])
@@ -56,7 +60,11 @@ BUCKET_SCHEMA = pa.schema([*SCHEMA, pa.field("bucket", pa.int32())])
 SYSTEMS: dict[str, Callable[[Path, str], Any]] = {
     "ours": lambda root, by: Ours(str(root), by=by),
     "delta": lambda root, by: Delta(str(root), by=by),
+    "floor": lambda root, by: Floor(str(root)),
 }
+#: Ratios reported when both systems ran.
+RATIOS = (("ours", "delta"), ("floor", "delta"), ("ours", "floor"))
+LABELS = {"delta": "delta-rs"}
 
 
 class Run:
@@ -74,7 +82,7 @@ class Run:
         for rep in range(reps):
             shift = self.rounds % len(self.names)
             self.rounds += 1
-            for name in self.names[shift:] + self.names[:shift]:
+            for name in [n for n in self.names[shift:] + self.names[:shift] if n in live]:
                 t0 = time.perf_counter()
                 outputs[name] = call(live[name], rep)
                 self.samples.setdefault(operation, {}).setdefault(name, []).append(
@@ -90,13 +98,18 @@ class Run:
         return outputs
 
     def report(self, title: str, operations: list[str]) -> list[list[str]]:
-        headers = ["operation", *self.names, *(["ours/delta-rs"] if len(self.names) == 2 else [])]
+        ratios = [(a, b) for a, b in RATIOS if a in self.names and b in self.names]
+        headers = [
+            "operation",
+            *(LABELS.get(n, n) for n in self.names),
+            *(f"{a}/{LABELS.get(b, b)}" for a, b in ratios),
+        ]
         table = []
         for operation in operations:
             med = {n: summarize(s)["median_ms"] for n, s in self.samples[operation].items()}
             row = [operation, *[fmt_ms(med.get(n)) for n in self.names]]
-            if len(self.names) == 2:
-                row.append(f"{med['ours'] / med['delta']:.2f}x")
+            for a, b in ratios:
+                row.append(f"{med[a] / med[b]:.2f}x" if a in med and b in med else "-")
             table.append(row)
         print_table(headers, table, title=title)
         return table
@@ -111,7 +124,7 @@ def same_rows(live: dict[str, Any], schema: pa.Schema, what: str) -> int:
                 f"after {what}: {name} ({table.num_rows} rows) and {first_name} "
                 f"({first.num_rows} rows) differ"
             )
-    print(f"  checked: both hold the same {first.num_rows:,} rows", flush=True)
+    print(f"  checked: {', '.join(tables)} hold the same {first.num_rows:,} rows", flush=True)
     return first.num_rows
 
 
@@ -129,12 +142,7 @@ def scenario_rows(run: Run, tmp: Path, partitions: int, per: int, reps: int) -> 
     same_rows(live, SCHEMA, merge)
     drop = "delete one whole date"
     first = data.column("event_date")[0].as_py()
-    run.time(
-        drop,
-        reps,
-        lambda s, rep: s.delete(f"event_date = '{first.fromordinal(first.toordinal() + rep)}'"),
-        live,
-    )
+    run.time(drop, reps, lambda s, rep: s.drop_date(first + dt.timedelta(days=rep)), live)
     same_rows(live, SCHEMA, drop)
     return [delete, merge, drop]
 
@@ -145,7 +153,9 @@ def scenario_optimize(run: Run, tmp: Path, buckets: int, appends: int, per: int)
         bucket = (base.column("id").to_numpy() % buckets).astype(np.int32)
         return base.append_column("bucket", pa.array(bucket))
 
-    live = {n: SYSTEMS[n](tmp / f"{n}-optimize", "bucket") for n in run.names}
+    # The floor's layout is a table per date: it has no bucketed counterpart here.
+    names = [n for n in run.names if n != "floor"]
+    live = {n: SYSTEMS[n](tmp / f"{n}-optimize", "bucket") for n in names}
     started = time.perf_counter()
     for system in live.values():
         system.load(daily(0))

@@ -26,6 +26,7 @@ from airflow_provider_lance.namespace.format.manifest import Manifest
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.ops.deletion import live_rows
+from airflow_provider_lance.namespace.write import leaf_commit
 from airflow_provider_lance.namespace.write.leaf_commit import (
     _commit_on,
     _signature,
@@ -34,6 +35,7 @@ from airflow_provider_lance.namespace.write.leaf_commit import (
 )
 
 from .test_interleavings import BY_PART, leaf_of
+from .test_table_operation_review import read_latest
 from .workers import TAGGED, tagged_rows
 
 OWNER = "op-1#1"
@@ -135,6 +137,44 @@ def test_a_version_above_the_table_is_rolled_back_before_the_commit(ns) -> None:
     assert version == base + 3  # base+1 the junk, base+2 the restore, base+3 the change
     assert ids_at(uri, version) == list(range(11, 20))
     assert committed_by(lance.dataset(uri), version) == OWNER
+
+
+def test_a_change_rebased_above_a_version_is_rolled_back_not_published(ns) -> None:
+    """A pinned leaf (no reader reads above its read_version): the first commit is made on
+    the table the change was computed on without listing the versions first. A crashed
+    writer's version above the base makes Lance rebase that commit above it: base+2, not
+    base+1, so it is never returned; the next attempt rolls both back and commits the
+    change on the restored base, holding base minus the deleted row."""
+    uri, base = leaf_of(ns, 2)
+    leaf, operation = delete_change(uri, base, "id = 10")
+    lance.write_dataset(tagged_rows("junk", [2], 2, first_id=900), uri, mode="append")
+    version = commit_change(
+        ns.storage, uri, operation, base=base, owner=OWNER, opened=leaf, latest_is_read=False
+    )
+    assert version == base + 4  # +1 the junk, +2 the rebased change, +3 the restore, +4
+    assert ids_at(uri, version) == list(range(11, 20))
+    latest = lance.dataset(uri)
+    assert committed_by(latest, base + 2) == OWNER
+    assert {900, 901} <= set(ids_at(uri, base + 2))  # the rebased commit, never taken
+
+
+def test_a_change_on_a_pinned_leaf_commits_without_listing_its_versions(ns, monkeypatch) -> None:
+    """The listing of a leaf's versions before its commit (one request per leaf on an
+    object store) is made only for a partition whose readers read its latest version."""
+    listed: list[str] = []
+
+    def still_latest(storage: Storage, ds: lance.LanceDataset, base: int) -> bool:
+        listed.append(ds.uri)
+        return real(storage, ds, base)
+
+    real = leaf_commit._still_latest
+    monkeypatch.setattr(leaf_commit, "_still_latest", still_latest)
+    assert ns.delete("id % 10 = 1").rows_removed == 4
+    assert listed == []
+    location = read_latest(ns, 3)
+    assert ns.delete("id % 10 = 2").rows_removed == 4
+    assert [uri.rstrip("/") for uri in listed] == [location.rstrip("/")]
+    assert sorted(ns.to_table()["id"].to_pylist()) == [i for i in range(40) if i % 10 not in (1, 2)]
 
 
 def test_a_version_of_ours_holding_the_change_is_reused(ns) -> None:

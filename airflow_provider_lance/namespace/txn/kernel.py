@@ -276,6 +276,7 @@ def commit_leaves(
                 may_roll_back=may_roll_back,
                 operation_kind=kind,
                 opened=change.opened,
+                latest_is_read=work.published is None,
             )
         else:
             fragments = change.fragments

@@ -441,6 +441,7 @@ def commit_change(
     may_roll_back: Callable[[int], bool] | None = None,
     operation_kind: str | None = None,
     opened: lance.LanceDataset | None = None,
+    latest_is_read: bool = True,
 ) -> int:
     """Commit ``operation``, computed against leaf version ``base`` (the published one),
     as version ``base + 1`` of exactly the content it was computed for.
@@ -465,20 +466,34 @@ def commit_change(
     when ``base`` cannot be read or committed on: once a writer published over it,
     ``maintain`` may have removed it, and that is a lost race, not a storage failure.
 
-    ``opened`` is the leaf opened at ``base`` when the change was computed: while
-    ``base`` is still the latest version (looked up afresh, as opening the table does) the
-    change is committed on it, without opening the table again.
+    ``opened`` is the leaf opened at ``base`` when the change was computed: the first
+    commit is made on it, without opening the table again. ``latest_is_read``: readers
+    read the leaf's latest version (a partition published as NULL, "read the latest"), so
+    ``base`` is first checked to still be the latest (one listing of the table's
+    versions), lest a commit rebased above another writer's version be read before it is
+    rolled back. Otherwise (a pinned ``read_version``: no reader reads above it) that
+    listing is not needed: a commit that lands above another version is not ``base + 1``,
+    is never published, and is rolled back by the next attempt like any unpublished
+    version (pinned by tests/test_leaf_commit_reuse.py::
+    test_a_change_on_a_pinned_leaf_commits_without_listing_its_versions and
+    test_a_change_rebased_above_a_version_is_rolled_back_not_published).
     """
     properties = owner_properties(owner, operation_kind)
     expected: list[str] | None = None
 
+    def reusable() -> lance.LanceDataset | None:
+        """``opened``, if the first commit may be made on it."""
+        if opened is None or int(opened.version) != base:
+            return None
+        if latest_is_read and not _still_latest(storage, opened, base):
+            return None
+        return opened
+
     def commit_once(attempt: int) -> int | Outcome:
         nonlocal expected
         try:
-            if attempt == 0 and opened is not None and _still_latest(storage, opened, base):
-                ds = opened  # the usual case: nothing above base
-            else:
-                ds = storage.table(uri)
+            reused = reusable() if attempt == 0 else None
+            ds = storage.table(uri) if reused is None else reused
             latest = int(ds.version)
             on: lance.LanceDataset | None = ds  # committed on the handle: not opened again
             if latest != base:
@@ -513,10 +528,8 @@ def commit_change(
 
 
 def _still_latest(storage: Storage, ds: lance.LanceDataset, base: int) -> bool:
-    """Whether ``ds`` is open at ``base`` and ``base`` is its table's latest version now
+    """Whether ``base`` (the version ``ds`` is open at) is its table's latest version now
     (listed afresh: the same lookup as opening the table at its latest version)."""
-    if int(ds.version) != base:
-        return False
     with storage.failures("read the versions of", ds.uri):
         return int(ds.latest_version) == base
 
