@@ -22,7 +22,7 @@ from lance.fragment import FragmentMetadata
 
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.format.leaf_version import committed_by
-from airflow_provider_lance.namespace.format.manifest import Manifest
+from airflow_provider_lance.namespace.format.manifest import Manifest, ManifestView
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.ops.deletion import live_rows
@@ -245,3 +245,41 @@ def test_a_merge_opens_each_leaf_it_changes_once(ns, root) -> None:
     assert all(storage.opened[uri] == 1 for uri in changed)
     tags = dict(zip(*ns.to_table().select(["id", "tag"]).to_pydict().values(), strict=True))
     assert [tags[i] for i in (1, 11, 21, 31)] == ["m", "m", "m", "seed"]
+
+
+@pytest.mark.parametrize("kind", ["delete", "merge", "optimize", "drop_partitions"])
+def test_a_table_operation_looks_up_the_latest_manifest_version_once(ns, monkeypatch, kind) -> None:
+    """On an object store each lookup of ``__manifest``'s latest version is a listing, one
+    sequential round trip: an operation makes one (its input checked and its first attempt
+    computed on the same state), and its swap finds out whether that is still the latest.
+    It made three (the claim column check, the input check, the first attempt): a
+    merge six."""
+    lookups: list[str] = []
+
+    def open_(self: Manifest, version: int | None = None) -> lance.LanceDataset:
+        if version is None:
+            lookups.append("open")
+        return real_open(self, version)
+
+    def is_latest(self: ManifestView) -> bool:
+        lookups.append("is_latest")
+        return real_is_latest(self)
+
+    real_open, real_is_latest = Manifest.open, ManifestView.is_latest
+    handle = PartitionedNamespace.open(ns.uri)
+    monkeypatch.setattr(Manifest, "open", open_)
+    monkeypatch.setattr(ManifestView, "is_latest", is_latest)
+    calls = {
+        "delete": lambda: handle.delete("id % 10 = 1"),
+        "merge": lambda: handle.merge(
+            pa.table({"id": [1], "part": pa.array([1], pa.int32()), "tag": ["m"]}, schema=TAGGED),
+            ["id", "part"],
+        ),
+        "optimize": lambda: handle.optimize(),
+        "drop_partitions": lambda: handle.drop_partitions("part = 4"),
+    }
+    calls[kind]()
+    # A merge first registers its intent against spec changes (a commit of its own, which
+    # opens the latest version), then computes on the state after it.
+    expected = ["is_latest", "open"] * 2 if kind == "merge" else ["is_latest"]
+    assert lookups == expected

@@ -8,13 +8,14 @@ and the bookkeeping rows of transactions, merges and fences.
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import lance
 import pyarrow as pa
 import pytest
 
-from airflow_provider_lance.namespace.errors import ManifestError
+from airflow_provider_lance.namespace.errors import CommitConflict, ManifestError
 from airflow_provider_lance.namespace.format.manifest import (
     BASE_FIELDS,
     MANIFEST_NAME,
@@ -135,3 +136,41 @@ def test_a_clobbered_manifest(tmp_path: Path) -> None:
     )
     with pytest.raises(ManifestError, match="no location column"):
         bare.leaf_locations()
+
+
+def _cleanup_all_but_latest(manifest: Manifest) -> None:
+    lance.dataset(manifest.uri).cleanup_old_versions(
+        older_than=dt.timedelta(0), delete_unverified=True
+    )
+
+
+@pytest.mark.parametrize("compacted", [False, True], ids=["versions", "versions-and-files"])
+def test_a_swap_on_a_version_cleaned_up_since_it_was_read_is_a_conflict(
+    manifest: Manifest, compacted: bool
+) -> None:
+    """A swap commits on a copy of the version it read, kept open (no request to open it
+    again), so nothing checks first that the version still exists. Another handle
+    changes the row, commits again, and cleans up every version but its latest (with a
+    compaction first: the read version's data files go too). The swap must fail with
+    :class:`CommitConflict`, never publish over the change it could not see (Lance
+    fails to read the versions in between; measured with pylance 14.0.2: "Not found:
+    .../_versions/<n>.manifest", a storage error that would not say to read again)."""
+    old = manifest.latest()
+    other = Manifest(Storage(manifest.root))
+    moved = pa.Table.from_pylist(
+        [row(PUBLISHED, TABLE, location="a1", read_version=4)], schema=manifest_schema([])
+    )
+    other.compare_and_swap(moved, old.version)
+    later = pa.Table.from_pylist(
+        [row(CLAIMED, TABLE, location="a3", read_version=6)], schema=manifest_schema([])
+    )
+    other.compare_and_swap(later, old.version + 1)
+    if compacted:
+        other.open().optimize.compact_files()
+    _cleanup_all_but_latest(other)
+    stale = pa.Table.from_pylist(
+        [row(PUBLISHED, TABLE, location="a1", read_version=9)], schema=manifest_schema([])
+    )
+    with pytest.raises(CommitConflict):
+        manifest.compare_and_swap(stale, old.version)
+    assert manifest.latest().read_versions([PUBLISHED]) == {PUBLISHED: 4}

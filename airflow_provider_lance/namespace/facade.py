@@ -527,8 +527,13 @@ class PartitionedNamespace:
     def _operate(
         self, operation: TableOperation, txn_id: str | None, claim_timeout: float | None
     ) -> OperationResult:
-        self._manifest.ensure_claim_column()
-        result = run_operation(self._txn, operation, txn_id=txn_id, claim_timeout=claim_timeout)
+        state = self.state()
+        if not state.view.has_claim_column:
+            self._manifest.ensure_claim_column()
+            state = self.state()
+        result = run_operation(
+            self._txn, operation, txn_id=txn_id, claim_timeout=claim_timeout, state=state
+        )
         log.info(
             "%s: %d rows removed, %d updated, %d inserted, %d partitions dropped (manifest v%s)",
             operation.kind,

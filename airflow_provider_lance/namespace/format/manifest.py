@@ -16,9 +16,11 @@ rows and metadata together), always written before any row depends on it.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -102,6 +104,18 @@ def manifest_schema(partition_columns: list[pa.Field]) -> pa.Schema:
     return pa.schema([*BASE_FIELDS, READ_VERSION_FIELD, CLAIM_FIELD, *partition_columns])
 
 
+#: Versions of ``__manifest`` a :class:`Manifest` keeps open for its commits.
+OPENED_KEPT = 4
+
+
+def _cleaned_up(base_version: int, ids: Sequence[str]) -> CommitConflict:
+    return CommitConflict(
+        f"__manifest version {base_version}, which this commit read, was cleaned up "
+        "meanwhile (maintain); read the namespace again",
+        partition_ids(list(ids)),
+    )
+
+
 class Manifest:
     """Access to one namespace's ``__manifest`` table, through the namespace's storage."""
 
@@ -115,6 +129,10 @@ class Manifest:
         #: The table as this handle's last compare-and-swap left it (None before one):
         #: what the compaction check after a publish looks at, without opening it again.
         self.last_swapped: lance.LanceDataset | None = None
+        #: The versions opened last, by number: a compare-and-swap against one of them
+        #: commits on a copy (no request) instead of opening it again (one per commit).
+        self._opened: dict[int, lance.LanceDataset] = {}
+        self._lock = threading.Lock()
 
     # -- opening ---------------------------------------------------------------------------
     def at(self, version: int) -> ManifestView:
@@ -127,7 +145,7 @@ class Manifest:
 
     def open(self, version: int | None = None) -> lance.LanceDataset:
         try:
-            return self.storage.table(self.uri, version, session=self._session)
+            ds = self.storage.table(self.uri, version, session=self._session)
         except TableNotFoundError as exc:
             if version is not None and self._exists():
                 raise ManifestError(
@@ -142,6 +160,32 @@ class Manifest:
             ) from exc
         except StorageError as exc:  # its own class: whether a retry helps stays decided
             raise type(exc)(f"cannot read the __manifest of {self.root}: {exc}") from exc
+        with self._lock:  # a copy: callers commit on (advance) what they are given
+            self._opened[int(ds.version)] = copy.copy(ds)
+            while len(self._opened) > OPENED_KEPT:
+                del self._opened[min(self._opened)]
+        return ds
+
+    def _base(self, base_version: int, ids: Sequence[str]) -> tuple[lance.LanceDataset, bool]:
+        """The table at ``base_version`` to commit on, and whether it is a copy of one
+        opened before. A commit advances the table it runs on in place, so never the
+        opened one itself (a :class:`ManifestView` may be reading it)."""
+        with self._lock:
+            opened = self._opened.get(base_version)
+        if opened is not None:
+            return copy.copy(opened), True
+        try:
+            return self.open(base_version), False
+        except ManifestError as exc:  # cleaned up meanwhile: the rows may have changed since
+            raise _cleaned_up(base_version, ids) from exc
+
+    def _gone(self, base_version: int) -> bool:
+        """Whether ``base_version`` was cleaned up (``maintain``) since it was read."""
+        try:
+            self.storage.table(self.uri, base_version, session=self._session)
+        except TableNotFoundError:
+            return True
+        return False
 
     def _exists(self) -> bool:
         try:
@@ -311,33 +355,15 @@ class Manifest:
         """
         if rows.num_rows == 0:
             return base_version
-        # A fresh handle: a commit advances the dataset object it runs on in place.
-        try:
-            base = self.open(base_version)
-        except ManifestError as exc:  # cleaned up meanwhile: the rows may have changed since
-            raise CommitConflict(
-                f"__manifest version {base_version}, which this commit read, was cleaned up "
-                "meanwhile (maintain); read the namespace again",
-                partition_ids(rows.column(OBJECT_ID).to_pylist()),
-            ) from exc
-        builder = base.merge_insert(OBJECT_ID)
-        builder = (
-            builder.when_matched_delete()
-            if delete
-            else builder.when_matched_update_all().when_not_matched_insert_all()
-        )
         ids = rows.column(OBJECT_ID).to_pylist()
-        with self.storage.failures(
-            "commit to",
-            self.uri,
-            conflict="a concurrent writer changed the __manifest rows this commit depends on",
-            partitions=partition_ids(ids),
-        ):
-            failpoint("manifest.before_swap")
-            builder.conflict_retries(0).execute(self.conform(rows, base))
-            failpoint("manifest.after_swap")  # committed: "=error" makes its outcome unknown
-        self.last_swapped = base  # the commit advanced it to the version it made
-        return int(base.version)
+
+        def build(base: lance.LanceDataset) -> Any:
+            builder = base.merge_insert(OBJECT_ID)
+            if delete:
+                return builder.when_matched_delete()
+            return builder.when_matched_update_all().when_not_matched_insert_all()
+
+        return self._swap(build, rows, base_version, ids)
 
     def compare_and_swap_dropping(
         self, rows: pa.Table, drop: Sequence[str], base_version: int
@@ -355,31 +381,46 @@ class Manifest:
         """
         if not drop:
             return self.compare_and_swap(rows, base_version)
-        try:
-            base = self.open(base_version)
-        except ManifestError as exc:
-            raise CommitConflict(
-                f"__manifest version {base_version}, which this commit read, was cleaned up "
-                "meanwhile (maintain); read the namespace again",
-                list(drop),
-            ) from exc
-        builder = (
-            base.merge_insert(OBJECT_ID)
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .when_not_matched_by_source_delete(ids_filter(drop))
-        )
         ids = [i for i in rows.column(OBJECT_ID).to_pylist() if isinstance(i, str)]
-        with self.storage.failures(
-            "commit to",
-            self.uri,
-            conflict="a concurrent writer changed the __manifest rows this commit depends on",
-            partitions=partition_ids([*ids, *drop]),
-        ):
-            failpoint("manifest.before_swap")
-            builder.conflict_retries(0).execute(self.conform(rows, base))
-            failpoint("manifest.after_swap")
-        self.last_swapped = base
+
+        def build(base: lance.LanceDataset) -> Any:
+            return (
+                base.merge_insert(OBJECT_ID)
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .when_not_matched_by_source_delete(ids_filter(drop))
+            )
+
+        return self._swap(build, rows, base_version, [*ids, *drop])
+
+    def _swap(
+        self,
+        build: Callable[[lance.LanceDataset], Any],
+        rows: pa.Table,
+        base_version: int,
+        ids: Sequence[str],
+    ) -> int:
+        """Run the ``merge_insert`` ``build`` makes on the table at ``base_version`` with
+        no conflict retries: the new version, or :class:`CommitConflict` if a row it
+        depends on changed (or ``base_version`` was cleaned up) since."""
+        base, copied = self._base(base_version, ids)
+        try:
+            with self.storage.failures(
+                "commit to",
+                self.uri,
+                conflict="a concurrent writer changed the __manifest rows this commit depends on",
+                partitions=partition_ids(ids),
+            ):
+                failpoint("manifest.before_swap")
+                build(base).conflict_retries(0).execute(self.conform(rows, base))
+                failpoint("manifest.after_swap")  # committed: "=error" makes it unknown
+        except (StorageError, TableNotFoundError) as exc:
+            # Committing on a copy skipped the check that the version still exists: a
+            # version cleaned up meanwhile is a lost race, as when opening it fails.
+            if copied and self._gone(base_version):
+                raise _cleaned_up(base_version, ids) from exc
+            raise
+        self.last_swapped = base  # the commit advanced it to the version it made
         return int(base.version)
 
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:

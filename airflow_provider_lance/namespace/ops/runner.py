@@ -333,6 +333,8 @@ class OperationRunner:
         self._previous = _Attempt()
         #: Partition -> how often its published version moved under an attempt's swap.
         self._moves: dict[str, int] = {}
+        #: The state the run started from: the first attempt's (see :meth:`run`).
+        self._entry: NamespaceState | None = None
         #: The id of this run's intent row while it has one (see :mod:`.spec_fence`).
         self._intent: str | None = None
         #: Partitions the last attempt found held by live transactions, and their holders
@@ -340,10 +342,16 @@ class OperationRunner:
         self._blocked: tuple[dict[str, str], Mapping[str, TxnRecord]] = ({}, {})
 
     # -- entry -----------------------------------------------------------------------------
-    def run(self) -> OperationResult:
-        self.op.validate(self.ctx.load_state())  # bad input changes nothing, records none
+    def run(self, state: NamespaceState | None = None) -> OperationResult:
+        """``state``: the latest namespace as the caller just read it (None: read here).
+        It is what the input is checked against and what the first attempt starts from:
+        one read of the latest version per operation (on an object store, each is a
+        listing), where the attempt's swap finds out whether it is still the latest."""
+        state = self.ctx.load_state() if state is None else state
+        self.op.validate(state)  # bad input changes nothing, records none
+        self._entry = state
         if self.txn_id is not None:
-            done = self._begin()
+            done = self._begin(state)
             if done is not None:
                 return done
         try:
@@ -421,11 +429,11 @@ class OperationRunner:
             log.warning("could not remove the merge intent %s: %s", intent, exc)
 
     # -- transaction record (txn_id) -----------------------------------------------------
-    def _begin(self) -> OperationResult | None:
-        """The first result if this ``txn_id`` already published, else None after writing
-        the header of the incarnation to run (a crashed earlier attempt's is reused)."""
+    def _begin(self, state: NamespaceState) -> OperationResult | None:
+        """The first result if this ``txn_id`` already published as of ``state``, else None
+        after writing the header of the incarnation to run (a crashed earlier attempt's is
+        reused)."""
         assert self.txn_id is not None
-        state = self.ctx.load_state()
         record = resolve(self.ctx, state, self.txn_id)
         incarnation = 1
         if record is not None:
@@ -508,7 +516,7 @@ class OperationRunner:
         (wait for a holder), LOST (what it read was cleaned up), ORDERED (a merge fenced
         its spec or registered its intent: go again), or a result (nothing to change, or
         published by a concurrent run of this ``txn_id``)."""
-        state = self.ctx.load_state()
+        state, self._entry = self._entry or self.ctx.load_state(), None
         try:
             return self._prepare(state)
         except _STALE_ERRORS as exc:
@@ -842,6 +850,9 @@ def run_operation(
     *,
     txn_id: str | None = None,
     claim_timeout: float | None = None,
+    state: NamespaceState | None = None,
 ) -> OperationResult:
-    """Run ``operation`` to its one publish (see the module docstring)."""
-    return OperationRunner(ctx, operation, txn_id=txn_id, claim_timeout=claim_timeout).run()
+    """Run ``operation`` to its one publish (see the module docstring); ``state``: the
+    latest namespace as the caller just read it (None: read here)."""
+    runner = OperationRunner(ctx, operation, txn_id=txn_id, claim_timeout=claim_timeout)
+    return runner.run(state)
