@@ -26,6 +26,7 @@ from airflow_provider_lance.namespace import (
     PartitionSpecError,
     SchemaError,
 )
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 
 from .conftest import EVENTS_SCHEMA, events, tree
 from .rows import by_id, no_duplicates
@@ -209,6 +210,28 @@ def test_reads_and_filters_on_a_dropped_column_say_it_was_dropped(
     with pytest.raises(FilterError) as other:  # an unknown name is not called dropped
         daily.to_table(filter="amount2 > 1")
     assert "dropped" not in str(other.value)
+
+
+def test_a_filter_read_before_a_drop_is_refused_after_it_as_a_new_one_is(
+    daily: PartitionedNamespace,
+) -> None:
+    """Failed before: a filter parsed before drop_column("amount") was served from the
+    parse cache after it (``pa.Schema`` equality ignores the field metadata a drop
+    changes), bound to the dropped column; the read then failed deep in the pruner with
+    a ``SchemaError`` instead of the ``FilterError`` a new handle gives. A read that
+    reached the leaves could have read the dropped column."""
+    daily.write(events(2))
+    for read in (daily.to_table, daily.count_rows, daily.prune):
+        read(filter="amount > 1")  # type: ignore[operator]
+    version = daily.version
+    daily.drop_column("amount")
+    for read in (daily.to_table, daily.count_rows, daily.prune):
+        with pytest.raises(FilterError, match=r"'amount' was dropped.*as_of"):
+            read(filter="amount > 1")  # type: ignore[operator]
+    before, after = daily.state(version).schema, daily.state().schema
+    assert before != after
+    assert hash(before) != hash(after)
+    assert before == NamespaceSchema(pa.schema(list(before.arrow)))
 
 
 def test_writing_a_dropped_column_says_what_to_do(daily: PartitionedNamespace, root: Path) -> None:

@@ -6,8 +6,8 @@ import dataclasses
 import datetime as dt
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -83,6 +83,7 @@ from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
 from .types import ArrowData, WriteMode
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 StorageOptions = Mapping[str, StorageOptionValue | None] | None
 
@@ -195,8 +196,35 @@ class PartitionedNamespace:
                     "its creation was finished at a later version"
                 ) from exc
         if not self._state.view.is_latest():
-            self._state = NamespaceState.load(self._root, self._manifest.latest())
+            self._reload()
         return self._state
+
+    def _reload(self) -> NamespaceState:
+        self._state = NamespaceState.load(self._root, self._manifest.latest())
+        return self._state
+
+    def _on_latest(self, read: Callable[[NamespaceState], R]) -> tuple[NamespaceState, R]:
+        """``read`` done on the latest state, and that state.
+
+        The check that the loaded state is still the latest (on an object store a listing
+        of ``__manifest``'s versions: a round trip) runs while ``read`` works on it,
+        instead of before. If a newer version was committed, ``read`` is done again on
+        it, as it is when it failed on a state that is no longer the latest (whose
+        versions ``maintain`` may have removed). What is returned was the latest at the
+        moment of the check, during the call, as :meth:`state` promises. ``read`` must
+        only read."""
+        state = self._state
+        check = self._storage.beside(state.view.is_latest)
+        try:
+            out = read(state)
+        except Exception:
+            if check.result():
+                raise
+        else:
+            if check.result():
+                return state, out
+        state = self._reload()
+        return state, read(state)
 
     @property
     def version(self) -> int:
@@ -334,6 +362,8 @@ class PartitionedNamespace:
     def partitions(self, *, as_of: AsOf | None = None) -> list[Partition]:
         """Every leaf table of the namespace (all spec versions), as of ``as_of`` (see
         :meth:`state`; default: the latest)."""
+        if as_of is None:
+            return self._on_latest(NamespaceState.partitions)[1]
         return self.state(as_of).partitions()
 
     def partition(self, values: Mapping[str, Any]) -> Partition:
@@ -354,7 +384,16 @@ class PartitionedNamespace:
     ) -> list[Partition]:
         """The partitions that can hold rows matching ``filter`` (a SQL boolean expression),
         as of ``as_of`` (see :meth:`state`)."""
-        return self._prune(self.state(as_of, version=version), filter)
+        return self._resolve(as_of, version, filter)[1]
+
+    def _resolve(
+        self, as_of: AsOf | None, version: int | None, filter: str | None
+    ) -> tuple[NamespaceState, list[Partition]]:
+        """The state a read reads (see :meth:`state`) and the partitions ``filter`` keeps."""
+        if as_of is None and version is None:
+            return self._on_latest(lambda state: self._prune(state, filter))
+        state = self.state(as_of, version=version)
+        return state, self._prune(state, filter)
 
     @staticmethod
     def _prune(state: NamespaceState, filter: str | None) -> list[Partition]:
@@ -377,7 +416,8 @@ class PartitionedNamespace:
 
         Bad filters and unknown columns raise here, before the first batch is read.
         """
-        return self._batches(self.state(as_of, version=version), columns, filter, batch_size)
+        state, kept = self._resolve(as_of, version, filter)
+        return self._batches(state, columns, filter, batch_size, kept)
 
     def _batches(
         self,
@@ -385,7 +425,10 @@ class PartitionedNamespace:
         columns: Sequence[str] | None,
         filter: str | None,
         batch_size: int | None,
+        kept: list[Partition] | None = None,
     ) -> Iterator[pa.RecordBatch]:
+        """The batches of a read of ``state``; ``kept``: the partitions ``filter`` keeps
+        in it (None: pruned here)."""
         state.schema.project(columns)  # validates the names before anything is read
         residual, exact = None, []
         if filter is not None:
@@ -397,7 +440,7 @@ class PartitionedNamespace:
             ]
         return scan_batches(
             self._storage,
-            self._prune(state, filter),
+            self._prune(state, filter) if kept is None else kept,
             state.schema,
             columns=columns,
             residual=residual,
@@ -418,10 +461,10 @@ class PartitionedNamespace:
 
         The schema, specs, partitions and read_versions all come from one manifest version.
         """
-        state = self.state(as_of, version=version)
+        state, kept = self._resolve(as_of, version, filter)
         failpoint("read.resolved")
         schema = state.schema.project(columns)
-        batches = self._batches(state, columns, filter, batch_size)
+        batches = self._batches(state, columns, filter, batch_size, kept)
         return pa.RecordBatchReader.from_batches(schema, batches)
 
     def to_table(

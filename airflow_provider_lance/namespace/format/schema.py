@@ -88,11 +88,26 @@ def _with_meta(field: pa.Field, **updates: str | None) -> pa.Field:
     return field.with_metadata(meta)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NamespaceSchema:
-    """An immutable namespace schema; evolution methods return a new one."""
+    """An immutable namespace schema; evolution methods return a new one.
+
+    Two are equal when their fields are, metadata included: a column's field id and its
+    ``lance:deprecated`` mark are what a drop changes. (``pa.Schema`` equality ignores
+    field metadata, so a filter parsed before a drop was served from the parse cache
+    after it, bound to the dropped column.)"""
 
     arrow: pa.Schema
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NamespaceSchema) and self._identity == other._identity
+
+    def __hash__(self) -> int:
+        return hash(self._identity)
+
+    @functools.cached_property
+    def _identity(self) -> str:
+        return self.to_json()
 
     # -- construction -------------------------------------------------------------------
     @classmethod

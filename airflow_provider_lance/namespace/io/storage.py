@@ -299,6 +299,19 @@ class Storage:
             for future in window:
                 future.cancel()
 
+    def beside(self, fn: Callable[[], R]) -> Future[R]:
+        """``fn`` started on a storage thread, to run while the caller works (a request
+        whose round trip then overlaps the caller's); run inline when called from one of
+        those threads."""
+        if getattr(_worker, "active", False):
+            done: Future[R] = Future()
+            try:
+                done.set_result(fn())
+            except BaseException as exc:
+                done.set_exception(exc)
+            return done
+        return self._pool().submit(_in_worker, lambda _: fn(), None)
+
     def _pool(self) -> ThreadPoolExecutor:
         """The process's threads for this concurrency (shared by every namespace opened:
         a handle opened per task must not leave threads behind)."""
