@@ -61,7 +61,11 @@ from airflow_provider_lance.namespace.read.timetravel import (
 )
 from airflow_provider_lance.namespace.txn import transactions, writes
 from airflow_provider_lance.namespace.txn.claim import resolve
-from airflow_provider_lance.namespace.txn.kernel import CommitOptions, TransactionContext
+from airflow_provider_lance.namespace.txn.kernel import (
+    CommitOptions,
+    TransactionContext,
+    state_with_claims,
+)
 from airflow_provider_lance.namespace.txn.lifecycle import collect_finished
 from airflow_provider_lance.namespace.txn.store import TransactionStore
 from airflow_provider_lance.namespace.txn.transactions import Transaction, TransactionInfo
@@ -362,9 +366,7 @@ class PartitionedNamespace:
     def partitions(self, *, as_of: AsOf | None = None) -> list[Partition]:
         """Every leaf table of the namespace (all spec versions), as of ``as_of`` (see
         :meth:`state`; default: the latest)."""
-        if as_of is None:
-            return self._on_latest(NamespaceState.partitions)[1]
-        return self.state(as_of).partitions()
+        return self._resolve(as_of, None, None)[1]
 
     def partition(self, values: Mapping[str, Any]) -> Partition:
         """The partition holding ``values`` under the current spec (an error if absent)."""
@@ -389,7 +391,8 @@ class PartitionedNamespace:
     def _resolve(
         self, as_of: AsOf | None, version: int | None, filter: str | None
     ) -> tuple[NamespaceState, list[Partition]]:
-        """The state a read reads (see :meth:`state`) and the partitions ``filter`` keeps."""
+        """The state a read reads (see :meth:`state`) and the partitions ``filter`` keeps
+        in it (every one for None)."""
         if as_of is None and version is None:
             return self._on_latest(lambda state: self._prune(state, filter))
         state = self.state(as_of, version=version)
@@ -425,10 +428,10 @@ class PartitionedNamespace:
         columns: Sequence[str] | None,
         filter: str | None,
         batch_size: int | None,
-        kept: list[Partition] | None = None,
+        kept: list[Partition],
     ) -> Iterator[pa.RecordBatch]:
         """The batches of a read of ``state``; ``kept``: the partitions ``filter`` keeps
-        in it (None: pruned here)."""
+        in it (see :meth:`_resolve`)."""
         state.schema.project(columns)  # validates the names before anything is read
         residual, exact = None, []
         if filter is not None:
@@ -440,7 +443,7 @@ class PartitionedNamespace:
             ]
         return scan_batches(
             self._storage,
-            self._prune(state, filter) if kept is None else kept,
+            kept,
             state.schema,
             columns=columns,
             residual=residual,
@@ -496,12 +499,12 @@ class PartitionedNamespace:
     ) -> int:
         """The number of rows matching ``filter`` (without a filter: from table metadata),
         as of ``as_of`` (see :meth:`state`)."""
-        state = self.state(as_of, version=version)
+        state, kept = self._resolve(as_of, version, filter)
         if filter is None:
-            return sum(open_leaf(self._storage, p).count_rows() for p in state.partitions())
+            return sum(open_leaf(self._storage, p).count_rows() for p in kept)
         residual = parse_filter(filter, state.schema)[0]
         columns = filter_columns(residual)
-        return sum(b.num_rows for b in self._batches(state, columns, filter, None))
+        return sum(b.num_rows for b in self._batches(state, columns, filter, None, kept))
 
     # -- table operations: each one __manifest swap (see operations) ------------------------
     def drop_partitions(
@@ -570,12 +573,12 @@ class PartitionedNamespace:
     def _operate(
         self, operation: TableOperation, txn_id: str | None, claim_timeout: float | None
     ) -> OperationResult:
-        state = self.state()
-        if not state.view.has_claim_column:
-            self._manifest.ensure_claim_column()
-            state = self.state()
         result = run_operation(
-            self._txn, operation, txn_id=txn_id, claim_timeout=claim_timeout, state=state
+            self._txn,
+            operation,
+            txn_id=txn_id,
+            claim_timeout=claim_timeout,
+            state=state_with_claims(self._txn),
         )
         log.info(
             "%s: %d rows removed, %d updated, %d inserted, %d partitions dropped (manifest v%s)",
@@ -779,8 +782,8 @@ class PartitionedNamespace:
         """Check that every row of the partitions ``filter`` selects (all: None) lies in the
         partition its values give (see ``verification``); changes nothing. A row that does
         not is found by no filter on its source column: :meth:`relocate` puts it right."""
-        state = self.state(as_of)
-        return verify_partitions(self._storage, state, self._prune(state, filter))
+        state, kept = self._resolve(as_of, None, filter)
+        return verify_partitions(self._storage, state, kept)
 
     def relocate(
         self,
@@ -796,7 +799,7 @@ class PartitionedNamespace:
         ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
         candidates = None
         if filter is not None:
-            candidates = [p.object_id for p in self._prune(self.state(), filter)]
+            candidates = [p.object_id for p in self._resolve(None, None, filter)[1]]
         return self._operate(RelocateRows(self._storage, candidates), txn_id, claim_timeout)
 
     def repair(self) -> RepairReport:

@@ -182,8 +182,8 @@ class Manifest:
     def _gone(self, base_version: int) -> bool:
         """Whether ``base_version`` was cleaned up (``maintain``) since it was read."""
         try:
-            self.storage.table(self.uri, base_version, session=self._session)
-        except TableNotFoundError:
+            self.open(base_version)
+        except ManifestError:
             return True
         return False
 

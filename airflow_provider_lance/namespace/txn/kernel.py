@@ -99,6 +99,16 @@ class TransactionContext:
     storage: Storage
 
 
+def state_with_claims(ctx: TransactionContext) -> NamespaceState:
+    """The latest state, its ``__manifest`` holding the claim column: a namespace created
+    before transactions gets it first (one commit, once)."""
+    state = ctx.load_state()
+    if not state.view.has_claim_column:
+        ctx.manifest.ensure_claim_column()
+        state = ctx.load_state()
+    return state
+
+
 # -- leaf work -------------------------------------------------------------------------------
 #: Staged fragments, or how to parse them from their record: parsed in the fan-out's
 #: threads, next to the commits (a thousand parsed before the first commit cost ~5%).

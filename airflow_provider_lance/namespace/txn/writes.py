@@ -34,7 +34,7 @@ from airflow_provider_lance.namespace.write.staging import (
 from . import transactions
 from .claim import refuse_if_maybe_published, resolve
 from .direct import publish_stage
-from .kernel import CommitOptions, TransactionContext
+from .kernel import CommitOptions, TransactionContext, state_with_claims
 from .publish_result import rebuilt_result
 from .transactions import Transaction
 
@@ -72,10 +72,7 @@ def write_direct(
     """A write nobody else knows: published in one swap (see :mod:`.direct`), or, when
     its partitions are claimed or it keeps losing races, by the claim protocol."""
     transactions.check_mode(mode)
-    state = ctx.load_state()
-    if not state.view.has_claim_column:
-        ctx.manifest.ensure_claim_column()
-        state = ctx.load_state()
+    state = state_with_claims(ctx)
     txn_id = uuid.uuid4().hex
     owner = incarnation_tag(txn_id, 1)
     stage = Stager(
