@@ -26,6 +26,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import random
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -72,8 +73,10 @@ WRITER_KILL_DELAY = (0.05, 1.5)
 OPERATOR_KILL_DELAY = (2.0, 8.0)
 #: How long the spawned processes may take to start (imports) before the chaos begins.
 STARTUP_TIMEOUT = 120.0
-#: How long stopping processes may take before the test gives up on them.
-STOP_TIMEOUT = 60.0
+#: How long stopping processes may take before the test gives up on them: a process may be
+#: waiting out the lease (60 s) of a write killed while it held partitions, then finishing
+#: its own operation on a loaded machine (one that does not stop prints its stacks).
+STOP_TIMEOUT = 150.0
 
 
 @dataclass
@@ -154,6 +157,18 @@ def _wait_until_up(slots: list[Slot], run: Path) -> None:
         time.sleep(0.05)
 
 
+def _report_stacks(slot: Slot, run: Path) -> None:
+    """Print where a process that did not stop is (its threads' stacks), or that it never
+    got past its imports."""
+    stacks = run / f"stacks-{slot.name}-{slot.life}.txt"
+    if not stacks.exists():
+        print(f"{slot.name} life {slot.life} did not stop: still starting (no stacks file)")
+        return
+    os.kill(slot.proc.pid, signal.SIGUSR1)
+    time.sleep(1.0)
+    print(f"{slot.name} life {slot.life} did not stop; its stacks:\n{stacks.read_text()}")
+
+
 def _stop(slots: list[Slot], run: Path, flag: str) -> list[str]:
     """Ask the slots' processes to stop; kill (and name) those that do not in time."""
     (run / flag).touch()
@@ -165,6 +180,7 @@ def _stop(slots: list[Slot], run: Path, flag: str) -> list[str]:
         slot.proc.join(max(0.1, deadline - time.time()))
         if slot.proc.is_alive():
             stuck.append(slot.name)
+            _report_stacks(slot, run)
             slot.proc.kill()
             slot.proc.join()
         elif slot.proc.exitcode != 0:

@@ -33,6 +33,7 @@ from airflow_provider_lance.namespace import (
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.format.manifest import CLAIM, Manifest
 from airflow_provider_lance.namespace.format.schema import field_id
+from airflow_provider_lance.namespace.txn import lifecycle
 
 from .conftest import leaf_files
 from .rows import no_duplicates
@@ -455,6 +456,38 @@ def test_8_write_honours_its_claim_timeout(ns, monkeypatch, txn_id) -> None:
     assert {t.txn_id for t in ns.transactions()} == ({"X"} if txn_id is None else {"X", "W"})
 
 
+def handed_over(ns: PartitionedNamespace, meanwhile: Callable[[Worker], object]) -> Worker:
+    """A direct write W of id 200 to partition 1, handed to the claim protocol: named Y
+    (id 300) holds partition 1 while W looks; ``meanwhile(W)`` runs then (to make W die or
+    park once it has sealed), and Y publishes. W goes on as an anonymous transaction.
+    Returns W's worker."""
+    ns.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=300))
+    with hold("commit.before_publish") as y_parked:  # Y holds partition 1 while W looks
+        committer = Worker(other(ns).commit, "Y")
+        committer.start()
+        y_parked.wait_reached()
+        with hold("commit.claim_blocked") as w_blocked:
+            writer = Worker(other(ns).write, tagged_rows("w", [1], 1, first_id=200))
+            writer.start()
+            w_blocked.wait_reached()  # handed to the claim protocol, waiting for Y
+            meanwhile(writer)
+    committer.outcome()
+    return writer
+
+
+def abandoned_anonymous_commit(ns: PartitionedNamespace, monkeypatch) -> str:
+    """W of :func:`handed_over`, dead right after its seal: an anonymous transaction
+    committing, holding partition 1, that no process will finish. Returns its id."""
+    # Y is past it (parked before its publish): only W dies there
+    writer = handed_over(ns, lambda _: monkeypatch.setenv(ENV, "commit.after_claim=raise"))
+    with pytest.raises(FailpointError):
+        writer.outcome()
+    monkeypatch.delenv(ENV)
+    [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing" and t.txn_id != "X"]
+    assert f"{w_txn}#1" in claims(ns)
+    return w_txn
+
+
 def test_8_an_abandoned_anonymous_commit_says_how_it_is_released(ns, monkeypatch) -> None:
     """A direct write handed to the claim protocol whose process died after its seal
     leaves an anonymous transaction committing, with no plan for others: committing it
@@ -462,21 +495,7 @@ def test_8_an_abandoned_anonymous_commit_says_how_it_is_released(ns, monkeypatch
     ns.write(SEED)
     sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
     other(ns).abort("X")
-    ns.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=300))
-    with hold("commit.before_publish") as y_parked:  # Y holds partition 1 while W looks
-        committer = Worker(other(ns).commit, "Y")
-        committer.start()
-        y_parked.wait_reached()
-        monkeypatch.setenv(ENV, "commit.after_claim=raise")  # Y is past it: only W dies
-        with hold("commit.claim_blocked") as w_blocked:
-            writer = Worker(other(ns).write, tagged_rows("w", [1], 1, first_id=200))
-            writer.start()
-            w_blocked.wait_reached()  # handed to the claim protocol, waiting for Y
-    committer.outcome()
-    with pytest.raises(FailpointError):
-        writer.outcome()
-    monkeypatch.delenv(ENV)
-    [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing"]
+    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
     with pytest.raises(InvalidArgumentError, match="anonymous write committing in its own process"):
         other(ns).commit(w_txn)
     assert claims(ns) == [f"{w_txn}#1"]
@@ -485,6 +504,97 @@ def test_8_an_abandoned_anonymous_commit_says_how_it_is_released(ns, monkeypatch
     other(ns).write(tagged_rows("z", [1], 1, first_id=400))
     assert 200 not in ids(ns)
     assert {300, 400} <= set(no_duplicates(ns))
+
+
+WAITERS = {
+    "write": lambda ns: ns.write(tagged_rows("z", [1], 1, first_id=400)),
+    "transaction": lambda ns: ns.commit(ns.begin("append", "Z").stage(Z_ROWS).txn_id),
+    "delete": lambda ns: ns.delete("id = 300"),
+    "merge": lambda ns: ns.merge(Z_ROWS, on=["id", "part"]),
+}
+Z_ROWS = tagged_rows("z", [1], 1, first_id=400)
+
+
+@pytest.mark.parametrize("waiter", sorted(WAITERS))
+def test_8_a_writer_waiting_for_an_abandoned_anonymous_commit_aborts_it_after_its_lease(
+    ns, monkeypatch, waiter
+) -> None:
+    """Found by the table-operation chaos test: a direct write killed after its seal held
+    its partitions until someone ran ``recover``, so every writer of them waited out its
+    claim timeout and failed, for hours. Now a writer waiting for such a claim (a write, a
+    commit, a table operation) aborts the dead anonymous transaction once it has been
+    committing for longer than its lease, and goes on: W's row never appears."""
+    monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
+    ns.write(SEED)
+    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    started = time.monotonic()
+    WAITERS[waiter](other(ns))
+    assert time.monotonic() - started >= 0.5  # waited for it first (the lease, since its seal)
+    assert state_of(ns, w_txn) == "aborted"
+    assert claims(ns) == []
+    found = no_duplicates(ns)
+    assert 200 not in found
+    assert (300 in found, 400 in found) == {
+        "write": (True, True),
+        "transaction": (True, True),
+        "delete": (False, False),
+        "merge": (True, True),
+    }[waiter]
+
+
+def test_8_recover_aborts_an_abandoned_anonymous_commit_after_its_own_lease(
+    ns, monkeypatch
+) -> None:
+    """``recover()`` with its default lease (hours) aborts a dead anonymous commit once
+    past the anonymous lease, and leaves a named transaction committing as long alone
+    (its owner's retry may still finish it)."""
+    ns.write(SEED)
+    sealed(ns, monkeypatch, "X", tagged_rows("x", [2], 1, first_id=100))
+    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    assert other(ns).recover() == []  # within the anonymous lease (a minute)
+    monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 0.0)
+    assert other(ns).recover() == [w_txn]
+    assert (state_of(ns, w_txn), state_of(ns, "X")) == ("aborted", "committing")
+    assert claims(ns) == ["X#1"]
+
+
+def test_8_an_anonymous_commit_within_its_lease_is_waited_for_not_aborted(ns, monkeypatch) -> None:
+    """Within its lease, an anonymous commit's claims are a live writer's: a waiter gives
+    up after its claim timeout, naming it, and leaves it alone."""
+    ns.write(SEED)
+    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    with pytest.raises(CommitConflict, match=rf"\['{w_txn}#1 \(committing for \d+s\)'\]"):
+        other(ns).write(Z_ROWS, claim_timeout=1.0)
+    assert state_of(ns, w_txn) == "committing"
+    assert claims(ns) == [f"{w_txn}#1"]
+
+
+def test_8_a_live_anonymous_commit_aborted_past_its_lease_publishes_nothing(
+    ns, monkeypatch
+) -> None:
+    """The lease is a guess about a process it cannot see: W, alive but parked after its
+    seal past its lease, is aborted by a waiting write Z, which publishes. W, released,
+    cannot publish (its fence is gone) and fails retryably; none of its rows appear, no
+    claim stays, and partition 1 reads Y's and Z's rows once each."""
+    monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
+    ns.write(SEED)
+    with ExitStack() as stack:
+
+        def park_after_seal(writer: Worker) -> None:
+            is_w = lambda: threading.current_thread() is writer  # noqa: E731
+            sealed_points.append(stack.enter_context(hold("commit.after_claim", when=is_w)))
+
+        sealed_points: list[Any] = []
+        writer = handed_over(ns, park_after_seal)
+        sealed_points[0].wait_reached()  # W sealed: it holds partition 1, alive
+        [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing"]
+        other(ns).write(Z_ROWS)
+        assert state_of(ns, w_txn) == "aborted"
+    with pytest.raises(CommitConflict) as failed:
+        writer.outcome()
+    assert failed.value.retryable
+    assert claims(ns) == []
+    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400]
 
 
 @pytest.mark.parametrize(

@@ -223,16 +223,22 @@ def _chaos_error(run_dir: str, who: str, what: str, exc: BaseException) -> None:
 
 def _chaos_process(target):  # type: ignore[no-untyped-def]
     """Record anything that escapes a chaos process's body in ``errors.jsonl`` (the
-    supervisor only sees the exit code)."""
+    supervisor only sees the exit code); the supervisor asks a process that does not stop
+    for its threads' stacks (SIGUSR1, written to ``stacks-<name>-<life>.txt``)."""
+    import faulthandler
     import functools
+    import signal
 
     @functools.wraps(target)
     def run(**kwargs) -> None:  # type: ignore[no-untyped-def]
-        try:
-            target(**kwargs)
-        except Exception as exc:
-            _chaos_error(kwargs["run_dir"], kwargs["name"], f"life {kwargs['life']}", exc)
-            raise
+        path = f"{kwargs['run_dir']}/stacks-{kwargs['name']}-{kwargs['life']}.txt"
+        with open(path, "w") as stacks:
+            faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+            try:
+                target(**kwargs)
+            except Exception as exc:
+                _chaos_error(kwargs["run_dir"], kwargs["name"], f"life {kwargs['life']}", exc)
+                raise
 
     return run
 

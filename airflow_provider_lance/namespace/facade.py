@@ -699,7 +699,9 @@ class PartitionedNamespace:
 
     def recover(self, lease_seconds: float = transactions.DEFAULT_LEASE_SECONDS) -> list[str]:
         """Abort transactions idle for longer than ``lease_seconds`` (returns their ids) and
-        release claims that finished or vanished transactions left behind."""
+        release claims that finished or vanished transactions left behind. A write without
+        a ``txn_id`` whose process died while committing is aborted once past its own,
+        shorter lease (a minute; writers waiting for its partitions abort it too)."""
         return transactions.recover(self._txn, lease_seconds)
 
     def maintain(

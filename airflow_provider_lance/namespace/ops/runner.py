@@ -115,6 +115,7 @@ from airflow_provider_lance.namespace.txn.spec_fence import (
     register_intent,
 )
 from airflow_provider_lance.namespace.txn.store import check_txn_id
+from airflow_provider_lance.namespace.txn.transactions import abort_abandoned
 from airflow_provider_lance.namespace.write.leaf_commit import (
     base_version,
     schema_digest,
@@ -701,6 +702,7 @@ class OperationRunner:
             return False
         failpoint(f"{self.op.kind}.claim_blocked")
         self._blocked = (live, holders)
+        abort_abandoned(self.ctx, state, live, holders)
         return True
 
     def _compute(self, state: NamespaceState, selection: Selection) -> _Attempt:

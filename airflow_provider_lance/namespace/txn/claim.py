@@ -733,6 +733,9 @@ class Committer:
         if blocked:
             failpoint("commit.claim_blocked")
             self._blocked = (blocked, holders)
+            from .transactions import abort_abandoned  # (transactions builds on this module)
+
+            abort_abandoned(self.ctx, state, blocked, holders)
             return None
         new = [p for oid, p in plan.partitions.items() if oid not in current]
         if not overwrite:

@@ -100,6 +100,45 @@ def claim_owners(rows: Iterable[Mapping[str, Any]]) -> set[str]:
     return {parse_incarnation_tag(r[CLAIM])[0] for r in rows if r.get(CLAIM)}
 
 
+#: How long a write without a ``txn_id`` that was handed to the claim protocol (an
+#: anonymous transaction) may hold its claims before a writer waiting for them takes its
+#: process for dead and aborts it; plus this much per partition it holds (its leaf commits).
+#: Nobody else can finish or retry such a write: it keeps no plan, and its id was never
+#: given out. (A named transaction waits for its owner's retry, or ``recover``.)
+ANONYMOUS_LEASE_SECONDS = 60.0
+ANONYMOUS_LEASE_PER_PARTITION = 0.01
+
+
+def abandoned(
+    state: NamespaceState, blocked: Mapping[str, str], records: Mapping[str, TxnRecord]
+) -> list[TxnRecord]:
+    """The anonymous transactions among the holders of ``blocked`` claims (partition ->
+    ``txn#k``, with their ``records``) that have been committing for longer than their
+    lease (see :data:`ANONYMOUS_LEASE_SECONDS`). Aborting one is safe even if its writer
+    still runs: the abort fences its row, and a committer whose fence is gone cannot
+    publish (its ``write()`` then fails, retryably)."""
+    found = []
+    for tag in sorted(set(blocked.values())):
+        record = records.get(parse_incarnation_tag(tag)[0])
+        if (
+            record is None
+            or not record.anonymous
+            or not claim_is_live(tag, records)
+            or record.age <= ANONYMOUS_LEASE_SECONDS
+        ):
+            continue
+        if record.age > anonymous_lease(state, tag):
+            found.append(record)
+    return found
+
+
+def anonymous_lease(state: NamespaceState, tag: str) -> float:
+    """The lease of anonymous transaction ``tag`` (``txn#k``) committing as of ``state``:
+    :data:`ANONYMOUS_LEASE_SECONDS`, plus a little per partition it holds."""
+    held = len(state.view.claimed_by(tag))
+    return ANONYMOUS_LEASE_SECONDS + held * ANONYMOUS_LEASE_PER_PARTITION
+
+
 def claims_timed_out(
     blocked: Mapping[str, str],
     records: Mapping[str, TxnRecord],

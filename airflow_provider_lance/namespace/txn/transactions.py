@@ -53,7 +53,9 @@ from .claim import Committer, Plan, current_of, only, resolve, stage_digest, sta
 from .kernel import CommitOptions, TransactionContext
 from .lifecycle import (
     TransitionRefused,
+    abandoned,
     all_records,
+    anonymous_lease,
     bump,
     claim_is_live,
     claim_owners,
@@ -67,6 +69,8 @@ from .store import TransactionStore, check_txn_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from airflow_provider_lance.namespace.format.state import NamespaceState
 
 log = logging.getLogger(__name__)
 
@@ -554,6 +558,29 @@ def abort(
     _clean_up(ctx, record)
 
 
+def abort_abandoned(
+    ctx: TransactionContext,
+    state: NamespaceState,
+    blocked: Mapping[str, str],
+    holders: Mapping[str, TxnRecord],
+) -> None:
+    """Abort the anonymous holders of ``blocked`` claims past their lease (see
+    :func:`.lifecycle.abandoned`): what a writer waiting for partitions does, lest a write
+    whose process died while committing hold them until someone runs ``recover`` (the
+    waiter's next attempt finds those claims dead)."""
+    for record in abandoned(state, blocked, holders):
+        log.warning(
+            "aborting %s, a write without a txn_id that has held its partitions for %.0fs "
+            "(its process died while committing?)",
+            record.incarnation_tag,
+            record.age,
+        )
+        try:
+            abort(ctx, record.txn_id, reason=f"abandoned: committing for {record.age:.0f}s")
+        except (InvalidArgumentError, CommitConflict) as exc:  # published meanwhile, a race
+            log.info("left %s alone: %s", record.incarnation_tag, exc)
+
+
 def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
     """After the fence: delete what the aborted incarnation (and sources merged into it)
     staged, and drop the never-published partition rows it was creating."""
@@ -594,8 +621,10 @@ def _fragments(stages: Iterable[Stage]) -> set[str]:
 
 
 def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> list[str]:
-    """Abort every unpublished transaction idle for longer than ``lease_seconds`` and
-    release claims that aborted, merged, published or missing transactions left behind."""
+    """Abort every unpublished transaction idle for longer than ``lease_seconds`` (a write
+    without a txn_id committing: longer than its shorter lease, see
+    :data:`.lifecycle.ANONYMOUS_LEASE_SECONDS`) and release claims that aborted, merged,
+    published or missing transactions left behind."""
     now = time.time()
     state = ctx.load_state()
     rows = {r.txn_id: r for r in all_records(state)}
@@ -616,7 +645,12 @@ def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECOND
             idle[txn_id] = record.age  # its records were deleted by hand: still fence it
     aborted = []
     for txn_id, seconds in sorted(idle.items()):
-        if seconds <= lease_seconds:
+        lease = lease_seconds
+        stored = rows.get(txn_id)
+        if stored is not None and stored.anonymous and stored.state is TxnState.COMMITTING:
+            # a write without a txn_id: nobody can finish it but its own process
+            lease = min(lease, anonymous_lease(state, stored.incarnation_tag))
+        if seconds <= lease:
             continue
         try:
             abort(ctx, txn_id, reason=f"abandoned (idle {seconds:.0f}s > lease)")
