@@ -183,10 +183,11 @@ class LeafScan:
         ns = PartitionedNamespace.open(self.uri, self.storage_options)
         partitions = ns.prune(self.filter, version=self.manifest_version)
         tasks = plan_tasks(partitions, ns.storage, slots)
+        # (not "of N": counting every partition would read every __manifest row, where
+        # the prune read only those its filter selects)
         log.info(
-            "reading %d of %d partitions in %d tasks (manifest v%d)",
+            "reading %d partitions in %d tasks (manifest v%d)",
             len(partitions),
-            len(ns.state(version=self.manifest_version).partitions()),
             len(tasks),
             self.manifest_version,
         )

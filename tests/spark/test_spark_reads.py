@@ -16,7 +16,9 @@ from airflow_provider_lance.namespace import (
     VersionNotFoundError,
 )
 from airflow_provider_lance.namespace.errors import SchemaError
+from airflow_provider_lance.namespace.format.manifest import ManifestView
 from airflow_provider_lance.spark import read_partitioned
+from airflow_provider_lance.spark.reader import LeafScan
 from tests.conftest import EVENTS_SCHEMA, events, sort_rows
 
 
@@ -51,6 +53,28 @@ def test_tasks_split_by_fragment_and_projection(
     # as many partitions as slots: a task per partition
     two = "event_date <= DATE '2025-12-11'"
     assert read_partitioned(spark, ns.uri, filter=two).rdd.getNumPartitions() == 2
+
+
+def test_planning_a_pruned_read_reads_only_the_manifest_rows_its_filter_selects(
+    ns: PartitionedNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: planning logged how many partitions the namespace has, which read
+    every ``__manifest`` row (and built a Partition for each: seconds at a million) to
+    plan a read of one date. The prune's scan of the filtered rows is all it reads."""
+    one = "event_date = DATE '2025-12-10'"
+    scan, _ = LeafScan.resolve(ns.uri, None, filter=one)
+    scans: list[object] = []
+    leaf_rows = ManifestView.leaf_rows
+
+    def recorded(view: ManifestView, columns: list[str], where: object = None) -> pa.Table:
+        scans.append(where)
+        return leaf_rows(view, columns, where)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ManifestView, "leaf_rows", recorded)
+    tasks = scan.plan(slots=1)
+    assert len(tasks) == 1
+    assert scans
+    assert all(where is not None for where in scans)  # no scan of every row
 
 
 def test_one_manifest_version_and_older_versions(
