@@ -456,18 +456,23 @@ def test_8_write_honours_its_claim_timeout(ns, monkeypatch, txn_id) -> None:
     assert {t.txn_id for t in ns.transactions()} == ({"X"} if txn_id is None else {"X", "W"})
 
 
-def handed_over(ns: PartitionedNamespace, meanwhile: Callable[[Worker], object]) -> Worker:
-    """A direct write W of id 200 to partition 1, handed to the claim protocol: named Y
-    (id 300) holds partition 1 while W looks; ``meanwhile(W)`` runs then (to make W die or
-    park once it has sealed), and Y publishes. W goes on as an anonymous transaction.
-    Returns W's worker."""
+def handed_over(
+    ns: PartitionedNamespace,
+    meanwhile: Callable[[Worker], object],
+    rows: pa.Table | None = None,
+) -> Worker:
+    """A direct write W of id 200 to partition 1 (or of ``rows``, partition 1 among them),
+    handed to the claim protocol: named Y (id 300) holds partition 1 while W looks;
+    ``meanwhile(W)`` runs then (to make W die or park once it has sealed), and Y publishes.
+    W goes on as an anonymous transaction. Returns W's worker."""
     ns.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=300))
     with hold("commit.before_publish") as y_parked:  # Y holds partition 1 while W looks
         committer = Worker(other(ns).commit, "Y")
         committer.start()
         y_parked.wait_reached()
         with hold("commit.claim_blocked") as w_blocked:
-            writer = Worker(other(ns).write, tagged_rows("w", [1], 1, first_id=200))
+            w_rows = tagged_rows("w", [1], 1, first_id=200) if rows is None else rows
+            writer = Worker(other(ns).write, w_rows)
             writer.start()
             w_blocked.wait_reached()  # handed to the claim protocol, waiting for Y
             meanwhile(writer)
@@ -595,6 +600,162 @@ def test_8_a_live_anonymous_commit_aborted_past_its_lease_publishes_nothing(
     assert failed.value.retryable
     assert claims(ns) == []
     assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400]
+
+
+def wait_hits(point: Any, hits: int, timeout: float = 60.0) -> None:
+    """Block until ``hits`` threads are parked at ``point`` (a held failpoint)."""
+    deadline = time.monotonic() + timeout
+    while point.hits < hits:
+        assert time.monotonic() < deadline, f"only {point.hits} threads reached {point.name}"
+        time.sleep(0.01)
+
+
+def test_8_two_waiters_abort_the_same_abandoned_anonymous_commit_at_once(ns, monkeypatch) -> None:
+    """Attacked: a write and a delete, on two handles, both wait for the same dead
+    anonymous commit W past its lease and abort it at the same moment (both parked before
+    the fence, then both after it, so their clean-ups run together). Neither may fail (the
+    loser of the fence finds W aborted), W's row never appears, no claim stays, and the
+    write's rows are read once."""
+    monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
+    ns.write(SEED)
+    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    with (
+        hold("abort.before_fence", times=2) as fence,
+        hold("abort.after_fence", times=2) as clean_up,
+    ):
+        waiters = [
+            Worker(other(ns).write, Z_ROWS),
+            Worker(other(ns).delete, "id = 300"),
+        ]
+        for waiter in waiters:
+            waiter.start()
+        wait_hits(fence, 2)  # both read W committing, both fence it now
+        assert state_of(ns, w_txn) == "committing"
+        fence.release()
+        wait_hits(clean_up, 2)  # both past the fence (one lost it, and found W aborted)
+        assert state_of(ns, w_txn) == "aborted"
+        clean_up.release()
+    for waiter in waiters:
+        waiter.outcome()
+    assert claims(ns) == []
+    assert no_duplicates(ns) == [0, 1, 2, 3, 400]
+    all_readable(ns)
+
+
+@pytest.mark.parametrize("waits_for", [1, 9])
+def test_8_an_abandoned_anonymous_commit_creating_a_partition_leaves_none(
+    ns, monkeypatch, waits_for
+) -> None:
+    """Attacked: W (rows in partition 1 and in new partition 9, handed to the claim
+    protocol) died after committing a leaf, holding partition 1 and the invisible row it
+    inserted for 9. A waiter for partition 1 (or one creating 9 itself) aborts it past its
+    lease: partition 9 never appears to readers with W's rows, W's row never appears, no
+    claim stays, and writing partition 9 afresh creates it with only the new rows."""
+    monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
+    ns.write(SEED)
+    w_rows = tagged_rows("w", [1, 9], 1, first_id=200)
+    writer = handed_over(
+        ns, lambda _: monkeypatch.setenv(ENV, "commit.leaf_committed=raise"), w_rows
+    )
+    with pytest.raises(FailpointError):
+        writer.outcome()
+    monkeypatch.delenv(ENV)
+    [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing"]
+    assert sorted(claims(ns)) == [f"{w_txn}#1", f"{w_txn}#1"]
+    assert 9 not in {p.values["part"] for p in ns.partitions()}
+    other(ns).write(tagged_rows("z", [waits_for], 1, first_id=400))
+    assert state_of(ns, w_txn) == "aborted"
+    assert claims(ns) == []
+    assert (9 in {p.values["part"] for p in ns.partitions()}) == (waits_for == 9)
+    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400]
+    other(ns).write(tagged_rows("v", [9], 2, first_id=500))
+    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400, 500, 501]
+    assert sorted(ns.to_table(filter="part = 9").column("id").to_pylist()) == (
+        [400, 500, 501] if waits_for == 9 else [500, 501]
+    )
+    all_readable(ns)
+
+
+@pytest.mark.parametrize("collect", [False, True])
+def test_8_a_live_anonymous_commit_aborted_after_its_leaf_commits_fails_retryably(
+    ns, monkeypatch, root: Path, collect
+) -> None:
+    """Attacked: W, alive, past its lease, parked after committing its leaves (right
+    before its publish). A waiting write Z fences it and parks before its clean-up; W,
+    released, fails its own publish, aborts itself (``own_write``) and cleans up while
+    Z's clean-up is pending (and, with ``collect``, ``maintain`` collects W's records in
+    between). W fails retryably; Z publishes; W's rows never appear, no claim stays, and
+    no data file of W is left behind."""
+    monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
+    ns.write(SEED)
+    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))  # holds partition 1
+    before = {f for f in leaf_files(root) if "/data/" in f}
+    with hold("commit.before_publish") as w_parked:
+        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        with hold("commit.claim_blocked") as w_blocked:
+            writer.start()
+            w_blocked.wait_reached()  # handed to the claim protocol, waiting for X
+        other(ns).abort("X")
+        w_parked.wait_reached()  # W sealed, its leaf committed: alive, holding partition 1
+        [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing"]
+        with hold("abort.after_fence") as fenced:
+            waiter = Worker(other(ns).write, Z_ROWS)
+            waiter.start()
+            fenced.wait_reached()  # Z fenced W (past its lease), its clean-up pending
+            assert state_of(ns, w_txn) == "aborted"
+            w_parked.release()
+            with pytest.raises(CommitConflict) as failed:
+                writer.outcome()
+            assert failed.value.retryable
+            if collect:
+                other(ns).maintain(compact=False)
+    waiter.outcome()
+    assert claims(ns) == []
+    assert no_duplicates(ns) == [0, 1, 2, 3, 400]
+    all_readable(ns)
+    z_files = {f for f in leaf_files(root) if "/data/" in f} - before
+    assert len(z_files) == 1, z_files  # Z's file only: W's were deleted
+
+
+def test_8_an_abandoned_anonymous_commit_collected_between_fence_and_clean_up(
+    ns, monkeypatch, root: Path
+) -> None:
+    """Attacked: a waiter fences a dead anonymous commit W, and ``maintain`` collects the
+    records of W (finished: aborted) before the waiter's clean-up reads them. The waiter
+    must still publish, and W's staged data files must not be left behind."""
+    monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
+    ns.write(SEED)
+    before = {f for f in leaf_files(root) if "/data/" in f}
+    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    assert len({f for f in leaf_files(root) if "/data/" in f} - before) == 2  # Y's, W's
+    with hold("abort.after_fence") as fenced:
+        waiter = Worker(other(ns).write, Z_ROWS)
+        waiter.start()
+        fenced.wait_reached()
+        other(ns).maintain(compact=False)
+        assert w_txn not in {t.txn_id for t in ns.transactions()}
+    waiter.outcome()
+    assert claims(ns) == []
+    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400]
+    assert len({f for f in leaf_files(root) if "/data/" in f} - before) == 2  # Y's, Z's
+
+
+def test_8_a_failed_clean_up_of_an_abandoned_anonymous_commit_does_not_fail_the_waiter(
+    ns, monkeypatch
+) -> None:
+    """Attacked: the waiter's abort of a dead anonymous commit W fences it, then its
+    clean-up fails (a transient storage error right after the fence). That is W's clean-up,
+    not the waiter's write: the waiter goes on (W is aborted, its claim dead) and
+    publishes, instead of failing with the storage error of someone else's abort."""
+    monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
+    ns.write(SEED)
+    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    with crashing(monkeypatch, "abort.after_fence", "error"):
+        other(ns).write(Z_ROWS)
+    assert state_of(ns, w_txn) == "aborted"
+    assert claims(ns) == []
+    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400]
+    all_readable(ns)
 
 
 @pytest.mark.parametrize(

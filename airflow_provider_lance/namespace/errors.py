@@ -219,11 +219,13 @@ class TransactionClosed(InvalidArgumentError):
 
 
 def aborted_meanwhile(txn_id: str, cause: TransactionAborted) -> CommitConflict:
-    """A *write* whose transaction an operator or ``recover()`` aborted while it ran: a
-    retry of the write begins a new incarnation with the same data, so it is retryable."""
+    """A *write* whose transaction an operator, ``recover()`` or a writer waiting past its
+    lease aborted while it ran: a retry of the write begins a new incarnation with the
+    same data, so it is retryable."""
     return CommitConflict(
-        f"transaction {txn_id} was aborted while this write ran (by recover() or an "
-        f"operator: {cause}); nothing of it was published, write again"
+        f"transaction {txn_id} was aborted while this write ran (by recover(), an operator, "
+        f"or a writer that waited for its partitions past its lease: {cause}); nothing of "
+        "it was published, write again"
     )
 
 

@@ -158,8 +158,10 @@ def claims_timed_out(
     )
     return CommitConflict(
         f"{what}partitions are held by other transactions {held} for longer than the "
-        f"claim timeout ({timeout:g}s); they are still committing, or crashed: "
-        f"PartitionedNamespace.recover() releases them{after}",
+        f"claim timeout ({timeout:g}s); they are still committing, or crashed: retry "
+        "the holder's commit to finish it, or PartitionedNamespace.recover(lease_seconds=...)"
+        " aborts those idle longer than the lease (a write without a txn_id, once past "
+        f"{ANONYMOUS_LEASE_SECONDS:g}s, is aborted by the next writer waiting for it){after}",
         dict(blocked),
     )
 

@@ -502,6 +502,9 @@ def abort(
     no fence. Anyone else (an operator, :func:`recover`) fences it like any other: its
     writer may be waiting for a claim and seal it any moment.
     """
+    #: The stage records of an anonymous transaction, read before the fence: once it is
+    #: aborted, ``collect_finished`` may delete them before the clean-up reads them.
+    known: dict[str, Stage] = {}
 
     def attempt(_: int) -> TxnRecord | Outcome | None:
         """The fenced record (None: nothing is left to clean up), or LOST."""
@@ -529,6 +532,10 @@ def abort(
             return record  # its own writer's commit failed: nobody else could seal it
         source_ids = list(record.sources) or (header.sources if header else [])
         sources = list(load_records(state, source_ids).values())
+        if record.anonymous:
+            k = record.incarnation
+            for stage_id, raw in ctx.store.stages(txn_id, k).items():
+                known[f"{txn_id}#{k}/{stage_id}"] = Stage.from_json(raw)
         try:
             failpoint("abort.before_fence")
             record = mark_aborted(
@@ -555,7 +562,7 @@ def abort(
     if record is None:
         return
     failpoint("abort.after_fence")
-    _clean_up(ctx, record)
+    _clean_up(ctx, record, known)
 
 
 def abort_abandoned(
@@ -579,17 +586,25 @@ def abort_abandoned(
             abort(ctx, record.txn_id, reason=f"abandoned: committing for {record.age:.0f}s")
         except (InvalidArgumentError, CommitConflict) as exc:  # published meanwhile, a race
             log.info("left %s alone: %s", record.incarnation_tag, exc)
+        except (LanceNamespaceError, OSError) as exc:
+            # Someone else's abort, not the waiter's write: its next attempt sees whether
+            # the fence happened (the claim is dead) or tries again; files a failed
+            # clean-up left go to the orphan sweep.
+            log.warning("could not abort %s: %s", record.incarnation_tag, exc)
 
 
-def _clean_up(ctx: TransactionContext, record: TxnRecord) -> None:
+def _clean_up(
+    ctx: TransactionContext, record: TxnRecord, known: Mapping[str, Stage] | None = None
+) -> None:
     """After the fence: delete what the aborted incarnation (and sources merged into it)
-    staged, and drop the never-published partition rows it was creating."""
+    staged (``known``: stages read before the fence, whose records may be gone since),
+    and drop the never-published partition rows it was creating."""
     state = ctx.load_state()
     doomed = [(record.txn_id, record.incarnation)]
     for source in load_records(state, record.sources).values():
         if source.merged_into == record.incarnation_tag:
             doomed.append((source.txn_id, source.incarnation))
-    fragments: dict[str, Stage] = {}
+    fragments: dict[str, Stage] = dict(known or {})
     for txn_id, k in doomed:
         for stage_id, raw in ctx.store.stages(txn_id, k).items():
             fragments[f"{txn_id}#{k}/{stage_id}"] = Stage.from_json(raw)
