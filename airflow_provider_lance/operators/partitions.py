@@ -194,17 +194,20 @@ class LancePruneOperator(BaseOperator):
     def _keyed_as_of(
         self, ns: PartitionedNamespace, as_of: int | dt.datetime | str
     ) -> list[dict[str, Any]]:
-        """The partitions of the state ``as_of`` names whose keys are the ones asked for
-        (keys compared in their canonical spelling, under that state's current spec)."""
-        from airflow_provider_lance.partition_keys import (
-            fields_of,
-            partition_key,
-            values_for_keys,
-        )
+        """The partitions of the state ``as_of`` names that the keys name under that
+        state's current spec, each looked up by its leaf id, as without ``as_of`` (not
+        every partition of the state: a million of them would take seconds)."""
+        from airflow_provider_lance.partition_keys import fields_of, values_for_keys
 
         state = ns.state(as_of)
         fields = fields_of(state)
-        wanted = {partition_key(v, fields) for v in values_for_keys(state, self.partition_key)}
-        current = [p.to_dict() for p in state.partitions() if p.spec_version == state.spec_version]
-        keys = partition_keys_of(state, current, self.log)
-        return [p for p, key in zip(current, keys, strict=True) if key in wanted]
+        wanted: dict[str, tuple[Any, ...]] = {}
+        for values in values_for_keys(state, self.partition_key):
+            ordered = tuple(values[f.name] for f in fields)
+            wanted.setdefault(state.leaf_id(ordered), ordered)
+        found = state.find(list(wanted), list(wanted.values()))
+        for oid, ordered in wanted.items():
+            if oid not in found:
+                named = describe_values(dict(zip([f.name for f in fields], ordered, strict=True)))
+                self.log.info("no partition %s in %s as of %r", named, ns.uri, as_of)
+        return [found[oid].to_dict() for oid in wanted if oid in found]

@@ -335,6 +335,48 @@ def test_tag_pins_a_state_that_prune_reads_as_of_and_tagging_again_is_a_no_op(
     assert gone.xcom("tag")["changed"] is False
 
 
+def test_prune_by_key_as_of_looks_each_key_up_instead_of_listing_every_partition(
+    lance_test_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: with ``as_of``, a prune by partition key built a ``Partition``
+    for every partition of that state and compared keys (seconds at a million); it looks
+    each key up by its leaf id, as a prune of the latest state does. A key of no
+    partition names nothing."""
+    from airflow_provider_lance.namespace import NamespaceState
+    from airflow_provider_lance.operators import LancePruneOperator
+
+    ns = make_namespace(lance_test_root, rows=0)
+    ns.write(events(10, start=DAY, days=3))
+    version = ns.version
+    ns.write(events(10, start=DAY, days=1, first_id=100))  # the first day again, later
+    listed: list[int] = []
+    every = NamespaceState.partitions
+
+    def counted(state: NamespaceState) -> list[Any]:
+        listed.append(state.version)
+        return every(state)
+
+    monkeypatch.setattr(NamespaceState, "partitions", counted)
+    found = LancePruneOperator(
+        task_id="keyed",
+        lance_conn_id="lance_test",
+        namespace="events",
+        partition_key=["2025-12-10", "2025-12-12", "2031-01-01"],
+        as_of=version,
+    ).execute({})
+    assert listed == []
+    assert [p["values"] for p in found] == [
+        {"event_date": "2025-12-10"},
+        {"event_date": "2025-12-12"},
+    ]
+    monkeypatch.setattr(NamespaceState, "partitions", every)
+    at = {p.object_id: p.read_version for p in ns.partitions(as_of=version)}
+    assert {p["object_id"]: p["read_version"] for p in found} == {
+        p["object_id"]: at[p["object_id"]] for p in found
+    }
+    assert found[0]["read_version"] < ns.partition({"event_date": DAY}).read_version
+
+
 def test_retag_moves_a_tag_to_the_latest_version(run_dag: RunDag, lance_test_root: Path) -> None:
     ns = make_namespace(lance_test_root)
     ns.tag("latest-good")
