@@ -152,10 +152,7 @@ class LancePruneOperator(BaseOperator):
         with lance_errors(f"pruning {uri}" + ("" if as_of is None else f" as of {as_of!r}")):
             if self.partition_key is not None:
                 where = f"partition_key {self.partition_key!r}"
-                if as_of is None:
-                    partitions = self._keyed(hook, uri)
-                else:
-                    partitions = self._keyed_as_of(hook.open(uri), as_of)
+                partitions = self._keyed(hook.open(uri), as_of)
             elif as_of is None:
                 partitions = hook.prune(where or None, uri)
             else:
@@ -177,37 +174,27 @@ class LancePruneOperator(BaseOperator):
         )
         return partitions
 
-    def _keyed(self, hook: LancePartitionedHook, uri: str) -> list[dict[str, Any]]:
-        """The existing partitions the keys name (a key of no partition names nothing)."""
-        from airflow_provider_lance.namespace.errors import PartitionNotFoundError
-        from airflow_provider_lance.partition_keys import values_for_keys
-
-        ns = hook.open(uri)
-        found = []
-        for values in values_for_keys(ns.state(), self.partition_key):
-            try:
-                found.append(ns.partition(values).to_dict())
-            except PartitionNotFoundError:
-                self.log.info("no partition %s in %s", describe_values(values), uri)
-        return found
-
-    def _keyed_as_of(
-        self, ns: PartitionedNamespace, as_of: int | dt.datetime | str
+    def _keyed(
+        self, ns: PartitionedNamespace, as_of: int | dt.datetime | str | None
     ) -> list[dict[str, Any]]:
-        """The partitions of the state ``as_of`` names that the keys name under that
-        state's current spec, each looked up by its leaf id, as without ``as_of`` (not
-        every partition of the state: a million of them would take seconds)."""
+        """The existing partitions the keys name, one per key in their order, under the
+        current spec of the state ``as_of`` names (the latest for None); a key of no
+        partition names nothing. One lookup by leaf id for all of them, through the
+        partition columns' index: never every partition of the state."""
         from airflow_provider_lance.partition_keys import fields_of, values_for_keys
 
         state = ns.state(as_of)
         fields = fields_of(state)
-        wanted: dict[str, tuple[Any, ...]] = {}
-        for values in values_for_keys(state, self.partition_key):
-            ordered = tuple(values[f.name] for f in fields)
-            wanted.setdefault(state.leaf_id(ordered), ordered)
-        found = state.find(list(wanted), list(wanted.values()))
-        for oid, ordered in wanted.items():
-            if oid not in found:
-                named = describe_values(dict(zip([f.name for f in fields], ordered, strict=True)))
-                self.log.info("no partition %s in %s as of %r", named, ns.uri, as_of)
-        return [found[oid].to_dict() for oid in wanted if oid in found]
+        named = values_for_keys(state, self.partition_key)
+        ordered = [tuple(v[f.name] for f in fields) for v in named]
+        ids = [state.leaf_id(row) for row in ordered]
+        unique = dict(zip(ids, ordered, strict=True))  # a key given twice: looked up once
+        found = state.find(list(unique), list(unique.values()))
+        out = []
+        for oid, values in zip(ids, named, strict=True):
+            if oid in found:
+                out.append(found[oid].to_dict())
+            else:
+                when = "" if as_of is None else f" as of {as_of!r}"
+                self.log.info("no partition %s in %s%s", describe_values(values), ns.uri, when)
+        return out
