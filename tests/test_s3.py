@@ -14,11 +14,13 @@ conditional PUT (``If-None-Match: *``), which moto honours (see
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import http.server
 import logging
 import os
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,7 +48,8 @@ from airflow_provider_lance.namespace import (
     PartitionedNamespace,
     PartitionField,
 )
-from airflow_provider_lance.namespace.format.manifest import Manifest
+from airflow_provider_lance.namespace.format.manifest import MANIFEST_BLOCK_SIZE, Manifest
+from airflow_provider_lance.namespace.io.storage import Storage
 
 pytestmark = pytest.mark.s3
 
@@ -607,3 +610,84 @@ def test_table_operations_and_the_orphan_sweep_on_s3(
     assert report["leaf_tables_removed"] == 1
     assert len(keys(s3, "table-ops")) < len(before)
     assert [r["id"] for r in rows(ns.to_table())] == [1, 2, 4, 30, 40]
+
+
+class _CountingProxy:
+    """A loopback TCP proxy to the moto server that records the request line of every
+    HTTP request it forwards (one connection is served by one thread, in order)."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.removeprefix("http://").split(":")
+        self.upstream = (host, int(port))
+        self.requests: list[str] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self.upstream)
+
+        def back() -> None:
+            with contextlib.suppress(OSError):
+                while data := upstream.recv(1 << 16):
+                    client.sendall(data)
+            client.close()
+
+        threading.Thread(target=back, daemon=True).start()
+        with contextlib.suppress(OSError):
+            while data := client.recv(1 << 16):
+                line = data.split(b"\r\n", 1)[0]
+                if re.match(rb"^(GET|PUT|HEAD|POST|DELETE) ", line):
+                    self.requests.append(line.decode("latin-1"))
+                upstream.sendall(data)
+        upstream.close()
+
+
+def test_a_manifest_file_is_read_in_one_request(storage_options: dict[str, str]) -> None:
+    """On an object store a ``__manifest`` data file up to 1 MiB is read whole, in one GET
+    (Lance's default block size, 64 KiB, reads a larger file in three sequential rounds:
+    its tail, its column metadata, its pages), and the read still returns every row."""
+    rows_ = 20_000
+    table = pa.table(
+        {
+            "object_id": [f"object-{i:08d}-{i * 7919 % 100_003:06d}" for i in range(rows_)],
+            "read_version": pa.array(range(rows_), pa.uint64()),
+        }
+    )
+    lance.write_dataset(table, uri("big-manifest/__manifest"), storage_options=storage_options)
+    proxy = _CountingProxy(storage_options["aws_endpoint"])
+    try:
+        options = dict(storage_options, aws_endpoint=proxy.endpoint)
+        ds = Manifest(Storage(uri("big-manifest"), options)).open()
+        [fragment] = ds.get_fragments()
+        [data_file] = fragment.data_files()
+        size = s3_size(storage_options, f"big-manifest/__manifest/data/{data_file.path}")
+        assert 64 * 1024 < size <= MANIFEST_BLOCK_SIZE
+        before = len(proxy.requests)
+        assert ds.to_table().equals(table)
+        reads = [r for r in proxy.requests[before:] if "/data/" in r]
+        assert len(reads) == 1, reads
+    finally:
+        proxy.server.close()
+
+
+def s3_size(storage_options: dict[str, str], key: str) -> int:
+    client = boto3.client(
+        "s3",
+        endpoint_url=storage_options["aws_endpoint"],
+        aws_access_key_id=storage_options["aws_access_key_id"],
+        aws_secret_access_key=storage_options["aws_secret_access_key"],
+        region_name=storage_options["aws_region"],
+    )
+    return int(client.head_object(Bucket=BUCKET, Key=key)["ContentLength"])

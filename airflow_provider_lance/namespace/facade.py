@@ -207,6 +207,15 @@ class PartitionedNamespace:
         self._state = NamespaceState.load(self._root, self._manifest.latest())
         return self._state
 
+    def _adopt(self, version: int) -> None:
+        """After this handle's own publish: it holds the state that publish made, when its
+        ``__manifest`` is still open (no request), so that its next write does not stage
+        on the state before it (a write stages on the state the handle holds while it asks
+        whether that is still the latest)."""
+        view = self._manifest.held(version)
+        if view is not None and version > self._state.version:
+            self._state = NamespaceState.load(self._root, view)
+
     def _on_latest(self, read: Callable[[NamespaceState], R]) -> tuple[NamespaceState, R]:
         """``read`` done on the latest state, and that state.
 
@@ -620,6 +629,7 @@ class PartitionedNamespace:
         result = writes.write(
             self._txn, data, mode, txn_id=txn_id, options=options, flush_bytes=flush_bytes
         )
+        self._adopt(result.manifest_version)
         log.info(
             "%s %d rows into %d partitions (manifest v%d)",
             mode,
@@ -631,7 +641,9 @@ class PartitionedNamespace:
 
     @property
     def _txn(self) -> TransactionContext:
-        return TransactionContext(self._manifest, self._store, self.state, self._storage)
+        return TransactionContext(
+            self._manifest, self._store, self.state, self._storage, lambda: self._state
+        )
 
     def begin(
         self, mode: WriteMode = "append", txn_id: str | None = None, *, anonymous: bool = False

@@ -106,6 +106,14 @@ def manifest_schema(partition_columns: list[pa.Field]) -> pa.Schema:
 
 #: Versions of ``__manifest`` a :class:`Manifest` keeps open for its commits.
 OPENED_KEPT = 4
+#: Lance's I/O block size for ``__manifest`` on an object store (Lance's default there is
+#: 64 KiB). A data file no larger is read whole in one request; a larger one is read in
+#: three sequential rounds (its tail, its column metadata, its pages), so every scan of a
+#: namespace of 1,000 partitions (a 106 KB compacted file) took three round trips for what
+#: one request of 106 KB gives. Measured on S3 at 20 ms a request (moto behind the
+#: benchmarks' latency proxy): planning one date 163 -> 117 ms. A file is transferred
+#: in far less than a round trip up to this size (a local directory keeps Lance's default).
+MANIFEST_BLOCK_SIZE = 1 << 20
 
 
 def _cleaned_up(base_version: int, ids: Sequence[str]) -> CommitConflict:
@@ -145,7 +153,12 @@ class Manifest:
 
     def open(self, version: int | None = None) -> lance.LanceDataset:
         try:
-            ds = self.storage.table(self.uri, version, session=self._session)
+            ds = self.storage.table(
+                self.uri,
+                version,
+                session=self._session,
+                block_size=None if self.storage.local else MANIFEST_BLOCK_SIZE,
+            )
         except TableNotFoundError as exc:
             if version is not None and self._exists():
                 raise ManifestError(
@@ -160,11 +173,23 @@ class Manifest:
             ) from exc
         except StorageError as exc:  # its own class: whether a retry helps stays decided
             raise type(exc)(f"cannot read the __manifest of {self.root}: {exc}") from exc
-        with self._lock:  # a copy: callers commit on (advance) what they are given
+        self._keep(ds)
+        return ds
+
+    def _keep(self, ds: lance.LanceDataset) -> None:
+        """Keep a copy of ``ds`` as the version it is: callers commit on (advance) what
+        they are given."""
+        with self._lock:
             self._opened[int(ds.version)] = copy.copy(ds)
             while len(self._opened) > OPENED_KEPT:
                 del self._opened[min(self._opened)]
-        return ds
+
+    def held(self, version: int) -> ManifestView | None:
+        """The table at ``version`` if this handle holds it open (opened, or made by its
+        own compare-and-swap), to query without a request; None otherwise."""
+        with self._lock:
+            ds = self._opened.get(version)
+        return None if ds is None else ManifestView(copy.copy(ds))
 
     def _base(self, base_version: int, ids: Sequence[str]) -> tuple[lance.LanceDataset, bool]:
         """The table at ``base_version`` to commit on, and whether it is a copy of one
@@ -421,6 +446,7 @@ class Manifest:
                 raise _cleaned_up(base_version, ids) from exc
             raise
         self.last_swapped = base  # the commit advanced it to the version it made
+        self._keep(base)  # a commit on the version it made needs no request either
         return int(base.version)
 
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:

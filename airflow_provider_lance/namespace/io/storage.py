@@ -326,16 +326,29 @@ class Storage:
 
     # -- Lance tables ------------------------------------------------------------------
     def table(
-        self, uri: str, version: int | None = None, *, session: Session | None = None
+        self,
+        uri: str,
+        version: int | None = None,
+        *,
+        session: Session | None = None,
+        block_size: int | None = None,
     ) -> lance.LanceDataset:
         """The table at ``uri`` (at ``version``, default latest).
+
+        ``block_size``: Lance's I/O block size for this table (its default when None: 64
+        KiB on object stores). A file no larger is read whole in one request, a larger
+        one's tail read is that long, and reads closer than it are coalesced.
 
         :class:`TableNotFoundError` if there is no such table or version,
         :class:`StorageError` if it cannot be read.
         """
         try:
             return lance.dataset(
-                uri, version=version, storage_options=self.options, session=session
+                uri,
+                version=version,
+                storage_options=self.options,
+                session=session,
+                block_size=block_size,
             )
         except (ValueError, FileNotFoundError, OSError) as exc:
             if is_not_found(exc):

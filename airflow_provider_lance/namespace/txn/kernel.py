@@ -97,6 +97,8 @@ class TransactionContext:
     store: TransactionStore
     load_state: Callable[..., NamespaceState]  # (version: int | None = None)
     storage: Storage
+    #: The state the handle holds, not checked against the storage (no request).
+    held_state: Callable[[], NamespaceState]
 
 
 def state_with_claims(ctx: TransactionContext) -> NamespaceState:

@@ -21,6 +21,7 @@ from airflow_provider_lance.namespace.errors import (
     stage_again,
 )
 from airflow_provider_lance.namespace.failpoints import FailpointError, failpoint
+from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.format.txn_row import TxnState, incarnation_tag
 from airflow_provider_lance.namespace.results import CommitResult
 from airflow_provider_lance.namespace.types import ArrowData, WriteMode
@@ -72,16 +73,19 @@ def write_direct(
     """A write nobody else knows: published in one swap (see :mod:`.direct`), or, when
     its partitions are claimed or it keeps losing races, by the claim protocol."""
     transactions.check_mode(mode)
-    state = state_with_claims(ctx)
+    held, newer_state = _held_state(ctx)
     txn_id = uuid.uuid4().hex
     owner = incarnation_tag(txn_id, 1)
-    stage = Stager(
-        state,
-        Stage(txn_id, "write", mode, state.spec_version),
+    stager = Stager(
+        held,
+        Stage(txn_id, "write", mode, held.spec_version),
         ctx.storage,
         flush_bytes,
         create_leaves_as=owner,
-    ).write(data)
+        newer_state=newer_state,
+    )
+    stage = stager.write(data)
+    state = stager.state  # the latest when its first rows were routed
     try:
         result = publish_stage(ctx, state, stage, owner=owner)
     except StaleStage as exc:  # its files are discarded: a retry stages afresh
@@ -103,6 +107,20 @@ def write_direct(
             raise
     ctx.store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
     return result
+
+
+def _held_state(
+    ctx: TransactionContext,
+) -> tuple[NamespaceState, Callable[[], NamespaceState | None]]:
+    """The state the handle holds, and how to learn whether a newer one exists: asked of
+    the storage while the stager looks its first partitions up in the held state (on an
+    object store a listing, so one round trip fewer than asking first), and answered
+    before it writes anything (a newer state is then staged on from the start)."""
+    held = ctx.held_state()
+    if not held.view.has_claim_column:  # a namespace from before transactions: once
+        return state_with_claims(ctx), lambda: None
+    latest = ctx.storage.beside(held.view.is_latest)
+    return held, lambda: None if latest.result() else state_with_claims(ctx)
 
 
 def _published_anyway(

@@ -238,14 +238,27 @@ class Stager:
         flush_bytes: int = FLUSH_BYTES,
         *,
         create_leaves_as: str | None = None,
+        newer_state: Callable[[], NamespaceState | None] | None = None,
     ) -> None:
-        self.state = state
         self.stage = stage
         self.storage = storage
         self.flush_bytes = flush_bytes
         #: The owner (``txn#k``) a write nobody else knows commits leaf versions as,
         #: while staging (see :meth:`_commit_now`); None: files only, committed later.
         self.create_leaves_as = create_leaves_as
+        #: Asked once, after the first rows are routed and before anything is written:
+        #: a newer state to stage on instead (None: ``state`` is the latest). Lets the
+        #: question (a listing on an object store) overlap the first partition lookup.
+        self._newer_state = newer_state
+        self._begin(state)
+
+    def _begin(self, state: NamespaceState) -> None:
+        """Stage on ``state``, from nothing routed."""
+        #: The state staged on (its spec routes, its schema shapes).
+        self.state = state
+        stage = self.stage
+        stage.spec_version = state.spec_version
+        stage.partitions.clear()
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered = 0
         #: Partitions appended to, as published when staging began.
@@ -265,7 +278,7 @@ class Stager:
         #: leaf's rows are shaped into it), read from the first such table.
         self._created_digest: str | None = None
         #: The schema of new and replaced leaves, and its digest.
-        self._new_schema = stage.leaf_schema = stage.leaf_schema or state.schema.leaf_schema()
+        self._new_schema = stage.leaf_schema = state.schema.leaf_schema()
         self._new_digest = schema_digest(self._new_schema)
 
     @property
@@ -276,17 +289,15 @@ class Stager:
         started, rows = time.monotonic(), 0
         try:
             for table in as_tables(data):
-                # Shaped for new leaves before it is split: their rows are then written as
-                # routed (a partition appended to under another leaf schema is shaped again).
-                conformed = self._shaper(self._new_digest, self._new_schema)(
-                    self.state.schema.conform_input(table, spec=self.state.current_spec)
-                )
-                chunks = list(split(conformed, self.state.current_spec, self.state.schema))
-                targets = self._targets([chunk.values for chunk in chunks])
-                for chunk, target in zip(chunks, targets, strict=True):
-                    self._buffers.setdefault(target.object_id, []).append(chunk.data)
-                    target.rows += chunk.data.num_rows
-                self._buffered += conformed.nbytes  # once: 8 us a chunk added up to 8 ms
+                try:
+                    self._route(table)
+                except LanceNamespaceError:  # e.g. rows the held state's schema refuses
+                    if not self._stage_on_newest():
+                        raise
+                    self._route(table)
+                else:
+                    if self._stage_on_newest():
+                        self._route(table)
                 rows += table.num_rows
                 if self._buffered >= self.flush_bytes:
                     self._flush()
@@ -296,11 +307,37 @@ class Stager:
                         len(self.stage.partitions),
                         time.monotonic() - started,
                     )
+            self._stage_on_newest()  # no rows: published on the newest state all the same
             self._flush()
         except BaseException:
             self.discard()
             raise
         return self.stage
+
+    def _route(self, table: pa.Table) -> None:
+        """Route ``table``'s rows to their partitions' buffers."""
+        # Shaped for new leaves before it is split: their rows are then written as
+        # routed (a partition appended to under another leaf schema is shaped again).
+        conformed = self._shaper(self._new_digest, self._new_schema)(
+            self.state.schema.conform_input(table, spec=self.state.current_spec)
+        )
+        chunks = list(split(conformed, self.state.current_spec, self.state.schema))
+        targets = self._targets([chunk.values for chunk in chunks])
+        for chunk, target in zip(chunks, targets, strict=True):
+            self._buffers.setdefault(target.object_id, []).append(chunk.data)
+            target.rows += chunk.data.num_rows
+        self._buffered += conformed.nbytes  # once: 8 us a chunk added up to 8 ms
+
+    def _stage_on_newest(self) -> bool:
+        """Once, before anything is written: if the state staged on is no longer the
+        latest, begin again on the latest, and say so (the caller routes its rows again)."""
+        ask, self._newer_state = self._newer_state, None
+        newer = ask() if ask is not None else None
+        if newer is None:
+            return False
+        log.debug("__manifest moved on: staging on v%d", newer.version)
+        self._begin(newer)
+        return True
 
     def _targets(self, values: Sequence[tuple[Any, ...]]) -> list[StagedPartition]:
         """The staged partition of each values tuple (partitions new to the stage are looked
