@@ -691,3 +691,26 @@ def s3_size(storage_options: dict[str, str], key: str) -> int:
         region_name=storage_options["aws_region"],
     )
     return int(client.head_object(Bucket=BUCKET, Key=key)["ContentLength"])
+
+
+def test_planning_a_small_namespace_reads_each_manifest_file_once_and_no_index(
+    events_ns: Events, storage_options: dict[str, str]
+) -> None:
+    """A ``__manifest`` no bigger than one I/O block is scanned whole for a prune: one GET
+    per data file, all of them at once, and none of its indices (which would add a round
+    trip: the index, then the rows), with every column read together (Lance's late
+    materialization would read the file of the rows found again)."""
+    proxy = _CountingProxy(storage_options["aws_endpoint"])
+    try:
+        options = dict(storage_options, aws_endpoint=proxy.endpoint)
+        ns = PartitionedNamespace.open(uri("events"), storage_options=options)
+        before = len(proxy.requests)
+        kept = ns.prune("event_date = DATE '2025-12-11'")
+        requests = proxy.requests[before:]
+    finally:
+        proxy.server.close()
+    assert [p.values["event_date"] for p in kept] == [D(2025, 12, 11)]
+    assert not [r for r in requests if "/__manifest/_indices/" in r], requests
+    reads = [r.split("?")[0] for r in requests if "/__manifest/data/" in r]
+    assert reads
+    assert len(reads) == len(set(reads)), reads

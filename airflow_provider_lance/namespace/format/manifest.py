@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
+from urllib.parse import urlparse
 
 import lance
 import pyarrow as pa
@@ -611,10 +612,38 @@ class ManifestView:
         selects. The row kind is then checked on the rows found: combined with the
         ``object_type`` index in one scan filter it read every row (358 ms at two million
         rows, against 3 ms)."""
+        whole = self._read_whole
+        late = False if whole else None
         if where is None:
-            return self._ds.to_table(columns=list(columns), filter=_LEAVES)
-        rows = self._ds.to_table(columns=[*columns, OBJECT_TYPE], filter=where)
+            return self._ds.to_table(
+                columns=list(columns),
+                filter=_LEAVES,
+                use_scalar_index=not whole,
+                late_materialization=late,
+            )
+        rows = self._ds.to_table(
+            columns=[*columns, OBJECT_TYPE],
+            filter=where,
+            use_scalar_index=not whole,
+            late_materialization=late,
+        )
         return rows.filter(pc.equal(rows.column(OBJECT_TYPE), TABLE)).drop_columns([OBJECT_TYPE])
+
+    @cached_property
+    def _read_whole(self) -> bool:
+        """Whether a scan for a filter reads the data files whole, every column at once,
+        instead of through the indices: when this version is on an object store and its
+        data files together are no bigger than one I/O block (:data:`MANIFEST_BLOCK_SIZE`).
+        They are then read in one round of parallel requests, where an index takes two
+        (the index, then the rows it names) and Lance's late materialization one more (the
+        other columns of the rows found). On S3 at 20 ms a request, planning one date of
+        1,000 took 3 sequential round trips instead of 4 (the floor's: 3). Locally (no
+        round trips) the indices stay."""
+        if urlparse(str(self._ds.uri)).scheme in ("", "file"):
+            return False
+        sizes = [f.file_size_bytes for g in self._ds.get_fragments() for f in g.data_files()]
+        known = [s for s in sizes if s is not None]  # unknown in files of old writers
+        return len(known) == len(sizes) and sum(known) <= MANIFEST_BLOCK_SIZE
 
     def leaf_ids(self) -> set[str]:
         """The ids of every table row."""
