@@ -12,6 +12,7 @@ a handle holds the state its own write made, so that its next write needs no rel
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from pathlib import Path
 
@@ -123,3 +124,23 @@ def test_a_handle_holds_the_state_its_own_write_made(ns, monkeypatch) -> None:
     assert opened == []
     assert second.manifest_version == first.manifest_version + 1
     assert tags_by_part(ns) == {1: ["seed"] * 2, 2: ["seed"] * 2, 3: ["b"]}
+
+
+@pytest.mark.parametrize("mode", ["append", "overwrite"])
+def test_a_write_through_a_handle_whose_state_was_cleaned_up_stages_on_the_latest(ns, mode) -> None:
+    """Another handle writes, compacts ``__manifest`` and removes every older version and
+    file (``maintain``): the held state can no longer be read. The write's partition
+    lookup fails on it, and the write stages on the latest state instead, as a write
+    that asked first would have."""
+    handle = other(ns)
+    for i in range(3):
+        ns.write(tagged_rows(f"w{i}", [2, 3], 1, first_id=200 + 10 * i))
+    ns.maintain(older_than=dt.timedelta(0))
+    handle.write(stream(tagged_rows("h", [3, 4], 1, first_id=300)), mode)
+    expected_3 = ["h"] if mode == "overwrite" else ["h", "w0", "w1", "w2"]
+    assert tags_by_part(ns) == {
+        1: ["seed"] * 2,
+        2: ["seed", "seed", "w0", "w1", "w2"],
+        3: expected_3,
+        4: ["h"],
+    }
