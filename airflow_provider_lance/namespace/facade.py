@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -106,6 +107,8 @@ class PartitionedNamespace:
         self._storage = manifest.storage
         self._store = TransactionStore(manifest.storage)
         self._history = History(manifest)
+        #: Orders :meth:`_adopt`\ s of writes from several threads (none goes back).
+        self._adopting = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
     @classmethod
@@ -213,8 +216,12 @@ class PartitionedNamespace:
         on the state before it (a write stages on the state the handle holds while it asks
         whether that is still the latest)."""
         view = self._manifest.held(version)
-        if view is not None and version > self._state.version:
-            self._state = NamespaceState.load(self._root, view)
+        if view is None or version <= self._state.version:
+            return
+        state = NamespaceState.load(self._root, view)
+        with self._adopting:  # another thread's write may have adopted a newer one since
+            if version > self._state.version:
+                self._state = state
 
     def _on_latest(self, read: Callable[[NamespaceState], R]) -> tuple[NamespaceState, R]:
         """``read`` done on the latest state, and that state.
