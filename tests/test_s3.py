@@ -654,10 +654,10 @@ class _CountingProxy:
         upstream.close()
 
 
-def test_a_manifest_file_is_read_in_one_request(storage_options: dict[str, str]) -> None:
-    """On an object store a ``__manifest`` data file up to 1 MiB is read whole, in one GET
-    (Lance's default block size, 64 KiB, reads a larger file in three sequential rounds:
-    its tail, its column metadata, its pages), and the read still returns every row."""
+@pytest.fixture(scope="module")
+def big_manifest(storage_options: dict[str, str]) -> pa.Table:
+    """A ``__manifest``-like table of 20,000 rows in one data file of 64 KiB to 1 MiB, at
+    ``big-manifest/__manifest``; returns its rows."""
     rows_ = 20_000
     table = pa.table(
         {
@@ -666,6 +666,16 @@ def test_a_manifest_file_is_read_in_one_request(storage_options: dict[str, str])
         }
     )
     lance.write_dataset(table, uri("big-manifest/__manifest"), storage_options=storage_options)
+    return table
+
+
+def test_a_manifest_file_is_read_in_one_request(
+    storage_options: dict[str, str], big_manifest: pa.Table
+) -> None:
+    """On an object store a ``__manifest`` data file up to 1 MiB is read whole, in one GET
+    (Lance's default block size, 64 KiB, reads a larger file in three sequential rounds:
+    its tail, its column metadata, its pages), and the read still returns every row."""
+    table = big_manifest
     proxy = _CountingProxy(storage_options["aws_endpoint"])
     try:
         options = dict(storage_options, aws_endpoint=proxy.endpoint)
@@ -714,3 +724,19 @@ def test_planning_a_small_namespace_reads_each_manifest_file_once_and_no_index(
     reads = [r.split("?")[0] for r in requests if "/__manifest/data/" in r]
     assert reads
     assert len(reads) == len(set(reads)), reads
+
+
+def test_ids_are_looked_up_in_a_manifest_of_one_block_by_reading_it_whole(
+    storage_options: dict[str, str], big_manifest: pa.Table, tmp_path: Any
+) -> None:
+    """A lookup of a few ids (a write finding its partitions) in a ``__manifest`` of
+    20,000 rows reads it whole on an object store, where it is one block (one round,
+    against three through an index); locally (no round trips) the same table is looked up
+    through its index, as a scan of 20,000 rows costs more than the lookup."""
+    on_s3 = Manifest(Storage(uri("big-manifest"), storage_options)).latest()
+    lance.write_dataset(big_manifest, str(tmp_path / "local" / "__manifest"))
+    local = Manifest(Storage(str(tmp_path / "local"))).latest()
+    assert on_s3.scan_is_cheaper(1)
+    assert not local.scan_is_cheaper(1)
+    wanted = ["object-00000007-055433", "missing"]
+    assert set(on_s3.rows_by_id(wanted)) == set(local.rows_by_id(wanted)) == {wanted[0]}

@@ -572,8 +572,11 @@ class ManifestView:
         return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
 
     def scan_is_cheaper(self, ids: int) -> bool:
-        """Whether reading the whole table finds ``ids`` rows faster than an ``IN`` list."""
-        return self._row_count <= 20 * ids + 2000
+        """Whether reading the whole table finds ``ids`` rows faster than an ``IN`` list
+        (or an index): always when it is read in one round (:attr:`_read_whole`; on S3
+        a daily append to 3,000 partitions looked its partition up through the partition
+        column's index in three sequential rounds: page lookup, page, rows)."""
+        return self._read_whole or self._row_count <= 20 * ids + 2000
 
     @cached_property
     def _row_count(self) -> int:
