@@ -16,22 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.format.manifest import ManifestView
 from airflow_provider_lance.namespace.format.state import NamespaceState
 
-from .workers import TAGGED, tagged_rows
+from .workers import seeded_namespace, tagged_rows
 
 NOW = dt.timedelta(0)
 
 
 @pytest.fixture
 def ns(tmp_path: Path) -> PartitionedNamespace:
-    ns = PartitionedNamespace.create(
-        tmp_path / "ns", schema=TAGGED, partition_fields=[PartitionField("part", "part")]
-    )
-    ns.write(tagged_rows("seed", [1, 2], 2, first_id=0))
-    return ns
+    return seeded_namespace(tmp_path / "ns")
 
 
 def parts(partitions: list) -> list[int]:

@@ -14,23 +14,19 @@ import lance
 import pyarrow as pa
 import pytest
 
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.format.manifest import Manifest, ManifestView
 from airflow_provider_lance.namespace.format.state import NamespaceState
 
 from .test_direct_publish import referenced_files
 from .test_interleavings import Worker
 from .test_write_freshness import other, tags_by_part
-from .workers import TAGGED, tagged_rows
+from .workers import seeded_namespace, tagged_rows
 
 
 @pytest.fixture
 def ns(tmp_path: Path) -> PartitionedNamespace:
-    ns = PartitionedNamespace.create(
-        tmp_path / "ns", schema=TAGGED, partition_fields=[PartitionField("part", "part")]
-    )
-    ns.write(tagged_rows("seed", [1, 2], 2, first_id=0))
-    return ns
+    return seeded_namespace(tmp_path / "ns")
 
 
 def test_two_writes_through_one_handle_leave_it_holding_the_newer_state(ns, monkeypatch) -> None:

@@ -9,7 +9,7 @@ import time
 
 import pyarrow as pa
 
-from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace
+from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace, PartitionField
 
 TAGGED = pa.schema(
     [
@@ -18,6 +18,16 @@ TAGGED = pa.schema(
         pa.field("tag", pa.utf8()),
     ]
 )
+
+
+def seeded_namespace(path: object) -> PartitionedNamespace:
+    """A namespace of :data:`TAGGED` partitioned by ``part``, seeded with two rows tagged
+    ``seed`` in each of partitions 1 and 2."""
+    ns = PartitionedNamespace.create(
+        str(path), schema=TAGGED, partition_fields=[PartitionField("part", "part")]
+    )
+    ns.write(tagged_rows("seed", [1, 2], 2, first_id=0))
+    return ns
 
 
 def tagged_rows(tag: str, parts: list[int], per_part: int, first_id: int) -> pa.Table:
