@@ -670,7 +670,7 @@ def big_manifest(storage_options: dict[str, str]) -> pa.Table:
 
 
 def test_a_manifest_file_is_read_in_one_request(
-    storage_options: dict[str, str], big_manifest: pa.Table
+    storage_options: dict[str, str], big_manifest: pa.Table, s3: Any
 ) -> None:
     """On an object store a ``__manifest`` data file up to 1 MiB is read whole, in one GET
     (Lance's default block size, 64 KiB, reads a larger file in three sequential rounds:
@@ -682,7 +682,8 @@ def test_a_manifest_file_is_read_in_one_request(
         ds = Manifest(Storage(uri("big-manifest"), options)).open()
         [fragment] = ds.get_fragments()
         [data_file] = fragment.data_files()
-        size = s3_size(storage_options, f"big-manifest/__manifest/data/{data_file.path}")
+        key = f"big-manifest/__manifest/data/{data_file.path}"
+        size = int(s3.head_object(Bucket=BUCKET, Key=key)["ContentLength"])
         assert 64 * 1024 < size <= MANIFEST_BLOCK_SIZE
         before = len(proxy.requests)
         assert ds.to_table().equals(table)
@@ -690,17 +691,6 @@ def test_a_manifest_file_is_read_in_one_request(
         assert len(reads) == 1, reads
     finally:
         proxy.server.close()
-
-
-def s3_size(storage_options: dict[str, str], key: str) -> int:
-    client = boto3.client(
-        "s3",
-        endpoint_url=storage_options["aws_endpoint"],
-        aws_access_key_id=storage_options["aws_access_key_id"],
-        aws_secret_access_key=storage_options["aws_secret_access_key"],
-        region_name=storage_options["aws_region"],
-    )
-    return int(client.head_object(Bucket=BUCKET, Key=key)["ContentLength"])
 
 
 def test_planning_a_small_namespace_reads_each_manifest_file_once_and_no_index(

@@ -185,21 +185,27 @@ class Manifest:
             while len(self._opened) > OPENED_KEPT:
                 del self._opened[min(self._opened)]
 
-    def held(self, version: int) -> ManifestView | None:
-        """The table at ``version`` if this handle holds it open (opened, or made by its
-        own compare-and-swap), to query without a request; None otherwise."""
+    def _copy_of(self, version: int) -> lance.LanceDataset | None:
+        """A copy of the table at ``version`` if this handle holds it open (opened, or
+        made by its own compare-and-swap): no request. A copy, as a commit advances the
+        table it runs on in place."""
         with self._lock:
             ds = self._opened.get(version)
-        return None if ds is None else ManifestView(copy.copy(ds))
+        return None if ds is None else copy.copy(ds)
+
+    def held(self, version: int) -> ManifestView | None:
+        """The table at ``version``, to query without a request, if this handle holds it
+        open; None otherwise."""
+        ds = self._copy_of(version)
+        return None if ds is None else ManifestView(ds)
 
     def _base(self, base_version: int, ids: Sequence[str]) -> tuple[lance.LanceDataset, bool]:
         """The table at ``base_version`` to commit on, and whether it is a copy of one
         opened before. A commit advances the table it runs on in place, so never the
         opened one itself (a :class:`ManifestView` may be reading it)."""
-        with self._lock:
-            opened = self._opened.get(base_version)
+        opened = self._copy_of(base_version)
         if opened is not None:
-            return copy.copy(opened), True
+            return opened, True
         try:
             return self.open(base_version), False
         except ManifestError as exc:  # cleaned up meanwhile: the rows may have changed since
