@@ -1,5 +1,5 @@
 """The first query of a process: planning and reading one date in a fresh interpreter,
-this project against delta-rs, on local disk (goal 4 of issue 26).
+this project against delta-rs and the bare Lance calls, on local disk (goal 4 of issue 26).
 
     python benchmarks/bench_first_query.py                  # 1,000 dates x 1,000 rows, 7 reps
     python benchmarks/bench_first_query.py --partitions 200 --rows 100 --reps 5
@@ -14,6 +14,13 @@ the same call again in the same process (a fresh handle, warm module state), the
 part of its cost; they are listed, and the variant ``preloaded`` imports them before the
 clock starts, so that the difference is their import time. Samples interleave the systems
 (the order alternates per sample); medians.
+
+The floor (``floor``) is the bare Lance calls the same query needs, in the same kind of fresh
+interpreter: one filtered scan of a ``__manifest`` that holds a row per date, then (to read)
+the leaf opened at the version that row names and scanned (``bench_floor.plan`` /
+``bench_floor.read``, on the tables of ``_peers.Floor``). It is what any layout of
+partitions as Lance tables pays for its first query: opening a Lance dataset and its first
+scan start Lance's runtime in the process.
 
 The tables are built once (``benchmarks/.data/first-query-<dates>x<rows>/``) with the
 drivers of ``_peers.py`` and reused.
@@ -34,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA_DIR, print_environment, print_table, write_results
-from _peers import Delta, Ours
+from _peers import Delta, Floor, Ours
 from bench_floor import dates, rows
 
 BENCH = Path(__file__).resolve().parent
@@ -46,18 +53,27 @@ sys.path.insert(0, BENCH)
 system, root, op, day, preload = sys.argv[1:6]
 if system == "ours":
     from airflow_provider_lance.namespace import PartitionedNamespace
-else:
+elif system == "delta":
     import deltalake
+else:
+    import lance
 for name in json.loads(preload):
     try:
         importlib.import_module(name)
     except Exception:
         pass
 from _peers import Delta, Ours  # the drivers: a call each, as in bench_peers
+import bench_floor
 import datetime as dt
-target = (Ours if system == "ours" else Delta)(root)
+import pathlib
 day = dt.date.fromisoformat(day)
-call = (lambda: target.plan(day)) if op == "plan" else (lambda: target.read(day, day))
+if system == "floor":
+    floor = pathlib.Path(root)
+    call = (lambda: bench_floor.plan(floor, day)) if op == "plan" else (
+        lambda: bench_floor.read(floor, day, day))
+else:
+    target = (Ours if system == "ours" else Delta)(root)
+    call = (lambda: target.plan(day)) if op == "plan" else (lambda: target.read(day, day))
 before = set(sys.modules)
 t0 = time.perf_counter()
 first = call()
@@ -72,15 +88,16 @@ print(json.dumps({"first": t1 - t0, "second": t2 - second_t0, "loaded": loaded, 
 
 
 def build(root: Path, partitions: int, per: int) -> dict[str, str]:
-    """Both tables of ``partitions`` dates x ``per`` rows (built once, then reused)."""
-    marker = root / "BUILT"
-    locations = {"ours": str(root / "ours"), "delta": str(root / "delta")}
+    """The tables of ``partitions`` dates x ``per`` rows (built once, then reused)."""
+    marker = root / "BUILT-3"
+    locations = {s: str(root / s) for s in ("ours", "delta", "floor")}
     if not marker.exists():
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         data = rows(0, partitions, per)
         Ours(locations["ours"]).load(data)
         Delta(locations["delta"]).load(data)
+        Floor(locations["floor"]).load(data)
         marker.write_text("built\n")
         print(f"built {root}", flush=True)
     return locations
@@ -144,7 +161,10 @@ def main() -> None:
                 key,
                 f"{med['ours']:.1f} ({low['ours']:.1f})",
                 f"{med['delta']:.1f} ({low['delta']:.1f})",
+                f"{med['floor']:.1f} ({low['floor']:.1f})",
                 f"{med['ours'] / med['delta']:.2f}x ({low['ours'] / low['delta']:.2f}x)",
+                f"{med['floor'] / med['delta']:.2f}x ({low['floor'] / low['delta']:.2f}x)",
+                f"{med['ours'] / med['floor']:.2f}x ({low['ours'] / low['floor']:.2f}x)",
             ]
         )
     print_table(
@@ -152,7 +172,10 @@ def main() -> None:
             "fresh interpreter, imports excluded",
             "ours ms (min)",
             "delta-rs ms (min)",
+            "Lance floor ms (min)",
             "ours/delta-rs (of mins)",
+            "floor/delta-rs",
+            "ours/floor",
         ],
         table,
         title=f"{args.partitions:,} dates x {args.rows:,} rows, local disk, medians of {args.reps}",

@@ -26,8 +26,13 @@ in its own process; the JVM's heap is bounded by ``--driver-memory``).
 then read, ``write_partitioned`` then ``read_partitioned``) in a fresh process of its own,
 timed from its new SparkSession on (``--cold``, default 200,000 rows into 200 partitions),
 so every Python worker it needs starts then: the format's planning runs in Python planner
-workers of PySpark's Data Source API (two per read, two per write, each importing pyarrow,
-pylance and DataFusion) on top of the executors' workers both paths start.
+workers of PySpark's Data Source API (two per read, two per write, each a new interpreter that
+imports PySpark from the ``pyspark.zip`` Spark puts first on its path, then pyarrow, pylance
+and DataFusion) on top of the executors' workers both paths start. Beside them, the floor of
+that API: a Python data source that does no work (``_null_source.py``: its tasks consume the
+rows and write nothing, its reads return none), and Spark's own ``noop`` writer (the rows
+made and dropped, no Python), each in a fresh process too: the format's cold cost over
+``write_partitioned`` is to be read against that API's over ``noop``.
 
     .venv/bin/python benchmarks/bench_spark.py                       # ~10 min on 2 cores
     .venv/bin/python benchmarks/bench_spark.py --cases 1000000:200   # rows:partitions
@@ -46,11 +51,13 @@ from pathlib import Path
 from typing import Any
 
 import _common  # noqa: F401  (quiets pylance's log before it is imported)
+import _null_source
 import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from _common import DATA_DIR, print_environment, print_table, write_results
+from pyspark import cloudpickle
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.spark import FORMAT, read_partitioned, register, write_partitioned
@@ -168,16 +175,27 @@ def run_case(spark: Any, rows: int, partitions: int, work: Path) -> dict[str, An
     return out
 
 
-def cold_path(path: str, rows: int, partitions: int, work: Path, master: str) -> dict[str, float]:
+def cold_path(
+    path: str, rows: int, partitions: int, work: Path, master: str
+) -> dict[str, float | None]:
     """One path's write and read, from the new SparkSession of a fresh process on."""
     spark = session(master, "1g")
+    df = source(spark, rows, partitions)
+    if path == "spark noop":  # Spark making the rows and dropping them: no Python at all
+        write_s, _ = timed(lambda: df.write.format("noop").mode("overwrite").save())
+        spark.stop()
+        return {"write_s": write_s, "read_s": None}
+    if path == "python data source floor":
+        write_s, _ = timed(lambda: df.write.format(_null_source.NAME).mode("append").save())
+        read_s, _ = timed(lambda: spark.read.format(_null_source.NAME).load().count())
+        spark.stop()
+        return {"write_s": write_s, "read_s": read_s}
     root = work / path
     shutil.rmtree(root, ignore_errors=True)
     ns = PartitionedNamespace.create(
         root, schema=SCHEMA, partition_fields=[PartitionField("event_date", "event_date")]
     )
     sql = f"event_date BETWEEN DATE '{START}' AND DATE '{START + dt.timedelta(days=1)}'"
-    df = source(spark, rows, partitions)
     if path == "format":
         write_s, _ = timed(lambda: df.write.format(FORMAT).mode("append").save(str(root)))
         read_s, got = timed(lambda: spark.read.format(FORMAT).load(str(root)).where(sql).count())
@@ -203,15 +221,17 @@ def session(master: str, driver_memory: str) -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    cloudpickle.register_pickle_by_value(_null_source)  # planner workers never import it
+    spark.dataSource.register(_null_source.NullSource)
     return spark
 
 
-def cold(rows: int, partitions: int, master: str) -> dict[str, dict[str, float]]:
+def cold(rows: int, partitions: int, master: str) -> dict[str, dict[str, float | None]]:
     """Each path in a process of its own (``spawn``: nothing imported or started before)."""
     work = DATA_DIR / "spark" / "cold"
     work.mkdir(parents=True, exist_ok=True)
     out = {}
-    for path in ("format", "write_partitioned"):
+    for path in ("format", "write_partitioned", "python data source floor", "spark noop"):
         with multiprocessing.get_context("spawn").Pool(1) as pool:
             out[path] = pool.apply(cold_path, (path, rows, partitions, work, master))
     return out
@@ -233,7 +253,10 @@ def main() -> None:
         cold_runs = cold(rows, partitions, args.master)
         print_table(
             ["path", "cold write s", "cold read s"],
-            [[k, f"{v['write_s']:.2f}", f"{v['read_s']:.2f}"] for k, v in cold_runs.items()],
+            [
+                [k, f"{v['write_s']:.2f}", "-" if v["read_s"] is None else f"{v['read_s']:.2f}"]
+                for k, v in cold_runs.items()
+            ],
             title=f"cold: {rows:,} rows / {partitions} partitions, a fresh process per path",
         )
     if not args.cases:

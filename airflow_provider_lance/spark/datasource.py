@@ -11,7 +11,8 @@ Data Source API), for batch reads and writes and Structured Streaming appends.
 
 It is the same code as :func:`.read_partitioned` and :func:`.write_partitioned`: a read is a
 :class:`.LeafScan`, a batch write a :class:`.WriteJob`; only who drives them differs. Where
-each method runs (learned from PySpark's workers, see ``tests/spark/test_datasource_api.py``):
+each method runs (learned by probing PySpark 4.2's workers; ``tests/spark/test_datasource*.py``
+hold what this module relies on):
 ``DataSource.schema``/``reader``/``writer`` and ``pushFilters`` run in Python workers the
 driver's JVM starts (not in the caller's process), and the reader/writer they return is
 pickled to the executors *before* ``partitions()`` is called; ``commit``/``abort`` run in
@@ -25,10 +26,14 @@ What the format costs beyond :func:`.read_partitioned`/:func:`.write_partitioned
 workers, not its planning (milliseconds; pruning is the same): a read starts two
 (``create_data_source`` for ``schema``, ``data_source_pushdown_filters`` for ``reader``,
 ``pushFilters`` and ``partitions``), a write two (``write_into_data_source``,
-``commit_data_source_write``), each importing PyArrow, pylance (and with it pandas) and
-DataFusion. Spark keeps a worker for a minute after its last use, so a query after a pause
-pays those imports again (measured: 2-3 s per worker on 2 busy cores, 4-8 s for the first
-query of a session), where the two functions plan in the caller's warm process.
+``commit_data_source_write``). Each is forked from a daemon of its own kind, a new
+interpreter that imports PySpark from the ``pyspark.zip`` Spark puts first on its path
+(compiled from source every time: ~0.5 s), and each fork imports PyArrow and pylance (with
+pandas) again (~0.5 s). Spark keeps a worker for a minute after its last use (hard-coded in
+``PythonWorkerFactory``), so a query after a pause pays the imports again, where the two
+functions plan in the caller's warm process. ``benchmarks/bench_spark.py`` measures this
+beside a Python data source that does nothing (``benchmarks/_null_source.py``): the API
+alone costs more, cold, than ``write_partitioned`` doing the whole write.
 """
 
 from __future__ import annotations

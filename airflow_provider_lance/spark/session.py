@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,11 @@ def get_session(
     In local mode the Python workers run this interpreter (``PYSPARK_PYTHON`` defaults to
     ``sys.executable``), so they see the same installed packages as the driver; on a
     cluster, set ``spark.pyspark.python`` to the executors' interpreter.
+
+    Starting the JVM forks this process (PySpark's ``Popen`` with a ``preexec_fn``), and
+    the child at once becomes ``spark-submit``: Lance's "lance is not fork-safe" warning,
+    which that fork would print once pylance is imported, is about children that go on
+    using Lance, so it is silenced for that start only.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -32,7 +38,9 @@ def get_session(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    SparkContext._ensure_initialized()  # attach to spark-submit's JVM (or start one)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
+        SparkContext._ensure_initialized()  # attach to spark-submit's JVM (or start one)
     spark_conf = SparkConf()  # now holds spark-submit's settings (--master, --conf ...)
     for key, value in (conf or {}).items():
         spark_conf.set(key, value)

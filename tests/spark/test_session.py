@@ -1,8 +1,14 @@
-"""The PySpark install check: Python files and JVM of one Spark release line."""
+"""Getting a session: the PySpark install check (Python files and JVM of one Spark release
+line), and a JVM start that does not look like a Lance misuse."""
 
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -30,3 +36,37 @@ def test_a_patch_difference_only_warns(caplog: pytest.LogCaptureFixture) -> None
         _check_releases("4.2.0", "4.2.1")
     assert "4.2.0" in caplog.text
     assert "4.2.1" in caplog.text
+
+
+def test_starting_the_jvm_after_importing_lance_does_not_warn_of_forks() -> None:
+    """PySpark forks to exec spark-submit; Lance's fork warning is for children that go on
+    using Lance, so it is silenced there, and only there: a real fork after it still warns."""
+    code = textwrap.dedent(
+        """
+        import os, sys
+        import lance
+        from airflow_provider_lance.spark.session import get_session
+        spark = get_session("fork-warning", {"spark.master": "local[1]",
+                                             "spark.ui.enabled": "false"})
+        print("SESSION-STARTED", file=sys.stderr, flush=True)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        sys.stderr.flush()
+        spark.stop()
+        """
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, marker, after = out.stderr.partition("SESSION-STARTED")
+    assert marker, out.stderr[-2000:]
+    assert "fork-safe" not in before
+    assert "fork-safe" in after
