@@ -96,6 +96,25 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 #: Tasks a read is split into at least (per fragment) when the option is not given.
 DEFAULT_PARALLELISM = 8
+#: The options each use takes, as Spark passes them (lowercased; ``path`` is the URI of
+#: ``load``/``save``/``start``, ``checkpointlocation`` a stream's checkpoint). Any other is
+#: refused: ignored, a misspelt ``as_of`` would read the latest rows, silently.
+READ_OPTIONS = frozenset({"path", "storage_options", "as_of", "filter", "columns", "parallelism"})
+WRITE_OPTIONS = frozenset({"path", "storage_options", "txn_id", "flush_bytes"})
+STREAM_OPTIONS = frozenset(
+    {"path", "storage_options", "query_id", "flush_bytes", "checkpointlocation"}
+)
+#: Options of other formats a user may reach for, and this format's own for the same.
+_OPTION_HINTS = {
+    "versionasof": "as_of",
+    "timestampasof": "as_of",
+    "snapshot-id": "as_of",
+    "as-of-timestamp": "as_of",
+    "version": "as_of",
+    "txnappid": "query_id",
+    "txnversion": "txn_id",
+    "where": "filter",
+}
 
 
 def register(spark: SparkSession) -> None:
@@ -149,14 +168,52 @@ class LancePartitioned(DataSource):
         raw = self.options.get("storage_options")
         if not raw:
             return None
-        options = json.loads(raw)
+        try:
+            options = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgumentError(
+                f"the storage_options option must be a JSON object ({exc}), e.g. "
+                '\'{"aws_region": "us-east-1"}\''
+            ) from None
         if not isinstance(options, dict):
             raise InvalidArgumentError("the storage_options option must be a JSON object")
         return {str(k): str(v) for k, v in options.items()}
 
+    def check_options(self, allowed: frozenset[str], use: str) -> None:
+        """Refuse an option ``use`` (a read, a write, a stream) does not take."""
+        unknown = sorted(str(k).lower() for k in self.options if str(k).lower() not in allowed)
+        if not unknown:
+            return
+        hints = "".join(
+            f" (for {k!r}, this format has {_OPTION_HINTS[k]!r})"
+            for k in unknown
+            if k in _OPTION_HINTS
+        )
+        takes = ", ".join(sorted(allowed - {"path", "checkpointlocation"}))
+        raise InvalidArgumentError(
+            f"a {FORMAT} {use} takes no option {', '.join(map(repr, unknown))}{hints}; "
+            f"its options are {takes}"
+        )
+
+    def whole_number(self, name: str, default: int) -> int:
+        """The option ``name`` as a whole number of at least 1 (``default`` if not given)."""
+        raw = self.options.get(name)
+        if raw is None or not str(raw).strip():
+            return default
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise InvalidArgumentError(
+                f"the {name} option must be a whole number of at least 1, not {raw!r}"
+            )
+        return value
+
     def scan(self) -> tuple[LeafScan, NamespaceState]:
         """The read the options describe and the state it pins (one namespace open: each
         planning step runs in a Python worker of its own, see the module docstring)."""
+        self.check_options(READ_OPTIONS, "read")
         columns = self.options.get("columns")
         return LeafScan.resolve(
             self.uri,
@@ -180,23 +237,25 @@ class LancePartitioned(DataSource):
                 schema.fieldNames(),
                 scan.filter,
             )
-        parallelism = int(self.options.get("parallelism") or DEFAULT_PARALLELISM)
+        parallelism = self.whole_number("parallelism", DEFAULT_PARALLELISM)
         if self.pushdown:
             return PushdownReader(scan, parallelism)
         return Reader(scan, parallelism)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        self.check_options(WRITE_OPTIONS, "write")
         job = WriteJob.begin(
             self.uri,
             self.storage_options,
             "overwrite" if overwrite else "append",
             self.options.get("txn_id") or None,
-            int(self.options.get("flush_bytes") or FLUSH_BYTES),
+            self.whole_number("flush_bytes", FLUSH_BYTES),
             schema,
         )
         return BatchWriter(job)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        self.check_options(STREAM_OPTIONS, "stream")
         if overwrite:
             raise InvalidArgumentError(
                 f"{FORMAT} streams support the append output mode only (complete mode would "
@@ -211,7 +270,7 @@ class LancePartitioned(DataSource):
             ns.storage_options,
             schema.json(),
             self.options.get("query_id") or None,
-            int(self.options.get("flush_bytes") or FLUSH_BYTES),
+            self.whole_number("flush_bytes", FLUSH_BYTES),
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shutil
 import time
 from pathlib import Path
@@ -195,3 +196,32 @@ def test_bad_input_is_refused_before_any_task(spark: SparkSession, root: Path) -
         unknown.write.format(FORMAT).mode("append").save(ns.uri)
     with pytest.raises(Exception, match="FilterError"):
         spark.read.format(FORMAT).option("filter", "event_date >").load(ns.uri).collect()
+
+
+def test_options_it_does_not_take_or_cannot_parse_are_refused(
+    spark: SparkSession, ns: PartitionedNamespace
+) -> None:
+    """Ignored, Delta's ``versionAsOf`` would read the latest rows instead of version 1."""
+    for option, value, message in [
+        (
+            "versionAsOf",
+            "1",
+            "no option 'versionasof' (for 'versionasof', this format has 'as_of')",
+        ),
+        ("txn_id", "t1", "a lance_partitioned read takes no option 'txn_id'"),  # a write's
+        ("parallelism", "many", "parallelism option must be a whole number of at least 1"),
+        ("parallelism", "0", "parallelism option must be a whole number of at least 1, not '0'"),
+        ("storage_options", "{x", "the storage_options option must be a JSON object"),
+    ]:
+        reader = spark.read.format(FORMAT).option(option, value)  # (a reader keeps options)
+        with pytest.raises(Exception, match=re.escape(message)) as caught:
+            reader.load(ns.uri).count()
+        assert "InvalidArgumentError" in str(caught.value)
+    frame = spark.createDataFrame(events(10))
+    for option, value, message in [
+        ("mergeSchema", "true", "a lance_partitioned write takes no option 'mergeschema'"),
+        ("flush_bytes", "-1", "flush_bytes option must be a whole number of at least 1"),
+    ]:
+        with pytest.raises(Exception, match=re.escape(message)):
+            frame.write.format(FORMAT).mode("append").option(option, value).save(ns.uri)
+    assert ns.count_rows() == 660  # nothing was written
