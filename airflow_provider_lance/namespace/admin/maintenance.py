@@ -4,8 +4,10 @@ Every ``merge_insert`` adds a fragment to ``__manifest``; without compaction eac
 each cold prune reads more and more small fragments (pylance 14: ~100 ms -> ~700 ms per
 publish after 600 commits; a timing, not tested: that each commit adds a fragment is pinned
 by tests/test_pylance_facts.py::test_fact_each_merge_insert_adds_a_fragment). Publishes
-therefore compact the manifest once it holds :data:`AUTO_COMPACT_FRAGMENTS` fragments, and
-:func:`maintain` does it on demand, together with version cleanup that never removes what a
+therefore fold the fragments no index covers once the manifest holds
+:data:`AUTO_COMPACT_FRAGMENTS` fragments (re-indexing the whole table only now and then, see
+``manifest_compaction``), and :func:`maintain` compacts and re-indexes it all on demand,
+together with version cleanup that never removes what a
 reader or a transaction still needs: whatever a retained ``__manifest`` version reads (those
 in the retention window, and tagged ones however old), leaf versions not yet published, and
 the leaves live transactions staged files into.

@@ -1,11 +1,23 @@
 """Compaction of ``__manifest``: every ``merge_insert`` adds a fragment, so publishes compact
 it once it holds :data:`AUTO_COMPACT_FRAGMENTS` fragments (best effort, after the publish),
-and ``maintain`` does it on demand."""
+and ``maintain`` does it on demand.
+
+A publish's compaction folds only the fragments no index covers (the rows publishes added
+since the table was last indexed) into one, and leaves the indexed ones and their indices
+alone: rewriting an indexed fragment makes Lance remap every index over it, which at a
+million partitions (two million rows) cost 220 ms, and re-indexing 110 ms more, against
+6 ms for the fragments the publishes added (measured with pylance 14.0.2; a timing no
+test pins). The rows outside the indices are scanned by every query, so once they reach
+:data:`REINDEX_ROWS` (or an index is missing or covers nothing) the whole table is
+compacted and re-indexed instead, as ``maintain`` always does.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+
+import lance
 
 from airflow_provider_lance.namespace.errors import LanceNamespaceError
 
@@ -15,6 +27,11 @@ log = logging.getLogger(__name__)
 
 #: Compact ``__manifest`` after a publish once it has this many fragments.
 AUTO_COMPACT_FRAGMENTS = 16
+#: Rows outside the indices (scanned by every query, ~0.2 us a row) at which a publish's
+#: compaction re-indexes the whole table instead of folding them into one fragment.
+REINDEX_ROWS = 8192
+#: Fragments of at most this many rows (Lance's default file size, as ``maintain`` makes).
+TARGET_ROWS_PER_FRAGMENT = 1 << 20
 
 
 def compact_manifest(manifest: Manifest) -> tuple[int, int]:
@@ -23,12 +40,40 @@ def compact_manifest(manifest: Manifest) -> tuple[int, int]:
     ds = manifest.open()
     before = len(ds.get_fragments())
     if before > 1:
-        ds.optimize.compact_files(target_rows_per_fragment=1 << 20)
+        ds.optimize.compact_files(target_rows_per_fragment=TARGET_ROWS_PER_FRAGMENT)
         ds = manifest.open()
         ds.optimize.optimize_indices()
         ds = manifest.open()
     manifest.ensure_indices(ds)
     return before, len(ds.get_fragments())
+
+
+def compact_unindexed(manifest: Manifest) -> tuple[int, int]:
+    """Fold the fragments of ``__manifest`` that no index covers into one, or compact and
+    re-index the whole table when that is due (see the module docstring); (before,
+    after)."""
+    ds = manifest.open()
+    indexed = indexed_fragments(ds)
+    fragments = ds.get_fragments()
+    unindexed = [f for f in fragments if f.fragment_id not in indexed]
+    rows = sum(f.metadata.physical_rows or 0 for f in unindexed)  # (no deletion file read)
+    if not indexed or rows >= REINDEX_ROWS or manifest.missing_indices(ds):
+        return compact_manifest(manifest)
+    if len(unindexed) < 2:
+        return len(fragments), len(fragments)
+    ds.optimize.compact_files(
+        target_rows_per_fragment=TARGET_ROWS_PER_FRAGMENT, excluded_fragment_ids=sorted(indexed)
+    )
+    return len(fragments), len(manifest.open().get_fragments())
+
+
+def indexed_fragments(ds: lance.LanceDataset) -> frozenset[int]:
+    """The fragments every index of ``ds`` covers (none if it has no index)."""
+    covered: frozenset[int] | None = None
+    for index in ds.describe_indices():
+        ids = frozenset(i for s in index.segments for i in s.fragment_ids)
+        covered = ids if covered is None else covered & ids
+    return covered or frozenset()
 
 
 def maybe_compact(
@@ -45,7 +90,7 @@ def maybe_compact(
         if len(latest.get_fragments()) >= threshold:
             if prepare is not None:
                 prepare()
-            before, after = compact_manifest(manifest)
+            before, after = compact_unindexed(manifest)
             log.info("compacted __manifest: %d -> %d fragments", before, after)
     except (OSError, ValueError, LanceNamespaceError) as exc:
         # Never an error of the publish that called it: that is committed already, and a
