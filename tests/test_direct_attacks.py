@@ -46,6 +46,7 @@ from airflow_provider_lance.namespace.errors import StorageError, is_retryable
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.format.leaf_version import committed_by
 from airflow_provider_lance.namespace.format.manifest import Manifest
+from airflow_provider_lance.namespace.format.manifest_compaction import indexed_fragments
 from airflow_provider_lance.namespace.txn.lifecycle import all_records
 
 from .rows import by_id, no_duplicates
@@ -651,6 +652,68 @@ def test_a_storage_error_in_the_compaction_after_the_swap_keeps_published_files(
     outcome = settle(writer)
     monkeypatch.delenv(ENV)
     assert ids_or_error(ns) in (sorted([*before, 200, 201, 202, 203]), before), outcome
+    published_files_exist(ns)
+
+
+# -- the fold of unindexed __manifest fragments against a publish -------------------------
+def fill_to_15_fragments(ns: PartitionedNamespace) -> list[int]:
+    """New partitions written until ``__manifest`` holds 15 fragments (the next publish
+    compacts); the ids written, with the seed's. Partition 1's row, written by the seed,
+    lies in a fragment no index covers (create indexed only its own rows)."""
+    written = [0, 1, 2, 3]
+    for i in range(40):
+        if manifest_fragments(ns) >= 15:
+            break
+        ns.write(tagged_rows(f"f{i}", [100 + i], 1, first_id=1000 + i))
+        written.append(1000 + i)
+    assert manifest_fragments(ns) == 15
+    return written
+
+
+FOLD_W = tagged_rows("w", [1], 2, first_id=300)  # an append to partition 1
+FOLD_X = tagged_rows("x", [77], 1, first_id=400)  # a new partition: the 16th fragment
+
+
+def test_a_fold_between_a_direct_writes_read_and_its_swap(ns: PartitionedNamespace) -> None:
+    """W (an append to partition 1, whose row lies in an unindexed fragment) parks before
+    its swap; X's publish makes the 16th fragment and folds the unindexed fragments,
+    partition 1's among them. W's swap, against the version before the fold, must not
+    publish over it blindly: it conflicts, retries on the folded table and publishes."""
+    written = fill_to_15_fragments(ns)
+    indexed = indexed_fragments(lance.dataset(ns.uri + "/__manifest"))
+    with hold("direct.before_publish") as parked:
+        writer = Worker(other(ns).write, FOLD_W)
+        writer.start()
+        parked.wait_reached()
+        other(ns).write(FOLD_X)  # publishes, then folds
+        folded = lance.dataset(ns.uri + "/__manifest")
+        assert len(folded.get_fragments()) == len(indexed) + 1
+    writer.outcome()
+    assert no_duplicates(ns) == sorted([*written, 300, 301, 400])
+    assert indexed_fragments(lance.dataset(ns.uri + "/__manifest")) == indexed
+    assert tag_counts(ns)["w"] == 2
+    published_files_exist(ns)
+
+
+def test_a_direct_write_between_a_folds_read_and_its_commit(ns: PartitionedNamespace) -> None:
+    """X's publish makes the 16th fragment; its fold parks before committing. W appends to
+    partition 1 (its row is in a fragment the fold rewrites) and publishes. The fold then
+    commits against the version before W's: Lance must refuse it (a conflict the publish
+    ignores: the fold is best effort) or keep W's change; either way no row of W is lost
+    and none is read twice."""
+    written = fill_to_15_fragments(ns)
+    with hold("manifest.before_fold") as parked:
+        folder = Worker(other(ns).write, FOLD_X)
+        folder.start()
+        parked.wait_reached()  # X is published; its fold is next
+        other(ns).write(FOLD_W)
+    folder.outcome()  # X's write succeeded whatever became of its fold
+    assert no_duplicates(ns) == sorted([*written, 300, 301, 400])
+    assert tag_counts(ns)["w"] == 2
+    [one] = [p for p in ns.partitions() if p.values == {"part": 1}]
+    assert sorted(
+        lance.dataset(one.location, version=one.read_version).to_table()["id"].to_pylist()
+    ) == [0, 1, 300, 301]
     published_files_exist(ns)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import lance
 
 from airflow_provider_lance.namespace.errors import LanceNamespaceError
+from airflow_provider_lance.namespace.failpoints import failpoint
 
 from .manifest import Manifest
 
@@ -61,6 +62,7 @@ def compact_unindexed(manifest: Manifest) -> tuple[int, int]:
         return compact_manifest(manifest)
     if len(unindexed) < 2:
         return len(fragments), len(fragments)
+    failpoint("manifest.before_fold")
     ds.optimize.compact_files(
         target_rows_per_fragment=TARGET_ROWS_PER_FRAGMENT, excluded_fragment_ids=sorted(indexed)
     )
