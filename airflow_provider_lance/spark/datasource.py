@@ -201,10 +201,10 @@ class LancePartitioned(DataSource):
         if raw is None or not str(raw).strip():
             return default
         try:
-            value = int(str(raw).strip())
+            value: int | None = int(str(raw).strip())
         except ValueError:
-            value = 0
-        if value < 1:
+            value = None
+        if value is None or value < 1:
             raise InvalidArgumentError(
                 f"the {name} option must be a whole number of at least 1, not {raw!r}"
             )
