@@ -14,6 +14,7 @@ from airflow_provider_lance.namespace.format.expressions import (
     _CONSTANTS,
     bind,
     evaluate_scalar,
+    new_session,
     raw,
 )
 from airflow_provider_lance.namespace.format.schema import NamespaceSchema
@@ -295,3 +296,33 @@ def test_identity_fields_still_check_the_result_type() -> None:
     with pytest.raises(ExpressionError, match="does not fit"):
         evaluate(PartitionField("t", "id", "col", pa.int8()), [1000])
     assert evaluate(PartitionField("t", "id", "col", pa.int8()), [7, None]) == [7, None]
+
+
+def test_constants_are_remembered_by_type_and_value() -> None:
+    """A filter's constants are evaluated once per process and then remembered by
+    DataFusion's canonical name: constants that differ in type or value never share one,
+    and a constant that cannot be evaluated is not remembered as a value."""
+    frame = new_session().from_arrow(pa.table({"x": pa.array([], pa.int64())}))
+    texts = [
+        "DATE '2025-01-01'",
+        "TIMESTAMP '2025-01-01 00:00:00'",
+        "CAST('2025-01-01' AS VARCHAR)",
+        "CAST(5 AS INT)",
+        "CAST(5 AS BIGINT)",
+        "CAST(0.1 AS DOUBLE)",
+        "CAST(0.1 AS REAL)",
+        "1 + 1",
+        "DATE '2025-01-02'",
+    ]
+    nodes = [raw(frame.parse_sql_expr(t)) for t in texts]
+    fresh = [evaluate_scalar(n, new_session()) for n in nodes]  # (a session: not remembered)
+    first = [evaluate_scalar(n) for n in nodes]
+    again = [evaluate_scalar(raw(frame.parse_sql_expr(t))) for t in texts]
+    assert first == fresh
+    assert again == fresh
+    assert [v.type for v in again] == [v.type for v in fresh]
+    assert len({(str(v.type), v.as_py()) for v in again}) == len(texts)
+    bad = "DATE '2025-13-45'"
+    for _ in range(2):
+        with pytest.raises(Exception, match="Cannot cast string '2025-13-45'"):
+            evaluate_scalar(raw(frame.parse_sql_expr(bad)))
