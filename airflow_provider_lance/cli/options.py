@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 
 from airflow_provider_lance.namespace import (
     AsOf,
-    InvalidArgumentError,
     StorageOptionValue,
     option_text,
+    options_from_json,
 )
 from airflow_provider_lance.spark.jobs import STORAGE_OPTIONS_ENV
 
@@ -59,20 +58,7 @@ def storage_options(
     options: dict[str, StorageOptionValue | None] = {}
     raw = environ.get(STORAGE_OPTIONS_ENV, "").strip()
     if raw:
-        try:
-            parsed = json.loads(raw)
-        except ValueError as exc:
-            raise InvalidArgumentError(
-                f"{STORAGE_OPTIONS_ENV} is not valid JSON ({exc.args[0].split(':')[0]}); it "
-                'must be a JSON object, e.g. {"aws_endpoint": "http://localhost:9000", '
-                '"allow_http": true}'
-            ) from None
-        if not isinstance(parsed, dict):
-            raise InvalidArgumentError(
-                f"{STORAGE_OPTIONS_ENV} must be a JSON object of option names to values, "
-                f"got a JSON {type(parsed).__name__}"
-            )
-        options.update(parsed)
+        options.update(options_from_json(raw, STORAGE_OPTIONS_ENV))
     for key, value in flags:
         options[key] = flag_value(key, value)
     return options or None

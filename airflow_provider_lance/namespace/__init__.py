@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from .format.schema import is_deprecated
     from .format.state import NamespaceState
     from .io.json_files import read_json, remove_json, write_json
-    from .io.storage_options import StorageOptionValue, option_text
+    from .io.storage_options import StorageOptionValue, option_text, options_from_json
     from .io.uri import has_scheme, normalize_root
     from .ops.compaction import DEFAULT_TARGET_ROWS
     from .read.scan import filter_columns
@@ -138,6 +138,7 @@ _EXPORTS = {
     "LEAF_DIRECTORY": "admin.sweep",
     "StorageOptionValue": "io.storage_options",
     "option_text": "io.storage_options",
+    "options_from_json": "io.storage_options",
     "TXN_ID_PATTERN": "format.naming",
     "has_scheme": "io.uri",
     "type_from_json": "format.arrow_json",
@@ -219,6 +220,7 @@ __all__ = [
     "is_retryable",
     "normalize_root",
     "option_text",
+    "options_from_json",
     "read_json",
     "remove_json",
     "type_from_json",

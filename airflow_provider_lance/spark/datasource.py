@@ -74,6 +74,7 @@ from airflow_provider_lance.namespace import (
     NamespaceState,
     PartitionedNamespace,
     TxnState,
+    options_from_json,
 )
 
 from .reader import LeafScan
@@ -168,15 +169,7 @@ class LancePartitioned(DataSource):
         raw = self.options.get("storage_options")
         if not raw:
             return None
-        try:
-            options = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgumentError(
-                f"the storage_options option must be a JSON object ({exc}), e.g. "
-                '\'{"aws_region": "us-east-1"}\''
-            ) from None
-        if not isinstance(options, dict):
-            raise InvalidArgumentError("the storage_options option must be a JSON object")
+        options = options_from_json(raw, "the storage_options option")
         return {str(k): str(v) for k, v in options.items()}
 
     def check_options(self, allowed: frozenset[str], use: str) -> None:

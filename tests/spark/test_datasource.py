@@ -211,7 +211,8 @@ def test_options_it_does_not_take_or_cannot_parse_are_refused(
         ("txn_id", "t1", "a lance_partitioned read takes no option 'txn_id'"),  # a write's
         ("parallelism", "many", "parallelism option must be a whole number of at least 1"),
         ("parallelism", "0", "parallelism option must be a whole number of at least 1, not '0'"),
-        ("storage_options", "{x", "the storage_options option must be a JSON object"),
+        ("storage_options", "{x", "the storage_options option is not valid JSON"),
+        ("storage_options", "[1]", "the storage_options option must be a JSON object"),
     ]:
         reader = spark.read.format(FORMAT).option(option, value)  # (a reader keeps options)
         with pytest.raises(Exception, match=re.escape(message)) as caught:

@@ -345,15 +345,15 @@ def evaluate_scalar(expr: Any, session: SessionContext | None = None) -> pa.Scal
         value = expr.python_value()
         if isinstance(value, pa.Scalar):
             return value
-    key = None if session is not None else str(expr.canonical_name())
-    if key is not None:
+    key = None
+    if session is None:  # the shared session: its values are remembered
+        key = str(expr.canonical_name())
         cached = _CONSTANT_VALUES.get(key)
         if cached is not None:
             return cached
         if not _CONSTANTS:
             _CONSTANTS.append(new_session())
         session = _CONSTANTS[0]
-    assert session is not None
     with registered(session, pa.table({"__one": [1]})) as frame:
         value = frame.select(Expr(expr).alias("__v")).to_arrow_table().column("__v")[0]
     if key is not None:

@@ -333,11 +333,7 @@ class Manifest:
         """The indices :meth:`ensure_indices` makes that ``ds`` lacks: (column, kind)."""
         indexed = {tuple(i.field_names) for i in ds.describe_indices()}
         wanted: list[tuple[str, IndexKind]] = [(OBJECT_TYPE, "BITMAP"), (OBJECT_ID, "BLOOMFILTER")]
-        wanted += [
-            (f.name, "BTREE")
-            for f in ds.schema
-            if f.name not in RESERVED_COLUMNS and prunes_in_scan(f.type)
-        ]
+        wanted += [(name, "BTREE") for name in btree_columns(ds.schema)]
         return [(column, kind) for column, kind in wanted if (column,) not in indexed]
 
     # -- metadata and columns -------------------------------------------------------------
@@ -711,11 +707,7 @@ class ManifestView:
         column NULL, and then by prefix: a prefix has no index, and at a million
         partitions reading every id took 150 ms, against 4 ms. (Not where the table is
         read whole anyway, in one round: see :attr:`_read_whole`.)"""
-        nulls = [
-            pc.field(f.name).is_null()
-            for f in self._ds.schema
-            if f.name not in RESERVED_COLUMNS and prunes_in_scan(f.type)
-        ]
+        nulls = [pc.field(name).is_null() for name in btree_columns(self._ds.schema)]
         if not nulls or self._read_whole:
             table = self._ds.to_table(filter=f"starts_with({OBJECT_ID}, {_sql_literal(prefix)})")
         else:
@@ -742,6 +734,12 @@ class ManifestView:
             return set()
         rows = self._ds.to_table(columns=[OBJECT_ID], filter=_CLAIMED)
         return set(rows.column(OBJECT_ID).to_pylist())
+
+
+def btree_columns(schema: pa.Schema) -> list[str]:
+    """The partition columns of a ``__manifest`` schema that have a BTREE (see
+    :meth:`Manifest.ensure_indices`): those a prune's predicate is pushed into the scan on."""
+    return [f.name for f in schema if f.name not in RESERVED_COLUMNS and prunes_in_scan(f.type)]
 
 
 def prunes_in_scan(dtype: pa.DataType) -> bool:

@@ -35,10 +35,11 @@ REINDEX_ROWS = 8192
 TARGET_ROWS_PER_FRAGMENT = 1 << 20
 
 
-def compact_manifest(manifest: Manifest) -> tuple[int, int]:
+def compact_manifest(manifest: Manifest, ds: lance.LanceDataset | None = None) -> tuple[int, int]:
     """Merge the manifest's fragments and bring its indices up to date (creating those a
-    namespace made by an earlier release lacks); (before, after)."""
-    ds = manifest.open()
+    namespace made by an earlier release lacks); (before, after). ``ds``: the latest
+    version, if the caller just opened it."""
+    ds = ds if ds is not None else manifest.open()
     before = len(ds.get_fragments())
     if before > 1:
         ds.optimize.compact_files(target_rows_per_fragment=TARGET_ROWS_PER_FRAGMENT)
@@ -59,7 +60,7 @@ def compact_unindexed(manifest: Manifest) -> tuple[int, int]:
     unindexed = [f for f in fragments if f.fragment_id not in indexed]
     rows = sum(f.metadata.physical_rows or 0 for f in unindexed)  # (no deletion file read)
     if not indexed or rows >= REINDEX_ROWS or manifest.missing_indices(ds):
-        return compact_manifest(manifest)
+        return compact_manifest(manifest, ds)
     if len(unindexed) < 2:
         return len(fragments), len(fragments)
     failpoint("manifest.before_fold")

@@ -6,6 +6,7 @@ namespace's options enter) and the Airflow connection (parsed in the API server 
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from collections.abc import Mapping
@@ -27,6 +28,25 @@ _DURATION_OPTIONS = frozenset(
     }
 )
 _STORE_PREFIXES = ("aws_", "google_", "azure_")
+
+
+def options_from_json(raw: str, where: str) -> dict[str, StorageOptionValue | None]:
+    """Storage options written as a JSON object (an environment variable, a Spark option),
+    for :func:`normalize_options`; errors name ``where``, never the text (it may hold a
+    secret)."""
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"{where} is not valid JSON ({exc.args[0].split(':')[0]}); it must be a JSON "
+            'object, e.g. {"aws_endpoint": "http://localhost:9000", "allow_http": true}'
+        ) from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgumentError(
+            f"{where} must be a JSON object of option names to values, "
+            f"got a JSON {type(parsed).__name__}"
+        )
+    return parsed
 
 
 def normalize_options(
