@@ -674,6 +674,18 @@ FOLD_W = tagged_rows("w", [1], 2, first_id=300)  # an append to partition 1
 FOLD_X = tagged_rows("x", [77], 1, first_id=400)  # a new partition: the 16th fragment
 
 
+def while_a_fold_is_parked(ns: PartitionedNamespace, action: Callable[[], object]) -> None:
+    """X (``FOLD_X``) publishes the 16th ``__manifest`` fragment and parks its fold before
+    the fold commits; ``action`` runs then, and the fold goes on. X's write succeeds
+    whatever becomes of its fold."""
+    with hold("manifest.before_fold") as parked:
+        folder = Worker(other(ns).write, FOLD_X)
+        folder.start()
+        parked.wait_reached()  # X is published; its fold is next
+        action()
+    folder.outcome()
+
+
 def test_a_fold_between_a_direct_writes_read_and_its_swap(ns: PartitionedNamespace) -> None:
     """W (an append to partition 1, whose row lies in an unindexed fragment) parks before
     its swap; X's publish makes the 16th fragment and folds the unindexed fragments,
@@ -702,12 +714,7 @@ def test_a_direct_write_between_a_folds_read_and_its_commit(ns: PartitionedNames
     ignores: the fold is best effort) or keep W's change; either way no row of W is lost
     and none is read twice."""
     written = fill_to_15_fragments(ns)
-    with hold("manifest.before_fold") as parked:
-        folder = Worker(other(ns).write, FOLD_X)
-        folder.start()
-        parked.wait_reached()  # X is published; its fold is next
-        other(ns).write(FOLD_W)
-    folder.outcome()  # X's write succeeded whatever became of its fold
+    while_a_fold_is_parked(ns, lambda: other(ns).write(FOLD_W))
     assert no_duplicates(ns) == sorted([*written, 300, 301, 400])
     assert tag_counts(ns)["w"] == 2
     [one] = [p for p in ns.partitions() if p.values == {"part": 1}]

@@ -24,17 +24,19 @@ from airflow_provider_lance.namespace.format.manifest import (
 )
 
 from .rows import no_duplicates
-from .test_direct_attacks import published_files_exist, settle
+from .test_direct_attacks import (
+    fill_to_15_fragments,
+    manifest_fragments,
+    published_files_exist,
+    settle,
+    while_a_fold_is_parked,
+)
 from .test_interleavings import BY_PART, Worker, claims, other
 from .workers import TAGGED, tagged_rows
 
 
 def mpath(ns: PartitionedNamespace) -> str:
     return ns.uri + "/__manifest"
-
-
-def nfrag(ns: PartitionedNamespace) -> int:
-    return len(lance.dataset(mpath(ns)).get_fragments())
 
 
 def prefix_rows_agree(ns: PartitionedNamespace) -> int:
@@ -57,6 +59,12 @@ def prefix_rows_agree(ns: PartitionedNamespace) -> int:
     return checked
 
 
+def assert_object_ids_unique(ns: PartitionedNamespace) -> None:
+    """Every ``__manifest`` row has an ``object_id`` of its own."""
+    ids = lance.dataset(mpath(ns)).to_table(columns=["object_id"]).column("object_id").to_pylist()
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+
 def txn_states(ns: PartitionedNamespace) -> dict[str, str]:
     return {t.txn_id: str(t.state) for t in ns.transactions()}
 
@@ -69,17 +77,6 @@ def ns(root: Path) -> PartitionedNamespace:
     return ns
 
 
-def fill(ns: PartitionedNamespace, target: int = 15, start: int = 1000) -> list[int]:
-    written = []
-    for i in range(60):
-        if nfrag(ns) >= target:
-            break
-        ns.write(tagged_rows(f"f{i}", [100 + i], 1, first_id=start + i))
-        written.append(start + i)
-    assert nfrag(ns) == target
-    return written
-
-
 @pytest.mark.parametrize(
     "point", ["commit.after_claim", "commit.before_seal", "manifest.before_swap"]
 )
@@ -87,7 +84,7 @@ def test_named_commit_parked_while_a_fold_rewrites_its_rows(ns, point) -> None:
     """T1 (partitions 1, 2 and new 5) parks at ``point``; an anonymous write makes the 16th
     fragment and folds every unindexed fragment (T1's txn row and claims among them). T1
     then goes on. Rows exactly once, T1 committed, no claim left, txn rows findable."""
-    base = [0, 1, 2, 3, *fill(ns)]
+    base = fill_to_15_fragments(ns)
     txn = ns.begin("append", "T1")
     txn.stage(tagged_rows("t1", [1, 2, 5], 1, first_id=500), stage_id="s")
     when = lambda: threading.current_thread().name == "T1"  # noqa: E731
@@ -96,10 +93,10 @@ def test_named_commit_parked_while_a_fold_rewrites_its_rows(ns, point) -> None:
         w.name = "T1"
         w.start()
         parked.wait_reached()
-        before = nfrag(ns)
+        before = manifest_fragments(ns)
         other(ns).write(tagged_rows("x", [77], 1, first_id=400))
         other(ns).write(tagged_rows("y", [78], 1, first_id=401))
-        folded = nfrag(ns)
+        folded = manifest_fragments(ns)
     _, err = settle(w)
     assert err is None or is_retryable(err), err
     if err is not None:
@@ -115,15 +112,10 @@ def test_named_commit_parked_while_a_fold_rewrites_its_rows(ns, point) -> None:
 def test_fold_parked_while_named_commit_claims_and_publishes(ns) -> None:
     """The fold reads (parked at before_fold), then T1 claims, seals and publishes (its
     rows in the fragments the fold will rewrite), then the fold commits (or loses)."""
-    base = [0, 1, 2, 3, *fill(ns)]
+    base = fill_to_15_fragments(ns)
     txn = ns.begin("append", "T1")
     txn.stage(tagged_rows("t1", [1, 2, 5], 1, first_id=500), stage_id="s")
-    with hold("manifest.before_fold") as parked:
-        folder = Worker(other(ns).write, tagged_rows("x", [77], 1, first_id=400))
-        folder.start()
-        parked.wait_reached()
-        other(ns).commit("T1")
-    folder.outcome()
+    while_a_fold_is_parked(ns, lambda: other(ns).commit("T1"))
     assert no_duplicates(ns) == sorted([*base, 400, 500, 501, 502])
     assert claims(ns) == []
     assert txn_states(ns)["T1"] == "published", txn_states(ns)
@@ -134,14 +126,13 @@ def test_fold_parked_while_named_commit_claims_and_publishes(ns) -> None:
 def test_fold_parked_while_txn_begins_and_stages(ns) -> None:
     """A txn row inserted (begin) and updated (stage) between the fold's read and commit
     must survive the fold and be listed."""
-    base = [0, 1, 2, 3, *fill(ns)]
-    with hold("manifest.before_fold") as parked:
-        folder = Worker(other(ns).write, tagged_rows("x", [77], 1, first_id=400))
-        folder.start()
-        parked.wait_reached()
+    base = fill_to_15_fragments(ns)
+
+    def begin_and_stage() -> None:
         t = other(ns).begin("append", "T2")
         t.stage(tagged_rows("t2", [1], 1, first_id=600), stage_id="s")
-    folder.outcome()
+
+    while_a_fold_is_parked(ns, begin_and_stage)
     assert "T2" in txn_states(ns)
     ns.commit("T2")
     assert no_duplicates(ns) == sorted([*base, 400, 600])
@@ -151,25 +142,17 @@ def test_fold_parked_while_txn_begins_and_stages(ns) -> None:
 
 # -- 3. fold vs maintain / fold vs fold / fold vs evolve / REINDEX_ROWS ------------------
 def test_fold_parked_while_maintain_compacts(ns) -> None:
-    base = [0, 1, 2, 3, *fill(ns)]
-    with hold("manifest.before_fold") as parked:
-        folder = Worker(other(ns).write, tagged_rows("x", [77], 1, first_id=400))
-        folder.start()
-        parked.wait_reached()
-        other(ns).maintain(older_than=dt.timedelta(0))
-    folder.outcome()
+    base = fill_to_15_fragments(ns)
+    while_a_fold_is_parked(ns, lambda: other(ns).maintain(older_than=dt.timedelta(0)))
     assert no_duplicates(ns) == sorted([*base, 400])
-    ds = lance.dataset(mpath(ns))
-    assert len(ds.to_table(columns=["object_id"])) == len(
-        set(ds.to_table(columns=["object_id"]).column("object_id").to_pylist())
-    )
+    assert_object_ids_unique(ns)
     published_files_exist(ns)
     ns.write(tagged_rows("after", [1, 77], 1, first_id=900))
     assert no_duplicates(ns) == sorted([*base, 400, 900, 901])
 
 
 def test_two_folds_from_two_handles(ns) -> None:
-    base = [0, 1, 2, 3, *fill(ns)]
+    base = fill_to_15_fragments(ns)
     with hold("manifest.before_fold", times=2) as parked:
         a = Worker(other(ns).write, tagged_rows("x", [77], 1, first_id=400))
         b = Worker(other(ns).write, tagged_rows("y", [78], 1, first_id=401))
@@ -183,21 +166,18 @@ def test_two_folds_from_two_handles(ns) -> None:
     a.outcome()
     b.outcome()
     assert no_duplicates(ns) == sorted([*base, 400, 401])
-    ids = lance.dataset(mpath(ns)).to_table(columns=["object_id"]).column("object_id")
-    assert len(ids) == len(set(ids.to_pylist()))
+    assert_object_ids_unique(ns)
     prefix_rows_agree(ns)
 
 
 def test_fold_parked_while_spec_evolves(ns) -> None:
-    base = [0, 1, 2, 3, *fill(ns)]
-    with hold("manifest.before_fold") as parked:
-        folder = Worker(other(ns).write, tagged_rows("x", [77], 1, first_id=400))
-        folder.start()
-        parked.wait_reached()
-        other(ns).evolve_partition_spec(
+    base = fill_to_15_fragments(ns)
+    while_a_fold_is_parked(
+        ns,
+        lambda: other(ns).evolve_partition_spec(
             [PartitionField("part", "part"), PartitionField("tag", "tag")]
-        )
-    folder.outcome()
+        ),
+    )
     assert no_duplicates(ns) == sorted([*base, 400])
     t = ns.begin("append", "T3")
     t.stage(tagged_rows("t3", [1, 9], 1, first_id=700), stage_id="s")
@@ -377,11 +357,9 @@ def test_two_fields_and_evolution_keep_bookkeeping_rows_null(root: Path) -> None
 def test_fold_parked_while_two_handles_create_the_same_partition(ns) -> None:
     """Two inserts of one new partition row (insert-if-absent, one winner) around a fold's
     read and commit: the __manifest must hold that object_id once."""
-    base = [0, 1, 2, 3, *fill(ns)]
-    with hold("manifest.before_fold") as parked:
-        folder = Worker(other(ns).write, tagged_rows("x", [77], 1, first_id=400))
-        folder.start()
-        parked.wait_reached()
+    base = fill_to_15_fragments(ns)
+
+    def create_partition_88_twice() -> None:
         b = Worker(other(ns).write, tagged_rows("b", [88], 1, first_id=410))
         c = Worker(other(ns).write, tagged_rows("c", [88], 1, first_id=420))
         b.start()
@@ -389,9 +367,9 @@ def test_fold_parked_while_two_handles_create_the_same_partition(ns) -> None:
         for w in (b, c):
             _, err = settle(w)
             assert err is None, err
-    folder.outcome()
-    ids = lance.dataset(mpath(ns)).to_table(columns=["object_id"]).column("object_id").to_pylist()
-    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+    while_a_fold_is_parked(ns, create_partition_88_twice)
+    assert_object_ids_unique(ns)
     assert no_duplicates(ns) == sorted([*base, 400, 410, 420])
     assert claims(ns) == []
     published_files_exist(ns)
