@@ -16,10 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_lance.namespace import FilterError, PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace.format import manifest as manifest_module
 from airflow_provider_lance.namespace.format.expressions import bind
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
-from airflow_provider_lance.namespace.read.pruning import holds_for_kept_partitions, parse_filter
+from airflow_provider_lance.namespace.read.pruning import (
+    holds_for_kept_partitions,
+    is_parsed,
+    parse_filter,
+)
 from airflow_provider_lance.namespace.write.splitting import partition_values
 
 SCHEMA = pa.schema(
@@ -378,6 +383,15 @@ def test_pruning_is_sound(data: pa.Table, specs: list[str], wheres: list[str]) -
 
 
 # -- the predicate pushed into the __manifest scan ---------------------------------------------
+@pytest.fixture
+def pushed_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prunes as on a namespace too big to read whole: the filter is pushed into the scan
+    (the test namespaces are small enough that a filter not parsed yet would otherwise be
+    parsed while every row loads)."""
+    monkeypatch.setattr(manifest_module, "CHEAP_WHOLE_ROWS", 0)
+
+
+@pytest.mark.usefixtures("pushed_down")
 def test_a_prune_reads_only_the_rows_its_index_finds(
     spaces: dict[str, PartitionedNamespace],
 ) -> None:
@@ -439,6 +453,7 @@ def test_an_evolved_spec_and_maintain_index_the_partition_columns(tmp_path: Path
     assert pruned("s = 'c'") == by_s
 
 
+@pytest.mark.usefixtures("pushed_down")
 def test_a_filter_no_partition_can_match_reads_no_row(
     spaces: dict[str, PartitionedNamespace],
 ) -> None:
@@ -451,6 +466,36 @@ def test_a_filter_no_partition_can_match_reads_no_row(
         assert empty.num_rows == 0, where
     assert state._tables is None
     assert empty.schema == state.tables.schema
+
+
+def test_a_filter_not_parsed_yet_is_parsed_while_a_small_manifest_loads_whole(
+    spaces: dict[str, PartitionedNamespace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first query of a process: DataFusion parses a filter it has not seen while a
+    storage thread reads a small ``__manifest`` whole, and the prune keeps what the scan
+    the filter is pushed into keeps. Once parsed, the filter is pushed down (no full read);
+    a big ``__manifest`` is never read whole for it; a bad filter is the error, not the
+    load."""
+    ns = spaces["identity-n"]
+    where = "n = 3 OR n = 987654321"  # no other test parses it
+    state = NamespaceState.load(ns.state().root, ns.state().view)
+    assert not is_parsed(where, state.schema)
+    overlapped = state.partitions_from_rows(pruned_rows(state, where))
+    assert state._tables is not None  # read whole, beside the parse
+    again = NamespaceState.load(ns.state().root, ns.state().view)
+    pushed = again.partitions_from_rows(pruned_rows(again, where))
+    assert again._tables is None  # parsed already: pushed into the scan
+    assert [p.values for p in overlapped] == [p.values for p in pushed] == [{"p_n": 3}]
+
+    monkeypatch.setattr(manifest_module, "CHEAP_WHOLE_ROWS", 0)
+    big = NamespaceState.load(ns.state().root, ns.state().view)
+    assert [p.values for p in big.partitions_from_rows(pruned_rows(big, "n = 3 OR n = 98765"))] == [
+        {"p_n": 3}
+    ]
+    assert big._tables is None
+    monkeypatch.undo()
+    with pytest.raises(FilterError, match="no_such_column"):
+        pruned_rows(NamespaceState.load(ns.state().root, ns.state().view), "no_such_column = 1")
 
 
 @pytest.mark.parametrize("zone", ["UTC", "America/New_York", None])

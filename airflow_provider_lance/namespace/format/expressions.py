@@ -164,6 +164,9 @@ class BoundExpression:
     hash_input: pa.DataType | None
     _session: SessionContext = field(repr=False)
     _expr: Expr = field(repr=False)
+    #: ``schema`` with no rows, registered in the session by :func:`bind` (kept for
+    #: :meth:`unplannable`: one registration fewer, ~1 ms the first time in a process).
+    _empty: DataFrame | None = field(default=None, repr=False)
 
     @property
     def expr(self) -> Expr:
@@ -213,21 +216,11 @@ class BoundExpression:
         so a literal that is no value of its type (``DATE '2025-13-45'``, ``'abc'`` against
         an integer column) fails here, on no rows, and a read would fail the same way.
         """
+        if self._empty is not None:  # the expression was parsed against it
+            return _unplannable_in(self._empty, raw(self._expr))
         empty = pa.table({f.name: pa.array([], f.type) for f in self.schema})
         with self.frame(empty) as frame:
-            node = raw(self._reparse(frame))
-            reason = _plan_error(frame, node)
-            if reason is None:
-                return None
-            narrowed = True
-            while narrowed:
-                narrowed = False
-                for child in children(node):
-                    why = _plan_error(frame, child)
-                    if why is not None:
-                        node, reason, narrowed = child, why, True
-                        break
-            return node, reason
+            return _unplannable_in(frame, raw(self._reparse(frame)))
 
     def _reparse(self, frame: DataFrame) -> Expr:
         # Column references are qualified by the frame's table, so parse against each frame.
@@ -265,16 +258,34 @@ def bind(sql: str, schema: pa.Schema, what: str) -> BoundExpression:
     hash_input = next(iter(hash_types)) if hash_types else None
     if hash_input is not None and not hashable_type(hash_input):
         raise ExpressionError(f"{what} {sql!r}: hash() is not defined for type {hash_input}")
-    session = new_session(hash_input)
+    session, expr = probe, parsed  # without hash() calls, the probe's hash is never called
     try:
-        frame = session.from_arrow(empty)
-        expr = frame.parse_sql_expr(sql)
+        if hash_input is not None:
+            session = new_session(hash_input)
+            frame = session.from_arrow(empty)
+            expr = frame.parse_sql_expr(sql)
         output_type = frame.select(expr.alias("__value")).schema().field("__value").type
     except Exception as exc:
         raise ExpressionError(
             f"{what} {sql!r} is not a valid expression: {_first_line(exc)}"
         ) from exc
-    return BoundExpression(sql, schema, output_type, hash_input, session, expr)
+    return BoundExpression(sql, schema, output_type, hash_input, session, expr, frame)
+
+
+def _unplannable_in(frame: DataFrame, node: Any) -> tuple[Any, str] | None:
+    """The smallest part of ``node`` (parsed against ``frame``) that cannot be planned."""
+    reason = _plan_error(frame, node)
+    if reason is None:
+        return None
+    narrowed = True
+    while narrowed:
+        narrowed = False
+        for child in children(node):
+            why = _plan_error(frame, child)
+            if why is not None:
+                node, reason, narrowed = child, why, True
+                break
+    return node, reason
 
 
 def _plan_error(frame: DataFrame, node: Any) -> str | None:

@@ -96,6 +96,9 @@ ManifestRow = dict[str, Any]
 #: Ids looked up by an ``object_id IN (...)`` filter, at most, before
 #: :meth:`ManifestView.existing` reads every id instead.
 POINT_LOOKUP_IDS = 64
+#: Rows of ``__manifest`` read whole in about the time of a filtered scan (~0.2 us a row,
+#: locally: 1 ms; measured with pylance 14.0.2, a timing no test pins).
+CHEAP_WHOLE_ROWS = 5000
 _LEAVES = f"{OBJECT_TYPE} = '{TABLE}'"
 _CLAIMED = f"{CLAIM} IS NOT NULL"
 
@@ -642,6 +645,16 @@ class ManifestView:
             late_materialization=late,
         )
         return rows.filter(pc.equal(rows.column(OBJECT_TYPE), TABLE)).drop_columns([OBJECT_TYPE])
+
+    @property
+    def loads_whole_cheaply(self) -> bool:
+        """Whether reading every leaf row costs about what a filtered scan does: the data
+        files are read whole anyway (:attr:`_read_whole`), or the table holds at most
+        :data:`CHEAP_WHOLE_ROWS` rows (counted from fragment metadata: no request)."""
+        if self._read_whole:
+            return True
+        rows = sum(f.metadata.physical_rows or 0 for f in self._ds.get_fragments())
+        return rows <= CHEAP_WHOLE_ROWS
 
     @cached_property
     def _read_whole(self) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,6 +27,7 @@ from airflow_provider_lance.namespace.errors import (
     PartitionSpecError,
     VersionCleanedUp,
 )
+from airflow_provider_lance.namespace.io.storage import beside
 from airflow_provider_lance.namespace.io.uri import child_uri
 from airflow_provider_lance.namespace.results import value_text
 
@@ -253,6 +255,20 @@ class NamespaceState:
                 rows = self.view.leaf_rows(self._columns)
             self._tables = self._narrow(rows)
         return self._tables
+
+    def load_tables_beside(self) -> Future[pa.Table] | None:
+        """Start reading :attr:`tables` on a storage thread, for a caller about to spend
+        CPU before it scans (parsing a filter), when reading them whole costs about what
+        the filtered scan would (:attr:`~.manifest.ManifestView.loads_whole_cheaply`);
+        None when they are read already or a filtered scan reads far fewer rows.
+
+        The first query of a process spends ~10 ms starting DataFusion to parse its filter
+        and ~5 ms starting Lance's scan: side by side they overlap (planning one date of
+        1,000 in a fresh interpreter: 25 -> 19 ms), and on an object store the parse
+        hides behind the scan's round trips."""
+        if self._tables is not None or not self.view.loads_whole_cheaply:
+            return None
+        return beside(lambda: self.tables)
 
     def candidates(self, where: pc.Expression | bool | None) -> pa.Table:
         """Rows of :attr:`tables` among which are all those ``where`` selects (every row

@@ -91,6 +91,33 @@ def _in_worker(fn: Callable[[T], R], item: T) -> R:
         _worker.active = False
 
 
+def _shared_pool(concurrency: int) -> ThreadPoolExecutor:
+    """The process's threads for this concurrency (shared by every namespace opened: a
+    handle opened per task must not leave threads behind)."""
+    with _pools_lock:
+        key = (os.getpid(), concurrency)  # a forked child starts its own
+        pool = _pools.get(key)
+        if pool is None:
+            pool = _pools[key] = ThreadPoolExecutor(
+                concurrency, thread_name_prefix=f"lance-leaves-{concurrency}"
+            )
+        return pool
+
+
+def beside(fn: Callable[[], R], concurrency: int = LOCAL_CONCURRENCY) -> Future[R]:
+    """``fn`` started on one of the process's storage threads, to run while the caller
+    works; run inline when called from one of those threads (which may all be waiting
+    for it)."""
+    if getattr(_worker, "active", False):
+        done: Future[R] = Future()
+        try:
+            done.set_result(fn())
+        except BaseException as exc:
+            done.set_exception(exc)
+        return done
+    return _shared_pool(concurrency).submit(_in_worker, lambda _: fn(), None)
+
+
 def default_concurrency(root: str) -> int:
     """How many leaf tables to work on at once under ``root`` (see the constants)."""
     scheme = root.split("://", 1)[0] if "://" in root else "file"
@@ -303,26 +330,10 @@ class Storage:
         """``fn`` started on a storage thread, to run while the caller works (a request
         whose round trip then overlaps the caller's); run inline when called from one of
         those threads."""
-        if getattr(_worker, "active", False):
-            done: Future[R] = Future()
-            try:
-                done.set_result(fn())
-            except BaseException as exc:
-                done.set_exception(exc)
-            return done
-        return self._pool().submit(_in_worker, lambda _: fn(), None)
+        return beside(fn, self.concurrency)
 
     def _pool(self) -> ThreadPoolExecutor:
-        """The process's threads for this concurrency (shared by every namespace opened:
-        a handle opened per task must not leave threads behind)."""
-        with _pools_lock:
-            key = (os.getpid(), self.concurrency)  # a forked child starts its own
-            pool = _pools.get(key)
-            if pool is None:
-                pool = _pools[key] = ThreadPoolExecutor(
-                    self.concurrency, thread_name_prefix=f"lance-leaves-{self.concurrency}"
-                )
-            return pool
+        return _shared_pool(self.concurrency)
 
     # -- Lance tables ------------------------------------------------------------------
     def table(

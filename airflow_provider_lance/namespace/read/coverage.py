@@ -42,7 +42,7 @@ from airflow_provider_lance.namespace.format.manifest import OBJECT_ID
 from airflow_provider_lance.namespace.format.schema import field_id
 from airflow_provider_lance.namespace.format.state import SPEC_COLUMN, NamespaceState
 
-from .pruning import SpecProjector, parse_filter, pc_or
+from .pruning import SpecProjector, is_parsed, parse_filter, pc_or
 from .scan import filter_columns
 
 
@@ -56,7 +56,11 @@ def pruned_rows(state: NamespaceState, filter: str | None) -> pa.Table:
     """
     if filter is None:
         return state.tables
+    # DataFusion's parse (~10 ms the first time in a process) overlaps Lance's scan
+    loading = None if is_parsed(filter, state.schema) else state.load_tables_beside()
     _, pred = parse_filter(filter, state.schema)
+    if loading is not None:
+        loading.result()  # its rows are the candidates now (or its error is the read's)
     if isinstance(pred, bool):
         return state.candidates(pred)
     mask: pc.Expression | bool = False

@@ -26,6 +26,8 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -91,9 +93,35 @@ class Or:
 Pred = Union[Leaf, And, Or, bool]  # noqa: UP007 - a runtime alias, not an annotation
 
 
-@lru_cache(maxsize=512)
+_PARSED: OrderedDict[tuple[str, NamespaceSchema], tuple[BoundExpression, Pred]] = OrderedDict()
+_PARSED_MAX = 512
+_PARSED_LOCK = threading.Lock()
+
+
 def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
-    """Bind ``sql`` to the namespace columns and translate it for pruning (cached)."""
+    """Bind ``sql`` to the namespace columns and translate it for pruning (the last
+    :data:`_PARSED_MAX` filters parsed are remembered)."""
+    key = (sql, schema)
+    with _PARSED_LOCK:
+        parsed = _PARSED.get(key)
+        if parsed is not None:
+            _PARSED.move_to_end(key)
+            return parsed
+    parsed = _parse_filter(sql, schema)
+    with _PARSED_LOCK:
+        _PARSED[key] = parsed
+        while len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
+    return parsed
+
+
+def is_parsed(sql: str, schema: NamespaceSchema) -> bool:
+    """Whether :func:`parse_filter` remembers ``sql`` (returns it without DataFusion)."""
+    with _PARSED_LOCK:
+        return (sql, schema) in _PARSED
+
+
+def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
     try:
         bound = bind(sql, schema.active, "filter")
     except ExpressionError as exc:
