@@ -364,10 +364,20 @@ def test_finished_anonymous_transactions_leave_no_rows_behind(ns: PartitionedNam
         table = lance.dataset(ns.uri + "/__manifest").to_table(columns=[OBJECT_ID])
         return [i for i in table.column(OBJECT_ID).to_pylist() if i.startswith(TXN_PREFIX)]
 
+    def fragments() -> int:
+        return len(lance.dataset(ns.uri + "/__manifest").get_fragments())
+
     ns.write(tagged_rows("named", [0], 1, first_id=1000), txn_id="named")
+    seen = []  # txn rows after each publish: anonymous ones as a Spark driver leaves them
     for i in range(20):  # enough publishes for an automatic compaction
-        ns.write(tagged_rows(f"t{i}", [i % 3], 1, first_id=i))
-    assert len(txn_rows()) < 20  # collected when the manifest was compacted
+        txn = ns.begin("append", anonymous=True)
+        txn.stage(tagged_rows(f"t{i}", [i % 3], 1, first_id=i))
+        before = fragments()
+        ns.commit(txn.txn_id)
+        seen.append(len(txn_rows()))
+        if fragments() < before:  # this publish compacted: and collected, from what it made
+            assert seen[-1] == 1, seen  # only the named one is left
+    assert max(seen) > 1 and fragments() < 16, (seen, fragments())
     ns.maintain()
     assert txn_rows() == [TXN_PREFIX + "named"]  # a named one stays: its retry must find it
     assert ns.write(tagged_rows("named", [0], 1, first_id=1000), txn_id="named").rows == 1

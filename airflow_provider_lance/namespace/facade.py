@@ -750,7 +750,7 @@ class PartitionedNamespace:
         if dry_run:
             report = MaintenanceReport()
         else:
-            collect_finished(self._manifest, self.state, self._store.delete)
+            collect_finished(self._manifest, self.state(), self._store.delete)
             report = maintain(
                 self._manifest,
                 NamespaceState.load(self._root, self._manifest.latest()),

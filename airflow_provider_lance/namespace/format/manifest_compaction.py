@@ -14,6 +14,7 @@ compacted and re-indexed instead, as ``maintain`` always does.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 
@@ -50,11 +51,12 @@ def compact_manifest(manifest: Manifest, ds: lance.LanceDataset | None = None) -
     return before, len(ds.get_fragments())
 
 
-def compact_unindexed(manifest: Manifest) -> tuple[int, int]:
+def compact_unindexed(manifest: Manifest, ds: lance.LanceDataset | None = None) -> tuple[int, int]:
     """Fold the fragments of ``__manifest`` that no index covers into one, or compact and
     re-index the whole table when that is due (see the module docstring); (before,
-    after)."""
-    ds = manifest.open()
+    after). ``ds``: the latest version as the caller knows it, which the compaction
+    commits on (advances): give a copy."""
+    ds = ds if ds is not None else manifest.open()
     indexed = indexed_fragments(ds)
     fragments = ds.get_fragments()
     unindexed = [f for f in fragments if f.fragment_id not in indexed]
@@ -64,10 +66,10 @@ def compact_unindexed(manifest: Manifest) -> tuple[int, int]:
     if len(unindexed) < 2:
         return len(fragments), len(fragments)
     failpoint("manifest.before_fold")
-    ds.optimize.compact_files(
+    metrics = ds.optimize.compact_files(
         target_rows_per_fragment=TARGET_ROWS_PER_FRAGMENT, excluded_fragment_ids=sorted(indexed)
     )
-    return len(fragments), len(manifest.open().get_fragments())
+    return len(fragments), len(fragments) - metrics.fragments_removed + metrics.fragments_added
 
 
 def indexed_fragments(ds: lance.LanceDataset) -> frozenset[int]:
@@ -82,20 +84,27 @@ def indexed_fragments(ds: lance.LanceDataset) -> frozenset[int]:
 def maybe_compact(
     manifest: Manifest,
     threshold: int = AUTO_COMPACT_FRAGMENTS,
-    prepare: Callable[[], object] | None = None,
+    then: Callable[[lance.LanceDataset], object] | None = None,
 ) -> None:
     """Best-effort compaction after a publish (a concurrent commit just makes it skip);
-    ``prepare`` runs first when compaction is due (e.g. to drop rows it need not copy).
+    ``then`` runs after it when compaction is due, on the table as the compaction left it
+    (e.g. to drop rows that decide nothing any more: read from the one fragment the fold
+    made, not the many the publishes left; on S3 at 15 fragments, 15 requests fewer).
     The fragments are counted as the publish left them (other writers' publishes since
     then are counted by their own check)."""
     try:
         latest = manifest.last_swapped or manifest.open()
-        if len(latest.get_fragments()) >= threshold:
-            if prepare is not None:
-                prepare()
-            before, after = compact_unindexed(manifest)
+        if len(latest.get_fragments()) < threshold:
+            return
+        table = copy.copy(latest)  # the compaction advances it: not the handle's own copy
+        try:
+            before, after = compact_unindexed(manifest, table)
             log.info("compacted __manifest: %d -> %d fragments", before, after)
+        except (OSError, ValueError, LanceNamespaceError) as exc:
+            log.info("skipped __manifest compaction (concurrent commit or storage error): %s", exc)
+        if then is not None:
+            then(table)
     except (OSError, ValueError, LanceNamespaceError) as exc:
         # Never an error of the publish that called it: that is committed already, and a
         # caller told it failed would retry it (and duplicate an anonymous write).
-        log.info("skipped __manifest compaction (concurrent commit or storage error): %s", exc)
+        log.info("skipped what follows a publish (concurrent commit or storage error): %s", exc)

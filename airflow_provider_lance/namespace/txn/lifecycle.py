@@ -317,9 +317,7 @@ def mark_aborted(
 
 
 def collect_finished(
-    manifest: Manifest,
-    load_state: Callable[[], NamespaceState],
-    forget: Callable[[str], None],
+    manifest: Manifest, state: NamespaceState, forget: Callable[[str], None]
 ) -> int:
     """Delete the rows of finished anonymous transactions (``write()`` without an id):
     nobody can retry or reuse an id they never saw, so their rows decide nothing any more.
@@ -329,9 +327,9 @@ def collect_finished(
     Their records go first (``forget(txn_id)``): a header without a row reads as a staged
     transaction, which ``recover`` or an operator would abort, deleting the files of a
     published one. (A writer killed after its publish never deleted them; a Spark
-    driver's anonymous transaction keeps them.) Killed in between, the row stays.
+    driver's anonymous transaction keeps them.) Killed in between, the row stays. A
+    ``state`` older than the latest finds fewer, or its drop conflicts and skips.
     """
-    state = load_state()
     done = [r for r in all_records(state) if r.anonymous and r.state.is_terminal]
     if not done:
         return 0

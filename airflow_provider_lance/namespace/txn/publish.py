@@ -26,8 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+import lance
+
 from airflow_provider_lance.namespace.errors import CommitConflict, StorageError
 from airflow_provider_lance.namespace.failpoints import failpoint
+from airflow_provider_lance.namespace.format.manifest import ManifestView
 from airflow_provider_lance.namespace.format.manifest_compaction import maybe_compact
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.retry import Budget, Outcome, backoff, retry_until
@@ -156,10 +159,13 @@ def publish(
 
 
 def after_publish(ctx: TransactionContext) -> None:
-    """The post-commit hook of every publish: compact ``__manifest`` when due, first
-    collecting the records of finished transactions (best effort: never raises for
-    storage trouble, since the publish happened)."""
-    maybe_compact(
-        ctx.manifest,
-        prepare=lambda: collect_finished(ctx.manifest, ctx.load_state, ctx.store.delete),
-    )
+    """The post-commit hook of every publish: compact ``__manifest`` when due, then
+    collect the records of finished transactions from the compacted table (best effort:
+    never raises for storage trouble, since the publish happened)."""
+    manifest = ctx.manifest
+
+    def collect(table: lance.LanceDataset) -> None:
+        state = NamespaceState.load(manifest.root, ManifestView(table))
+        collect_finished(manifest, state, ctx.store.delete)
+
+    maybe_compact(manifest, then=collect)
