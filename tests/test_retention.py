@@ -33,6 +33,8 @@ from airflow_provider_lance.namespace.errors import (
     is_retryable,
 )
 from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
+from airflow_provider_lance.namespace.read.coverage import pruned_rows
+from airflow_provider_lance.namespace.read.pruning import is_parsed
 from airflow_provider_lance.namespace.write.staging import Stage
 
 from .workers import TAGGED, tagged_rows
@@ -244,6 +246,24 @@ def test_a_reader_of_the_latest_state_whose_manifest_version_went_may_retry(
     assert "retention" in str(error)
     assert "kept:" in str(error)
     assert ids(ns) == before + Counter([500, 501])  # a retry reads the new latest
+
+
+def test_a_prune_whose_rows_load_beside_its_parse_reports_the_version_that_went(
+    ns: PartitionedNamespace,
+) -> None:
+    """A filter not parsed yet is parsed while the (small) ``__manifest`` rows load on a
+    storage thread: the load's failure is the prune's, typed as ever (not pylance's "Not
+    found" from another thread, and not lost behind the parse)."""
+    reader = PartitionedNamespace.open(ns.uri)
+    state = reader.state()  # resolved, its rows not read yet
+    version = state.version
+    churn_and_clean(ns)
+    filter = "part = 1 OR part = 31337"  # parsed by no other test
+    assert not is_parsed(filter, state.schema)
+    with pytest.raises(LatestVersionCleanedUp, match=f"__manifest version {version} "):
+        pruned_rows(state, filter)
+    assert is_parsed(filter, state.schema)  # the parse finished; the load's error won
+    assert ids(reader, filter=filter) == Counter([10, 11, 20, 21, 0, 1, 500])  # read again
 
 
 @pytest.mark.parametrize("which", ["latest", "older"])
