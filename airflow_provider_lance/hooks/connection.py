@@ -37,7 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_provider_lance.namespace import has_scheme, normalize_root, option_text
+from airflow_provider_lance.namespace import (
+    has_scheme,
+    normalize_root,
+    option_text,
+    options_from_json,
+)
 from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
 
 CONN_TYPE = "lance"
@@ -124,11 +129,9 @@ def _parse_storage_options(raw: Any, name: str = FIELD_STORAGE_OPTIONS) -> dict[
         return {}
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise LanceConnectionError(
-                f"the {name!r} extra is not valid JSON ({exc.msg} at char {exc.pos})"
-            ) from None
+            raw = options_from_json(raw, f"the {name!r} extra")
+        except InvalidArgumentError as exc:
+            raise LanceConnectionError(str(exc)) from None
     if not isinstance(raw, Mapping):
         raise LanceConnectionError(
             f"the {name!r} extra must be a JSON object, got {type(raw).__name__}"

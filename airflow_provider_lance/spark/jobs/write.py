@@ -43,8 +43,10 @@ from airflow_provider_lance.namespace import (
     MODES,
     CommitConflict,
     CommitResult,
+    InvalidArgumentError,
     LanceNamespaceError,
     PartitionedNamespace,
+    options_from_json,
     write_json,
 )
 from airflow_provider_lance.namespace.errors import is_retryable
@@ -169,11 +171,9 @@ def storage_options_from_env(environ: Mapping[str, str] = os.environ) -> dict[st
 
 def _options_object(raw: str, where: str) -> dict[str, str]:
     try:
-        options = json.loads(raw)
-    except ValueError as exc:
-        raise BadInput(f"{where} is not valid JSON: {exc}") from exc
-    if not isinstance(options, dict):
-        raise BadInput(f"{where} must be a JSON object")
+        options = options_from_json(raw, where)
+    except InvalidArgumentError as exc:
+        raise BadInput(str(exc)) from None
     return {str(k): str(v) for k, v in options.items()}
 
 
