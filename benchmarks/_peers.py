@@ -198,6 +198,8 @@ class Floor:
     def __init__(self, root: str, *, storage_options: dict[str, str] | None = None) -> None:
         self.root, self.options = root, storage_options or {}
         self.versions: dict[dt.date, int] = {}
+        #: The ``__manifest`` handle :meth:`look_up` opened, for the next :meth:`publish`.
+        self.held: lance.LanceDataset | None = None
 
     def manifest(self) -> str:
         return f"{self.root}/__manifest"
@@ -249,9 +251,23 @@ class Floor:
         self.versions |= written
         return sorted(written)
 
+    def look_up(self, days: list[dt.date]) -> int:
+        """What a correct write must learn from ``__manifest`` before it writes a leaf:
+        whether each of ``days`` has a row, and its version (the floor's ``versions``
+        knows it without asking, a writer in a fresh process does not). One filtered scan,
+        on the handle the next :meth:`publish` commits with (one open for both, as a
+        write's); the rows found."""
+        self.held = lance.dataset(self.manifest(), storage_options=self.options)
+        found = self.held.to_table(
+            columns=["object_id", "read_version"],
+            filter=pc.field("event_date").isin(pa.array(days, pa.date32())),
+        )
+        return found.num_rows
+
     def publish(self, days: list[dt.date]) -> None:
         """One ``merge_insert`` of the rows of ``days`` into ``__manifest`` (created with a
-        BTREE index on ``object_id`` the first time)."""
+        BTREE index on ``object_id`` the first time), on the handle :meth:`look_up` opened
+        if it ran."""
         table = pa.table(
             {
                 "object_id": [leaf_uri("", d)[1:] for d in days],
@@ -261,7 +277,8 @@ class Floor:
             schema=MANIFEST_SCHEMA,
         )
         try:
-            ds = lance.dataset(self.manifest(), storage_options=self.options)
+            held, self.held = self.held, None
+            ds = held or lance.dataset(self.manifest(), storage_options=self.options)
         except ValueError:
             ds = lance.write_dataset(table, self.manifest(), storage_options=self.options)
             ds.create_scalar_index("object_id", "BTREE")

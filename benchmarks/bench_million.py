@@ -20,7 +20,10 @@ For each size N (dates, one partition each, identity-partitioned on ``event_date
   carry the parent's size over the ``execve``);
 * **the floor**: the bare Lance calls each operation needs (``floor-*`` in the probe: open
   ``__manifest`` and find the date's row through its index; read that leaf; write a leaf
-  and publish two rows with one conditional ``merge_insert``), in a fresh process too;
+  and publish two rows with one conditional ``merge_insert``), in a fresh process too; for
+  the append also with the lookup a writer must make before it writes a leaf (is the date
+  there, at which version: the floor's own plan on the handle it publishes with), since
+  the floor without it could not append to an existing date;
 * **delta-rs** beside it for the 1% range read, at the sizes up to ``--delta-max`` (one
   Parquet file per date: building more is the limit of this machine, not of delta-rs),
   reported per partition read.
@@ -98,7 +101,12 @@ elif op.startswith("floor"):
     import pyarrow.compute as pc
     day = dt.date.fromisoformat(first)
     manifest = lance.dataset(f"{uri}/__manifest")
-    if op == "floor-append":
+    if op == "floor-append-lookup":  # what a writer must learn first: is the date there?
+        found = manifest.to_table(
+            columns=["object_id", "read_version"], filter=pc.field("event_date") == pc.scalar(day)
+        )
+        assert found.num_rows == 0, found
+    if op.startswith("floor-append"):
         leaf = f"{uri}/floor-{first}"
         lance.write_dataset(
             pa.table({"id": pa.array(range(rows), pa.int64())}), leaf, mode="overwrite"
@@ -195,6 +203,16 @@ def build(n: int, rebuild: bool) -> Path:
     return root
 
 
+def new_date(root: Path, n: int) -> dt.date:
+    """A date no run appended to the namespace of ``n`` dates at ``root`` yet (each is
+    marked with an ``APPENDED-<date>`` file: the build is reused across runs)."""
+    marks = root.glob("APPENDED-*")
+    used = [dt.date.fromisoformat(p.name.removeprefix("APPENDED-")) for p in marks]
+    new = max([day(n - 1), *used]) + dt.timedelta(days=1)
+    (root / f"APPENDED-{new}").touch()
+    return new
+
+
 def build_delta(n: int, rebuild: bool) -> Path:
     """delta-rs with ``n`` dates, one Parquet file each (1 row per date outside the range
     the benchmark reads, ``ROWS`` inside it)."""
@@ -250,10 +268,11 @@ def main() -> None:
             "floor-plan": [],
             "floor-read": [],
             "floor-append": [],
+            "floor-append-lookup": [],
         }
         delta: list[dict[str, Any]] = []
         delta_root = build_delta(n, args.rebuild) if n <= args.delta_max else None
-        for rep in range(args.reps):
+        for _ in range(args.reps):
             samples["plan"].append(probe("plan", root, one, one))
             samples["floor-plan"].append(probe("floor-plan", root, one, one))
             samples["read"].append(probe("read", root, one, one))
@@ -261,10 +280,11 @@ def main() -> None:
             samples["range"].append(probe("read", root, first, last))
             if delta_root is not None:
                 delta.append(probe("delta-read", delta_root, first, last))
-            new = day(n + rep + len(list(root.glob("APPENDED-*"))))
+            new = new_date(root, n)
             samples["append"].append(probe("append", root, new, new))
             samples["floor-append"].append(probe("floor-append", root, new, new))
-            (root / f"APPENDED-{new}").touch()
+            new = new_date(root, n)
+            samples["floor-append-lookup"].append(probe("floor-append-lookup", root, new, new))
         assert all(s["out"] == 1 for s in samples["plan"] + samples["floor-plan"]), samples
         assert all(s["out"] == ROWS for s in samples["read"] + samples["floor-read"]), samples
         assert all(s["out"] == ROWS * real for s in samples["range"]), samples["range"]
@@ -277,6 +297,7 @@ def main() -> None:
             "read floor ms": 1000 * median(samples["floor-read"], "seconds"),
             "daily append ms": 1000 * median(samples["append"], "seconds"),
             "append floor ms": 1000 * median(samples["floor-append"], "seconds"),
+            "+ lookup ms": 1000 * median(samples["floor-append-lookup"], "seconds"),
             "plan peak MB": median(samples["plan"], "peak_mb"),
             "1% range ms": 1000 * median(samples["range"], "seconds"),
             "1% range us/partition": 1e6 * median(samples["range"], "seconds") / real,

@@ -23,9 +23,15 @@ Systems: ours (a fresh ``PartitionedNamespace.open`` per operation), delta-rs (a
 SQLite catalog per operation; its catalog statements run outside S3, are not delayed, and
 are counted apart: ``22 (+4)``), and the floor, the bare Lance calls the operation needs on
 a layout of one Lance table per date plus a reduced ``__manifest`` (``bench_floor.py``), in
-two parts: the leaf calls (a ``write_dataset`` per touched date, in parallel; opening one
-leaf at its known version and ``to_table()``) and the ``__manifest`` call (one
-``merge_insert`` of the touched rows; one filtered scan to plan).
+parts: for a write, the lookup (opening ``__manifest`` and one filtered scan for the
+touched dates' rows: whether each exists and at which version, which a writer must know
+before it writes a leaf), the leaf calls (a ``write_dataset`` per touched date, in
+parallel; for a read, opening one leaf at its known version and ``to_table()``) and the
+``__manifest`` call (one ``merge_insert`` of the touched rows, on the handle the lookup
+opened; for a plan or read, one filtered scan). The floor's ``__manifest`` carries a BTREE on
+``object_id``, which a correct publish cannot (``merge_insert`` then misses concurrent
+inserts of a key: tests/test_pylance_facts.py): its ``merge_insert`` reads only the
+fragments the index does not cover, where ours reads every fragment's ``object_id``.
 
 Operations, at each size (the namespace grows between sizes): a daily append of one new
 date; an overwrite of 100 existing dates; planning one date and reading one date on a fresh
@@ -74,7 +80,9 @@ from bench_floor import EPOCH, dates, rows
 #: The first bytes of an HTTP request; anything else the client sends after an answer is
 #: the body that follows a ``100 Continue`` (pyarrow's S3 client asks for one on uploads).
 METHODS = (b"GET ", b"PUT ", b"POST ", b"HEAD ", b"DELETE ", b"OPTIONS ", b"PATCH ")
-SYSTEMS = ("ours", "delta", "iceberg", "floor: leaves", "floor: __manifest")
+#: The floor's parts, in the order a write runs them (measured apart, run together).
+FLOOR_PARTS = ("floor: lookup", "floor: leaves", "floor: __manifest")
+SYSTEMS = ("ours", "delta", "iceberg", *FLOOR_PARTS)
 LABELS = {"delta": "delta-rs", "iceberg": "pyiceberg"}
 
 
@@ -249,13 +257,11 @@ class Bench:
         return figures
 
     def slots(self) -> list[list[str]]:
-        """The systems in this round's order; the floor's two parts stay together."""
-        slots: list[list[str]] = []
-        for name in self.names:
-            if name == "floor: __manifest" and slots and slots[-1] == ["floor: leaves"]:
-                slots[-1].append(name)
-            else:
-                slots.append([name])
+        """The systems in this round's order; the floor's parts stay together, in order."""
+        slots = [[n] for n in self.names if n not in FLOOR_PARTS]
+        floor = [n for n in FLOOR_PARTS if n in self.names]
+        if floor:
+            slots.append(floor)
         shift = self.turn % len(slots)
         self.turn += 1
         return slots[shift:] + slots[:shift]
@@ -419,14 +425,22 @@ class Systems:
                 )
         print(f"  checked: {', '.join(tables)} hold the same {first.num_rows:,} rows", flush=True)
 
-    def calls(self, write: Callable[[Any, int], Any], floor_leaves: Callable[[int], Any] | None):
-        """``write(system, i)`` for ours, delta-rs, pyiceberg; the floor's leaf call, then
-        its ``__manifest`` call publishing what the leaf call wrote."""
+    def calls(
+        self,
+        write: Callable[[Any, int], Any],
+        floor_leaves: Callable[[int], Any] | None,
+        floor_days: Callable[[int], list[dt.date]] | None = None,
+    ):
+        """``write(system, i)`` for ours, delta-rs, pyiceberg; the floor's lookup of the
+        dates ``floor_days(i)`` in ``__manifest`` (if given), its leaf call, then its
+        ``__manifest`` call publishing what the leaf call wrote."""
         calls: dict[str, Callable[[int], Any]] = {
             "ours": lambda i: write(self.ours, i),
             "delta": lambda i: write(self.delta, i),
             "iceberg": lambda i: write(self.iceberg, i),
         }
+        if floor_days is not None:
+            calls["floor: lookup"] = lambda i: self.floor.look_up(floor_days(i))
         if floor_leaves is not None:
 
             def leaves(i: int) -> None:
@@ -476,6 +490,7 @@ def at_size(args: argparse.Namespace, bench: Bench, systems: Systems, size: int,
             systems.calls(
                 lambda s, i: s.append(daily(i)),
                 lambda i: systems.floor.write_leaves(daily(i), "append"),
+                lambda i: dates(new + i, 1),
             ),
             1,
         ),
@@ -483,6 +498,7 @@ def at_size(args: argparse.Namespace, bench: Bench, systems: Systems, size: int,
             systems.calls(
                 lambda s, i: s.overwrite(hundred(i)),
                 lambda i: systems.floor.write_leaves(hundred(i), "overwrite"),
+                lambda i: dates(0, 100),
             ),
             100,
         ),
