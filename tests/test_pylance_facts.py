@@ -181,7 +181,9 @@ def test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts(keye
     instead): with a BTREE on the merge key, a stale ``merge_insert`` with
     ``conflict_retries(0)`` inserts a key a concurrent commit inserted, primary-key metadata
     notwithstanding (a duplicate partition row). Should this start to conflict, the index
-    could be created (lookups by id would get faster)."""
+    could be created: lookups by id would get faster, and ``merge_insert``'s join would
+    read the index instead of every row's ``object_id`` (the fix under review upstream:
+    lance-format/lance#9238)."""
     uri = keyed()
     lance.dataset(uri).create_scalar_index("object_id", "BTREE")
     stale = lance.dataset(uri)
