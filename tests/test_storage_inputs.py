@@ -276,6 +276,18 @@ def test_other_storage_option_values_are_refused_naming_the_option(
     assert not (tmp_path / "ns").exists()
 
 
+def test_a_refused_storage_option_value_is_not_echoed(tmp_path: Path) -> None:
+    """The value of a refused option may be a secret: the message names the option only."""
+    options = {"aws_secret_access_key": ["s3cr3t"]}
+    exc = raised_by(
+        lambda: PartitionedNamespace.create(tmp_path / "ns", EVENTS_SCHEMA, BY_DAY, options)
+    )  # type: ignore[arg-type]
+    assert isinstance(exc, InvalidArgumentError), repr(exc)
+    assert "storage option 'aws_secret_access_key' must be a string" in str(exc)
+    assert "s3cr3t" not in str(exc)
+    assert not (tmp_path / "ns").exists()
+
+
 @pytest.mark.usefixtures("no_aws_environment")
 def test_a_storage_option_the_store_cannot_parse_is_a_permanent_error() -> None:
     options = {**UNREACHABLE_OPTIONS, "timeout": "thirty"}

@@ -89,8 +89,8 @@ def option_text(key: str, value: object) -> str:
         if seconds < 0:
             raise InvalidArgumentError(f"storage option {key!r} is a duration: {value} < 0")
         return f"{int(seconds)}s" if seconds.is_integer() else f"{round(seconds * 1000)}ms"
-    raise InvalidArgumentError(
-        f"storage option {key!r} must be a string, a boolean or a number, got "
-        f"{type(value).__name__} {value!r}; Lance takes every option as text (e.g. "
+    raise InvalidArgumentError(  # the value is not shown: it may be a secret
+        f"storage option {key!r} must be a string, a boolean or a number, got a "
+        f"{type(value).__name__}; Lance takes every option as text (e.g. "
         '"true", "30s")'
     )
