@@ -58,7 +58,12 @@ if TYPE_CHECKING:
     from .format.schema import is_deprecated
     from .format.state import NamespaceState
     from .io.json_files import read_json, remove_json, write_json
-    from .io.storage_options import StorageOptionValue, option_text, options_from_json
+    from .io.storage_options import (
+        StorageOptionValue,
+        normalize_options,
+        option_text,
+        options_from_json,
+    )
     from .io.uri import has_scheme, normalize_root
     from .ops.compaction import DEFAULT_TARGET_ROWS
     from .read.scan import filter_columns
@@ -137,6 +142,7 @@ _EXPORTS = {
     "MANIFEST_NAME": "format.manifest",
     "LEAF_DIRECTORY": "admin.sweep",
     "StorageOptionValue": "io.storage_options",
+    "normalize_options": "io.storage_options",
     "option_text": "io.storage_options",
     "options_from_json": "io.storage_options",
     "TXN_ID_PATTERN": "format.naming",
@@ -218,6 +224,7 @@ __all__ = [
     "hash_array",
     "is_deprecated",
     "is_retryable",
+    "normalize_options",
     "normalize_root",
     "option_text",
     "options_from_json",

@@ -117,3 +117,12 @@ def test_storage_option_references(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
             options("--storage-options-from", bad)
     with pytest.raises(BadInput, match="must be a JSON object"):
         options("--storage-options", "[1]")
+    # values as the core takes them, wherever they come from: not Python's str()
+    written = '{"allow_http": true, "aws_endpoint": null, "timeout": 30, "a": "x"}'
+    assert options(environ={STORAGE_OPTIONS_ENV: written}) == {
+        "allow_http": "true",
+        "timeout": "30s",
+        "a": "x",
+    }
+    with pytest.raises(BadInput, match=f"^{STORAGE_OPTIONS_ENV}: storage option 'x' must be"):
+        options(environ={STORAGE_OPTIONS_ENV: '{"x": [1]}'})

@@ -46,6 +46,7 @@ from airflow_provider_lance.namespace import (
     InvalidArgumentError,
     LanceNamespaceError,
     PartitionedNamespace,
+    normalize_options,
     options_from_json,
     write_json,
 )
@@ -170,11 +171,16 @@ def storage_options_from_env(environ: Mapping[str, str] = os.environ) -> dict[st
 
 
 def _options_object(raw: str, where: str) -> dict[str, str]:
+    """The storage options a JSON object gives, as the core takes them (``true`` ->
+    ``"true"``, a duration in seconds -> ``"30s"``, ``null`` unset: ``normalize_options``)."""
     try:
         options = options_from_json(raw, where)
     except InvalidArgumentError as exc:
         raise BadInput(str(exc)) from None
-    return {str(k): str(v) for k, v in options.items()}
+    try:
+        return normalize_options(options) or {}
+    except InvalidArgumentError as exc:
+        raise BadInput(f"{where}: {exc}") from None
 
 
 def read_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
