@@ -586,7 +586,7 @@ def test_a_crashed_operation_aborted_by_recover_then_retried(ns, monkeypatch, ki
         OPERATIONS_WITH_ID[other_kind](ns, "op")
     result = OPERATIONS_WITH_ID[kind](ns, "op")
     assert state_of(ns, "op") == "published"
-    assert OPERATIONS_WITH_ID[kind](ns, "op").to_dict() == result.to_dict()
+    assert OPERATIONS_WITH_ID[kind](ns, "op") == result
     healthy(ns, 1, 2, 3)
 
 
@@ -625,7 +625,7 @@ def test_a_crashed_drop_is_all_or_nothing_and_its_retry_returns_the_first_result
         11,
     ]
     ns.write(tagged_rows("again", [1], 1, first_id=100))
-    assert ns.drop_partitions("part <= 2", txn_id="drop").to_dict() == result.to_dict()
+    assert ns.drop_partitions("part <= 2", txn_id="drop") == result
     assert ids(ns) == [8, 9, 10, 11, 100]
     healthy(ns, 1, 2, 3)
 
@@ -669,12 +669,12 @@ def test_two_runs_of_one_named_operation_publish_it_once(root, kind, point) -> N
         published = {p.object_id: p.read_version for p in ns.partitions()}
         rows = rows_at(ns)
     result = first.outcome()
-    assert result.to_dict() == second.to_dict()
+    assert result == second
     assert {p.object_id: p.read_version for p in ns.partitions()} == published
     assert rows_at(ns) == rows
     assert {200, 201, 202, 210, 211, 212} <= set(no_duplicates(ns))
     assert state_of(ns, "op") == "published"
-    assert NAMED[kind](ns).to_dict() == second.to_dict()
+    assert NAMED[kind](ns) == second
     healthy(ns, 1, 2, 3)
 
 

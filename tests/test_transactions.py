@@ -70,11 +70,11 @@ def test_commit_twice_returns_the_same_result(ns: PartitionedNamespace) -> None:
     first = ns.commit(txn)
     version = ns.version
     again = ns.commit("t1")
-    assert again.to_dict() == first.to_dict()
+    assert again == first
     assert ns.version == version
     assert ids(ns) == [0, 1, 2, 3]
     # a retried write with the same id is a no-op too
-    assert ns.write(tagged_rows("a", [1, 2], 2, 0), txn_id="t1").to_dict() == first.to_dict()
+    assert ns.write(tagged_rows("a", [1, 2], 2, 0), txn_id="t1") == first
     assert ids(ns) == [0, 1, 2, 3]
 
 
@@ -282,9 +282,9 @@ def test_several_transactions_commit_as_one(ns: PartitionedNamespace) -> None:
     states = {t.txn_id: t.state for t in ns.transactions()}
     assert states == {"map.0": "merged", "map.1": "merged", "publish": "published"}
     # retries, by the combined id, by the same list, or by a source: the same result
-    assert ns.commit("publish").to_dict() == result.to_dict()
-    assert ns.commit(["map.1", "map.0"], txn_id="publish").to_dict() == result.to_dict()
-    assert ns.commit("map.0").to_dict() == result.to_dict()
+    assert ns.commit("publish") == result
+    assert ns.commit(["map.1", "map.0"], txn_id="publish") == result
+    assert ns.commit("map.0") == result
     assert ids(ns) == [0, 10, 11, 12, 13, 20, 21, 22, 23]
 
 
@@ -296,7 +296,7 @@ def test_combined_overwrite_replaces_each_partition_with_all_its_staged_rows(
     staged(ns, "ow.1", tagged_rows("n1", [0], 1, first_id=200), mode="overwrite")
     result = ns.commit(["ow.0", "ow.1"])  # the default combined id is derived from theirs
     assert result.txn_id.startswith("combined-")
-    assert ns.commit(["ow.1", "ow.0"]).to_dict() == result.to_dict()
+    assert ns.commit(["ow.1", "ow.0"]) == result
     assert ids(ns) == [3, 4, 5, 100, 200]
 
 

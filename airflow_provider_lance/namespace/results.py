@@ -40,6 +40,19 @@ def text_value(text: str | None, dtype: pa.DataType) -> Any:
     return pc.cast(pa.array([text], pa.utf8()), dtype)[0].as_py()
 
 
+def typed_values(
+    values: Mapping[str, Any], types: Mapping[str, pa.DataType] | None
+) -> dict[str, Any]:
+    """Partition values as a result record keeps them (strings, :func:`value_text`) back
+    as the Python values of their columns' ``types`` (by name), so that a result read
+    back equals the one first returned; a name ``types`` lacks stays a string."""
+    types = types or {}
+    return {
+        k: text_value(v, types[k]) if k in types and isinstance(v, str) else v
+        for k, v in values.items()
+    }
+
+
 class SkipReason(enum.StrEnum):
     """Why a table operation or ``maintain`` left a partition alone (the values are what
     results and reports serialise)."""
@@ -108,26 +121,15 @@ class CommitResult:
     def from_dict(
         cls, obj: Mapping[str, Any], types: Mapping[str, pa.DataType] | None = None
     ) -> CommitResult:
-        """The result as recorded by :meth:`to_dict`. The record keeps partition values in
-        their string form; ``types`` (the partition columns' types, by name) gives them
-        back their types, so that a retried commit returns a result equal to the first
-        one's (``datetime.date`` and int, not strings). Without it, or for a name it
-        lacks, a value stays a string."""
-        types = types or {}
-
-        def typed(values: Mapping[str, Any]) -> dict[str, Any]:
-            return {
-                k: text_value(v, types[k]) if k in types and isinstance(v, str) else v
-                for k, v in values.items()
-            }
-
+        """The result as recorded by :meth:`to_dict`; ``types`` (the partition columns'
+        types, by name) gives the values their types back (see :func:`typed_values`)."""
         return cls(
             int(obj["manifest_version"]),
             str(obj["mode"]),
             [
                 PartitionCommit(
                     p["object_id"],
-                    typed(p["values"]),
+                    typed_values(p["values"], types),
                     int(p["read_version"]),
                     int(p["rows"]),
                     bool(p["created"]),
@@ -255,10 +257,12 @@ class PartitionOutcome:
         }
 
     @classmethod
-    def from_dict(cls, obj: Mapping[str, Any]) -> PartitionOutcome:
+    def from_dict(
+        cls, obj: Mapping[str, Any], types: Mapping[str, pa.DataType] | None = None
+    ) -> PartitionOutcome:
         return cls(
             str(obj["object_id"]),
-            dict(obj["values"]),
+            typed_values(obj["values"], types),
             None if obj["read_version"] is None else int(obj["read_version"]),
             int(obj.get("rows_removed", 0)),
             int(obj.get("rows_updated", 0)),
@@ -325,12 +329,16 @@ class OperationResult:
         }
 
     @classmethod
-    def from_dict(cls, obj: Mapping[str, Any]) -> OperationResult:
+    def from_dict(
+        cls, obj: Mapping[str, Any], types: Mapping[str, pa.DataType] | None = None
+    ) -> OperationResult:
+        """The result as recorded by :meth:`to_dict`; ``types`` as for
+        :meth:`CommitResult.from_dict`."""
         version = obj.get("manifest_version")
         return cls(
             str(obj["operation"]),
             None if version is None else int(version),
-            [PartitionOutcome.from_dict(p) for p in obj.get("partitions", ())],
+            [PartitionOutcome.from_dict(p, types) for p in obj.get("partitions", ())],
             obj.get("txn_id"),
             dict(obj.get("skipped") or {}),
         )

@@ -486,7 +486,8 @@ class OperationRunner:
         if token is not None:
             doc = self.ctx.store.outcome(self.txn_id, record.incarnation, token)
         if doc is not None:
-            result = OperationResult.from_dict(doc)
+            types = {f.name: f.type for f in state.partition_columns}
+            result = OperationResult.from_dict(doc, types)
         else:
             log.warning(
                 "the outcome of %s %s is missing: reported without its partitions",
