@@ -30,7 +30,7 @@ parallel; for a read, opening one leaf at its known version and ``to_table()``) 
 ``__manifest`` call (one ``merge_insert`` of the touched rows, on the handle the lookup
 opened; for a plan or read, one filtered scan). The floor's ``__manifest`` carries a BTREE on
 ``object_id``, which a correct publish cannot (``merge_insert`` then misses concurrent
-inserts of a key: tests/test_pylance_facts.py): its ``merge_insert`` reads only the
+inserts of a key: tests/namespace/test_pylance_facts.py): its ``merge_insert`` reads only the
 fragments the index does not cover, where ours reads every fragment's ``object_id``.
 
 Operations, at each size (the namespace grows between sizes): a daily append of one new

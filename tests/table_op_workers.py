@@ -1,4 +1,4 @@
-"""Processes of the table-operation chaos test (tests/test_chaos_table_operations.py).
+"""Processes of the table-operation chaos test (tests/namespace/ops/test_operations_chaos.py).
 
 Every write is a *batch*: ``count`` rows with ids ``first_id..first_id+count`` dealt
 round-robin over some partitions, tagged ``<batch>~0``. A merge of a batch rewrites all
@@ -23,9 +23,8 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace
-
-from .workers import (
-    TAGGED,
+from tests.support import TAGGED
+from tests.workers import (
     _chaos_process,
     _chaos_ready,
     _chaos_stopping,

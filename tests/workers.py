@@ -9,42 +9,8 @@ import time
 
 import pyarrow as pa
 
-from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace, PartitionField
-
-TAGGED = pa.schema(
-    [
-        pa.field("id", pa.int64(), nullable=False),
-        pa.field("part", pa.int32()),
-        pa.field("tag", pa.utf8()),
-    ]
-)
-
-
-def seeded_namespace(path: object) -> PartitionedNamespace:
-    """A namespace of :data:`TAGGED` partitioned by ``part``, seeded with two rows tagged
-    ``seed`` in each of partitions 1 and 2."""
-    ns = PartitionedNamespace.create(
-        str(path), schema=TAGGED, partition_fields=[PartitionField("part", "part")]
-    )
-    ns.write(tagged_rows("seed", [1, 2], 2, first_id=0))
-    return ns
-
-
-def tagged_rows(tag: str, parts: list[int], per_part: int, first_id: int) -> pa.Table:
-    """Rows of one transaction: ``per_part`` rows in each of ``parts``, all tagged ``tag``."""
-    ids, part_col = [], []
-    for k, part in enumerate(parts):
-        for j in range(per_part):
-            ids.append(first_id + k * per_part + j)
-            part_col.append(part)
-    return pa.table(
-        {
-            "id": pa.array(ids, pa.int64()),
-            "part": pa.array(part_col, pa.int32()),
-            "tag": [tag] * len(ids),
-        },
-        schema=TAGGED,
-    )
+from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace
+from tests.support import TAGGED, tagged_rows
 
 
 def stage_in_process(root: str, txn_id: str, stage_id: str, table_json: str) -> dict:
@@ -123,7 +89,7 @@ if __name__ == "__main__":
         crash_run(*sys.argv[1:5])
 
 
-# -- chaos test (tests/test_chaos.py): processes that are killed at random moments -----------
+# -- chaos test (tests/namespace/txn/test_chaos.py): processes killed at random moments ---------
 #: Partitions the chaos writers spread their rows over (``part`` 0..CHAOS_PARTS-1).
 CHAOS_PARTS = 6
 #: Row ids per writer attempt: attempt ``s`` of writer ``w`` owns ids from

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import UNREACHABLE_OPTIONS
+from tests.support import UNREACHABLE_OPTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 HOME = Path(tempfile.mkdtemp(prefix="airflow-provider-lance-tests-"))

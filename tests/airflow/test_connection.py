@@ -16,7 +16,7 @@ from airflow_provider_lance.hooks.connection import (
 )
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.errors import StorageError
-from tests.conftest import UNREACHABLE_OPTIONS
+from tests.support import UNREACHABLE_OPTIONS
 
 
 def test_s3_fields_map_to_lance_storage_options() -> None:

@@ -25,7 +25,7 @@ from airflow_provider_lance.namespace.errors import (
     TransactionAborted,
     is_retryable,
 )
-from tests.conftest import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events
+from tests.support import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events
 
 PROJECT_ERRORS = [cls for _, cls in sorted(project_errors.error_classes().items())]
 

@@ -17,9 +17,9 @@ from airflow_provider_lance.namespace import (
     PartitionSpecError,
     SchemaError,
 )
-from tests.conftest import events
-from tests.conftest import tree as files_below
-from tests.test_s3 import BUCKET, default_endpoint_trap, storage_options  # noqa: F401
+from tests.namespace.test_s3 import BUCKET, default_endpoint_trap, storage_options  # noqa: F401
+from tests.support import events
+from tests.support import tree as files_below
 
 SCHEMA = [
     {"name": "id", "type": "int64", "nullable": False},

@@ -24,7 +24,7 @@ import pytest
 from airflow_provider_lance.namespace import CommitResult, PartitionedNamespace, PartitionField
 from airflow_provider_lance.triggers import manifest
 from airflow_provider_lance.triggers.manifest import LanceManifestTrigger, watermark_key
-from tests.conftest import EVENTS_SCHEMA, events
+from tests.support import EVENTS_SCHEMA, events
 
 CONN = "lance_test"
 POLL = 0.2

@@ -14,7 +14,7 @@ from airflow_provider_lance.assets import asset_uri
 from airflow_provider_lance.common import derive_txn_id
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from tests.airflow.conftest import RunResult
-from tests.conftest import EVENTS_SCHEMA, events, tree
+from tests.support import EVENTS_SCHEMA, events, tree
 
 SCHEMA = [
     {"name": "id", "type": "int64", "nullable": False},

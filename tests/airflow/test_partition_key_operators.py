@@ -21,7 +21,7 @@ from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_3_PLUS
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.triggers import LancePartitionTrigger
 from tests.airflow.conftest import RunResult
-from tests.conftest import EVENTS_SCHEMA, events
+from tests.support import EVENTS_SCHEMA, events
 
 RunDag = Callable[..., RunResult]
 ASSET_NAME = "lance_test_keyed_events"

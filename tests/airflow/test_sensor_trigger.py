@@ -16,7 +16,7 @@ from airflow_provider_lance.namespace import PartitionedNamespace, PartitionFiel
 from airflow_provider_lance.sensors import LancePartitionSensor
 from airflow_provider_lance.triggers import LancePartitionTrigger
 from tests.airflow.conftest import RunResult
-from tests.conftest import EVENTS_SCHEMA, events
+from tests.support import EVENTS_SCHEMA, events
 
 RunDag = Callable[..., RunResult]
 CONN = "lance_test"

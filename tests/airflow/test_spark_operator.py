@@ -16,7 +16,7 @@ from airflow_provider_lance.hooks import LancePartitionedHook
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
 from tests.airflow.conftest import SECRET, RunResult
-from tests.conftest import EVENTS_SCHEMA, events, sort_rows
+from tests.support import EVENTS_SCHEMA, events, sort_rows
 
 RunDag = Callable[..., RunResult]
 

@@ -26,7 +26,7 @@ from airflow_provider_lance.common import derive_txn_id
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField, TxnState
 from airflow_provider_lance.namespace.admin.sweep import MIN_SAFE_ORPHAN_AGE
 from tests.airflow.conftest import RunResult
-from tests.conftest import EVENTS_SCHEMA, events, tree
+from tests.support import EVENTS_SCHEMA, events, tree
 
 RunDag = Callable[..., RunResult]
 SUCCESS, FAILED = "success", "failed"

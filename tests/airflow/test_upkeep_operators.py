@@ -21,7 +21,7 @@ from airflow_provider_lance.namespace import (
     TxnState,
 )
 from tests.airflow.conftest import RunResult
-from tests.conftest import EVENTS_SCHEMA, events, sort_rows
+from tests.support import EVENTS_SCHEMA, events, sort_rows
 
 RunDag = Callable[..., RunResult]
 SUCCESS, FAILED = "success", "failed"

@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_lance.common import derive_txn_id
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField, TxnState
 from tests.airflow.conftest import RunResult
-from tests.conftest import EVENTS_SCHEMA, events, sort_rows
+from tests.support import EVENTS_SCHEMA, events, sort_rows
 
 RunDag = Callable[..., RunResult]
 SUCCESS, FAILED = "success", "failed"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from tests.conftest import EVENTS_SCHEMA, events
+from tests.support import EVENTS_SCHEMA, events
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,7 +13,7 @@ from pyspark.sql.streaming import StreamingQuery
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.namespace.failpoints import ENV
 from airflow_provider_lance.spark import FORMAT, register
-from tests.conftest import EVENTS_SCHEMA, events, sort_rows
+from tests.support import EVENTS_SCHEMA, events, sort_rows
 
 
 @pytest.fixture(scope="module", autouse=True)

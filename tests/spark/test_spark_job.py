@@ -26,7 +26,7 @@ from airflow_provider_lance.spark.jobs.write import (
     exit_code,
     main,
 )
-from tests.conftest import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events, sort_rows
+from tests.support import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events, sort_rows
 
 
 @pytest.fixture

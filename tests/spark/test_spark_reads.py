@@ -19,7 +19,7 @@ from airflow_provider_lance.namespace.errors import SchemaError
 from airflow_provider_lance.namespace.format.manifest import ManifestView
 from airflow_provider_lance.spark import read_partitioned
 from airflow_provider_lance.spark.reader import LeafScan
-from tests.conftest import EVENTS_SCHEMA, events, sort_rows
+from tests.support import EVENTS_SCHEMA, events, sort_rows
 
 
 def spark_rows(df) -> list[dict]:  # type: ignore[no-untyped-def]

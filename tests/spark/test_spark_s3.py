@@ -24,8 +24,8 @@ from airflow_provider_lance.spark.jobs.write import (
     parse_args,
     storage_options_of,
 )
-from tests.conftest import EVENTS_SCHEMA, events, sort_rows
-from tests.test_s3 import BUCKET, default_endpoint_trap, storage_options  # noqa: F401
+from tests.namespace.test_s3 import BUCKET, default_endpoint_trap, storage_options  # noqa: F401
+from tests.support import EVENTS_SCHEMA, events, sort_rows
 
 pytestmark = pytest.mark.s3
 

@@ -24,8 +24,8 @@ from airflow_provider_lance.namespace.failpoints import ENV
 from airflow_provider_lance.namespace.read.scan import open_leaf
 from airflow_provider_lance.spark import StagedWrite, stage_partitioned, write_partitioned
 from airflow_provider_lance.spark.writer import _project_error
-from tests.conftest import EVENTS_SCHEMA, events, sort_rows, tree
 from tests.spark.conftest import DRIVER_MEMORY_MB
+from tests.support import EVENTS_SCHEMA, events, sort_rows, tree
 
 
 def create(root: Path, *fields: PartitionField, schema: pa.Schema = EVENTS_SCHEMA):

@@ -22,7 +22,7 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.spark.jobs import WRITE_JOB
-from tests.conftest import EVENTS_SCHEMA, events, sort_rows
+from tests.support import EVENTS_SCHEMA, events, sort_rows
 
 pytestmark = pytest.mark.slow
 
