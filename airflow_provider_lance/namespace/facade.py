@@ -682,7 +682,9 @@ class PartitionedNamespace:
         txn_id: str | None = None,
         claim_timeout: float | None = None,
     ) -> CommitResult:
-        """Publish staged transactions atomically; committing again returns the same result.
+        """Publish staged transactions atomically; committing again returns the same result
+        (not for an anonymous transaction, which keeps no records: committing it again
+        raises :class:`InvalidArgumentError`).
 
         Several transactions (e.g. one per mapped Spark write) are published together, in
         one ``__manifest`` commit, as a combined transaction ``txn_id`` (by default an id

@@ -90,7 +90,7 @@ from .lifecycle import (
     steal,
 )
 from .publish import Prepared, publish
-from .publish_result import commit_result, empty_result, rebuilt_result
+from .publish_result import commit_result, empty_result, published_at, rebuilt_result
 from .store import TransactionStore
 
 log = logging.getLogger(__name__)
@@ -881,6 +881,7 @@ class Committer:
         """The result of a published transaction, equal to the one its publish returned:
         recorded, or rebuilt from its plan and the manifest version where its row turned
         PUBLISHED (after a crash right after the publish, or a record that does not read).
+        An anonymous transaction keeps neither: an InvalidArgumentError says so.
 
         The record keeps partition values as text; they get back the types of the
         partition columns of ``state`` (a state read after the publish: it knows every
@@ -896,6 +897,12 @@ class Committer:
                     record.incarnation_tag,
                     exc,
                 )
+        if record.anonymous and record.plan is None:  # no plan, no result kept: unknown
+            raise InvalidArgumentError(
+                f"anonymous transaction {record.incarnation_tag} was published already (in "
+                f"__manifest version {published_at(self.ctx.load_state, record)}); it keeps no "
+                "records, so its result is not kept: read the namespace for what it wrote"
+            )
         plan = None if record.plan is None else self.load_plan(record)
         mode = (record.mode or "append") if plan is None else plan.mode
         parts = None if plan is None else plan.partitions
