@@ -189,7 +189,7 @@ TARGETS = [
     ("schema", "NamespaceSchema.to_leaf", "shape to leaf schema (to_leaf)"),
     ("leaves", "stage_fragments", "write data files (stage_fragments)"),
     ("leaves", "commit_leaf", "commit leaves (commit_leaf)"),
-    ("manifest", "Manifest.compare_and_swap", "manifest commit (compare_and_swap merge_insert)"),
+    ("manifest", "Manifest.commit", "manifest commit (compare-and-swap merge_insert)"),
 ]
 
 

@@ -61,13 +61,18 @@ from airflow_provider_lance.namespace.read.timetravel import (
     resolve_as_of,
 )
 from airflow_provider_lance.namespace.txn import transactions, writes
-from airflow_provider_lance.namespace.txn.claim import resolve
+from airflow_provider_lance.namespace.txn.abort import (
+    DEFAULT_LEASE_SECONDS,
+    abort_transaction,
+    recover,
+)
 from airflow_provider_lance.namespace.txn.kernel import (
     CommitOptions,
     TransactionContext,
     state_with_claims,
 )
 from airflow_provider_lance.namespace.txn.lifecycle import collect_finished
+from airflow_provider_lance.namespace.txn.records import resolve
 from airflow_provider_lance.namespace.txn.store import TransactionStore
 from airflow_provider_lance.namespace.txn.transactions import Transaction, TransactionInfo
 from airflow_provider_lance.namespace.write.staging import (
@@ -714,16 +719,16 @@ class PartitionedNamespace:
         so one without a ``__manifest`` row needs no fence either). Anyone else's
         transaction, anonymous or not, is fenced first: its writer may seal it any moment.
         """
-        transactions.abort(self._txn, txn_id, reason, own_write=forget)
+        abort_transaction(self._txn, txn_id, reason, own_write=forget)
         if forget:
             self._store.delete(txn_id)
 
-    def recover(self, lease_seconds: float = transactions.DEFAULT_LEASE_SECONDS) -> list[str]:
+    def recover(self, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> list[str]:
         """Abort transactions idle for longer than ``lease_seconds`` (returns their ids) and
         release claims that finished or vanished transactions left behind. A write without
         a ``txn_id`` whose process died while committing is aborted once past its own,
         shorter lease (a minute; writers waiting for its partitions abort it too)."""
-        return transactions.recover(self._txn, lease_seconds)
+        return recover(self._txn, lease_seconds)
 
     def maintain(
         self,

@@ -31,8 +31,10 @@ from contextlib import contextmanager
 ENV = "LANCE_PNS_FAILPOINTS"
 
 
-class FailpointError(RuntimeError):
-    """Raised at a failpoint configured with ``=raise``."""
+class FailpointError(BaseException):
+    """Raised at a failpoint configured with ``=raise``: a simulated crash. Like
+    ``SystemExit`` it is no ``Exception``, so no handler of errors (a clean-up, a retry, the
+    best-effort work after a publish) runs for it, as none would in a process killed there."""
 
 
 class Hold:

@@ -39,6 +39,15 @@ class Outcome(enum.Enum):
     AGAIN = "again"
 
 
+class Retry(Exception):
+    """Raised by a step to end its attempt with ``outcome`` (a step that returns an
+    :class:`Outcome` does the same; this lets one end an attempt from deep inside it)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.value)
+        self.outcome = outcome
+
+
 class Spent(Exception):
     """The error of a budget whose caller has a fallback (``on_spent=Spent``, then
     ``except Spent``): a direct write hands over, a best-effort clean-up gives up."""
@@ -95,7 +104,10 @@ def retry_until(
     since: dict[int, float] = {}  # id(budget) -> start of the first of them
     for attempt in itertools.count():
         started = clock()
-        got = step(attempt)
+        try:
+            got = step(attempt)
+        except Retry as again:
+            got = again.outcome
         if not isinstance(got, Outcome):
             return got
         budget = budgets[got]

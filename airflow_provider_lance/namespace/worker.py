@@ -12,7 +12,7 @@ from __future__ import annotations
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.pruning import parse_filter
 from airflow_provider_lance.namespace.read.scan import open_leaf, read_partition
-from airflow_provider_lance.namespace.txn.claim import merge_stages
+from airflow_provider_lance.namespace.txn.plan import merge_stages
 from airflow_provider_lance.namespace.txn.store import TransactionStore
 from airflow_provider_lance.namespace.write.splitting import routing_keys
 

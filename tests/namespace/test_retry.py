@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-import airflow_provider_lance.namespace.txn.claim as commit_module
+import airflow_provider_lance.namespace.txn.commit as commit_module
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.namespace.errors import CommitConflict
+from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.retry import (
     Budget,
     Outcome,
@@ -20,9 +21,9 @@ from airflow_provider_lance.namespace.retry import (
     backoff,
     retry_until,
 )
-from airflow_provider_lance.namespace.txn.claim import Committer
+from airflow_provider_lance.namespace.txn.commit import Committer
 from airflow_provider_lance.namespace.txn.kernel import CommitOptions
-from airflow_provider_lance.namespace.txn.lifecycle import bump
+from airflow_provider_lance.namespace.txn.lifecycle import bumped
 from tests.support import TAGGED, tagged_rows
 
 
@@ -209,15 +210,16 @@ def test_a_seal_that_keeps_losing_gives_up_after_the_swap_timeout(
         root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
     )
     ns.begin("append", "T").stage(tagged_rows("T", [1, 2], 3, 0))
-    real_seal = commit_module.seal
+    real_sealed = commit_module.sealed
     raced: list[int] = []
 
-    def losing_seal(manifest: Any, state: Any, record: Any, **kwargs: Any) -> Any:
-        bump(manifest, state, record)  # the concurrent stager wins the row first
+    def losing_seal(record: Any, **kwargs: Any) -> Any:
+        state = ns.state()  # the concurrent stager wins the row first
+        ns._manifest.commit(Swap(state.view, moves=[bumped(record)]))
         raced.append(state.version)
-        return real_seal(manifest, state, record, **kwargs)
+        return real_sealed(record, **kwargs)
 
-    monkeypatch.setattr(commit_module, "seal", losing_seal)
+    monkeypatch.setattr(commit_module, "sealed", losing_seal)
     started = time.monotonic()
     with pytest.raises(CommitConflict, match=r"could not seal transaction T within 0.5s") as caught:
         Committer(ns._txn, CommitOptions(swap_timeout=0.5)).commit("T")
@@ -229,7 +231,7 @@ def test_a_seal_that_keeps_losing_gives_up_after_the_swap_timeout(
     assert {t.txn_id: t.state for t in ns.transactions()}["T"] == "staged"  # nothing sealed
     assert ns.to_table().num_rows == 0
 
-    monkeypatch.setattr(commit_module, "seal", real_seal)  # the stager is done: commit again
+    monkeypatch.setattr(commit_module, "sealed", real_sealed)  # the stager is done: commit again
     result = ns.commit("T")
     assert sorted(p.rows for p in result.partitions) == [3, 3]
     assert sorted(ns.to_table().column("id").to_pylist()) == list(range(6))

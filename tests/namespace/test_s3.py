@@ -507,16 +507,16 @@ def test_abandoned_write_leaves_no_objects(storage_options: dict[str, str], s3: 
 
 def _publish_interleaved(monkeypatch: pytest.MonkeyPatch, other_write: Any) -> list[Any]:
     """Run ``other_write()`` just before the next ``__manifest`` publish (deterministic race)."""
-    original = Manifest.compare_and_swap
+    original = Manifest.commit
     done: list[Any] = []
 
-    def compare_and_swap(self: Manifest, rows: pa.Table, base_version: int) -> int:
+    def commit(self: Manifest, swap: Any) -> int:
         if not done:  # only the first publish; not the nested write's own one
             done.append(None)
             done[0] = other_write()
-        return original(self, rows, base_version)
+        return original(self, swap)
 
-    monkeypatch.setattr(Manifest, "compare_and_swap", compare_and_swap)
+    monkeypatch.setattr(Manifest, "commit", commit)
     return done
 
 

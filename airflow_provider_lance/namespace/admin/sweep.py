@@ -44,11 +44,12 @@ from airflow_provider_lance.namespace.format.manifest import MANIFEST_NAME
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.format.txn_row import TxnState
 from airflow_provider_lance.namespace.io.storage import FileEntry, Storage
-from airflow_provider_lance.namespace.txn.claim import Plan, current_of, only
+from airflow_provider_lance.namespace.txn.abort import DEFAULT_LEASE_SECONDS
 from airflow_provider_lance.namespace.txn.kernel import TransactionContext
 from airflow_provider_lance.namespace.txn.lifecycle import all_records
+from airflow_provider_lance.namespace.txn.plan import Plan
+from airflow_provider_lance.namespace.txn.records import current_of, only
 from airflow_provider_lance.namespace.txn.store import TXN_DIR, TransactionStore
-from airflow_provider_lance.namespace.txn.transactions import DEFAULT_LEASE_SECONDS
 from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,9 @@ primary-key field metadata, without which concurrent inserts duplicate rows; the
 about ``merge_insert`` this module rests on are pinned by tests/test_pylance_facts.py):
 
 * :meth:`Manifest.insert_absent`: insert-if-absent, exactly one winner per ``object_id``;
-* :meth:`Manifest.compare_and_swap`: update/insert rows against the version they were read
-  at, failing with :class:`CommitConflict` if any of them changed since.
+* :meth:`Manifest.commit`: a :class:`~.swap.Swap` (rows upserted and deleted, transaction
+  rows moved, against the version they were read at), failing with :class:`CommitConflict`
+  if any of them changed since.
 
 Table metadata (``schema``, ``partition_spec_v<N>``) is its own commit (Lance cannot change
 rows and metadata together), always written before any row depends on it.
@@ -24,7 +25,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 import lance
@@ -45,6 +46,9 @@ from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.io.storage import Storage, first_line
 from airflow_provider_lance.namespace.io.uri import local_path
 from airflow_provider_lance.namespace.retry import Budget, Outcome, retry_until
+
+if TYPE_CHECKING:
+    from .swap import Swap
 
 log = logging.getLogger(__name__)
 
@@ -387,55 +391,33 @@ class Manifest:
         )
         return int(result["num_inserted_rows"])
 
-    def compare_and_swap(self, rows: pa.Table, base_version: int, *, delete: bool = False) -> int:
-        """Upsert ``rows`` atomically, failing if any of them changed after ``base_version``.
+    def commit(self, swap: Swap) -> int:
+        """Apply ``swap`` (see :mod:`.swap`): its moves and requirements checked, then its
+        rows upserted and its drops deleted in ONE commit that fails with
+        :class:`CommitConflict` if any of them changed (or was inserted) after its base
+        version. Returns the new version (the base version for an empty swap).
 
-        ``base_version`` is the manifest version the caller read the rows at. Changes to
-        *other* rows since then are rebased by Lance; a concurrent insert of the same
-        ``object_id`` also conflicts. With ``delete`` the rows are removed instead, under
-        the same condition. Returns the new version. (Pinned by the
-        ``test_fact_merge_insert_conflict_retries_0_*`` tests of
-        tests/test_pylance_facts.py.)
+        One ``merge_insert``: matched rows updated, unmatched inserted, and target rows whose
+        id is in ``drops`` deleted (``when_not_matched_by_source_delete``). With
+        ``conflict_retries(0)`` a concurrent change to any of those rows makes it fail; a
+        change to any other row is rebased (pinned by the ``test_fact_merge_insert_*``
+        tests of tests/test_pylance_facts.py).
         """
-        if rows.num_rows == 0:
-            return base_version
-        ids = rows.column(OBJECT_ID).to_pylist()
+        swap.check()
+        if swap.is_empty:
+            return swap.base_version
+        rows = swap.table()
+        ids = [*rows.column(OBJECT_ID).to_pylist(), *swap.drops]
+        drops = list(swap.drops)
 
         def build(base: lance.LanceDataset) -> Any:
-            builder = base.merge_insert(OBJECT_ID)
-            if delete:
-                return builder.when_matched_delete()
-            return builder.when_matched_update_all().when_not_matched_insert_all()
-
-        return self._swap(build, rows, base_version, ids)
-
-    def compare_and_swap_dropping(
-        self, rows: pa.Table, drop: Sequence[str], base_version: int
-    ) -> int:
-        """Upsert ``rows`` and delete the rows with ids ``drop``, in ONE commit, failing
-        with :class:`CommitConflict` if any of them changed (or was inserted) after
-        ``base_version``. Returns the new version.
-
-        One ``merge_insert``: matched rows updated, unmatched inserted, and target rows not
-        in ``rows`` whose id is in ``drop`` deleted (``when_not_matched_by_source_delete``).
-        With ``conflict_retries(0)``, a concurrent update or delete of a dropped row or of
-        an upserted one makes it fail; a change to any other row is rebased, as for
-        :meth:`compare_and_swap`; an empty ``rows`` deletes only (pinned by
-        tests/test_pylance_facts.py::test_fact_merge_insert_by_source_delete_*).
-        """
-        if not drop:
-            return self.compare_and_swap(rows, base_version)
-        ids = [i for i in rows.column(OBJECT_ID).to_pylist() if isinstance(i, str)]
-
-        def build(base: lance.LanceDataset) -> Any:
+            builder = base.merge_insert(OBJECT_ID).when_matched_update_all()
+            builder = builder.when_not_matched_insert_all()
             return (
-                base.merge_insert(OBJECT_ID)
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .when_not_matched_by_source_delete(ids_filter(drop))
+                builder.when_not_matched_by_source_delete(ids_filter(drops)) if drops else builder
             )
 
-        return self._swap(build, rows, base_version, [*ids, *drop])
+        return self._swap(build, rows, swap.base_version, ids)
 
     def _swap(
         self,

@@ -1,6 +1,7 @@
 """A transaction as the format records it: its ``__manifest`` row (``__txn$<id>``, parsed
 into :class:`TxnRecord`), its states, the name of one incarnation (``X#k``) and the header
-of ``txn.json``. Only data: the transitions between states live in ``lifecycle``."""
+of ``txn.json``. Only data: the transitions between states are in :mod:`.swap` and
+``lifecycle``."""
 
 from __future__ import annotations
 
@@ -67,6 +68,23 @@ def parse_incarnation_tag(text: str) -> tuple[str, int]:
     return txn_id, int(number)
 
 
+def claim_is_live(claim: str, records: Mapping[str, TxnRecord]) -> bool:
+    """Whether a claim is held by a transaction that may still publish.
+
+    A claim ``X#k`` is live only while X's row is COMMITTING in incarnation k; one held by
+    an aborted, merged, published, newer or missing incarnation is dead and anyone may
+    take it over (Percolator's rule for a secondary lock whose primary rolled back).
+    """
+    txn_id, incarnation = parse_incarnation_tag(claim)
+    record = records.get(txn_id)
+    return (
+        record is not None
+        and record.state.holds_claims
+        and record.incarnation == incarnation
+        and incarnation > 0
+    )
+
+
 def row_id(txn_id: str) -> str:
     return f"{TXN_PREFIX}{txn_id}"
 
@@ -97,6 +115,8 @@ class TxnRecord:
     updated_at: float = field(default_factory=time.time)
     error: str | None = None
     anonymous: bool = False
+    #: A table operation: the token naming its result document (``outcome-<token>.json``).
+    outcome: str | None = None
     stored: bool = True
 
     @property

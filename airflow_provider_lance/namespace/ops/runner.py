@@ -42,11 +42,9 @@ it returns the first result and changes nothing. Without one nothing is recorded
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -68,18 +66,17 @@ from airflow_provider_lance.namespace.errors import (
 from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.manifest import (
     CLAIM,
-    METADATA,
     OBJECT_ID,
     READ_VERSION,
 )
 from airflow_provider_lance.namespace.format.naming import leaf_directory
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
+from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.format.txn_row import (
     TransactionHeader,
     TxnRecord,
     TxnState,
     incarnation_tag,
-    row_id,
 )
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.results import (
@@ -87,27 +84,23 @@ from airflow_provider_lance.namespace.results import (
     PartitionOutcome,
     SkipReason,
 )
-from airflow_provider_lance.namespace.retry import Budget, Outcome, backoff
-from airflow_provider_lance.namespace.txn.claim import resolve
+from airflow_provider_lance.namespace.retry import Budget, Outcome, Retry, backoff, retry_until
+from airflow_provider_lance.namespace.txn.abort import abort_abandoned
 from airflow_provider_lance.namespace.txn.kernel import (
     ApplyChange,
+    ClaimWait,
     CommitOptions,
     LeafWork,
-    NoLiveClaim,
     ReplaceLeaf,
     StillPublished,
-    Swap,
     TransactionContext,
-    names_versions,
-    requirements_unmet,
+    best_effort,
+    moved_on,
 )
-from airflow_provider_lance.namespace.txn.lifecycle import (
-    claim_owners,
-    claims_timed_out,
-    load_records,
-)
-from airflow_provider_lance.namespace.txn.publish import Prepared, publish
+from airflow_provider_lance.namespace.txn.lifecycle import load_records, operation_published
+from airflow_provider_lance.namespace.txn.publish import Prepared, publish_once
 from airflow_provider_lance.namespace.txn.publish_result import operation_result, published_at
+from airflow_provider_lance.namespace.txn.records import resolve
 from airflow_provider_lance.namespace.txn.spec_fence import (
     fence_spec,
     needs_fence,
@@ -115,7 +108,6 @@ from airflow_provider_lance.namespace.txn.spec_fence import (
     register_intent,
 )
 from airflow_provider_lance.namespace.txn.store import check_txn_id
-from airflow_provider_lance.namespace.txn.transactions import abort_abandoned
 from airflow_provider_lance.namespace.write.leaf_commit import (
     base_version,
     schema_digest,
@@ -127,8 +119,6 @@ log = logging.getLogger(__name__)
 #: Swaps lost to concurrent publishes before an operation gives up (each retry recomputes
 #: only the partitions whose read_version moved).
 OPERATION_ATTEMPTS = 8
-#: Key of the outcome document's name in a table operation's transaction row metadata.
-OUTCOME_KEY = "outcome"
 
 
 @dataclass
@@ -293,6 +283,10 @@ class _Computed:
     current: dict[str, dict[str, Any]]
     result: OperationResult | None = None
 
+    @property
+    def changes_anything(self) -> bool:
+        return bool(self.changed or self.selection.drops or self.attempt.created)
+
 
 #: Errors of an attempt that are a lost race when the namespace moved on under it (what it
 #: read was published over, then removed by ``maintain``), and errors otherwise.
@@ -327,20 +321,27 @@ class OperationRunner:
         self.ctx = ctx
         self.op = operation
         self.txn_id = None if txn_id is None else check_txn_id(txn_id)
-        self.claim_timeout = CommitOptions.for_claim_timeout(claim_timeout).claim_timeout
+        timeout = CommitOptions.for_claim_timeout(claim_timeout).claim_timeout
         self.incarnation = 1
         self.owner = incarnation_tag(self.txn_id or uuid.uuid4().hex, 1)
         self.token = uuid.uuid4().hex[:16]
         self._previous = _Attempt()
+        #: The attempt that got as far as its leaf commits and has not published (yet).
+        self._last: Prepared[_Computed] | None = None
         #: Partition -> how often its published version moved under an attempt's swap.
         self._moves: dict[str, int] = {}
-        #: The state the run started from: the first attempt's (see :meth:`run`).
+        #: The state the next attempt starts from (see :meth:`run` and :meth:`_attempt`).
         self._entry: NamespaceState | None = None
         #: The id of this run's intent row while it has one (see :mod:`.spec_fence`).
         self._intent: str | None = None
-        #: Partitions the last attempt found held by live transactions, and their holders
-        #: (named by the error once the claim timeout is spent).
-        self._blocked: tuple[dict[str, str], Mapping[str, TxnRecord]] = ({}, {})
+        self._claims = ClaimWait(
+            ctx,
+            timeout,
+            lambda state, live, holders: abort_abandoned(ctx, state, live, holders),
+            name=operation.kind,
+            what=f"{operation.kind}: ",
+            after="; nothing was changed",
+        )
 
     # -- entry -----------------------------------------------------------------------------
     def run(self, state: NamespaceState | None = None) -> OperationResult:
@@ -370,7 +371,7 @@ class OperationRunner:
                 ),
                 attempts=OPERATION_ATTEMPTS,
             ),
-            Outcome.CLAIMED: Budget(self._claims_timed_out, seconds=self.claim_timeout),
+            Outcome.CLAIMED: Budget(self._claims.timed_out, seconds=self._claims.timeout),
             # Fenced or registered: compute on the newer version. The first is this run
             # registering itself (no wait), then spec changes are racing it: let them pass.
             Outcome.ORDERED: Budget(
@@ -383,7 +384,7 @@ class OperationRunner:
             ),
         }
         # backoff(1) first, as the waits after a lost race or a claim always were
-        outcome = publish(self.ctx, self, budgets, sleep=lambda n: backoff(n + 1))
+        outcome = retry_until(self._attempt, budgets, sleep=lambda n: backoff(n + 1))
         log.info(
             "%s published %d partition change(s) (manifest v%s)",
             kind,
@@ -392,15 +393,16 @@ class OperationRunner:
         )
         return outcome
 
-    def _claims_timed_out(self) -> CommitConflict:
-        live, holders = self._blocked
-        return claims_timed_out(
-            live,
-            holders,
-            self.claim_timeout,
-            what=f"{self.op.kind}: ",
-            after="; nothing was changed",
-        )
+    def _attempt(self, attempt: int) -> OperationResult | Outcome:
+        """One attempt: with a ``txn_id``, the first result if a concurrent run of it
+        published meanwhile; else one publish attempt on the latest state."""
+        state, self._entry = self._entry or self.ctx.load_state(), None
+        if self.txn_id is not None and attempt:
+            done = self._published(state)
+            if done is not None:
+                return done
+        self._entry = state
+        return publish_once(self.ctx, self, attempt)
 
     # -- ordering against spec changes (see spec_fence) --------------------------------------
     def _ordered(self, state: NamespaceState) -> bool:
@@ -459,32 +461,27 @@ class OperationRunner:
             )
         return None
 
-    def _record_row(self, result: OperationResult) -> dict[str, Any]:
-        """The operation's transaction row, PUBLISHED, naming its outcome document."""
+    def _published(self, state: NamespaceState) -> OperationResult | None:
+        """The first result if a concurrent run of this ``txn_id`` published it as of
+        ``state``; an error if it was aborted while this one ran."""
         assert self.txn_id is not None
-        record = TxnRecord(self.txn_id, self.incarnation, TxnState.PUBLISHED, mode=self.op.kind)
-        out = record.to_row()
-        payload = json.loads(out[METADATA])
-        payload[OUTCOME_KEY] = self.token
-        payload["summary"] = {
-            "rows_removed": result.rows_removed,
-            "rows_updated": result.rows_updated,
-            "rows_inserted": result.rows_inserted,
-            "partitions": len(result.partitions),
-        }
-        out[METADATA] = json.dumps(payload, separators=(",", ":"), sort_keys=True)
-        return out
+        record = load_records(state, [self.txn_id]).get(self.txn_id)
+        if record is None or record.incarnation < self.incarnation:
+            return None  # an aborted earlier incarnation: this one replaces its row
+        if record.state is TxnState.PUBLISHED and record.incarnation == self.incarnation:
+            return self._outcome(state, record)
+        raise TransactionAborted(
+            f"{self.op.kind} {self.txn_id} was {record.state.value} while it ran "
+            f"(incarnation {record.incarnation}): nothing of it was published"
+        )
 
     def _outcome(self, state: NamespaceState, record: TxnRecord) -> OperationResult:
         """The recorded result of a published operation (its manifest version found again
         when a crash came between the swap and the completion of the record)."""
         assert self.txn_id is not None
-        found = state.full_rows([row_id(self.txn_id)]).to_pylist()
-        payload = json.loads((found[0][METADATA] if found else None) or "{}")
-        token = payload.get(OUTCOME_KEY)
         doc = None
-        if token is not None:
-            doc = self.ctx.store.outcome(self.txn_id, record.incarnation, token)
+        if record.outcome is not None:
+            doc = self.ctx.store.result(self.txn_id, record.incarnation, record.outcome)
         if doc is not None:
             types = {f.name: f.type for f in state.partition_columns}
             result = OperationResult.from_dict(doc, types)
@@ -497,11 +494,13 @@ class OperationRunner:
             result = operation_result(self.op.kind, [], self.txn_id, {})
         if result.manifest_version is None:
             result = replace(result, manifest_version=published_at(self.ctx.load_state, record))
-            if token is not None:
-                self.ctx.store.save_outcome(
-                    self.txn_id, record.incarnation, token, result.to_dict()
-                )
+            if record.outcome is not None:
+                self._save(record.incarnation, record.outcome, result)
         return result
+
+    def _save(self, incarnation: int, token: str, result: OperationResult) -> None:
+        assert self.txn_id is not None
+        self.ctx.store.save_result(self.txn_id, incarnation, result.to_dict(), token=token)
 
     # -- one attempt: the PublishStrategy of txn/publish.py ---------------------------------
     @property
@@ -512,164 +511,96 @@ class OperationRunner:
     def kind(self) -> str | None:
         return self.op.kind
 
-    def prepare(self, attempt: int) -> Prepared[_Computed] | OperationResult | Outcome:
-        """Select, check claims and the record, compute, order against spec changes:
-        everything before the leaf commits. Or the attempt's end without them: CLAIMED
-        (wait for a holder), LOST (what it read was cleaned up), ORDERED (a merge fenced
-        its spec or registered its intent: go again), or a result (nothing to change, or
-        published by a concurrent run of this ``txn_id``)."""
+    def prepare(self, attempt: int) -> Prepared[_Computed]:
+        """Select, check claims, compute, order against spec changes: everything before
+        the leaf commits; raises :class:`~..retry.Retry` CLAIMED (wait for a holder),
+        LOST (what it read was cleaned up) or ORDERED (a merge fenced its spec or
+        registered its intent: go again)."""
         state, self._entry = self._entry or self.ctx.load_state(), None
+        last, self._last = self._last, None
+        if last is not None:  # it lost its race: reuse what it computed where it applies
+            self._previous = last.detail.attempt
+            self._note_moves(last.detail.attempt)
         try:
-            return self._prepare(state)
+            self._last = self._prepare(state)
         except _STALE_ERRORS as exc:
-            return self._lost_to_clean_up(state, exc)
+            if isinstance(exc, InvalidArgumentError) or not moved_on(self.ctx, state):
+                raise
+            log.info("%s: %s; the namespace moved on meanwhile: computing again", self.op.kind, exc)
+            raise Retry(Outcome.LOST) from exc
+        return self._last
 
-    def _lost_to_clean_up(self, state: NamespaceState, exc: Exception) -> Outcome:
-        """``exc``, unless what the attempt read was published over and then removed by
-        ``maintain``: a lost race."""
-        if isinstance(exc, InvalidArgumentError) or not self._stale(state):
-            raise exc
-        log.info("%s: %s; the namespace moved on meanwhile: computing again", self.op.kind, exc)
-        return Outcome.LOST
-
-    def _prepare(self, state: NamespaceState) -> Prepared[_Computed] | OperationResult | Outcome:
+    def _prepare(self, state: NamespaceState) -> Prepared[_Computed]:
         failpoint(f"{self.op.kind}.selected")
         selection = self.op.select(state)
         if self.op.skips_busy:
             for oid in [o for o in selection.targets if self._moves.get(o, 0) >= 2]:
                 del selection.targets[oid]
                 selection.skipped[oid] = SkipReason.KEPT_MOVING
-        ids = selection.object_ids
-        txn_row = [row_id(self.txn_id)] if self.txn_id is not None else []
-        current = {r[OBJECT_ID]: r for r in state.full_rows([*ids, *txn_row]).to_pylist()}
-        if self.txn_id is not None:
-            done = self._check_record(state, current.pop(row_id(self.txn_id), None))
-            if done is not None:
-                return done
-        if self._claimed(state, selection, current):
-            return Outcome.CLAIMED
+        current = {r[OBJECT_ID]: r for r in state.full_rows(selection.object_ids).to_pylist()}
+        self._check_claims(state, selection, current)
         attempt = self._compute(state, selection)
         selection.skipped.update((o, w.skip) for o, w in attempt.works.items() if w.skip)
         changed = {oid: w for oid, w in attempt.works.items() if w.operation is not None}
-        if not changed and not selection.drops and not attempt.created and not txn_row:
-            return operation_result(self.op.kind, [], None, selection.skipped)
+        guard = StillPublished(self.ctx.manifest, self.ctx.storage)
+        computed = _Computed(selection, attempt, changed, current)
+        if not computed.changes_anything and self.txn_id is None:
+            return Prepared(state, [], guard, self.owner, computed)  # nothing to publish
         failpoint(f"{self.op.kind}.computed")
         if self.op.reads_keys and not self._ordered(state):
             self._previous = attempt
-            return Outcome.ORDERED
+            raise Retry(Outcome.ORDERED)
         works = self._leaf_works(changed, attempt.created)
-        guard = StillPublished(self.ctx.manifest, self.ctx.storage)
-        computed = _Computed(selection, attempt, changed, current)
         return Prepared(state, works, guard, self.owner, computed)
 
-    def leaves_failed(self, prepared: Prepared[_Computed], error: Exception) -> Outcome:
-        self._forget_opened(prepared.detail)
-        if isinstance(error, CommitConflict):  # a partition moved under the leaf commits
-            log.info("%s: %s; computing again", self.op.kind, error)
-            return self.lost(prepared)
-        if isinstance(error, _STALE_ERRORS):
-            return self._lost_to_clean_up(prepared.state, error)
-        raise error
-
-    def swap(self, prepared: Prepared[_Computed], versions: Mapping[str, int]) -> Swap:
+    def swap(self, prepared: Prepared[_Computed]) -> Swap:
         """The rows of the changed, created and dropped partitions, this run's intent
-        dropped, and with a ``txn_id`` its row naming the outcome, which is saved first
-        (durable before the swap that names it)."""
+        dropped, and with a ``txn_id`` its row PUBLISHED naming the outcome, which is
+        saved first (durable before the swap that names it)."""
         computed = prepared.detail
         self._forget_opened(computed)
         changed, created = computed.changed, computed.attempt.created
-        for oid, version in versions.items():
+        for oid, version in prepared.versions.items():
             if oid in changed:
                 changed[oid].committed = version
             else:
                 created[oid].committed = version
-        rows = self._rows(prepared.state, computed.current, changed, created)
         changes = self._changes(computed.selection, changed, created)
         result = operation_result(self.op.kind, changes, self.txn_id, computed.selection.skipped)
         computed.result = result
+        if not computed.changes_anything and self.txn_id is None:
+            return Swap(prepared.state.view)  # nothing to publish
+        rows = self._rows(prepared.state, computed.current, changed, created)
+        moves = []
         if self.txn_id is not None:  # named by the row the swap writes: durable before it
-            self.ctx.store.save_outcome(self.txn_id, self.incarnation, self.token, result.to_dict())
-            rows.append(self._record_row(result))
+            self._save(self.incarnation, self.token, result)
+            record = TxnRecord(
+                self.txn_id,
+                self.incarnation,
+                TxnState.PUBLISHED,
+                mode=self.op.kind,
+                outcome=self.token,
+            )
+            moves.append(operation_published(record))
         drops = sorted(computed.selection.drops)
         if self._intent is not None:  # conflicts with a fence that rewrote it since
             drops.append(self._intent)
-        return Swap(prepared.state.version, rows, drops)
+        return Swap(prepared.state.view, rows, drops, moves)
 
-    def commit_swap(self, prepared: Prepared[_Computed], swap: Swap) -> int:
-        state = prepared.state
-        table = state.rows_table(list(swap.upserts))
-        return self.ctx.manifest.compare_and_swap_dropping(table, list(swap.drops), state.version)
-
-    def mine(
-        self, prepared: Prepared[_Computed], versions: Mapping[str, int]
-    ) -> Callable[[Mapping[str, Any]], bool]:
-        """A row naming one of this operation's own leaf versions, or its transaction row
-        PUBLISHED in this incarnation. An operation that only drops partitions, without a
-        ``txn_id``, names nothing of its own: its error stands (a retry drops nothing
-        more)."""
-        record = row_id(self.txn_id) if self.txn_id is not None else None
-        leaf_versions = names_versions(versions)
-
-        def mine(r: Mapping[str, Any]) -> bool:
-            if r[OBJECT_ID] == record:
-                found = TxnRecord.from_row(r)
-                return found.state is TxnState.PUBLISHED and found.incarnation == self.incarnation
-            return leaf_versions(r)
-
-        return mine
-
-    def lost(self, prepared: Prepared[_Computed]) -> Outcome:
-        log.info("%s lost a race to a concurrent publish; computing again", self.op.kind)
-        self._previous = prepared.detail.attempt
-        self._note_moves(prepared.detail.attempt)
-        return Outcome.LOST
-
-    def finish(
-        self, prepared: Prepared[_Computed], versions: Mapping[str, int], version: int
-    ) -> OperationResult:
-        self._intent = None  # deleted by the swap
+    def finish(self, prepared: Prepared[_Computed], version: int | None) -> OperationResult:
+        """The result, completed with the manifest version the swap made (None: nothing
+        was published)."""
         assert prepared.detail.result is not None
+        if version is None:
+            return prepared.detail.result
+        self._intent = None  # deleted by the swap
         result = replace(prepared.detail.result, manifest_version=version)
-        if self.txn_id is not None:
-            try:
-                self.ctx.store.save_outcome(
-                    self.txn_id, self.incarnation, self.token, result.to_dict()
-                )
-            except (OSError, LanceNamespaceError) as exc:  # completed when asked again
-                log.warning("could not complete the outcome of %s: %s", self.txn_id, exc)
+        if self.txn_id is not None:  # completed when asked again if this fails
+            best_effort(
+                f"completing the outcome of {self.txn_id}",
+                lambda: self._save(self.incarnation, self.token, result),
+            )
         return result
-
-    def _stale(self, state: NamespaceState) -> bool:
-        """Whether the namespace moved on from ``state`` in a way that can remove what an
-        attempt on it reads: ``state``'s own version cleaned up, or a partition published
-        anew (``maintain`` may then remove the version the attempt read)."""
-        try:
-            self.ctx.manifest.at(state.version)
-        except ManifestError:
-            return True
-        latest = self.ctx.load_state()
-        if latest.version == state.version:
-            return False
-        before = {p.object_id: p.read_version for p in state.partitions()}
-        now = {p.object_id: p.read_version for p in latest.partitions()}
-        return any(now.get(oid, -1) != version for oid, version in before.items())
-
-    def _check_record(
-        self, state: NamespaceState, found: Mapping[str, Any] | None
-    ) -> OperationResult | None:
-        """The first result if a concurrent run of this ``txn_id`` published it; an
-        error if it was aborted while this one ran."""
-        if found is None:
-            return None
-        record = TxnRecord.from_row(found)
-        if record.incarnation < self.incarnation:
-            return None  # an aborted earlier incarnation: this one replaces its row
-        if record.state is TxnState.PUBLISHED and record.incarnation == self.incarnation:
-            return self._outcome(state, record)
-        raise TransactionAborted(
-            f"{self.op.kind} {self.txn_id} was {record.state.value} while it ran "
-            f"(incarnation {record.incarnation}): nothing of it was published"
-        )
 
     def _note_moves(self, attempt: _Attempt) -> None:
         """After a lost swap: count the partitions whose published version moved."""
@@ -680,31 +611,24 @@ class OperationRunner:
             if partition is None or partition.read_version != work.partition.read_version:
                 self._moves[oid] = self._moves.get(oid, 0) + 1
 
-    def _claimed(
+    def _check_claims(
         self,
         state: NamespaceState,
         selection: Selection,
         current: dict[str, dict[str, Any]],
-    ) -> bool:
-        """Whether a live committing transaction holds a touched partition (True: wait;
-        the holders are kept for the error once the claim timeout is spent). An operation
-        that skips busy partitions drops them from ``selection`` instead."""
-        if not any(r.get(CLAIM) for r in current.values()):
-            return False
-        holders = load_records(state, claim_owners(current.values()))
-        unmet = requirements_unmet([NoLiveClaim(oid) for oid in current], current, holders)
-        live = {r.object_id: current[r.object_id][CLAIM] for r in unmet}
+    ) -> None:
+        """Wait (CLAIMED) while a live committing transaction holds a touched partition;
+        an operation that skips busy partitions drops them from ``selection`` instead.
+        Dead claims are cleared by the swap."""
+        live, holders = self._claims.live(state, current)
         if not live:
-            return False  # dead claims: the swap clears them
+            return
         if self.op.skips_busy:
             for oid in live:
                 selection.targets.pop(oid, None)
                 selection.skipped[oid] = SkipReason.CLAIMED
-            return False
-        failpoint(f"{self.op.kind}.claim_blocked")
-        self._blocked = (live, holders)
-        abort_abandoned(self.ctx, state, live, holders)
-        return True
+            return
+        raise self._claims.wait(state, live, holders)
 
     def _compute(self, state: NamespaceState, selection: Selection) -> _Attempt:
         """Every touched partition's change, in parallel: the previous attempt's where the

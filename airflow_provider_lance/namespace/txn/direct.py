@@ -3,7 +3,7 @@
 ``ns.write()`` without a ``txn_id`` is such a write: nobody else stages into it, commits it
 or retries it, so nothing has to be fenced, no plan has to be durable for anyone else and no
 claim has to be held while its leaves commit. It takes the optimistic path of Delta and
-Iceberg instead of the claim protocol of :mod:`.claim`:
+Iceberg instead of the claim protocol of :mod:`.commit`:
 
 1. the rows are staged against manifest version S, partitions in parallel: each leaf is
    written and committed in one Lance call on its published version (a new partition's
@@ -13,9 +13,9 @@ Iceberg instead of the claim protocol of :mod:`.claim`:
    exactly that version's rows plus the write's) is used as it is; any other leaf is
    committed now on its published ``read_version`` (in parallel, tagged and verified like
    every leaf commit: :func:`~.leaf_commit.commit_leaf`), rolling back what lies above it;
-4. one compare-and-swap against S (:func:`~.lifecycle.publish_direct`) sets the new
-   ``read_version``\\ s and inserts the rows of new partitions. It fails if any of those
-   rows changed since S, and the write goes back to 2 at the newer version.
+4. one compare-and-swap against S sets the new ``read_version``\\ s and inserts the rows
+   of new partitions. It fails if any of those rows changed since S, and the write goes
+   back to 2 at the newer version.
 
 Why this is safe next to the claim protocol: the swap needs every touched row unclaimed at
 S and unchanged since, so it never publishes a partition a committing transaction holds,
@@ -34,32 +34,27 @@ Delta or Iceberg write does: wasted space, never read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_lance.namespace.errors import OutcomeUnknown
-from airflow_provider_lance.namespace.failpoints import FailpointError, failpoint
+from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.manifest import OBJECT_ID, READ_VERSION
 from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.format.swap import NoLiveClaim, Swap, requirements_unmet
 from airflow_provider_lance.namespace.results import CommitResult
-from airflow_provider_lance.namespace.retry import Budget, Outcome, Spent
-from airflow_provider_lance.namespace.write.leaf_commit import LeafMoved
+from airflow_provider_lance.namespace.retry import Budget, Outcome, Retry, Spent
 from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition, discard_stage
 
-from .claim import check_staged_against, merge_stages
 from .kernel import (
-    NoLiveClaim,
     StillPublished,
-    Swap,
     TransactionContext,
     check_works_files,
-    names_versions,
-    requirements_unmet,
     staged_requirements,
     staged_work,
 )
-from .lifecycle import publish_direct
+from .plan import check_staged_against, merge_stages
 from .publish import Prepared, publish
 from .publish_result import commit_result, empty_result
 
@@ -72,14 +67,15 @@ DIRECT_ATTEMPTS = 4
 
 def publish_stage(
     ctx: TransactionContext, state: NamespaceState, stage: Stage, *, owner: str
-) -> CommitResult | None:
-    """Publish ``stage`` (staged against ``state``) in one swap, or None: a partition is
-    claimed or the races were lost, and the claim protocol must publish it.
+) -> CommitResult:
+    """Publish ``stage`` (staged against ``state``) in one swap; :class:`~..retry.Spent`
+    when a partition is claimed or the races were lost: the claim protocol must publish
+    it (its files are kept for that).
 
     ``owner`` (``txn#incarnation``) tags the leaf versions. The staged files are deleted
-    when this raises before the swap, unless the outcome is unknown or a failpoint
-    simulated a crash; once the swap succeeded nothing raises (the compaction after it is
-    best effort), so a caller never retries, and duplicates, a published write.
+    when this raises an error before the swap (not when the outcome is unknown); once the
+    swap succeeded nothing raises, so a caller never retries, and duplicates, a published
+    write.
     """
     strategy: DirectWrite | None = None
     try:
@@ -89,18 +85,14 @@ def publish_stage(
             return empty_result(state.version, stage.mode, stage.txn_id)
         if DIRECT_ATTEMPTS < 1:  # none at all: every write takes the claim protocol
             raise Spent
-        budgets = {Outcome.LOST: Budget(Spent, attempts=DIRECT_ATTEMPTS)}
+        budgets = {
+            Outcome.LOST: Budget(Spent, attempts=DIRECT_ATTEMPTS),
+            Outcome.CLAIMED: Budget(Spent, attempts=1),
+        }
         return publish(ctx, strategy, budgets)
-    except Spent:
-        log.info(
-            "publish of %s lost %d races: committing through the claim protocol",
-            owner,
-            DIRECT_ATTEMPTS,
-        )
-        return None
-    except (FailpointError, OutcomeUnknown):
-        raise  # a simulated crash, or maybe published: nothing may delete its files
-    except BaseException:
+    except (Spent, OutcomeUnknown):
+        raise  # handed over (files kept), or maybe published: nothing may delete its files
+    except (Exception, KeyboardInterrupt):
         # once published, its files are the partitions' data
         if strategy is None or not strategy.published:
             discard_stage(stage, ctx.storage)
@@ -117,7 +109,8 @@ class _Read:
 class DirectWrite:
     """The direct write as a :class:`~.publish.PublishStrategy`: no claim, requirements
     checked on the rows read at the attempt's state, leaf versions made while staging
-    reused where still exactly right, hand-over (None) when a partition is claimed."""
+    reused where still exactly right; a claimed partition ends the attempt CLAIMED (the
+    caller hands the write to the claim protocol)."""
 
     name: str = "direct"
     kind: str | None = None
@@ -141,7 +134,7 @@ class DirectWrite:
         """Whether an attempt's swap published the stage."""
         return self.last is not None and self.last.published is not None
 
-    def prepare(self, attempt: int) -> Prepared[_Read] | CommitResult | None:
+    def prepare(self, attempt: int) -> Prepared[_Read]:
         if attempt:
             self.state = self.ctx.load_state()
             self.retried = True
@@ -153,7 +146,7 @@ class DirectWrite:
         unmet = requirements_unmet([*claims, *self.requirements], current, None)
         if any(isinstance(r, NoLiveClaim) for r in unmet):
             log.info("partitions of %s are claimed: committing through the claim protocol", owner)
-            return None
+            raise Retry(Outcome.CLAIMED)
         # A stale stage is this write's: discarded by publish_stage, and write() says
         # "write again"
         check_staged_against(parts, unmet, lambda stale: "")
@@ -171,14 +164,8 @@ class DirectWrite:
         self.last = Prepared(state, works, guard, self.owner, _Read(current))
         return self.last
 
-    def leaves_failed(self, prepared: Prepared[_Read], error: Exception) -> Outcome:
-        if not isinstance(error, LeafMoved):
-            raise error
-        # another writer's version lies above: not ours to undo
-        log.info("publish of %s: %s; trying again", self.owner, error)
-        return Outcome.LOST
-
-    def swap(self, prepared: Prepared[_Read], versions: Mapping[str, int]) -> Swap:
+    def swap(self, prepared: Prepared[_Read]) -> Swap:
+        versions = prepared.versions
         if self.retried:
             # A lost race's winner rolled back the leaf versions of the first attempt, and
             # ``maintain`` may remove what lies below a published version, their files too:
@@ -197,26 +184,16 @@ class DirectWrite:
             for r in created:  # fresh rows: set in place (copies cost 1 ms per 1,000)
                 r[READ_VERSION] = versions.get(r[OBJECT_ID])
             rows += created
-        return Swap(prepared.state.version, rows)
+        claims = [NoLiveClaim(oid) for oid in current]
+        return Swap(prepared.state.view, rows, requires=claims, read=current)
 
-    def commit_swap(self, prepared: Prepared[_Read], swap: Swap) -> int:
-        return publish_direct(self.ctx.manifest, prepared.state, swap.upserts)
-
-    def mine(
-        self, prepared: Prepared[_Read], versions: Mapping[str, int]
-    ) -> Callable[[Mapping[str, Any]], bool]:
-        return names_versions(versions)
-
-    def lost(self, prepared: Prepared[_Read]) -> Outcome:
-        log.info("publish of %s lost a race; trying again", self.owner)
-        return Outcome.LOST
-
-    def finish(
-        self, prepared: Prepared[_Read], versions: Mapping[str, int], version: int
-    ) -> CommitResult:
+    def finish(self, prepared: Prepared[_Read], version: int | None) -> CommitResult:
+        assert version is not None  # (a stage with partitions always swaps)
         before = {oid: row[READ_VERSION] for oid, row in prepared.detail.current.items()}
         stage = self.stage
-        return commit_result(version, stage.mode, stage.txn_id, self.parts, versions, before)
+        return commit_result(
+            version, stage.mode, stage.txn_id, self.parts, prepared.versions, before
+        )
 
 
 def _made_while_staging(part: StagedPartition, current: Mapping[str, Any]) -> int | None:

@@ -1,4 +1,4 @@
-"""The publish kernel: what every publish path (the claim protocol of :mod:`.claim`, the
+"""The publish kernel: what every publish path (the claim protocol of :mod:`.commit`, the
 direct write of :mod:`.direct`, the table operations of :mod:`~.runner`) does alike.
 
 * **Leaf fan-out.** A publish is a set of :class:`LeafWork`, one per touched leaf, each a
@@ -11,20 +11,20 @@ direct write of :mod:`.direct`, the table operations of :mod:`~.runner`) does al
   does not exist is replaced whole) and one :class:`LeafGuard` asked before any roll-back
   (G2): :class:`HeldClaim` for the claim protocol, :class:`StillPublished` for the others.
   G4 (the staged files still exist) is :func:`check_works_files`.
-* **Requirements.** What the one ``__manifest`` swap of a publish needs of the rows it
-  read (pyiceberg's ``TableRequirement``): :data:`Requirement`, checked by
-  :func:`requirements_unmet`; each path decides what an unmet one means (wait, hand over,
-  fail for good). The swap's compare-and-swap makes sure none changed in between.
-* **Recovery.** A swap that reported a storage error may have committed:
-  :func:`published_after_all` is the one rule for telling (pyiceberg's
-  ``CommitStateUnknown``: when it cannot tell, the staged files are kept).
+* **Requirements and claims.** What a swap needs of the rows it read is a
+  :data:`~..format.swap.Requirement` (:func:`staged_requirements` for staged files);
+  :class:`ClaimWait` is the one wait for partitions other transactions hold.
+* **Failures.** :func:`leaf_failure` is the one rule for a failed leaf commit (a lost race,
+  or the attempt's error); :func:`published_after_all` the one rule for a swap that
+  reported a storage error (pyiceberg's ``CommitStateUnknown``: when it cannot tell, the
+  staged files are kept); :func:`best_effort` runs what follows a publish.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +34,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
 from airflow_provider_lance.namespace.errors import (
+    CommitConflict,
     InvalidArgumentError,
     LanceNamespaceError,
     OutcomeUnknown,
@@ -41,15 +42,19 @@ from airflow_provider_lance.namespace.errors import (
 )
 from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.leaf_version import committed_by
-from airflow_provider_lance.namespace.format.manifest import (
-    CLAIM,
-    OBJECT_ID,
-    READ_VERSION,
-    Manifest,
-)
+from airflow_provider_lance.namespace.format.manifest import CLAIM, READ_VERSION, Manifest
 from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.format.swap import (
+    NoLiveClaim,
+    ReadVersionIs,
+    Requirement,
+    RowExists,
+    Swap,
+    requirements_unmet,
+)
 from airflow_provider_lance.namespace.format.txn_row import TxnRecord
 from airflow_provider_lance.namespace.io.storage import Storage
+from airflow_provider_lance.namespace.retry import Outcome, Retry
 from airflow_provider_lance.namespace.write.leaf_commit import (
     StagedFiles,
     check_staged_files,
@@ -58,7 +63,7 @@ from airflow_provider_lance.namespace.write.leaf_commit import (
 )
 from airflow_provider_lance.namespace.write.staging import StagedPartition
 
-from .lifecycle import claim_is_live
+from .lifecycle import claim_owners, claims_timed_out, load_records
 from .store import TransactionStore
 
 log = logging.getLogger(__name__)
@@ -316,42 +321,7 @@ def commit_leaves(
     return out
 
 
-# -- requirements of the swap ----------------------------------------------------------------
-@dataclass(frozen=True)
-class RowExists:
-    """A partition staged into as existing still has a row (it was not dropped since)."""
-
-    object_id: str
-
-
-@dataclass(frozen=True)
-class ReadVersionIs:
-    """A partition replaced whole (overwrite, rewrite) still publishes the version it
-    replaces (no row: a new partition, met)."""
-
-    object_id: str
-    read_version: int | None
-
-
-@dataclass(frozen=True)
-class NoLiveClaim:
-    """No live transaction holds the partition, other than ``mine`` (``txn#k``)."""
-
-    object_id: str
-    mine: str | None = None
-
-
-@dataclass(frozen=True)
-class ClaimedBy:
-    """The partition's row is claimed by ``holder`` (``txn#k``)."""
-
-    object_id: str
-    holder: str
-
-
-Requirement = RowExists | ReadVersionIs | NoLiveClaim | ClaimedBy
-
-
+# -- what a swap requires ------------------------------------------------------------------
 def staged_requirements(
     parts: Mapping[str, StagedPartition], *, overwrite: bool
 ) -> list[Requirement]:
@@ -365,71 +335,103 @@ def staged_requirements(
     return out
 
 
-def requirements_unmet(
-    requirements: Iterable[Requirement],
-    rows: Mapping[str, Mapping[str, Any]],
-    holders: Mapping[str, TxnRecord] | None,
-) -> list[Requirement]:
-    """The requirements the ``rows`` read (by object id; absent: no row) do not meet.
-    ``holders``: the rows of the transactions holding claims among them (None: every
-    claim counts as live)."""
+class ClaimWait:
+    """The one wait for partitions other transactions hold: :meth:`live` finds the live
+    claims among rows read, :meth:`wait` ends the attempt (failpoint
+    ``{name}.claim_blocked``; ``abandon`` aborts anonymous holders past their lease, see
+    :func:`~.abort.abort_abandoned`), and :meth:`timed_out` is the error once the claim
+    timeout is spent, naming the holders the last attempt found."""
 
-    def met(req: Requirement) -> bool:
-        row = rows.get(req.object_id)
-        if isinstance(req, RowExists):
-            return row is not None
-        if isinstance(req, ReadVersionIs):
-            return row is None or row[READ_VERSION] == req.read_version
-        claim = None if row is None else row.get(CLAIM)
-        if isinstance(req, ClaimedBy):
-            return claim == req.holder
-        if not claim or claim == req.mine:
-            return True
-        return holders is not None and not claim_is_live(claim, holders)
+    def __init__(
+        self,
+        ctx: TransactionContext,
+        timeout: float,
+        abandon: Callable[[NamespaceState, Mapping[str, str], Mapping[str, TxnRecord]], None],
+        *,
+        name: str,
+        what: str = "",
+        after: str = "",
+    ) -> None:
+        self.ctx = ctx
+        self.timeout = timeout
+        self.name = name
+        self._abandon = abandon
+        self._what, self._after = what, after
+        self._last: tuple[dict[str, str], Mapping[str, TxnRecord]] = ({}, {})
 
-    return [r for r in requirements if not met(r)]
+    def live(
+        self,
+        state: NamespaceState,
+        rows: Mapping[str, Mapping[str, Any]],
+        mine: str | None = None,
+    ) -> tuple[dict[str, str], Mapping[str, TxnRecord]]:
+        """The partitions among ``rows`` a live transaction other than ``mine`` holds
+        (partition -> ``txn#k``), and the records of every holder found."""
+        if not any(r.get(CLAIM) for r in rows.values()):
+            return {}, {}
+        holders = load_records(state, claim_owners(rows.values()))
+        claims = [NoLiveClaim(oid, mine) for oid in rows]
+        unmet = requirements_unmet(claims, rows, holders)
+        return {r.object_id: rows[r.object_id][CLAIM] for r in unmet}, holders
+
+    def wait(
+        self, state: NamespaceState, live: dict[str, str], holders: Mapping[str, TxnRecord]
+    ) -> Retry:
+        """The attempt's end while ``live`` claims block it (CLAIMED), once anonymous
+        holders past their lease are aborted (the next attempt finds those claims dead)."""
+        failpoint(f"{self.name}.claim_blocked")
+        self._last = (live, holders)
+        self._abandon(state, live, holders)
+        return Retry(Outcome.CLAIMED)
+
+    def timed_out(self) -> LanceNamespaceError:
+        blocked, holders = self._last
+        return claims_timed_out(blocked, holders, self.timeout, what=self._what, after=self._after)
 
 
-# -- recovery --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Swap:
-    """THE compare-and-swap of one publish: rows upserted and ids deleted, against the
-    ``__manifest`` version ``base_version`` the rows were read at."""
-
-    base_version: int
-    upserts: Sequence[Mapping[str, Any]]
-    drops: Sequence[str] = ()
-
-    @property
-    def object_ids(self) -> list[str]:
-        return [*(r[OBJECT_ID] for r in self.upserts), *self.drops]
-
-
-def names_versions(versions: Mapping[str, int | None]) -> Callable[[Mapping[str, Any]], bool]:
-    """``mine`` for :func:`published_after_all`: a row naming one of these leaf versions
-    (made by this publish: no other writer publishes them)."""
-
-    def mine(row: Mapping[str, Any]) -> bool:
-        version = versions.get(row[OBJECT_ID])
-        return version is not None and row[READ_VERSION] == version
-
-    return mine
+# -- leaf failures and the outcome of a swap -------------------------------------------------
+def moved_on(ctx: TransactionContext, state: NamespaceState) -> bool:
+    """Whether the namespace moved on from ``state`` in a way that can remove what an
+    attempt on it reads: ``state``'s own version cleaned up, or a partition published
+    anew since (``maintain`` may then remove the version the attempt read)."""
+    try:
+        ctx.manifest.at(state.version)
+    except LanceNamespaceError:
+        return True
+    latest = ctx.load_state()
+    if latest.version == state.version:
+        return False
+    before = {p.object_id: p.read_version for p in state.partitions()}
+    now = {p.object_id: p.read_version for p in latest.partitions()}
+    return any(now.get(oid, -1) != version for oid, version in before.items())
 
 
-def published_after_all(
-    manifest: Manifest, swap: Swap, mine: Callable[[Mapping[str, Any]], bool], error: StorageError
-) -> int:
+def leaf_failure(ctx: TransactionContext, state: NamespaceState, error: Exception) -> bool:
+    """The one rule for a leaf commit that raised ``error``: True when the attempt lost a
+    race (a guard refused to roll back another writer's version, the leaf kept changing,
+    or what the attempt read was removed after the namespace moved on), False when
+    ``error`` is the attempt's failure."""
+    if isinstance(error, CommitConflict):
+        return True
+    return (
+        isinstance(error, LanceNamespaceError)
+        and not isinstance(error, InvalidArgumentError)
+        and moved_on(ctx, state)
+    )
+
+
+def published_after_all(manifest: Manifest, swap: Swap, error: StorageError) -> int:
     """The manifest version ``swap`` made although it reported ``error``: the first
-    version after its base holding a row that is ``mine`` (every version is looked at,
-    not only the latest: a writer may have published over it).
+    version after its base holding a row only it writes (:meth:`~.swap.Swap.made`; every
+    version is looked at, not only the latest: a writer may have published over it).
 
-    Every version read and none is ``mine``: ``error`` again (nothing was published; the
+    Every version read and none holds one: ``error`` again (nothing was published; the
     caller may delete what it staged). The versions cannot be read: :class:`OutcomeUnknown`
     (the staged files must be kept: they may be published)."""
     try:
         latest = manifest.latest().version
         for version in range(swap.base_version + 1, latest + 1):
-            if any(map(mine, manifest.at(version).rows_by_id(swap.object_ids).values())):
+            if any(map(swap.made, manifest.at(version).rows_by_id(swap.object_ids).values())):
                 log.warning("the publish reported %s but was committed (v%d)", error, version)
                 return version
     except LanceNamespaceError as exc:
@@ -439,3 +441,12 @@ def published_after_all(
             "writing it again"
         ) from error
     raise error
+
+
+def best_effort(what: str, call: Callable[[], object]) -> None:
+    """Run ``call`` after a publish: its failure is logged, never raised (the publish
+    happened; reporting it failed would make its caller write it again)."""
+    try:
+        call()
+    except Exception as exc:
+        log.warning("%s failed after the publish (the publish stands): %s", what, exc)

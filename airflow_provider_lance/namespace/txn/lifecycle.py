@@ -20,19 +20,22 @@ States and what each means on disk (``k`` = incarnation, ``X#k`` = its tag)::
     MERGED      its stages belong to a combined transaction (``merged_into``) whose fate
                 is its own
 
-Transitions (each a single compare-and-swap):
+Transitions (each a :class:`~..format.swap.TxnMove` of one ``__manifest`` commit,
+checked by :meth:`~..format.manifest.Manifest.commit` against the state machine's
+:data:`~..format.swap.TRANSITIONS`):
 
     STAGED     -> STAGED      record: a stager bumps the epoch after writing its stage file
     STAGED     -> COMMITTING  seal: the plan, the claims, new partition rows (and each
                               source of a combined transaction -> MERGED) in one commit
     COMMITTING -> COMMITTING  steal: a retry takes over from a dead or stale committer
     COMMITTING -> PUBLISHED   publish, conditional on the committer's own token
-    STAGED | COMMITTING -> ABORTED  mark_aborted (claims released in the same commit)
+    STAGED | COMMITTING -> ABORTED  abort (claims released in the same commit)
     ABORTED    -> STAGED      implicitly, when ``begin`` writes the next incarnation's header
 
 A write no other process knows (``ns.write()`` without a ``txn_id``) has no row and no
 states: it publishes its partition rows directly, in one swap conditional on each being
-unclaimed and unchanged (:func:`publish_direct`, see :mod:`.direct`).
+unclaimed and unchanged (see :mod:`.direct`). A table operation with a ``txn_id`` writes
+its row PUBLISHED in its one swap (:func:`operation_published`).
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ from airflow_provider_lance.namespace.format.manifest import (
     Manifest,
 )
 from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.format.swap import Swap, TxnMove
 from airflow_provider_lance.namespace.format.txn_row import (
     TxnRecord,
     TxnState,
+    claim_is_live,
     parse_incarnation_tag,
     row_id,
 )
@@ -77,23 +82,6 @@ def record_and_rows(
 def all_records(state: NamespaceState) -> list[TxnRecord]:
     """Every stored transaction row as of ``state``."""
     return [TxnRecord.from_row(r) for r in state.view.txn_rows()]
-
-
-def claim_is_live(claim: str, records: Mapping[str, TxnRecord]) -> bool:
-    """Whether a claim is held by a transaction that may still publish.
-
-    A claim ``X#k`` is live only while X's row is COMMITTING in incarnation k; one held by
-    an aborted, merged, published, newer or missing incarnation is dead and anyone may
-    take it over (Percolator's rule for a secondary lock whose primary rolled back).
-    """
-    txn_id, incarnation = parse_incarnation_tag(claim)
-    record = records.get(txn_id)
-    return (
-        record is not None
-        and record.state.holds_claims
-        and record.incarnation == incarnation
-        and incarnation > 0
-    )
 
 
 def claim_owners(rows: Iterable[Mapping[str, Any]]) -> set[str]:
@@ -166,18 +154,6 @@ def claims_timed_out(
     )
 
 
-def swap(
-    manifest: Manifest,
-    state: NamespaceState,
-    records: Iterable[TxnRecord],
-    rows: Iterable[Mapping[str, Any]] = (),
-) -> int:
-    """THE transition primitive: transaction rows and partition rows in one
-    compare-and-swap against ``state.version``; :class:`CommitConflict` if any changed."""
-    table = state.rows_table([*(r.to_row() for r in records), *rows])
-    return manifest.compare_and_swap(table, state.version)
-
-
 def released(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The published ones of claimed partition rows, their claim cleared. Rows of partitions
     that were being created (never published) keep their dead claim: invisible, and dropped
@@ -190,130 +166,59 @@ def drop_pending(
 ) -> None:
     """Delete never-published partition rows, only if unchanged since ``state`` (a new
     committer may have taken the dead claim over meanwhile: then they stay)."""
-    if rows:
-        manifest.compare_and_swap(
-            state.rows_table([dict(r) for r in rows]),
-            state.version,
-            delete=True,
-        )
+    manifest.commit(Swap(state.view, drops=[str(r[OBJECT_ID]) for r in rows]))
 
 
-# -- the transitions -----------------------------------------------------------------------
-class TransitionRefused(Exception):
-    """A transition's precondition does not hold in the state read (``record`` says why);
-    the caller decides what that means (e.g. a stager whose transaction was sealed)."""
-
-    def __init__(self, record: TxnRecord) -> None:
-        super().__init__(f"transaction {record.incarnation_tag} is {record.state.value}")
-        self.record = record
-
-
-def _expect(record: TxnRecord, *states: TxnState) -> None:
-    if record.state not in states:
-        raise TransitionRefused(record)
-
-
-def _merged(sources: Iterable[TxnRecord], into: TxnRecord, plan: str | None) -> list[TxnRecord]:
-    """STAGED sources -> MERGED into ``into`` (a combined transaction's seal takes them)."""
-    out = []
-    for source in sources:
-        _expect(source, TxnState.STAGED)
-        out.append(source.moved(TxnState.MERGED, merged_into=into.incarnation_tag, plan=plan))
-    return out
-
-
-def bump(manifest: Manifest, state: NamespaceState, record: TxnRecord) -> TxnRecord:
+# -- the transitions: each a TxnMove, applied by Manifest.commit ----------------------------
+def bumped(record: TxnRecord) -> TxnMove:
     """STAGED -> STAGED: order a recorded stage before any later seal."""
-    _expect(record, TxnState.STAGED)
-    moved = record.moved(TxnState.STAGED, epoch=record.epoch + 1)
-    swap(manifest, state, [moved])
-    return moved
+    return TxnMove(record, record.moved(TxnState.STAGED, epoch=record.epoch + 1))
 
 
-def seal(
-    manifest: Manifest,
-    state: NamespaceState,
-    record: TxnRecord,
-    *,
-    token: str,
-    plan: str | None,
-    claims: Iterable[Mapping[str, Any]],
-    sources: Iterable[TxnRecord] = (),
-) -> tuple[TxnRecord, int]:
-    """STAGED -> COMMITTING with the plan, the claims and (combined) sources -> MERGED;
-    returns the moved record and the manifest version the swap made."""
-    _expect(record, TxnState.STAGED)
+def sealed(
+    record: TxnRecord, *, token: str, plan: str | None, sources: Iterable[TxnRecord] = ()
+) -> list[TxnMove]:
+    """STAGED -> COMMITTING with the plan (combined: each source STAGED -> MERGED)."""
     moved = record.moved(TxnState.COMMITTING, owner=token, plan=plan)
-    version = swap(manifest, state, [moved, *_merged(sources, record, plan)], claims)
-    return moved, version
+    return [TxnMove(record, moved), *merged(sources, record, plan)]
 
 
-def steal(manifest: Manifest, state: NamespaceState, record: TxnRecord, token: str) -> TxnRecord:
+def merged(sources: Iterable[TxnRecord], into: TxnRecord, plan: str | None) -> list[TxnMove]:
+    """STAGED sources -> MERGED into ``into`` (a combined transaction's seal takes them)."""
+    return [
+        TxnMove(s, s.moved(TxnState.MERGED, merged_into=into.incarnation_tag, plan=plan))
+        for s in sources
+    ]
+
+
+def stolen(record: TxnRecord, token: str) -> TxnMove:
     """COMMITTING -> COMMITTING under a new owner: the old one can no longer publish."""
-    _expect(record, TxnState.COMMITTING)
-    moved = record.moved(TxnState.COMMITTING, owner=token)
-    swap(manifest, state, [moved])
-    return moved
+    return TxnMove(record, record.moved(TxnState.COMMITTING, owner=token))
 
 
-def publish_claimed(
-    manifest: Manifest,
-    state: NamespaceState,
-    record: TxnRecord,
-    token: str,
-    rows: Iterable[Mapping[str, Any]],
-) -> int:
-    """COMMITTING (owned by ``token``) -> PUBLISHED with the new read_versions; returns the
-    manifest version: the linearisation point of the transaction."""
-    _expect(record, TxnState.COMMITTING)
-    if record.owner != token:
-        raise TransitionRefused(record)
-    return swap(manifest, state, [record.moved(TxnState.PUBLISHED, owner=None)], rows)
+def published(record: TxnRecord, token: str | None) -> TxnMove:
+    """COMMITTING (owned by ``token``) -> PUBLISHED, or STAGED -> PUBLISHED for a
+    transaction that staged nothing (``token`` None): the linearisation point."""
+    return TxnMove(record, record.moved(TxnState.PUBLISHED, owner=None), owner=token)
 
 
-def publish_direct(
-    manifest: Manifest, state: NamespaceState, rows: Sequence[Mapping[str, Any]]
-) -> int:
-    """Partition rows with their new read_versions (and the rows of new partitions), with
-    no transaction row: one swap against ``state``, failing if any of them changed since
-    (a concurrent publish, a claim, an insert of the same partition). Only for rows that
-    were unclaimed at ``state``; returns the manifest version: the write's linearisation
-    point."""
-    if any(r.get(CLAIM) for r in rows):
-        raise ValueError("a direct publish never writes claims")
-    return swap(manifest, state, [], rows)
+def operation_published(record: TxnRecord) -> TxnMove:
+    """A table operation's row, sealed and published in its one swap (``record``: its
+    incarnation, PUBLISHED; any earlier incarnation's row was ABORTED)."""
+    return TxnMove(None, record)
 
 
-def publish_empty(
-    manifest: Manifest, state: NamespaceState, record: TxnRecord, sources: Iterable[TxnRecord]
-) -> int:
-    """STAGED -> PUBLISHED for a transaction that staged nothing (its sources MERGED)."""
-    _expect(record, TxnState.STAGED)
-    merged = _merged(sources, record, None)
-    return swap(manifest, state, [record.moved(TxnState.PUBLISHED), *merged])
-
-
-def mark_aborted(
-    manifest: Manifest,
-    state: NamespaceState,
-    record: TxnRecord,
-    reason: str,
-    claimed: Iterable[Mapping[str, Any]],
-    sources: Iterable[TxnRecord] = (),
-) -> TxnRecord:
-    """STAGED | COMMITTING -> ABORTED; releases the claims of published partitions in the
-    same commit (rows of partitions it was creating keep their now dead claim: invisible,
-    and taken over or dropped later). Sources merged into it are aborted with it."""
-    _expect(record, TxnState.STAGED, TxnState.COMMITTING)
-    keep = released(claimed)
-    moved = record.moved(TxnState.ABORTED, owner=None, error=reason)
-    dead = [
-        s.moved(TxnState.ABORTED, error=f"{reason} (merged into {record.incarnation_tag})")
+def aborted(record: TxnRecord, reason: str, sources: Iterable[TxnRecord] = ()) -> list[TxnMove]:
+    """STAGED | COMMITTING -> ABORTED; sources merged into it are aborted with it."""
+    moves = [TxnMove(record, record.moved(TxnState.ABORTED, owner=None, error=reason))]
+    moves += [
+        TxnMove(
+            s, s.moved(TxnState.ABORTED, error=f"{reason} (merged into {record.incarnation_tag})")
+        )
         for s in sources
         if s.state is TxnState.MERGED and s.merged_into == record.incarnation_tag
     ]
-    swap(manifest, state, [moved, *dead], keep)
-    return moved
+    return moves
 
 
 def collect_finished(
@@ -326,9 +231,8 @@ def collect_finished(
 
     Their records go first (``forget(txn_id)``): a header without a row reads as a staged
     transaction, which ``recover`` or an operator would abort, deleting the files of a
-    published one. (A writer killed after its publish never deleted them; a Spark
-    driver's anonymous transaction keeps them.) Killed in between, the row stays. A
-    ``state`` older than the latest finds fewer, or its drop conflicts and skips.
+    published one. Killed in between, the row stays. A ``state`` older than the latest
+    finds fewer, or its drop conflicts and skips.
     """
     done = [r for r in all_records(state) if r.anonymous and r.state.is_terminal]
     if not done:
@@ -336,7 +240,7 @@ def collect_finished(
     for record in done:
         forget(record.txn_id)
     try:
-        drop_pending(manifest, state, [dict(r.to_row(), **{CLAIM: None}) for r in done])
+        manifest.commit(Swap(state.view, drops=[row_id(r.txn_id) for r in done]))
     except CommitConflict:
         return 0
     return len(done)

@@ -53,6 +53,7 @@ from airflow_provider_lance.namespace.format.manifest import (
     row,
 )
 from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.format.swap import Swap
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def fence_spec(manifest: Manifest, state: NamespaceState, spec_version: int) -> 
     marker = row(fence_id(spec_version), NAMESPACE, metadata=_payload(fenced_at=time.time()))
     failpoint("spec.before_fence")
     try:
-        manifest.compare_and_swap(state.rows_table([marker, *intents]), state.version)
+        manifest.commit(Swap(state.view, [marker, *intents]))
     except CommitConflict as exc:
         log.info("fencing partition spec v%d lost a race: %s", spec_version, exc)
         return False

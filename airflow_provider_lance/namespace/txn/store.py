@@ -10,8 +10,9 @@ mistaken for the new one's. Per incarnation:
 * ``plan-<plan_id>.json``: what a commit publishes, fixed when the commit sealed the
   transaction (the stages it includes and their merged partitions);
 * ``result.json``: the published :class:`CommitResult`, a cache written after the publish;
-* ``outcome-<token>.json``: the result of a table operation (delete, merge, ...), written
-  before its publish and completed after it; its transaction row names the token.
+  ``outcome-<token>.json``: the result of a table operation (delete, merge, ...), written
+  before its publish and completed after it; its transaction row names the token (a
+  result cannot be rebuilt without a plan). Both through :meth:`TransactionStore.save_result`.
 
 None of these files decides anything: the state of a transaction lives in its
 ``__manifest`` row (see ``lifecycle``), the one place every transition is a
@@ -21,6 +22,8 @@ compare-and-swap. Files are written whole in one PUT through Lance's object-stor
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -36,6 +39,8 @@ HEADER = "txn.json"
 RESULT = "result.json"
 #: Record files written at once (object-store PUTs are latency bound).
 IO_THREADS = 16
+#: Publishes of anonymous transactions a handle remembers (see ``may_have_published``).
+PUBLISHES_KEPT = 10_000
 
 
 def check_txn_id(txn_id: str) -> str:
@@ -54,6 +59,30 @@ class TransactionStore:
         self.storage = storage
         #: Headers are written once per incarnation and never change: keep those seen.
         self._headers: dict[tuple[str, int], TransactionHeader] = {}
+        #: Anonymous incarnations (``txn#k``) this handle sent a publishing swap of that
+        #: did not lose (see :meth:`may_have_published`); bounded, oldest forgotten first.
+        self._publishing: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- publishes of anonymous transactions -------------------------------------------
+    def sending_publish(self, tag: str) -> None:
+        """A publishing swap of anonymous incarnation ``tag`` is about to be sent."""
+        with self._lock:
+            self._publishing[tag] = None
+            while len(self._publishing) > PUBLISHES_KEPT:
+                self._publishing.popitem(last=False)
+
+    def publish_lost(self, tag: str) -> None:
+        """That swap lost (it committed nothing)."""
+        with self._lock:
+            self._publishing.pop(tag, None)
+
+    def may_have_published(self, tag: str) -> bool:
+        """Whether this handle sent a publish of anonymous ``tag`` that may have committed.
+        The records of finished anonymous transactions are collected, published or
+        aborted alike: once they are gone, only this tells "aborted" (write again) from
+        "maybe published" (read the data first)."""
+        return tag in self._publishing
 
     def _maybe(self, path: str) -> Any | None:
         try:
@@ -179,20 +208,20 @@ class TransactionStore:
             )
         return raw
 
-    def save_result(self, txn_id: str, incarnation: int, result: Any) -> None:
-        self.storage.put_json(f"{self.directory(txn_id, incarnation)}/{RESULT}", result)
+    def save_result(
+        self, txn_id: str, incarnation: int, result: Any, *, token: str | None = None
+    ) -> None:
+        """Write the result of a published transaction: a commit's (``result.json``, a
+        cache rebuilt from its plan when missing), or with ``token`` a table operation's
+        (``outcome-<token>.json``, written before the swap whose row names the token)."""
+        self.storage.put_json(self._result_path(txn_id, incarnation, token), result)
 
-    def result(self, txn_id: str, incarnation: int) -> Any | None:
-        return self._maybe(f"{self.directory(txn_id, incarnation)}/{RESULT}")
+    def result(self, txn_id: str, incarnation: int, token: str | None = None) -> Any | None:
+        return self._maybe(self._result_path(txn_id, incarnation, token))
 
-    def save_outcome(self, txn_id: str, incarnation: int, token: str, outcome: Any) -> None:
-        self.storage.put_json(self._outcome_path(txn_id, incarnation, token), outcome)
-
-    def outcome(self, txn_id: str, incarnation: int, token: str) -> Any | None:
-        return self._maybe(self._outcome_path(txn_id, incarnation, token))
-
-    def _outcome_path(self, txn_id: str, incarnation: int, token: str) -> str:
-        return f"{self.directory(txn_id, incarnation)}/outcome-{check_txn_id(token)}.json"
+    def _result_path(self, txn_id: str, incarnation: int, token: str | None) -> str:
+        name = RESULT if token is None else f"outcome-{check_txn_id(token)}.json"
+        return f"{self.directory(txn_id, incarnation)}/{name}"
 
     # -- removal -----------------------------------------------------------------------
     def delete(self, txn_id: str, incarnation: int | None = None) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,12 +31,11 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_lance.namespace.errors import (
     CommitConflict,
     InvalidArgumentError,
-    LanceNamespaceError,
     TransactionAborted,
     TransactionClosed,
 )
 from airflow_provider_lance.namespace.failpoints import failpoint
-from airflow_provider_lance.namespace.format.manifest import CLAIM, READ_VERSION
+from airflow_provider_lance.namespace.format.swap import Swap, TransitionRefused
 from airflow_provider_lance.namespace.format.txn_row import (
     TransactionHeader,
     TxnRecord,
@@ -45,41 +43,26 @@ from airflow_provider_lance.namespace.format.txn_row import (
     parse_incarnation_tag,
 )
 from airflow_provider_lance.namespace.results import CommitResult
-from airflow_provider_lance.namespace.retry import Budget, Outcome, Spent, retry_until
+from airflow_provider_lance.namespace.retry import Budget, Outcome, retry_until
 from airflow_provider_lance.namespace.types import MODES, ArrowData, WriteMode
 from airflow_provider_lance.namespace.write.staging import FLUSH_BYTES, Stage, Stager, discard_stage
 
-from .claim import Committer, Plan, current_of, only, resolve, stage_digest, staged_source
+from .abort import staged_fragments
+from .commit import Committer
 from .kernel import CommitOptions, TransactionContext
-from .lifecycle import (
-    TransitionRefused,
-    abandoned,
-    all_records,
-    anonymous_lease,
-    bump,
-    claim_is_live,
-    claim_owners,
-    drop_pending,
-    load_records,
-    mark_aborted,
-    released,
-    swap,
-)
+from .lifecycle import all_records, bumped
+from .plan import Plan, stage_digest
+from .records import current, current_of, of_incarnation, only, resolve, staged_source
 from .store import TransactionStore, check_txn_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from airflow_provider_lance.namespace.format.state import NamespaceState
 
 log = logging.getLogger(__name__)
 
-#: Default lease: a transaction idle for longer is considered abandoned by ``recover``.
-DEFAULT_LEASE_SECONDS = 6 * 3600.0
-#: How long abort and record keep retrying compare-and-swaps lost to unrelated commits.
+#: How long recording stages keeps retrying compare-and-swaps lost to unrelated commits.
 SWAP_TIMEOUT = 120.0
-#: Swaps ``release_dead_claims`` may lose before it leaves the claims to a later recover.
-RELEASE_ATTEMPTS = 64
 
 __all__ = ["MODES", "Transaction", "TransactionInfo"]
 
@@ -101,20 +84,6 @@ class TransactionInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def current(ctx: TransactionContext, header: TransactionHeader) -> TxnRecord:
-    """The record of exactly this incarnation (ABORTED if a newer one replaced it)."""
-    return of_incarnation(header, resolve(ctx, ctx.load_state(), header.txn_id))
-
-
-def of_incarnation(header: TransactionHeader, record: TxnRecord | None) -> TxnRecord:
-    """``record`` (the current incarnation) as seen by ``header``'s incarnation."""
-    if record is None or record.incarnation < header.incarnation:
-        return TxnRecord.staged(header)
-    if record.incarnation > header.incarnation:
-        return TxnRecord(header.txn_id, header.incarnation, TxnState.ABORTED, error="superseded")
-    return record
 
 
 class Transaction:
@@ -214,7 +183,9 @@ class Transaction:
         for stage in stages:
             earlier = previous[stage.stage_id]
             if earlier is not None:  # no plan can include it any more: the seal is ordered
-                discard_stage(Stage.from_json(earlier), self._ctx.storage, keep=_fragments([stage]))
+                discard_stage(
+                    Stage.from_json(earlier), self._ctx.storage, keep=staged_fragments([stage])
+                )
 
     def _order_stages(self, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]) -> None:
         """Order recorded stages before any seal (the epoch bump), or learn the seal's plan."""
@@ -224,7 +195,7 @@ class Transaction:
             record = current(self._ctx, self.header)
             if record.state is TxnState.STAGED:
                 try:
-                    bump(self._ctx.manifest, state, record)
+                    self._ctx.manifest.commit(Swap(state.view, moves=[bumped(record)]))
                 except (CommitConflict, TransitionRefused):
                     return Outcome.LOST
                 return None
@@ -486,228 +457,6 @@ def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> Tra
     ctx.store.save(header)
     failpoint("combine.done")
     return header
-
-
-def abort(
-    ctx: TransactionContext, txn_id: str, reason: str = "aborted", *, own_write: bool = False
-) -> None:
-    """Undo an unpublished transaction; an error for a published one.
-
-    First the fence: one compare-and-swap moves its row to ABORTED and releases its claims;
-    if a commit published first, the swap fails and abort says so, deleting nothing. Only
-    after the fence are its staged files deleted: no published version can reference them.
-
-    ``own_write``: the caller is the anonymous transaction's own writer, whose commit
-    failed and returned; nobody else can seal it, so a transaction without a row needs
-    no fence. Anyone else (an operator, :func:`recover`) fences it like any other: its
-    writer may be waiting for a claim and seal it any moment.
-    """
-    #: The stage records of an anonymous transaction, read before the fence: once it is
-    #: aborted, ``collect_finished`` may delete them before the clean-up reads them.
-    known: dict[str, Stage] = {}
-
-    def attempt(_: int) -> TxnRecord | Outcome | None:
-        """The fenced record (None: nothing is left to clean up), or LOST."""
-        state = ctx.load_state()
-        record = resolve(ctx, state, check_txn_id(txn_id))
-        if record is None and own_write:  # aborted and collected meanwhile
-            # Stages it recorded after that are all that is left (never sealed, so never
-            # published): their files go too.
-            for raw in ctx.store.stages_of_every_incarnation(txn_id):
-                discard_stage(Stage.from_json(raw), ctx.storage)
-            log.info("transaction %s was aborted and its records removed meanwhile", txn_id)
-            return None
-        if record is None:
-            raise InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
-        if record.state is TxnState.PUBLISHED:
-            raise InvalidArgumentError(f"transaction {txn_id} is published; it cannot be aborted")
-        if record.state is TxnState.MERGED:
-            raise InvalidArgumentError(
-                f"transaction {txn_id} was merged into {record.merged_into}; abort that one"
-            )
-        if record.state is TxnState.ABORTED:
-            return record
-        header = ctx.store.load(txn_id, record.incarnation)
-        if own_write and not record.stored and header is not None and header.anonymous:
-            return record  # its own writer's commit failed: nobody else could seal it
-        source_ids = list(record.sources) or (header.sources if header else [])
-        sources = list(load_records(state, source_ids).values())
-        if record.anonymous:
-            k = record.incarnation
-            for stage_id, raw in ctx.store.stages(txn_id, k).items():
-                known[f"{txn_id}#{k}/{stage_id}"] = Stage.from_json(raw)
-        try:
-            failpoint("abort.before_fence")
-            record = mark_aborted(
-                ctx.manifest,
-                state,
-                record,
-                reason,
-                state.view.claimed_by(record.incarnation_tag),
-                sources,
-            )
-        except (CommitConflict, TransitionRefused):
-            return Outcome.LOST
-        log.info("transaction %s aborted: %s", record.incarnation_tag, reason)
-        return record
-
-    lost = Budget(
-        lambda: CommitConflict(
-            f"could not abort transaction {txn_id}: concurrent commits kept winning "
-            f"for {SWAP_TIMEOUT:.0f}s; nothing was aborted"
-        ),
-        seconds=SWAP_TIMEOUT,
-    )
-    record = retry_until(attempt, {Outcome.LOST: lost})
-    if record is None:
-        return
-    failpoint("abort.after_fence")
-    _clean_up(ctx, record, known)
-
-
-def abort_abandoned(
-    ctx: TransactionContext,
-    state: NamespaceState,
-    blocked: Mapping[str, str],
-    holders: Mapping[str, TxnRecord],
-) -> None:
-    """Abort the anonymous holders of ``blocked`` claims past their lease (see
-    :func:`.lifecycle.abandoned`): what a writer waiting for partitions does, lest a write
-    whose process died while committing hold them until someone runs ``recover`` (the
-    waiter's next attempt finds those claims dead)."""
-    for record in abandoned(state, blocked, holders):
-        log.warning(
-            "aborting %s, a write without a txn_id that has held its partitions for %.0fs "
-            "(its process died while committing?)",
-            record.incarnation_tag,
-            record.age,
-        )
-        try:
-            abort(ctx, record.txn_id, reason=f"abandoned: committing for {record.age:.0f}s")
-        except (InvalidArgumentError, CommitConflict) as exc:  # published meanwhile, a race
-            log.info("left %s alone: %s", record.incarnation_tag, exc)
-        except (LanceNamespaceError, OSError) as exc:
-            # Someone else's abort, not the waiter's write: its next attempt sees whether
-            # the fence happened (the claim is dead) or tries again; files a failed
-            # clean-up left go to the orphan sweep.
-            log.warning("could not abort %s: %s", record.incarnation_tag, exc)
-
-
-def _clean_up(
-    ctx: TransactionContext, record: TxnRecord, known: Mapping[str, Stage] | None = None
-) -> None:
-    """After the fence: delete what the aborted incarnation (and sources merged into it)
-    staged (``known``: stages read before the fence, whose records may be gone since),
-    and drop the never-published partition rows it was creating."""
-    state = ctx.load_state()
-    doomed = [(record.txn_id, record.incarnation)]
-    for source in load_records(state, record.sources).values():
-        if source.merged_into == record.incarnation_tag:
-            doomed.append((source.txn_id, source.incarnation))
-    fragments: dict[str, Stage] = dict(known or {})
-    for txn_id, k in doomed:
-        for stage_id, raw in ctx.store.stages(txn_id, k).items():
-            fragments[f"{txn_id}#{k}/{stage_id}"] = Stage.from_json(raw)
-    if record.plan is not None:
-        try:
-            plan = Plan.from_json(ctx.store.plan(record.txn_id, record.incarnation, record.plan))
-            fragments["plan"] = Stage("plan", "plan", plan.mode, plan.spec_version, plan.partitions)
-        except LanceNamespaceError as exc:  # a missing plan: nothing more to delete
-            log.debug("no plan to clean up for %s: %s", record.incarnation_tag, exc)
-    seen: set[str] = set()
-    for stage in fragments.values():
-        discard_stage(stage, ctx.storage, keep=frozenset(seen))
-        seen |= _fragments([stage])
-    for txn_id, k in doomed:
-        for stage_id in ctx.store.stages(txn_id, k):
-            ctx.store.delete_stage(txn_id, k, stage_id)
-    rows = [r for r in state.view.claimed_by(record.incarnation_tag) if r[READ_VERSION] is None]
-    if rows:
-        try:
-            drop_pending(ctx.manifest, state, rows)
-        except CommitConflict:
-            log.info(
-                "left %d dead partition rows of %s to recovery", len(rows), record.incarnation_tag
-            )
-
-
-def _fragments(stages: Iterable[Stage]) -> set[str]:
-    return {f for s in stages for p in s.partitions.values() for f in p.fragments}
-
-
-def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> list[str]:
-    """Abort every unpublished transaction idle for longer than ``lease_seconds`` (a write
-    without a txn_id committing: longer than its shorter lease, see
-    :data:`.lifecycle.ANONYMOUS_LEASE_SECONDS`) and release claims that aborted, merged,
-    published or missing transactions left behind."""
-    now = time.time()
-    state = ctx.load_state()
-    rows = {r.txn_id: r for r in all_records(state)}
-    idle: dict[str, float] = {}
-    for header in ctx.store.headers():
-        record = current_of(header.txn_id, rows.get(header.txn_id), only(header))
-        if record is None or record.state not in (TxnState.STAGED, TxnState.COMMITTING):
-            continue
-        stored = rows.get(header.txn_id)
-        since = (
-            stored.updated_at
-            if stored is not None and stored.incarnation == record.incarnation
-            else header.created_at
-        )
-        idle[header.txn_id] = now - since
-    for txn_id, record in rows.items():
-        if txn_id not in idle and record.state is TxnState.COMMITTING:
-            idle[txn_id] = record.age  # its records were deleted by hand: still fence it
-    aborted = []
-    for txn_id, seconds in sorted(idle.items()):
-        lease = lease_seconds
-        stored = rows.get(txn_id)
-        if stored is not None and stored.anonymous and stored.state is TxnState.COMMITTING:
-            # a write without a txn_id: nobody can finish it but its own process
-            lease = min(lease, anonymous_lease(state, stored.incarnation_tag))
-        if seconds <= lease:
-            continue
-        try:
-            abort(ctx, txn_id, reason=f"abandoned (idle {seconds:.0f}s > lease)")
-        except InvalidArgumentError as exc:  # published or merged meanwhile
-            log.info("recover left %s alone: %s", txn_id, exc)
-            continue
-        aborted.append(txn_id)
-    release_dead_claims(ctx)
-    return aborted
-
-
-def release_dead_claims(ctx: TransactionContext) -> int:
-    """Clear claims whose holder can no longer publish; returns how many were released
-    (0 too when concurrent commits kept winning: ``recover`` is best effort and a later
-    one releases them)."""
-
-    def attempt(_: int) -> int | Outcome:
-        state = ctx.load_state()
-        claimed = state.view.claimed_rows()
-        holders = load_records(state, claim_owners(claimed))
-        dead = [r for r in claimed if not claim_is_live(r[CLAIM], holders)]
-        if not dead:
-            return 0
-        keep = released(dead)
-        pending = [r for r in dead if r[READ_VERSION] is None]
-        try:
-            swap(ctx.manifest, state, [], keep)
-            drop_pending(ctx.manifest, state, pending)
-        except CommitConflict:
-            return Outcome.LOST
-        log.info("released %d claims of finished transactions", len(dead))
-        return len(dead)
-
-    try:
-        return retry_until(attempt, {Outcome.LOST: Budget(Spent, attempts=RELEASE_ATTEMPTS)})
-    except Spent:
-        log.warning(
-            "could not release dead claims: concurrent commits won %d times; recover() "
-            "again releases them",
-            RELEASE_ATTEMPTS,
-        )
-        return 0
 
 
 def info(store: TransactionStore, header: TransactionHeader, record: TxnRecord) -> TransactionInfo:

@@ -20,10 +20,11 @@ from airflow_provider_lance.namespace.errors import (
     aborted_meanwhile,
     stage_again,
 )
-from airflow_provider_lance.namespace.failpoints import FailpointError, failpoint
+from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.format.txn_row import TxnState, incarnation_tag
 from airflow_provider_lance.namespace.results import CommitResult
+from airflow_provider_lance.namespace.retry import Spent
 from airflow_provider_lance.namespace.types import ArrowData, WriteMode
 from airflow_provider_lance.namespace.write.staging import (
     Stage,
@@ -33,10 +34,9 @@ from airflow_provider_lance.namespace.write.staging import (
 )
 
 from . import transactions
-from .claim import refuse_if_maybe_published, resolve
+from .abort import abort_transaction
 from .direct import publish_stage
 from .kernel import CommitOptions, TransactionContext, state_with_claims
-from .publish_result import rebuilt_result
 from .transactions import Transaction
 
 log = logging.getLogger(__name__)
@@ -87,24 +87,19 @@ def write_direct(
     stage = stager.write(data)
     state = stager.state  # the latest when its first rows were routed
     try:
-        result = publish_stage(ctx, state, stage, owner=owner)
+        return publish_stage(ctx, state, stage, owner=owner)
     except StaleStage as exc:  # its files are discarded: a retry stages afresh
         raise stage_again(exc) from exc
-    if result is not None:
-        return result
+    except Spent:
+        log.info("committing %s through the claim protocol", owner)
     try:  # recorded for the claim protocol, which commits the files itself
         list_fragments(stage, ctx.storage)
-    except BaseException:
+    except (Exception, KeyboardInterrupt):
         discard_stage(stage, ctx.storage)
         raise
     txn = transactions.begin_transaction(ctx, mode, txn_id, anonymous=True)
     failpoint("direct.handing_over")
-    try:
-        result = commit_staged(ctx, txn, lambda: txn.record(stage), options)
-    except (LanceNamespaceError, OSError):
-        result = _published_anyway(ctx, txn, stage)
-        if result is None:
-            raise
+    result = commit_staged(ctx, txn, lambda: txn.record(stage), options)
     ctx.store.delete(txn_id)  # nobody can retry an id they never saw: keep no record
     return result
 
@@ -123,27 +118,6 @@ def _held_state(
     return held, lambda: None if latest.result() else state_with_claims(ctx)
 
 
-def _published_anyway(
-    ctx: TransactionContext, txn: Transaction, stage: Stage
-) -> CommitResult | None:
-    """The result of a handed-over write whose commit failed after its publish (the
-    store failed mid-swap, or after it): the writer's own stage says what it holds.
-    None if it was not published. A write reported failed would be written again."""
-    try:
-        record = resolve(ctx, ctx.load_state(), txn.txn_id)
-        if record is not None and record.state is TxnState.PUBLISHED:
-            result = rebuilt_result(ctx.load_state, record, stage.mode, stage.partitions)
-            version = result.manifest_version
-            log.warning("the write was published (v%d) although its commit failed", version)
-            return result
-    except LanceNamespaceError as exc:  # cannot tell: the commit's own error stands
-        log.warning("could not tell whether %s was published: %s", txn.txn_id, exc)
-        return None
-    if record is None:
-        refuse_if_maybe_published(incarnation_tag(txn.txn_id, txn.header.incarnation))
-    return None
-
-
 def commit_staged(
     ctx: TransactionContext,
     txn: Transaction,
@@ -154,9 +128,8 @@ def commit_staged(
     try:
         stage()
         return transactions.commit(ctx, txn.txn_id, options)
-    except BaseException as exc:
-        if not isinstance(exc, FailpointError):
-            _abort_quietly(ctx, txn.txn_id, exc, forget=txn.header.anonymous)
+    except (Exception, KeyboardInterrupt) as exc:
+        _abort_quietly(ctx, txn.txn_id, exc, forget=txn.header.anonymous)
         if isinstance(exc, TransactionAborted):
             raise aborted_meanwhile(txn.txn_id, exc) from exc
         if isinstance(exc, StaleStage):  # aborted above: a retry begins and stages anew
@@ -169,7 +142,7 @@ def _abort_quietly(
 ) -> None:
     """Abort a failed write; an id nobody else knows leaves no record behind."""
     try:
-        transactions.abort(ctx, txn_id, f"write failed: {cause}", own_write=forget)
+        abort_transaction(ctx, txn_id, f"write failed: {cause}", own_write=forget)
         if forget:
             ctx.store.delete(txn_id)
     except LanceNamespaceError as exc:  # e.g. it was published after all

@@ -390,27 +390,28 @@ def commit_leaf(
         if ds is None:
             if exists and published is not None:
                 raise LanceNamespaceError(f"partition table {uri} (version {published}) is missing")
-            base, overwrite, expected = 0, True, mine
+            base, overwrite = 0, True
         else:
             base_v = base_version(ds, published)
             overwrite = replace or base_v is None or not exists
             latest = int(ds.version)
-            if latest != base_v and committed_by(ds, latest) == owner:
-                # An earlier attempt (or a concurrent one of ours) made it: reuse it only if
-                # it holds exactly the base plus our files.
-                expected = mine if overwrite else sorted(_content(ds, base_v or 0) + mine)
-                if _content(ds, latest) == expected:
+            if overwrite:  # replaces whatever is there: nothing to roll back
+                ours = latest != base_v and committed_by(ds, latest) == owner
+                if ours and _content(ds, latest) == mine:  # an earlier attempt's: reused
                     return latest
-            if base_v is not None and not overwrite:
+                base = latest
+            else:
+                assert base_v is not None
                 check_append_schema(storage, uri, base_v, staged_on, staged_schema)
-            if base_v is not None and not overwrite and latest != base_v:
-                if may_roll_back is not None and not may_roll_back(base_v):
-                    raise _moved(uri)
-                restored = _roll_back(storage, uri, ds, base_v)
-                if restored is None:
-                    return Outcome.AGAIN
-                latest = restored
-            base = latest
+                on = base_v
+
+                def expected() -> list[str]:
+                    return sorted(_content(ds, on) + mine)
+
+                settled = _settle(storage, uri, ds, on, owner, expected, may_roll_back)
+                if not isinstance(settled, _Base):
+                    return settled
+                base = settled.version
         if overwrite:
             check_replacement()
         operation: LanceOperation.BaseOperation = (
@@ -421,14 +422,7 @@ def commit_leaf(
         version = _commit_on(storage, uri, base, operation, properties)
         return Outcome.AGAIN if version is None else version
 
-    changing = Budget(
-        lambda: CommitConflict(
-            f"partition table {uri} kept changing under the commit (concurrent committers of "
-            "an aborted or taken-over transaction?); retry the commit"
-        ),
-        attempts=LEAF_ATTEMPTS,
-    )
-    return retry_until(attempt, {Outcome.AGAIN: changing})
+    return _until_committed(uri, attempt)
 
 
 def commit_change(
@@ -479,7 +473,6 @@ def commit_change(
     test_a_change_rebased_above_a_version_is_rolled_back_not_published).
     """
     properties = owner_properties(owner, operation_kind)
-    expected: list[str] | None = None
 
     def reusable() -> lance.LanceDataset | None:
         """``opened``, if the first commit may be made on it."""
@@ -490,25 +483,19 @@ def commit_change(
         return opened
 
     def commit_once(attempt: int) -> int | Outcome:
-        nonlocal expected
         try:
             reused = reusable() if attempt == 0 else None
             ds = storage.table(uri) if reused is None else reused
-            latest = int(ds.version)
-            on: lance.LanceDataset | None = ds  # committed on the handle: not opened again
-            if latest != base:
-                if expected is None:  # only needed to recognise a version of ours
-                    with storage.failures(f"read version {base} of", uri):
-                        expected = content_after(ds, base, operation)
-                if committed_by(ds, latest) == owner and _content(ds, latest) == expected:
-                    return latest
-                if may_roll_back is not None and not may_roll_back(base):
-                    raise _moved(uri)
-                restored = _roll_back(storage, uri, ds, base)
-                if restored is None:
-                    return Outcome.AGAIN
-                latest, on = restored, None
-            version = _commit_on(storage, uri, latest, operation, properties, on=on)
+
+            def expected() -> list[str]:
+                with storage.failures(f"read version {base} of", uri):
+                    return content_after(ds, base, operation)
+
+            settled = _settle(storage, uri, ds, base, owner, expected, may_roll_back)
+            if not isinstance(settled, _Base):
+                return settled
+            on = ds if settled.version == int(ds.version) else None
+            version = _commit_on(storage, uri, settled.version, operation, properties, on=on)
         except CommitConflict:
             raise
         except LanceNamespaceError as exc:  # base removed (published over, then cleaned)?
@@ -517,14 +504,53 @@ def commit_change(
             raise
         return Outcome.AGAIN if version is None else version
 
+    return _until_committed(uri, commit_once)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Base:
+    """The version a leaf commit is made on (the base, or the base restored above)."""
+
+    version: int
+
+
+def _settle(
+    storage: Storage,
+    uri: str,
+    ds: lance.LanceDataset,
+    base: int,
+    owner: str,
+    expected: Callable[[], list[str]],
+    may_roll_back: Callable[[int], bool] | None,
+) -> _Base | int | Outcome:
+    """What a leaf commit on ``base`` finds at the latest version of ``ds``: the version to
+    commit on (the base, or the base restored above versions nobody published), a latest
+    version ``owner`` made earlier that holds exactly ``expected()`` (reused: returned as
+    the committed version), or AGAIN (a commit landed on the restore: look again).
+    ``may_roll_back(base)`` False raises :class:`LeafMoved` instead of rolling back."""
+    latest = int(ds.version)
+    if latest == base:
+        return _Base(base)
+    if committed_by(ds, latest) == owner and _content(ds, latest) == expected():
+        return latest
+    if may_roll_back is not None and not may_roll_back(base):
+        raise _moved(uri)
+    restored = _roll_back(storage, uri, ds, base)
+    return Outcome.AGAIN if restored is None else _Base(restored)
+
+
+def _until_committed(uri: str, attempt: Callable[[int], int | Outcome]) -> int:
+    """``attempt`` until it commits (AGAIN: a concurrent commit or a restore intervened),
+    at most :data:`LEAF_ATTEMPTS` times."""
     changing = Budget(
         lambda: CommitConflict(
             f"partition table {uri} kept changing under the commit (concurrent writers of the "
-            "same partition?); nothing was published, try again"
+            "same partition, or committers of an aborted or taken-over transaction?); "
+            "nothing was published, try again"
         ),
         attempts=LEAF_ATTEMPTS,
     )
-    return retry_until(commit_once, {Outcome.AGAIN: changing})
+    return retry_until(attempt, {Outcome.AGAIN: changing})
 
 
 def _still_latest(storage: Storage, ds: lance.LanceDataset, base: int) -> bool:

@@ -29,6 +29,7 @@ from airflow_provider_lance.namespace.format.manifest import (
     manifest_schema,
     row,
 )
+from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.io.storage import Storage
 
 PUBLISHED, CREATING, CLAIMED, LATEST = (f"v1$a={i}$dataset" for i in range(1, 5))
@@ -96,7 +97,7 @@ def test_a_view_is_one_version(manifest: Manifest) -> None:
     moved = pa.Table.from_pylist(
         [row(PUBLISHED, TABLE, location="a1", read_version=4)], schema=manifest_schema([])
     )
-    manifest.compare_and_swap(moved, old.version)
+    manifest.commit(Swap(old, moved.to_pylist()))
     new = manifest.latest()
     assert not old.is_latest()
     assert new.version == old.version + 1
@@ -160,11 +161,11 @@ def test_a_swap_on_a_version_cleaned_up_since_it_was_read_is_a_conflict(
     moved = pa.Table.from_pylist(
         [row(PUBLISHED, TABLE, location="a1", read_version=4)], schema=manifest_schema([])
     )
-    other.compare_and_swap(moved, old.version)
+    other.commit(Swap(old, moved.to_pylist()))
     later = pa.Table.from_pylist(
         [row(CLAIMED, TABLE, location="a3", read_version=6)], schema=manifest_schema([])
     )
-    other.compare_and_swap(later, old.version + 1)
+    other.commit(Swap(other.at(old.version + 1), later.to_pylist()))
     if compacted:
         other.open().optimize.compact_files()
     _cleanup_all_but_latest(other)
@@ -172,5 +173,5 @@ def test_a_swap_on_a_version_cleaned_up_since_it_was_read_is_a_conflict(
         [row(PUBLISHED, TABLE, location="a1", read_version=9)], schema=manifest_schema([])
     )
     with pytest.raises(CommitConflict):
-        manifest.compare_and_swap(stale, old.version)
+        manifest.commit(Swap(old, stale.to_pylist()))
     assert manifest.latest().read_versions([PUBLISHED]) == {PUBLISHED: 4}

@@ -31,6 +31,7 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace.failpoints import FailpointError, hold
 from airflow_provider_lance.namespace.format.manifest import row as manifest_row
+from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.txn.spec_fence import INTENT_PREFIX, fence_id, new_intent_id
 from tests.namespace.txn.test_interleavings import (
     BY_PART,
@@ -115,7 +116,7 @@ def read_latest(ns: PartitionedNamespace, part: int) -> str:
     p = ns.partition({"part": part})
     row = state.full_rows([p.object_id]).to_pylist()[0]
     row["read_version"] = None
-    ns._manifest.compare_and_swap(state.rows_table([row]), state.version)
+    ns._manifest.commit(Swap(state.view, [row]))
     return p.location
 
 

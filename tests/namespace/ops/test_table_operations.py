@@ -25,6 +25,7 @@ from airflow_provider_lance.namespace import (
     PartitionField,
 )
 from airflow_provider_lance.namespace.failpoints import FailpointError
+from airflow_provider_lance.namespace.format.swap import Swap
 from tests.namespace.txn.test_interleavings import BY_PART, all_readable, claims, crashing, ids
 from tests.support import EVENTS_SCHEMA, TAGGED, by_id, events, tagged_rows, tree
 
@@ -314,11 +315,11 @@ def test_a_dead_claim_is_cleared_by_the_delete(ns, monkeypatch) -> None:
     with crashing(monkeypatch, "commit.after_claim"), pytest.raises(FailpointError):
         ns.commit("X")
     # X aborted by hand: its row is ABORTED, the claim on partition 1 dead but set
-    from airflow_provider_lance.namespace.txn.lifecycle import load_records, mark_aborted
+    from airflow_provider_lance.namespace.txn.lifecycle import aborted, load_records
 
     state = ns.state()
     record = load_records(state, ["X"])["X"]
-    mark_aborted(ns._manifest, state, record, "test", [])
+    ns._manifest.commit(Swap(state.view, moves=aborted(record, "test")))
     assert claims(ns) == ["X#1"]
     ns.delete("id = 0", claim_timeout=0.3)
     assert claims(ns) == []
@@ -555,7 +556,7 @@ def test_optimize_leaves_indexed_leaves_alone(appended) -> None:
     state = appended.state()
     row = state.full_rows([p.object_id]).to_pylist()[0]
     row["read_version"] = lance.dataset(p.location).version
-    appended._manifest.compare_and_swap(state.rows_table([row]), state.version)
+    appended._manifest.commit(Swap(state.view, [row]))
     result = appended.optimize()
     assert result.skipped == {p.object_id: "indexed"}
     assert sorted(c.values["part"] for c in result.rewritten) == [2, 3]
@@ -601,7 +602,7 @@ def test_operations_on_a_partition_published_as_read_the_latest(ns) -> None:
     p = ns.partition({"part": 2})
     row = state.full_rows([p.object_id]).to_pylist()[0]
     row["read_version"] = None
-    ns._manifest.compare_and_swap(state.rows_table([row]), state.version)
+    ns._manifest.commit(Swap(state.view, [row]))
     assert ns.partition({"part": 2}).read_version is None
     result = ns.delete("id IN (4, 8)")
     assert result.rows_removed == 2

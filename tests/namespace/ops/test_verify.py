@@ -18,6 +18,7 @@ import pytest
 from airflow_provider_lance import cli
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField, hash_array
 from airflow_provider_lance.namespace.failpoints import hold
+from airflow_provider_lance.namespace.format.swap import Swap
 from tests.namespace.txn.test_interleavings import Worker
 from tests.support import no_duplicates
 
@@ -65,7 +66,7 @@ def misplace(ns: PartitionedNamespace, initial: str, rows: pa.Table) -> str:
     target = next(p for p in state.partitions() if p.values == {"initial": initial, "bucket": 0})
     row = state.full_rows([target.object_id]).to_pylist()[0]
     row["read_version"] = None
-    ns._manifest.compare_and_swap(state.rows_table([row]), state.version)
+    ns._manifest.commit(Swap(state.view, [row]))
     leaf = lance.dataset(target.location)
     lance.write_dataset(rows.cast(leaf.schema), target.location, mode="append")
     return target.object_id

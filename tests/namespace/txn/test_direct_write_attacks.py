@@ -174,9 +174,9 @@ def test_a_direct_write_racing_the_abort_of_a_named_transaction(
 
     W must publish exactly once (its swap fails on X's seal/fence and retries, or its
     handed-off commit takes X's dead claims over), X nothing, and no claim may stay.
-    Relies on: the swap conditional on rows unchanged since S (``publish_direct``), the
-    claim check of every attempt, ``commit_leaf``'s rollback of versions above the
-    published one, and the fence before abort deletes X's files."""
+    Relies on: the swap conditional on rows unchanged since S (``Manifest.commit`` of the
+    write's ``Swap``), the claim check of every attempt, ``commit_leaf``'s rollback of
+    versions above the published one, and the fence before abort deletes X's files."""
     ns.begin("append", "X").stage(X_ROWS)
     with hold(w_point) as w_parked:
         writer = Worker(other(ns).write, W_ROWS)
@@ -1150,7 +1150,7 @@ def test_a_committer_taken_over_before_its_publish_waits_for_the_new_committer(n
     reads a row another committer owns: it must send no publish of its own (it could only
     fail, or, were the token not checked, publish over B) and wait for B's outcome, which
     it returns. Relies on ``ClaimPublish.swap`` checking the owner before the swap (and,
-    behind it, ``lifecycle.publish_claimed``)."""
+    behind it, the owner check of ``Manifest.commit``)."""
     ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     before = ns.partition({"part": 1}).read_version
     arrived: list[str] = []

@@ -84,7 +84,8 @@ ABORT_POINTS = ("abort.before_fence", "abort.after_fence")
 REACHED = {
     "seal": COMMIT_POINTS,
     "finish": ("commit.leaf_committed", "commit.before_publish", "commit.after_publish"),
-    "empty": ("commit.before_seal",),
+    # nothing staged: published at once (STAGED -> PUBLISHED) through the publish kernel
+    "empty": ("commit.before_seal", "commit.before_publish", "commit.after_publish"),
     "conflict": ("commit.before_seal",),
 }
 #: The state a commit crashed at a point leaves behind.
@@ -171,13 +172,14 @@ def direct_outcome(point: str | None, kind: str) -> tuple[bool, bool]:
     committed: ``=raise`` is a crash there (published, the caller never hears back);
     ``=error`` makes the swap's outcome unknown, and the write reads the manifest again,
     finds its versions published and returns success. ``direct.after_publish`` is after
-    the swap: a crash there leaves it published.
+    the swap: a crash there leaves it published, and an error there is logged (the write
+    returns its result: reported failed, it would be written again).
     """
     if point is None:
         return True, False
-    if point == "manifest.after_swap":
+    if point in ("manifest.after_swap", "direct.after_publish"):
         return True, kind == "raise"
-    return point == "direct.after_publish", True
+    return False, True
 
 
 def wait_reached(point: Hold, thread: threading.Thread) -> None:
@@ -395,6 +397,8 @@ class TransactionModel(RuleBasedStateMachine):
         except InvalidArgumentError as exc:  # (a separate clause: it is also a ValueError)
             error = exc
         note(f"commit({txn_id}) at {point}={kind}, expected {expected}: {error or 'ok'}")
+        # An error after the publish is logged: the commit returns its result.
+        after_publish_error = point == "commit.after_publish" and kind == "error"
         if expected == "invalid":
             assert type(error) is InvalidArgumentError, repr(error)
             return
@@ -406,9 +410,11 @@ class TransactionModel(RuleBasedStateMachine):
         if expected == "aborted":
             assert isinstance(error, TransactionAborted), repr(error)
             return
-        if point is not None and point in REACHED.get(expected, ()):
+        if point is not None and point in REACHED.get(expected, ()) and not after_publish_error:
             assert isinstance(error, crash_type(kind)), repr(error)
             state = CRASHED_STATE[point]
+            if expected == "empty" and state == "committing":  # an empty publish seals nothing
+                state = "staged"
             if state == "published":
                 self.publish(t)  # the publish happened: only the result was not returned
             else:
@@ -639,7 +645,7 @@ class TransactionModel(RuleBasedStateMachine):
         try:
             with failing(point, kind):
                 result = self.ns.write(data, mode, claim_timeout=CLAIM_TIMEOUT)
-        except Exception as exc:
+        except (Exception, FailpointError) as exc:
             error = exc
         left = sorted(self.listed() - listed)
         note(f"write({mode}, {rows}) [{path}] at {point}={kind}: {error or 'ok'}; left {left}")
@@ -1247,7 +1253,7 @@ def test_a_committer_whose_commit_another_finished_returns_the_result(
     steals and is paused before it reads its claims; commit(t0) steals from A and
     publishes; A resumes.
     """
-    from airflow_provider_lance.namespace.txn import claim as commit_module
+    from airflow_provider_lance.namespace.txn import commit as commit_module
 
     tagged.begin("append", "t0").stage(tagged_rows("a-n1", [0], 1, first_id=0))
     with failing("commit.before_publish", "raise"), pytest.raises(FailpointError):

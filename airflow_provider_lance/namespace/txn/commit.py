@@ -1,0 +1,686 @@
+"""Publishing a staged transaction (the claim protocol): one bounded loop of steps.
+
+Each attempt reads the transaction's row and takes the step its state calls for:
+
+* **STAGED: seal.** One ``__manifest`` swap moves the row STAGED -> COMMITTING with a
+  *plan* (the stages it includes, written to ``plan-<id>.json`` first), claims every
+  partition it touches (claim column = ``txn#incarnation``) and inserts the rows of
+  partitions it creates (invisible until published). A partition claimed by another live
+  transaction is waited for (CLAIMED, up to ``claim_timeout``); staged files that can
+  never be published fail with :class:`StaleStage` and seal nothing. A transaction that
+  staged nothing is published at once (STAGED -> PUBLISHED).
+* **COMMITTING, owned here: publish** (:class:`ClaimPublish` over
+  :func:`~.publish.publish_once`). Each leaf table gets one Lance commit holding exactly
+  its published version plus the staged files, tagged with the incarnation; then one swap,
+  allowed only while this committer's fence token owns the row, sets every
+  ``read_version``, releases the claims and moves the row to PUBLISHED.
+* **COMMITTING, owned by another: take over** (steal the fence token, then publish the
+  same plan), unless this committer owned it before: then another one took it over, and
+  this one waits for its outcome (TAKEN_OVER).
+* **PUBLISHED**: the result (recorded, or rebuilt from the plan); **ABORTED**: the error;
+  **MERGED**: the same steps for the combined transaction that took its stages.
+
+Every step that loses a race ends its attempt (LOST) and the next attempt reads the row
+again, under one set of budgets. Nothing here deletes files: only an abort does, after
+fencing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from lance.fragment import FragmentMetadata
+
+from airflow_provider_lance.namespace.errors import (
+    CommitConflict,
+    InvalidArgumentError,
+    LanceNamespaceError,
+    ManifestError,
+    OutcomeUnknown,
+    StaleStage,
+    TransactionAborted,
+)
+from airflow_provider_lance.namespace.failpoints import failpoint
+from airflow_provider_lance.namespace.format.manifest import CLAIM, OBJECT_ID, READ_VERSION
+from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.format.swap import ClaimedBy, Swap, requirements_unmet
+from airflow_provider_lance.namespace.format.txn_row import (
+    TransactionHeader,
+    TxnRecord,
+    TxnState,
+    incarnation_tag,
+    new_token,
+    parse_incarnation_tag,
+)
+from airflow_provider_lance.namespace.results import CommitResult
+from airflow_provider_lance.namespace.retry import Budget, Outcome, Retry, retry_until
+from airflow_provider_lance.namespace.write.leaf_commit import check_append_schema, schema_digest
+from airflow_provider_lance.namespace.write.staging import Stage
+
+from .abort import abort_abandoned
+from .kernel import (
+    ClaimWait,
+    CommitOptions,
+    HeldClaim,
+    TransactionContext,
+    best_effort,
+    check_works_files,
+    staged_requirements,
+    staged_work,
+)
+from .lifecycle import merged, published, record_and_rows, sealed, stolen
+from .plan import (
+    Plan,
+    check_staged_against,
+    common_leaf_schema,
+    merge_stages,
+    outdated_stages,
+    restage_remedy,
+    stage_digest,
+)
+from .publish import Prepared, publish_once
+from .publish_result import commit_result, empty_result, published_at, rebuilt_result
+from .records import current_of, resolve, staged_source, stored_header
+from .store import check_txn_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """What this committer's seal wrote: the sealed record and its plan, the state the
+    seal read, the claimed partition rows as its swap wrote them (by id) and the manifest
+    version it made. While ``__manifest`` is still at that version, the rows are current
+    and need not be read again."""
+
+    record: TxnRecord
+    plan: Plan
+    state: NamespaceState
+    claimed: Mapping[str, Mapping[str, Any]]
+    version: int
+
+
+class Background:
+    """One call run in its own thread (I/O that overlaps other work); :meth:`result` waits
+    and re-raises its error. A plain thread, not a pool: safe in forked Spark workers."""
+
+    def __init__(self, call: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                call()
+            except BaseException as exc:  # handed to result()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="lance-namespace-io", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+class Committer:
+    """Runs the claim protocol for one transaction (see the module docstring)."""
+
+    def __init__(self, ctx: TransactionContext, options: CommitOptions | None = None) -> None:
+        self.ctx = ctx
+        self.manifest = ctx.manifest
+        self.store = ctx.store
+        self.options = options or CommitOptions()
+        self.token = new_token()
+        #: The plan of the last seal attempt, reused while the stages are the same.
+        self._planned: Plan | None = None
+        self._saved_plans: set[str] = set()
+        self._claims = ClaimWait(
+            ctx, self.options.claim_timeout, abort_abandoned_in(ctx), name="commit"
+        )
+        #: The publish under way: the incarnation this committer sealed or took over.
+        self._publishing: ClaimPublish | None = None
+
+    # -- the loop ------------------------------------------------------------------------
+    def commit(self, txn_id: str) -> CommitResult:
+        """Publish ``txn_id`` (or finish or return an earlier commit of it), waiting for
+        partitions claimed by others up to ``claim_timeout`` and for lost races and a
+        committer that took over up to ``swap_timeout``: each spent bound is a retryable
+        CommitConflict that says what to do, never a loop without end."""
+        target = [check_txn_id(txn_id)]
+        known = self.store.newest_known(txn_id)
+
+        def attempt(n: int) -> CommitResult | Outcome:
+            if n == 0 and known is not None and not known.sources:
+                # This process began it: list its stages and read its row together with
+                # the partition rows (one scan); any surprise falls back to the general path.
+                done = self._seal(self.ctx.load_state(), None, header=known)
+                if done is not None:
+                    return done
+            return self._step(target, known)
+
+        seconds = self.options.swap_timeout
+        return retry_until(
+            attempt,
+            {
+                Outcome.CLAIMED: Budget(self._claims.timed_out, seconds=self.options.claim_timeout),
+                Outcome.LOST: Budget(lambda: self._lost(target[0]), seconds=seconds),
+                Outcome.TAKEN_OVER: Budget(
+                    lambda: CommitConflict(
+                        f"transaction {target[0]} is being committed by another process; "
+                        "its outcome is not known yet: commit it again later"
+                    ),
+                    seconds=seconds,
+                ),
+                Outcome.AGAIN: Budget(
+                    lambda: InvalidArgumentError(f"transaction {txn_id} merges without end"),
+                    attempts=64,
+                ),
+            },
+        )
+
+    def _lost(self, txn_id: str) -> CommitConflict:
+        seconds = self.options.swap_timeout
+        if self._publishing is None:
+            return CommitConflict(
+                f"could not seal transaction {txn_id} within {seconds:g}s (the swap "
+                "timeout): concurrent commits to its row or its partitions kept winning "
+                "(stages still being recorded into it, or another committer); nothing was "
+                "published: commit it again once they are done"
+            )
+        return CommitConflict(
+            f"could not publish transaction {txn_id} within {seconds:g}s of concurrent "
+            "commits; commit it again to finish it",
+            list(self._publishing.plan.partitions),
+        )
+
+    def _step(self, target: list[str], known: TransactionHeader | None) -> CommitResult | Outcome:
+        """One attempt: read the row of ``target[0]`` and take the step its state calls
+        for (a MERGED transaction replaces ``target[0]`` by its combined one)."""
+        state = self.ctx.load_state()
+        record = resolve(self.ctx, state, target[0])
+        if record is None:
+            raise self._gone(target[0], known)
+        if record.state is TxnState.PUBLISHED:
+            return self.result(record, state)
+        if record.state is TxnState.ABORTED:
+            raise TransactionAborted(
+                f"transaction {record.incarnation_tag} was aborted: {record.error}; begin "
+                "it again to start a new incarnation"
+            )
+        if record.state is TxnState.MERGED:
+            assert record.merged_into is not None
+            target[0] = parse_incarnation_tag(record.merged_into)[0]
+            return Outcome.AGAIN
+        if record.state is TxnState.COMMITTING:
+            return self._publish_or_take_over(state, record)
+        sealed_now = self._seal(state, record)
+        assert sealed_now is not None  # (None only without a record)
+        return sealed_now
+
+    def _gone(self, txn_id: str, known: TransactionHeader | None) -> LanceNamespaceError:
+        """No row and no header: never begun, or finished and its records collected
+        (published or aborted: see :meth:`~.store.TransactionStore.may_have_published`)."""
+        if known is None:
+            return InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
+        tag = incarnation_tag(known.txn_id, known.incarnation)
+        if self.store.may_have_published(tag):
+            return OutcomeUnknown(
+                f"transaction {tag}: a publish of it sent through this handle may have "
+                "committed, and its records were collected since; read the data to see "
+                "whether it was published before writing it again"
+            )
+        return TransactionAborted(f"transaction {tag} was aborted meanwhile (its records are gone)")
+
+    def _publish_or_take_over(
+        self, state: NamespaceState, record: TxnRecord
+    ) -> CommitResult | Outcome:
+        running = self._publishing
+        if running is not None and running.record.incarnation_tag == record.incarnation_tag:
+            if record.owner != self.token:  # another committer took it over
+                log.info("transaction %s was taken over; waiting", record.incarnation_tag)
+                return Outcome.TAKEN_OVER
+            return self._publish(running)
+        if record.plan is None and record.anonymous:  # not taken over: it may be live
+            raise InvalidArgumentError(
+                f"transaction {record.incarnation_tag} is an anonymous write committing "
+                "in its own process, or one whose process stopped while committing it "
+                "(such a write keeps no plan for anyone else to finish): nothing of it is "
+                "published yet; if its process is gone, abort it or let recover() "
+                "release it, then write again"
+            )
+        if record.plan is None:
+            raise ManifestError(
+                f"transaction {record.incarnation_tag} is committing without a plan"
+            )
+        try:
+            move = stolen(record, self.token)
+            self.manifest.commit(Swap(state.view, moves=[move]))
+        except CommitConflict:
+            return Outcome.LOST
+        log.info("transaction %s: taking over an unfinished commit", record.incarnation_tag)
+        self._publishing = ClaimPublish(self, move.after, self.load_plan(record), None)
+        return self._publish(self._publishing)
+
+    def _publish(self, publishing: ClaimPublish) -> CommitResult | Outcome:
+        got = publish_once(self.ctx, publishing, 0)
+        if isinstance(got, Outcome):  # (lost: its swap, if sent, committed nothing)
+            self.store.publish_lost(publishing.record.incarnation_tag)
+        return got
+
+    # -- the seal ----------------------------------------------------------------------
+    def _seal(
+        self,
+        state: NamespaceState,
+        record: TxnRecord | None,
+        *,
+        header: TransactionHeader | None = None,
+    ) -> CommitResult | Outcome | None:
+        """Seal and claim in one swap, then publish; an Outcome when the swap lost a race
+        or others hold partitions; None when the row was not as expected (only without
+        ``record``: look properly).
+
+        Without ``record`` (only ``header``, of a transaction without sources) the row is
+        read in the same scan as the partition rows, after the stages were listed: still
+        all at ``state``'s version, which is what orders the seal after every stager
+        whose epoch bump it does not conflict with.
+        """
+        if header is None:
+            assert record is not None
+            header = self.store.load(record.txn_id, record.incarnation)
+            if header is None:
+                raise InvalidArgumentError(f"transaction {record.incarnation_tag} has no record")
+        txn = TxnRecord.staged(header) if record is None else record
+        txn = replace(
+            txn, mode=header.mode, sources=tuple(header.sources), anonymous=header.anonymous
+        )
+        sources = [staged_source(self.ctx, state, source) for source in header.sources]
+        failpoint("commit.before_seal")
+        try:
+            plan = self._plan(state, header, txn, sources)
+        except CommitConflict:
+            if record is None:  # the row has not been read yet: it decides first
+                return None
+            raise
+        stored, current = record_and_rows(state, header.txn_id, plan.partitions)
+        if record is None:
+            found = current_of(header.txn_id, stored, stored_header(self.store, header.txn_id))
+            if found is None or (found.state, found.incarnation) != (
+                TxnState.STAGED,
+                header.incarnation,
+            ):
+                return None  # not the staged incarnation this process knows: look properly
+            if found.stored:
+                txn = replace(found, sources=txn.sources, anonymous=txn.anonymous)
+        if not plan.partitions:  # nothing staged: published at once, against this state
+            empty = Sealed(txn, plan, state, {}, state.version)
+            return self._publish(ClaimPublish(self, txn, plan, empty, sources=sources))
+        # The plan is for whoever else may need it: a committer taking over, a stager
+        # checking whether it got in (nobody else knows an anonymous transaction). It is
+        # written while the claims are worked out, and must be durable before the swap
+        # that names it.
+        plan_id = None if txn.anonymous else plan.plan_id
+        saving = None if plan_id is None else self._save_plan(txn, plan)
+        try:
+            claims = self._claimed_rows(state, txn, plan, current)
+            if saving is not None:
+                saving.result()
+            moves = sealed(txn, token=self.token, plan=plan_id, sources=sources)
+            try:
+                version = self.manifest.commit(Swap(state.view, claims, moves=moves))
+            except CommitConflict:
+                return Outcome.LOST
+        finally:
+            if saving is not None:
+                saving.join()
+        failpoint("commit.after_claim")
+        # Only this transaction changes rows it holds claims on: they stay as written.
+        claimed = {r[OBJECT_ID]: r for r in claims if r[OBJECT_ID] in plan.partitions}
+        sealed_at = Sealed(moves[0].after, plan, state, claimed, version)
+        self._publishing = ClaimPublish(self, sealed_at.record, plan, sealed_at)
+        return self._publish(self._publishing)
+
+    def _save_plan(self, record: TxnRecord, plan: Plan) -> Background | None:
+        """Write ``plan`` in the background, unless this committer wrote it already."""
+        if plan.plan_id in self._saved_plans:
+            return None
+
+        def save() -> None:
+            self.store.save_plan(record.txn_id, record.incarnation, plan.plan_id, plan.to_json())
+            self._saved_plans.add(plan.plan_id)
+
+        return Background(save)
+
+    def _plan(
+        self,
+        state: NamespaceState,
+        header: TransactionHeader,
+        record: TxnRecord,
+        sources: list[TxnRecord],
+    ) -> Plan:
+        """The stages recorded now (read after the state, so none recorded before a
+        stager's epoch bump is missed) and their merged partitions."""
+        refs: list[tuple[str, int, str, str]] = []
+        raws: list[Mapping[str, Any]] = []
+        for txn in (record, *sources):
+            for stage_id, raw in self.store.stages(txn.txn_id, txn.incarnation).items():
+                refs.append((txn.txn_id, txn.incarnation, stage_id, stage_digest(raw)))
+                raws.append(raw)
+        last = self._planned
+        if last is not None and last.stages == tuple(refs) and last.mode == header.mode:
+            return last  # the same stages as the last attempt: the same plan (and its file)
+        stages = [Stage.from_json(raw) for raw in raws]
+        try:
+            merged_parts = merge_stages(stages)
+        except StaleStage as exc:
+            raise outdated_stages(state, record.txn_id, stages, exc) from None
+        self._planned = Plan(
+            new_token()[:16],
+            header.mode,
+            header.spec_version,
+            tuple(refs),
+            merged_parts,
+            self._leaf_schema(state, record.txn_id, stages),
+        )
+        return self._planned
+
+    def _claimed_rows(
+        self,
+        state: NamespaceState,
+        record: TxnRecord,
+        plan: Plan,
+        current: Mapping[str, dict[str, Any]],
+    ) -> list[dict[str, Any]]:
+        """The claimed and created rows for the seal (``current``: the plan's partition rows
+        as of ``state``); :class:`~..retry.Retry` (CLAIMED) while other transactions hold
+        partitions, :class:`StaleStage` when the stages can never be published."""
+        tag, overwrite = record.incarnation_tag, plan.mode == "overwrite"
+        blocked, holders = self._claims.live(state, current, mine=tag)
+        unmet = requirements_unmet(
+            staged_requirements(plan.partitions, overwrite=overwrite), current, holders
+        )
+        check_staged_against(
+            plan.partitions,
+            unmet,
+            lambda stale: restage_remedy(record.txn_id, self._holding(plan, stale)),
+        )
+        if blocked:
+            raise self._claims.wait(state, blocked, holders)
+        rows = [dict(current[oid], **{CLAIM: tag}) for oid in plan.partitions if oid in current]
+        new = [p for oid, p in plan.partitions.items() if oid not in current]
+        if not overwrite:
+            self._check_append_schemas(plan, current)
+        if new:
+            rows += state.plan_partitions(
+                [tuple(p.values.values()) for p in new],
+                read_version=None,
+                claim=tag,
+                spec_version=plan.spec_version,
+            ).rows
+        return rows
+
+    @staticmethod
+    def _leaf_schema(
+        state: NamespaceState, txn_id: str, stages: Sequence[Stage]
+    ) -> pa.Schema | None:
+        """:func:`common_leaf_schema`, naming the stages written before a schema change
+        (another schema than the namespace's now) when they differ."""
+        try:
+            return common_leaf_schema(stages)
+        except StaleStage as exc:
+            now = schema_digest(state.schema.leaf_schema())
+            held: dict[str, list[str]] = {}
+            for stage in stages:
+                if stage.leaf_schema is not None and schema_digest(stage.leaf_schema) != now:
+                    held.setdefault(stage.txn_id, []).append(stage.stage_id)
+            raise StaleStage(exc.problem, (), restage_remedy(txn_id, held)) from None
+
+    def _holding(self, plan: Plan, partitions: Sequence[str]) -> dict[str, list[str]]:
+        """The stages of ``plan`` holding any of ``partitions``, by transaction (read
+        from their records: only to name them in an error)."""
+        wanted = set(partitions)
+        held: dict[str, list[str]] = {}
+        for txn_id, incarnation, stage_id, _ in plan.stages:
+            raw = self.store.stage(txn_id, incarnation, stage_id)
+            if raw is not None and wanted & {p["object_id"] for p in raw["partitions"]}:
+                held.setdefault(txn_id, []).append(stage_id)
+        return held
+
+    def _check_append_schemas(self, plan: Plan, current: Mapping[str, Mapping[str, Any]]) -> None:
+        """Before claiming: appended files only go onto a leaf version whose schema gives
+        their field ids the meaning they were staged with (the leaf may have been rewritten
+        under a new schema since: see :func:`~.leaf_commit.schema_digest`). Opens only leaves
+        published anew since they were staged."""
+        moved = [
+            (oid, row[READ_VERSION])
+            for oid, row in current.items()
+            if oid in plan.partitions
+            and not plan.partitions[oid].rewrite
+            and row[READ_VERSION] is not None
+            and row[READ_VERSION] != plan.partitions[oid].base_read_version
+        ]
+
+        def check(item: tuple[str, int]) -> None:
+            oid, published_version = item
+            part = plan.partitions[oid]
+            check_append_schema(
+                self.ctx.storage,
+                self.ctx.storage.uri(current[oid]["location"]),
+                published_version,
+                part.staged_on,
+                part.schema,
+            )
+
+        self.ctx.storage.map(check, moved)
+
+    # -- results -------------------------------------------------------------------------
+    def still_mine(self, record: TxnRecord) -> bool:
+        """Whether ``record``'s incarnation is still being committed (not finished by
+        another committer, not aborted)."""
+        now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
+        return (
+            now is not None and now.incarnation == record.incarnation and not now.state.is_terminal
+        )
+
+    def load_plan(self, record: TxnRecord) -> Plan:
+        assert record.plan is not None
+        return Plan.from_json(self.store.plan(record.txn_id, record.incarnation, record.plan))
+
+    def save_result(self, record: TxnRecord, result: CommitResult) -> None:
+        if not record.anonymous:  # else nobody can ask for it again
+            best_effort(
+                f"recording the result of {record.incarnation_tag}",
+                lambda: self.store.save_result(record.txn_id, record.incarnation, result.to_dict()),
+            )
+
+    def result(self, record: TxnRecord, state: NamespaceState) -> CommitResult:
+        """The result of a published transaction, equal to the one its publish returned:
+        recorded, or rebuilt from its plan and the manifest version where its row turned
+        PUBLISHED (after a crash right after the publish, or a record that does not read).
+        An anonymous transaction keeps neither: an InvalidArgumentError says so.
+
+        The record keeps partition values as text; they get back the types of the
+        partition columns of ``state`` (a state read after the publish: it knows every
+        field the plan's spec version has, which later spec versions keep)."""
+        raw = self.store.result(record.txn_id, record.incarnation)
+        if raw is not None:
+            types = {f.name: f.type for f in state.partition_columns}
+            try:
+                return CommitResult.from_dict(raw, types)
+            except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
+                log.warning(
+                    "the recorded result of %s does not read (%s): rebuilt",
+                    record.incarnation_tag,
+                    exc,
+                )
+        if record.anonymous and record.plan is None:  # no plan, no result kept: unknown
+            raise InvalidArgumentError(
+                f"anonymous transaction {record.incarnation_tag} was published already (in "
+                f"__manifest version {published_at(self.ctx.load_state, record)}); it keeps no "
+                "records, so its result is not kept: read the namespace for what it wrote"
+            )
+        plan = None if record.plan is None else self.load_plan(record)
+        mode = (record.mode or "append") if plan is None else plan.mode
+        parts = None if plan is None else plan.partitions
+        result = rebuilt_result(self.ctx.load_state, record, mode, parts)
+        self.save_result(record, result)
+        return result
+
+
+def abort_abandoned_in(
+    ctx: TransactionContext,
+) -> Callable[[NamespaceState, Mapping[str, str], Mapping[str, TxnRecord]], None]:
+    """:func:`~.abort.abort_abandoned` for the claim wait of ``ctx``."""
+    return lambda state, blocked, holders: abort_abandoned(ctx, state, blocked, holders)
+
+
+@dataclass
+class _Held:
+    """What the claim publish's swap is against: the transaction row as read right before
+    it, and each claimed partition's ``read_version`` before the swap (for "created")."""
+
+    record: TxnRecord
+    before: dict[str, int | None]
+
+
+class ClaimPublish:
+    """The claim protocol's publish as a :class:`~.publish.PublishStrategy`: the leaves
+    are committed once under the claims (:class:`~.kernel.HeldClaim`), and the swap moves
+    the row COMMITTING -> PUBLISHED under this committer's token and requires every
+    partition still claimed by it (nothing else changes those rows, so they are read only
+    right before the swap, after the leaf commits). With nothing staged, the swap is
+    STAGED -> PUBLISHED (sources MERGED) alone."""
+
+    name: str = "commit"
+    kind: str | None = None
+
+    def __init__(
+        self,
+        committer: Committer,
+        record: TxnRecord,
+        plan: Plan,
+        sealed_at: Sealed | None,
+        *,
+        sources: Sequence[TxnRecord] = (),
+    ) -> None:
+        self.committer = committer
+        self.ctx = committer.ctx
+        self.record = record
+        self.plan = plan
+        self.sealed = sealed_at
+        self.sources = list(sources)
+        #: The leaf work, built once: a later attempt commits nothing again.
+        self.prepared: Prepared[_Held | None] | None = None
+
+    def prepare(self, attempt: int) -> Prepared[_Held | None]:
+        """The leaf work, built (and its staged files checked) once: a later attempt
+        after a lost swap commits nothing again."""
+        if self.prepared is not None:  # committed already: the swap reads what it is against
+            return self.prepared
+        record, plan, storage = self.record, self.plan, self.ctx.storage
+        rows: Mapping[str, Mapping[str, Any]]
+        if self.sealed is not None:
+            state, rows = self.sealed.state, self.sealed.claimed
+        else:  # taken over (or nothing staged): the rows as they are now
+            state = self.ctx.load_state()
+            rows = {r[OBJECT_ID]: r for r in state.full_rows(list(plan.partitions)).to_pylist()}
+            self._check_claims(rows)
+        schema = plan.leaf_schema or state.schema.leaf_schema()
+        overwrite = plan.mode == "overwrite"
+        works = [
+            staged_work(storage, part, dict(rows[oid]), schema, replace=overwrite or part.rewrite)
+            for oid, part in plan.partitions.items()
+        ]
+        check_works_files(
+            storage,
+            works,
+            record.incarnation_tag,
+            record.anonymous,
+            lambda: self.committer.still_mine(record),
+        )
+        guard = HeldClaim(self.ctx.manifest, record.incarnation_tag)
+        self.prepared = Prepared(state, works, guard, record.incarnation_tag, None)
+        return self.prepared
+
+    def _check_claims(self, rows: Mapping[str, Mapping[str, Any]]) -> None:
+        """The claims are held: else the transaction was finished (or fenced) by another
+        committer meanwhile (TAKEN_OVER), or ``__manifest`` was rewritten by another tool."""
+        record = self.record
+        claims = [ClaimedBy(o, record.incarnation_tag) for o in self.plan.partitions]
+        if not requirements_unmet(claims, rows, None):
+            return
+        if not self.committer.still_mine(record):
+            raise Retry(Outcome.TAKEN_OVER)
+        raise ManifestError(
+            f"transaction {record.incarnation_tag} is committing but does not hold its claims "
+            "(was __manifest rewritten by another tool?)",
+        )
+
+    def swap(self, prepared: Prepared[_Held | None]) -> Swap:
+        """The partition rows with their new versions and claims released, and the row
+        PUBLISHED, against the latest state."""
+        record, plan, sealed_at = self.record, self.plan, self.sealed
+        if record.anonymous:
+            self.committer.store.sending_publish(record.incarnation_tag)
+        if not plan.partitions:  # nothing staged: STAGED -> PUBLISHED, sources MERGED
+            assert sealed_at is not None
+            prepared.detail = _Held(record, {})
+            moves = [published(record, None), *merged(self.sources, record, None)]
+            return Swap(sealed_at.state.view, moves=moves)
+        state = self.ctx.load_state()
+        now: TxnRecord | None
+        if sealed_at is not None and state.version == sealed_at.version:
+            now, rows = record, [dict(r) for r in sealed_at.claimed.values()]
+        else:
+            now, found = record_and_rows(state, record.txn_id, plan.partitions)
+            rows = list(found.values())
+        if now is None or now.incarnation != record.incarnation:
+            raise TransactionAborted(f"transaction {record.incarnation_tag} was aborted")
+        held = {r[OBJECT_ID]: dict(r) for r in rows}  # as read (the rows are changed below)
+        claims = [ClaimedBy(o, record.incarnation_tag) for o in plan.partitions]
+        if now.owner == self.committer.token and requirements_unmet(claims, held, None):
+            raise ManifestError(
+                f"transaction {record.incarnation_tag} lost its claim on "
+                f"{requirements_unmet(claims, held, None)[0].object_id}"
+            )
+        prepared.detail = _Held(now, {oid: r[READ_VERSION] for oid, r in held.items()})
+        for r in rows:
+            r[READ_VERSION] = prepared.versions[r[OBJECT_ID]]
+            r[CLAIM] = None
+        move = published(now, self.committer.token)
+        return Swap(state.view, rows, moves=[move], requires=claims, read=held)
+
+    def finish(self, prepared: Prepared[_Held | None], version: int | None) -> CommitResult:
+        held, record, plan = prepared.detail, self.record, self.plan
+        assert held is not None
+        assert version is not None
+        result = commit_result(
+            version, plan.mode, record.txn_id, plan.partitions, prepared.versions, held.before
+        )
+        if not plan.partitions:
+            result = empty_result(version, plan.mode, record.txn_id)
+        self.committer.save_result(record, result)
+        best_effort("deleting superseded copies", lambda: self._drop_superseded())
+        log.info(
+            "transaction %s published %d partitions (manifest v%d)",
+            record.incarnation_tag,
+            len(result.partitions),
+            version,
+        )
+        return result
+
+    def _drop_superseded(self) -> None:
+        """Delete the extra copies of published rows that rewriting stages made (see
+        :func:`~.plan.merge_stages`): published without them, nothing can reference them."""
+        storage = self.ctx.storage
+        for part in self.plan.partitions.values():
+            if part.superseded:
+                doomed = [FragmentMetadata.from_json(f) for f in part.superseded]
+                storage.delete_data_files(storage.uri(part.directory), doomed)

@@ -1,0 +1,230 @@
+"""What a commit publishes: the stages of a transaction merged into one :class:`Plan`, and
+the one rule for what staged files may be published onto (:func:`check_staged_against`).
+
+A plan is fixed when a commit seals the transaction (``plan-<id>.json`` of its
+incarnation), so a committer that takes over publishes exactly what the seal claimed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_lance.namespace.errors import StaleStage
+from airflow_provider_lance.namespace.format.manifest import OBJECT_ID, READ_VERSION
+from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.format.swap import ReadVersionIs, Requirement, RowExists
+from airflow_provider_lance.namespace.results import value_text
+from airflow_provider_lance.namespace.write.leaf_commit import schema_digest
+from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition
+
+
+def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, StagedPartition]:
+    """All partitions of all stages, their data files and row counts added up (the
+    stages are left as they are: a partition is copied only when a second one joins it).
+
+    Stages that saw one partition differently (staged on either side of a publish, a drop
+    or a re-creation of it) cannot be merged, now or later: :class:`StaleStage`."""
+    merged: dict[str, StagedPartition] = {}
+    first: dict[str, Stage] = {}  # the stage each merged partition came from first
+    copied: set[str] = set()
+    for stage in stages.values() if isinstance(stages, Mapping) else stages:
+        for oid, part in stage.partitions.items():
+            into = merged.get(oid)
+            if into is None:
+                merged[oid] = part
+                first[oid] = stage
+                continue
+            if (part.rewrite, part.base_read_version, part.existed, part.schema) != (
+                into.rewrite,
+                into.base_read_version,
+                into.existed,
+                into.schema,
+            ):
+                raise StaleStage(
+                    f"stages {stage_name(first[oid])} and {stage_name(stage)} saw partition "
+                    f"{partition_text(part)} differently ({seen_as(into)}, {seen_as(part)}): "
+                    "it was published, dropped or created between them (different versions "
+                    "of a partition)",
+                    [oid],
+                    "discard the stage staged before that change and stage its rows again, "
+                    "or abort the transaction and begin it again",
+                )
+            if oid not in copied:
+                copied.add(oid)
+                into = merged[oid] = replace(
+                    into,
+                    values=dict(into.values),
+                    listed=list(into.fragments),
+                    superseded=list(into.superseded),
+                )
+            # A second copy of the published rows (each rewriting stage made one) is never
+            # committed: the rows would be there twice.
+            into.superseded = [*into.superseded, *part.base_fragments]
+            into.fragments += [f for f in part.fragments if f not in part.base_fragments]
+            into.rows += part.rows
+    return merged
+
+
+def stage_name(stage: Stage) -> str:
+    return f"{stage.stage_id!r} of {stage.txn_id}"
+
+
+def partition_text(part: StagedPartition) -> str:
+    """A partition as users name it (``part=1, country=NULL``), not by its object id."""
+    texts = [f"{k}={'NULL' if v is None else value_text(v)}" for k, v in part.values.items()]
+    return ", ".join(texts) or part.object_id
+
+
+def seen_as(part: StagedPartition) -> str:
+    """What a stage saw of a partition, in words."""
+    if not part.existed:
+        return "as a new partition"
+    version = "its latest" if part.base_read_version is None else part.base_read_version
+    return f"{'rewriting' if part.rewrite else 'at'} leaf version {version}"
+
+
+def check_staged_against(
+    parts: Mapping[str, StagedPartition],
+    unmet: Sequence[Requirement],
+    remedy: Callable[[list[str]], str],
+) -> None:
+    """The one rule for what staged files may be published onto, for the claim
+    protocol's seal and the direct publish alike: ``unmet``, the
+    :func:`~.kernel.staged_requirements` the partitions' rows now do not meet (claimed
+    ones included; absent: no such partition).
+
+    * A partition the data was staged into as existing that has no row now was dropped
+      since. The commit fails rather than create it anew: the user dropped the partition
+      after these rows were routed into it, and bringing it back holding only them is a
+      decision the commit cannot make for them (a drop is deliberate: retention, a
+      removal request, a re-load); their files were written into the dropped leaf (on
+      its version, with its field ids), which belongs to the orphan sweep now. A
+      partition created again since (it has a row) takes the append as any other.
+    * A partition the stage replaces (overwrite, rewrite) must still be at the version
+      it replaces, else the rows published over it would be lost.
+
+    Neither heals by waiting or committing again, so this raises :class:`StaleStage` (not
+    retryable), with ``remedy(stale partition ids)``: how to stage again.
+    """
+    dropped = [parts[r.object_id] for r in unmet if isinstance(r, RowExists)]
+    moved = [parts[r.object_id] for r in unmet if isinstance(r, ReadVersionIs)]
+    if not dropped and not moved:
+        return
+    problems = []
+    if dropped:
+        named = "; ".join(partition_text(p) for p in dropped[:10])
+        problems.append(
+            f"staged partitions no longer exist: they were dropped after the data was staged "
+            f"into them ({named})"
+        )
+    if moved:
+        named = "; ".join(partition_text(p) for p in moved[:10])
+        problems.append(
+            f"it replaces partitions another writer published after it was staged ({named})"
+        )
+    stale = [p.object_id for p in (*dropped, *moved)]
+    raise StaleStage("; ".join(problems), stale, remedy(stale))
+
+
+def outdated_stages(
+    state: NamespaceState, txn_id: str, stages: Sequence[Stage], conflict: StaleStage
+) -> StaleStage:
+    """``conflict`` (stages that saw a partition differently) naming the stages to
+    discard: those that saw it otherwise than it is published at ``state`` (e.g. the
+    stage of an earlier task attempt, made before the partition was dropped, when the
+    retry staged under a new stage id)."""
+    rows = {r[OBJECT_ID]: r for r in state.full_rows(conflict.partitions).to_pylist()}
+    held: dict[str, list[str]] = {}
+    for stage in stages:
+        for oid in conflict.partitions:
+            part, row = stage.partitions.get(oid), rows.get(oid)
+            if part is None:
+                continue
+            now = (row is not None, None if row is None else row[READ_VERSION])
+            if (part.existed, part.staged_on) != now:
+                held.setdefault(stage.txn_id, []).append(stage.stage_id)
+                break
+    return StaleStage(conflict.problem, conflict.partitions, restage_remedy(txn_id, held))
+
+
+def restage_remedy(txn_id: str, held: Mapping[str, Sequence[str]]) -> str:
+    """What to do about stale stages of ``txn_id``: ``held`` names them by transaction."""
+    calls = " and ".join(
+        f"ns.transaction({t!r}).discard({sorted(set(ids))!r})" for t, ids in sorted(held.items())
+    )
+    return (
+        f"nothing was published, and committing {txn_id} again cannot succeed: discard "
+        f"those stages ({calls or 'Transaction.discard'}) and stage their rows again "
+        "(staging again under the same stage id replaces a stage), or abort the "
+        f"transaction (ns.abort({txn_id!r})) and begin it again"
+    )
+
+
+def common_leaf_schema(stages: Sequence[Stage]) -> pa.Schema | None:
+    """The leaf schema every stage was written with (None: none recorded one);
+    :class:`StaleStage` if they differ: a schema change happened while staging, and the
+    stages written before it must be staged again."""
+    schemas = {schema_digest(s.leaf_schema): s.leaf_schema for s in stages if s.leaf_schema}
+    if len(schemas) > 1:
+        raise StaleStage(
+            "stages of one transaction were written under different namespace schemas (a "
+            "schema change happened while staging)",
+            (),
+            "stage again those written before the change, or abort the transaction",
+        )
+    return next(iter(schemas.values()), None)
+
+
+def stage_digest(raw: Mapping[str, Any]) -> str:
+    """Identifies one recorded content of a stage (a re-recorded stage has another)."""
+    text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a sealed transaction publishes, fixed at the seal: the stages it includes (by
+    transaction, incarnation, stage id and content digest) and their merged partitions."""
+
+    plan_id: str
+    mode: str
+    spec_version: int
+    stages: tuple[tuple[str, int, str, str], ...]
+    partitions: dict[str, StagedPartition]
+    #: The leaf schema the stages were written with (see :attr:`Stage.leaf_schema`).
+    leaf_schema: pa.Schema | None = None
+
+    def included(self, txn_id: str, incarnation: int, stage_id: str) -> str | None:
+        """The digest of the stage content this plan includes, or None."""
+        for t, k, s, digest in self.stages:
+            if (t, k, s) == (txn_id, incarnation, stage_id):
+                return digest
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        merged = Stage(
+            "plan", self.plan_id, self.mode, self.spec_version, self.partitions, self.leaf_schema
+        )
+        return {
+            "plan_id": self.plan_id,
+            "stages": [list(s) for s in self.stages],
+            "merged": merged.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Plan:
+        merged = Stage.from_json(raw["merged"])
+        return cls(
+            raw["plan_id"],
+            merged.mode,
+            merged.spec_version,
+            tuple((str(t), int(k), str(s), str(d)) for t, k, s, d in raw["stages"]),
+            merged.partitions,
+            merged.leaf_schema,
+        )
