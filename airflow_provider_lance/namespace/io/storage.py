@@ -210,11 +210,13 @@ def permanent_failure(exc: BaseException) -> StorageAccessError | None:
 
 
 def _permanent(exc: BaseException, uri: str) -> str | None:
-    """What to fix when the store's answer cannot change (None when it may): a scheme no
-    object store serves, a path through a plain file, denied access (file permissions, a
-    read-only file system, credentials the store refuses), a bucket that does not exist,
-    an option the store cannot parse."""
+    """What to fix when the store's answer cannot change (None when it may): a path that
+    is not UTF-8, a scheme no object store serves, a path through a plain file, denied
+    access (file permissions, a read-only file system, credentials the store refuses), a
+    bucket that does not exist, an option the store cannot parse."""
     text = str(exc)
+    if isinstance(exc, UnicodeError):  # a path from bytes that are not UTF-8
+        return "the path is not UTF-8 text; object stores and Lance take UTF-8 paths only"
     if _UNKNOWN_SCHEME.search(text):
         scheme = uri.split("://", 1)[0] if "://" in uri else "that"
         return (

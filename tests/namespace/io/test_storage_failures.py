@@ -105,3 +105,16 @@ def test_a_bucket_that_does_not_exist_is_a_permanent_error() -> None:
             with pytest.raises(StorageAccessError, match="the bucket does not exist") as err:
                 action()
             assert cli.exit_code(err.value) == 2
+
+
+def test_a_path_that_is_not_utf8_is_a_permanent_error(tmp_path: Path) -> None:
+    """A path from bytes that are not UTF-8 (``os.fsdecode`` keeps them as surrogates): no
+    store takes it, so no retry can help (it was a retryable StorageError)."""
+    path = os.fsdecode(os.fsencode(tmp_path) + b"/events\xff")
+    for action in (
+        lambda: PartitionedNamespace.open(path),
+        lambda: PartitionedNamespace.create(path, SCHEMA, BY_DAY),
+    ):
+        with pytest.raises(StorageAccessError, match="the path is not UTF-8 text") as err:
+            action()
+        assert cli.exit_code(err.value) == 2
