@@ -329,7 +329,11 @@ def _columns(text: Sequence[str] | None) -> list[str] | None:
     if not text:
         return None
     names = [n.strip() for item in text for n in item.split(",") if n.strip()]
-    return names or None
+    if not names:  # (an empty shell variable): not every column by surprise
+        raise InvalidArgumentError(
+            f"--columns {' '.join(map(repr, text))} names no column; leave it out for every one"
+        )
+    return names
 
 
 # -- history, transactions, tags, recover, repair, verify ------------------------------------

@@ -81,6 +81,10 @@ def as_of(text: str) -> AsOf:
     offset: UTC; ``Z`` accepted) or else a tag name; the core resolves it and says when
     that state does not exist."""
     text = text.strip()
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "is empty: give a __manifest version, an ISO 8601 date or time, or a tag name"
+        )
     if text.isdigit():
         return int(text)
     try:

@@ -194,6 +194,8 @@ def test_ctrl_c_ends_the_command_without_a_traceback(
             ["maintain", "{uri}", "--sweep-orphans", "--orphan-min-age-hours", "inf"],
             "'inf' is not a number of at least 0",
         ),
+        (["head", "{uri}", "--columns", ""], "--columns '' names no column"),
+        (["describe", "{uri}", "--as-of", " "], "argument --as-of: is empty: give a __manifest"),
         (["--json", "demo", "{path}-demo"], "demo prints a walkthrough for people, not JSON"),
         (["demo", "s3://bucket/demo"], "the demo makes a local directory, not one on s3://"),
     ],
@@ -202,7 +204,9 @@ def test_bad_numbers_and_flags_are_refused_before_anything_runs(
     daily_ns: PartitionedNamespace, argv: list[str], says: str
 ) -> None:
     """A negative lease aborted every transaction (running ones too); NaN hours ended in a
-    ValueError traceback; ``--json demo`` printed text a script could not parse."""
+    ValueError traceback; an empty ``--columns`` read every column, an empty ``--as-of``
+    looked for a tag named ''; ``--json demo`` printed text a script could not parse; a
+    demo on ``file:///x`` made a directory named ``file:``."""
     version = daily_ns.version
     path = daily_ns.uri.removeprefix("file://")
     done = lance_partitioned(*[a.format(uri=daily_ns.uri, path=path) for a in argv])
@@ -281,3 +285,9 @@ def test_every_command_prints_json_lines_with_json(
         assert out.strip() or argv[0] == "transactions", argv  # none: no lines
         for line in out.splitlines():
             json.loads(line)  # every line is a JSON document
+
+
+def test_the_demo_takes_a_file_uri_as_its_path() -> None:
+    """``demo file:///x/events`` made a directory named ``file:`` in the working directory."""
+    args = cli.build_parser().parse_args(["demo", "file:///tmp/demo%20events"])
+    assert args.directory == Path("/tmp/demo events")
