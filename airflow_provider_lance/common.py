@@ -74,10 +74,13 @@ def lance_errors(action: str) -> Iterator[None]:
 
     The error class decides (:func:`~airflow_provider_lance.namespace.errors.is_retryable`):
     errors no retry can fix (bad input, an aborted or closed transaction, a malformed
-    connection) fail the task at once (:class:`AirflowFailException`, no retries burnt);
-    retryable ones (storage, commit conflicts) raise :class:`AirflowException`, so the
-    task's retries apply. The deep pylance/DataFusion stack is dropped. Other exceptions
-    pass through unchanged (Airflow retries them).
+    connection, a read-only or denied store) fail the task at once
+    (:class:`AirflowFailException`, no retries burnt); retryable ones (storage, commit
+    conflicts) raise :class:`AirflowException`, so the task's retries apply. The deep
+    pylance/DataFusion stack is dropped. A library's ``OSError`` that reached here is
+    classified as the core classifies storage failures (``permanent_failure``): a
+    permanent one fails the task at once. Other exceptions pass through unchanged
+    (Airflow retries them).
     """
     try:
         yield
@@ -86,6 +89,13 @@ def lance_errors(action: str) -> Iterator[None]:
         if is_retryable(exc):
             raise AirflowException(message) from None
         raise AirflowFailException(message) from None
+    except OSError as exc:
+        from airflow_provider_lance.namespace.io.storage import permanent_failure  # (pylance)
+
+        permanent = permanent_failure(exc)
+        if permanent is None:
+            raise
+        raise AirflowFailException(f"{action} failed: {describe_error(permanent)}") from None
 
 
 def values_list(values: Any) -> list[Mapping[str, Any]]:

@@ -4,7 +4,7 @@ Installed as lance-partitioned (the same as python -m airflow_provider_lance):
 
   lance-partitioned describe URI [--partitions N|all] [--as-of V|TIME|TAG]
   lance-partitioned head URI [-n 10] [--filter SQL] [--columns a,b] [--as-of ...]
-  lance-partitioned prune URI "event_date >= DATE '2025-12-01'" [--as-of ...]
+  lance-partitioned prune URI ["event_date >= DATE '2025-12-01'"] [--as-of ...]
   lance-partitioned history URI [--limit N] [--all] [--as-of ...]
   lance-partitioned transactions URI | recover URI [--lease-seconds S] | repair URI
   lance-partitioned verify URI [FILTER] [--fix | --as-of ...]
@@ -12,7 +12,7 @@ Installed as lance-partitioned (the same as python -m airflow_provider_lance):
   lance-partitioned tag delete URI NAME
   lance-partitioned delete URI "user_id = 42" [--txn-id ID]
   lance-partitioned drop-partitions URI "event_date < '2025-01-01'"
-  lance-partitioned merge URI updates.parquet --on id --on event_date [--delete-unmatched]
+  lance-partitioned merge URI updates.parquet|- --on id --on event_date [--delete-unmatched]
   lance-partitioned optimize URI [FILTER] [--target-rows-per-fragment N]
   lance-partitioned maintain URI [--older-than-hours H] [--sweep-orphans] [--dry-run]
   lance-partitioned demo [DIR] [--force]
@@ -24,15 +24,17 @@ flags win over the variable. --as-of takes a __manifest version, an ISO 8601 dat
 (UTC unless it has an offset) or a tag.
 
 Output: listings (describe, head, prune, history, transactions, tag list) print tables,
-"(none)" when empty; --json prints JSON lines instead (for prune, history, transactions and
-tag list exactly what they printed before tables became the default), describe --json one
-JSON document. Commands that change or check something print their result as one JSON
-document on stdout, progress on stderr.
+"(none)" when empty, NULL for a missing value and a string that could read as something
+else quoted ('NULL', '', ' a', 'a\tb'); --json prints JSON lines instead, values with
+their JSON types, describe --json one JSON document. Commands that change or check
+something print their result as one JSON document on stdout, progress on stderr.
 
 Exit codes (as the Spark write job's): 0 done, 1 a failure a retry may fix (storage
 unreachable, an unexpected error), 2 an error no retry can fix (not a namespace, bad filter,
-bad option, ...), 3 a conflict with a concurrent writer; verify exits 4 when rows lie
-outside the partition their values give (with --fix: when they still do after moving them).
+bad option, a read-only or denied store, ...), 3 a conflict with a concurrent writer; verify
+exits 4 when rows lie outside the partition their values give (with --fix: when they still
+do after moving them); 130 after Ctrl-C, 141 when stdout's reader went away (| head). An
+unexpected error prints one line; --debug (or LANCE_PARTITIONED_DEBUG=1) its traceback.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from airflow_provider_lance.namespace import (
     LanceNamespaceError,
 )
 from airflow_provider_lance.namespace.errors import is_retryable
+from airflow_provider_lance.namespace.io.storage import first_line, permanent_failure
 
 from . import commands, options
 from .demo import (
@@ -80,6 +83,14 @@ __all__ = [
 #: The console script ``pyproject.toml`` installs (``[project.scripts]``).
 PROG = "lance-partitioned"
 _MODULE_PROG = "python -m airflow_provider_lance"
+
+#: Set to 1 for the traceback of an unexpected error (as ``--debug`` does).
+DEBUG_ENV = "LANCE_PARTITIONED_DEBUG"
+#: The exit code of a command whose reader went away (``| head``): 128 + SIGPIPE, as a
+#: shell reports a tool that SIGPIPE ended.
+EXIT_BROKEN_PIPE = 141
+#: The exit code of a command stopped with Ctrl-C: 128 + SIGINT.
+EXIT_INTERRUPTED = 130
 
 _URI_HELP = "the namespace: a local path or an object store URI (s3://bucket/events, gs://...)"
 _FILTER_HELP = "an SQL filter, e.g. \"event_date >= DATE '2025-12-01' AND country = 'DE'\""
@@ -116,6 +127,12 @@ def _common_parents() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]
         action="store_true",
         default=argparse.SUPPRESS,
         help="print JSON for scripts instead of tables",
+    )
+    store.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=f"show the traceback of an unexpected error (or set {DEBUG_ENV}=1)",
     )
     reading = argparse.ArgumentParser(add_help=False)
     reading.add_argument(
@@ -154,6 +171,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         action="store_true",
         help="print JSON for scripts instead of tables",
     )
+    parser.add_argument(
+        "--debug",
+        dest="global_debug",
+        action="store_true",
+        help=f"show the traceback of an unexpected error (or set {DEBUG_ENV}=1)",
+    )
     store, reading = _common_parents()
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
@@ -174,8 +197,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     demo_p.add_argument(
         "directory",
         nargs="?",
-        default=".demo/events",
-        type=Path,
+        default=Path(".demo/events"),
+        type=options.local_directory,
         metavar="DIR",
         help="where to create the demo namespace (default %(default)s); must not exist, be "
         "empty, or be a directory an earlier demo made",
@@ -219,7 +242,9 @@ def _add_reading_commands(command: Callable[..., Any]) -> None:
         help="only these columns, comma-separated (default: every column)",
     )
     prune_p = command("prune", "the partitions a filter needs", reads=True)
-    prune_p.add_argument("filter", metavar="FILTER", help=_FILTER_HELP)
+    prune_p.add_argument(
+        "filter", nargs="?", metavar="FILTER", help=f"{_FILTER_HELP} (default: every partition)"
+    )
     history_p = command("history", "what each __manifest version did, newest first", reads=True)
     history_p.add_argument("--limit", type=int, default=None, help="the newest N entries only")
     history_p.add_argument(
@@ -245,7 +270,7 @@ def _add_operator_commands(command: Callable[..., Any], sub: Any) -> None:
     recover_p = command("recover", "abort transactions idle for longer than a lease")
     recover_p.add_argument(
         "--lease-seconds",
-        type=float,
+        type=options.duration,
         default=6 * 3600.0,
         help="how long a transaction may be idle before it counts as abandoned "
         "(default %(default)s)",
@@ -281,7 +306,9 @@ def _add_table_operations(command: Callable[..., Any]) -> None:
     )
     drop_p.add_argument("--txn-id", help=_TXN_HELP)
     merge_p = command("merge", "upsert the rows of a Parquet file by key columns")
-    merge_p.add_argument("parquet", metavar="PARQUET", help="the rows to upsert (a local file)")
+    merge_p.add_argument(
+        "parquet", metavar="PARQUET", help="the rows to upsert: a local Parquet file, - for stdin"
+    )
     merge_p.add_argument("--on", action="append", required=True, help="a key column (repeat)")
     merge_p.add_argument(
         "--delete-unmatched",
@@ -305,7 +332,7 @@ def _add_table_operations(command: Callable[..., Any]) -> None:
     )
     maintain_p.add_argument(
         "--older-than-hours",
-        type=float,
+        type=options.duration,
         help="remove versions older than this, except tagged ones and what they read "
         "(default: keep every version)",
     )
@@ -316,7 +343,7 @@ def _add_table_operations(command: Callable[..., Any]) -> None:
     )
     maintain_p.add_argument(
         "--orphan-min-age-hours",
-        type=float,
+        type=options.duration,
         default=DEFAULT_MIN_AGE.total_seconds() / 3600,
         help="the sweep keeps unreferenced files younger than this (default %(default)s; "
         f"below {MIN_SAFE_ORPHAN_AGE.total_seconds() / 3600:g} hours it is refused unless "
@@ -362,18 +389,71 @@ def _prog() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code (see the module docstring). The console script's
-    entry point (``[project.scripts]``) and ``python -m airflow_provider_lance``'s."""
-    args = build_parser(_prog()).parse_args(argv)
+    entry point (``[project.scripts]``) and ``python -m airflow_provider_lance``'s.
+
+    No error ends in a traceback: a project error prints its message (``error: ...``);
+    anything else one line naming it and how to see its traceback (``--debug``); a reader
+    that went away (``| head``) ends the command quietly."""
+    parser = build_parser(_prog())
+    args = parser.parse_args(argv)
+    bad = options.not_utf8(sys.argv[1:] if argv is None else argv)
+    if bad is not None:
+        parser.error(bad)
+    if args.command == "demo" and args.global_json:
+        parser.error("demo prints a walkthrough for people, not JSON: run it without --json")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command in _LOGGED:
         logging.getLogger("airflow_provider_lance").setLevel(logging.INFO)
+    debug = bool(
+        args.global_debug or getattr(args, "debug", False) or os.environ.get(DEBUG_ENV, "")
+    )
     try:
         if args.command == "demo":
-            return run_demo(args.directory, args.force)
-        return _COMMANDS[args.command](args)
+            code = run_demo(args.directory, args.force)
+        else:
+            code = _COMMANDS[args.command](args)
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except LanceNamespaceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exit_code(exc)
+        return _failed(exc)
+    except Exception as exc:
+        if debug:
+            raise
+        escaped = permanent_failure(exc)
+        if escaped is not None:  # a storage failure no call translated
+            return _failed(escaped)
+        print(
+            f"error: unexpected {type(exc).__name__}: {first_line(exc)} (run again with "
+            f"--debug, or {DEBUG_ENV}=1, for the traceback; please report it)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _failed(exc: LanceNamespaceError) -> int:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
+    print(f"error: {exc}", file=sys.stderr)
+    return exit_code(exc)
+
+
+def _reader_gone() -> int:
+    """Python's documented way out when stdout's reader went away: point stdout at
+    /dev/null, so that nothing is written into the closed pipe at exit (which would print
+    a traceback)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def exit_code(exc: BaseException) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from airflow_provider_lance.namespace import (
     check_min_age,
     is_deprecated,
 )
+from airflow_provider_lance.namespace.format.state import version_ranges
 from airflow_provider_lance.namespace.worker import Storage, open_leaf
 
 from . import options, output
@@ -58,14 +58,12 @@ def _state(ns: PartitionedNamespace, args: argparse.Namespace) -> NamespaceState
     return ns.state(getattr(args, "as_of", None))
 
 
-def _old_json(obj: object) -> None:
-    """A result document as the commands have always printed it (``default=str``)."""
-    print(json.dumps(obj, ensure_ascii=False, default=str))
-
-
 def _sorted(partitions: Sequence[Partition]) -> list[Partition]:
-    """Partitions in the order every listing uses: by spec version, then values."""
-    return sorted(partitions, key=lambda p: (p.spec_version, json.dumps(p.to_dict()["values"])))
+    """Partitions in the order every listing uses: by spec version, then by their typed
+    values (``2`` before ``10``, dates by date), NULL last."""
+    return output.sorted_by(
+        partitions, lambda p: (p.spec_version, *output.sort_key(list(p.values.values())))
+    )
 
 
 # -- describe ---------------------------------------------------------------------------------
@@ -141,7 +139,12 @@ def describe(args: argparse.Namespace) -> int:
                 },
                 "totals": totals,
                 "partitions": [
-                    {**p.to_dict(), "rows": s.rows, "bytes": s.bytes, "fragments": s.fragments}
+                    {
+                        **output.with_values(p.to_dict(), p.values),
+                        "rows": s.rows,
+                        "bytes": s.bytes,
+                        "fragments": s.fragments,
+                    }
                     for p, s in listed
                 ],
             }
@@ -231,10 +234,10 @@ def _metadata(f: pa.Field) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}
 
 
-def _note(f: pa.Field) -> str:
+def _note(f: pa.Field) -> output.Shown:
     """A column's metadata besides its field id (e.g. ``lance:deprecated``), or empty."""
     rest = {k: v for k, v in _metadata(f).items() if k != "lance:field_id"}
-    return ", ".join(f"{k}={v}" for k, v in rest.items())
+    return output.Shown(", ".join(f"{output.cell(k)}={output.cell(v)}" for k, v in rest.items()))
 
 
 def _spec_field(field: Any) -> dict[str, Any]:
@@ -262,18 +265,18 @@ def partitions_limit(text: str) -> int:
 
 # -- prune, head --------------------------------------------------------------------------------
 def prune(args: argparse.Namespace) -> int:
-    """The partitions a filter needs (as of ``--as-of``)."""
+    """The partitions a filter needs (as of ``--as-of``); every partition without one."""
     ns = open_namespace(args)
-    partitions = ns.prune(args.filter, as_of=getattr(args, "as_of", None))
+    partitions = _sorted(ns.prune(args.filter, as_of=getattr(args, "as_of", None)))
     if as_json(args):
         for p in partitions:
-            print(json.dumps(p.to_dict(), ensure_ascii=False))
+            output.json_line(output.with_values(p.to_dict(), p.values))
         return 0
     output.table(
         ["spec", "read_version", "values", "directory"],
         [
             (f"v{p.spec_version}", p.read_version, output.values_text(p.values), p.directory)
-            for p in _sorted(partitions)
+            for p in partitions
         ],
         right=["read_version"],
     )
@@ -326,7 +329,11 @@ def _columns(text: Sequence[str] | None) -> list[str] | None:
     if not text:
         return None
     names = [n.strip() for item in text for n in item.split(",") if n.strip()]
-    return names or None
+    if not names:  # (an empty shell variable): not every column by surprise
+        raise InvalidArgumentError(
+            f"--columns {' '.join(map(repr, text))} names no column; leave it out for every one"
+        )
+    return names
 
 
 # -- history, transactions, tags, recover, repair, verify ------------------------------------
@@ -343,9 +350,12 @@ def history(args: argparse.Namespace) -> int:
         upto = ns.state(target).version
         entries = [e for e in ns.history(None, include_internal=args.all) if e.version <= upto]
         entries = entries[: args.limit] if args.limit is not None else entries
+    cleaned = _cleaned_up(ns)
     if as_json(args):
         for entry in entries:
-            print(json.dumps(entry.to_dict(), ensure_ascii=False))
+            output.result_json(entry)
+        if cleaned:
+            print(cleaned, file=sys.stderr)
         return 0
     output.table(
         ["version", "committed (UTC)", "operation", "mode", "txn_id", "partitions", "rows", "tags"],
@@ -358,13 +368,31 @@ def history(args: argparse.Namespace) -> int:
                 e.txn_id,
                 len(e.partitions),
                 e.rows,
-                ", ".join(e.tags),
+                output.Shown(", ".join(output.cell(t) for t in e.tags)),
             )
             for e in entries
         ],
         right=["version", "partitions", "rows"],
     )
+    if cleaned:
+        print(cleaned)
     return 0
+
+
+def _cleaned_up(ns: PartitionedNamespace) -> str | None:
+    """A note when ``maintain`` removed ``__manifest`` versions (their history went with
+    them), or None."""
+    retained = set(ns.state().view.retained_versions())
+    gone = [v for v in range(1, max(retained, default=0)) if v not in retained]
+    if not gone:
+        return None
+    kept = sorted(v for v in retained if v < max(gone))
+    tagged = f"; kept: tagged v{', v'.join(map(str, kept))}" if kept else ""
+    return (
+        f"(__manifest versions {version_ranges(gone)} and their history were removed by "
+        "maintain: it keeps the versions younger than its --older-than-hours and tagged "
+        f"ones{tagged})"
+    )
 
 
 def transactions(args: argparse.Namespace) -> int:
@@ -372,7 +400,7 @@ def transactions(args: argparse.Namespace) -> int:
     infos = open_namespace(args).transactions()
     if as_json(args):
         for info in infos:
-            print(json.dumps(info.to_dict()))
+            output.json_line(info.to_dict(), ensure_ascii=True)
         return 0
     output.table(
         [
@@ -404,6 +432,7 @@ def transactions(args: argparse.Namespace) -> int:
         ],
         right=["incarnation", "stages", "partitions", "rows"],
         width=80,
+        whole=["txn_id"],
     )
     return 0
 
@@ -424,12 +453,12 @@ def tag(args: argparse.Namespace) -> int:
     ns = open_namespace(args)
     if args.tag_command == "create":
         target = args.version if args.version is not None else args.at
-        print(json.dumps(ns.tag(args.name, target).to_dict()))
+        output.json_line(ns.tag(args.name, target).to_dict(), ensure_ascii=True)
     elif args.tag_command == "list":
         tags = ns.tags()
         if as_json(args):
             for info in tags:
-                print(json.dumps(info.to_dict()))
+                output.json_line(info.to_dict(), ensure_ascii=True)
             return 0
         output.table(
             ["name", "version", "created (UTC)"],
@@ -447,7 +476,7 @@ def tag(args: argparse.Namespace) -> int:
 
 def repair(args: argparse.Namespace) -> int:
     """Restore ``__manifest`` columns a foreign tool dropped."""
-    print(json.dumps(open_namespace(args).repair().__dict__))
+    output.json_line(open_namespace(args).repair().__dict__, ensure_ascii=True)
     return 0
 
 
@@ -461,7 +490,7 @@ def verify(args: argparse.Namespace) -> int:
         )
     ns = open_namespace(args)
     report = ns.verify(args.filter, as_of=target)
-    print(json.dumps(report.to_dict(), ensure_ascii=False))
+    output.json_line(report.to_dict())
     if report.ok:
         return 0
     print(
@@ -472,36 +501,51 @@ def verify(args: argparse.Namespace) -> int:
     )
     if not args.fix:
         return 4
-    _old_json(ns.relocate(args.filter).to_dict())
+    output.result_json(ns.relocate(args.filter))
     return 0 if ns.verify(args.filter).ok else 4
 
 
 # -- table operations -----------------------------------------------------------------------
 def delete(args: argparse.Namespace) -> int:
-    _old_json(open_namespace(args).delete(args.filter, txn_id=args.txn_id).to_dict())
+    output.result_json(open_namespace(args).delete(args.filter, txn_id=args.txn_id))
     return 0
 
 
 def drop_partitions(args: argparse.Namespace) -> int:
-    _old_json(open_namespace(args).drop_partitions(args.filter, txn_id=args.txn_id).to_dict())
+    output.result_json(open_namespace(args).drop_partitions(args.filter, txn_id=args.txn_id))
     return 0
 
 
 def merge(args: argparse.Namespace) -> int:
-    import pyarrow.parquet as pq
-
-    try:
-        data = pq.read_table(args.parquet)
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise InvalidArgumentError(f"cannot read the Parquet file {args.parquet}: {exc}") from exc
     result = open_namespace(args).merge(
-        data,
+        read_parquet(args.parquet),
         args.on,
         when_not_matched_by_source_delete=args.delete_unmatched,
         txn_id=args.txn_id,
     )
-    _old_json(result.to_dict())
+    output.result_json(result)
     return 0
+
+
+def read_parquet(path: str) -> pa.Table:
+    """The rows of the Parquet file at ``path`` (``-``: read from stdin)."""
+    import pyarrow.parquet as pq
+
+    name = "stdin" if path == "-" else path
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read()
+            if not raw:
+                raise InvalidArgumentError(
+                    "stdin is empty: pipe a Parquet file in (... | lance-partitioned merge URI "
+                    "- --on id), or give its path"
+                )
+            return pq.read_table(pa.BufferReader(raw))
+        return pq.read_table(path)
+    except FileNotFoundError:
+        raise InvalidArgumentError(f"there is no file {path}") from None
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InvalidArgumentError(f"cannot read {name} as Parquet: {exc}") from exc
 
 
 def optimize(args: argparse.Namespace) -> int:
@@ -509,7 +553,7 @@ def optimize(args: argparse.Namespace) -> int:
     result = ns.optimize(
         args.filter, target_rows_per_fragment=args.target_rows_per_fragment, txn_id=args.txn_id
     )
-    _old_json(result.to_dict())
+    output.result_json(result)
     return 0
 
 
@@ -531,5 +575,5 @@ def maintain(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         enforce_min_age=args.enforce_min_age,
     )
-    _old_json(report.to_dict())
+    output.result_json(report)
     return 0

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from airflow_provider_lance.namespace import (
     AsOf,
@@ -24,7 +27,16 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.spark.jobs import STORAGE_OPTIONS_ENV
 
-__all__ = ["STORAGE_OPTIONS_ENV", "as_of", "moment", "storage_option", "storage_options"]
+__all__ = [
+    "STORAGE_OPTIONS_ENV",
+    "as_of",
+    "duration",
+    "local_directory",
+    "moment",
+    "not_utf8",
+    "storage_option",
+    "storage_options",
+]
 
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
 
@@ -69,6 +81,10 @@ def as_of(text: str) -> AsOf:
     offset: UTC; ``Z`` accepted) or else a tag name; the core resolves it and says when
     that state does not exist."""
     text = text.strip()
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "is empty: give a __manifest version, an ISO 8601 date or time, or a tag name"
+        )
     if text.isdigit():
         return int(text)
     try:
@@ -92,3 +108,42 @@ def _iso(text: str) -> dt.datetime:
     if text[-1:] in ("Z", "z"):
         text = text[:-1] + "+00:00"
     return dt.datetime.fromisoformat(text)
+
+
+def duration(text: str) -> float:
+    """A number of hours or seconds (``--lease-seconds``, ``--older-than-hours``): finite
+    and not negative (a negative lease would abort every transaction, running ones too)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of at least 0")
+    return value
+
+
+def not_utf8(argv: Sequence[str]) -> str | None:
+    """What the first argument that is not UTF-8 text holds (the shell passed bytes that
+    Python could only keep as surrogates), for a message; None when all are text."""
+    for arg in argv:
+        for i, char in enumerate(arg):
+            if "\udc80" <= char <= "\udcff":
+                raw = arg.encode("utf-8", "surrogateescape")
+                return (
+                    f"the argument {raw!r} is not UTF-8 text (byte 0x{ord(char) - 0xDC00:02x} "
+                    f"at character {i}); give paths, filters and names in UTF-8"
+                )
+    return None
+
+
+def local_directory(text: str) -> Path:
+    """The demo's directory: a local path (a ``file://`` URI is taken as its path, not as a
+    directory named ``file:``)."""
+    if text.startswith("file://"):
+        return Path(unquote(urlsplit(text).path))
+    scheme = urlsplit(text).scheme
+    if len(scheme) > 1:  # (a Windows drive letter is not a scheme)
+        raise argparse.ArgumentTypeError(
+            f"the demo makes a local directory, not one on {scheme}:// ({text!r})"
+        )
+    return Path(text)

@@ -236,6 +236,16 @@ class LancePartitioned(DataSource):
         return Reader(scan, parallelism)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        if not self.options.get("path"):
+            # saveAsTable/insertInto: Spark constructs the source in a Python worker only
+            # when it plans the write (no earlier hook), and its own log prints the JVM
+            # stack of this refusal ("ERROR Utils: Aborting task"); the exception it raises
+            # carries this message whole, after one frame of traceback.
+            raise InvalidArgumentError(
+                f"{FORMAT} writes to a namespace URI, not a catalog table: use "
+                f'df.write.format("{FORMAT}").save(uri); saveAsTable and insertInto are '
+                "not supported"
+            )
         self.check_options(WRITE_OPTIONS, "write")
         job = WriteJob.begin(
             self.uri,

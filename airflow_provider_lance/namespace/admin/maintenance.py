@@ -26,6 +26,7 @@ from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.manifest import Manifest, ManifestView
 from airflow_provider_lance.namespace.format.manifest_compaction import compact_manifest
 from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.results import SkipReason
 from airflow_provider_lance.namespace.txn.spec_fence import stale_intents
 from airflow_provider_lance.namespace.txn.store import TransactionStore
@@ -113,18 +114,17 @@ def maintain(
         manifest.delete_rows(stale)
         report.merge_intents_removed = len(stale)
     if compact:
-        report.manifest_fragments_before, report.manifest_fragments_after = compact_manifest(
-            manifest
-        )
+        with manifest.storage.failures("compact", manifest.uri):
+            before, after = compact_manifest(manifest)
+        report.manifest_fragments_before, report.manifest_fragments_after = before, after
     if older_than is None:
         return report
     # Read ``state`` before the cleanup: its own version may be among those removed.
     claimed, partitions = state.view.claimed_ids(), state.partitions()
     at_state = state.view.published_leaves()
-    with manifest.storage.failures("clean up", manifest.uri):
-        stats = manifest.open().cleanup_old_versions(
-            older_than=older_than, error_if_tagged_old_versions=False
-        )
+    stats = manifest.storage.clean_up(
+        manifest.open(), older_than=older_than, error_if_tagged_old_versions=False
+    )
     report.manifest_versions_removed = int(stats.old_versions)
     latest = manifest.open()
     view = ManifestView(latest)
@@ -171,7 +171,9 @@ def maintain(
             if pinned:
                 report.leaves_kept_for_tags[object_id] = pinned
             if keep > 1:
-                report.leaf_versions_removed += _remove_below(leaf, keep, older_than, pinned)
+                report.leaf_versions_removed += _remove_below(
+                    manifest.storage, leaf, keep, older_than, pinned
+                )
     return report
 
 
@@ -187,7 +189,11 @@ def _window_start(retained: list[int]) -> int:
 
 
 def _remove_below(
-    leaf: lance.LanceDataset, keep: int, older_than: dt.timedelta, pinned: list[int]
+    storage: Storage,
+    leaf: lance.LanceDataset,
+    keep: int,
+    older_than: dt.timedelta,
+    pinned: list[int],
 ) -> int:
     """Remove the leaf versions below ``keep`` that are older than ``older_than``, except
     the ``pinned`` ones (read by tagged manifest versions).
@@ -204,7 +210,8 @@ def _remove_below(
     if not doomed:  # pylance refuses an empty list ("must not be empty"; pinned by
         # tests/test_pylance_facts.py::test_fact_cleanup_refuses_an_empty_versions_list)
         return 0
-    stats = leaf.cleanup_old_versions(
+    stats = storage.clean_up(
+        leaf,
         older_than=older_than,
         versions=doomed,
         error_if_tagged_old_versions=False,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_lance.namespace.errors import StorageError
+from airflow_provider_lance.namespace.errors import StorageAccessError
 
 from .storage import Storage
 
@@ -18,7 +18,7 @@ def _locate(uri: str, storage_options: Mapping[str, str] | None) -> tuple[Storag
     """The storage of the directory holding the document at ``uri``, and its file name."""
     base, _, name = uri.removeprefix("file://").rstrip("/").rpartition("/")
     if not name:
-        raise StorageError(f"{uri!r} does not name a file")
+        raise StorageAccessError(f"{uri!r} does not name a file: give the URI of a document")
     return Storage(base or ".", storage_options), name
 
 

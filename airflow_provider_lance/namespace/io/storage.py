@@ -19,6 +19,7 @@ import re
 import tempfile
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -160,10 +161,15 @@ _UNKNOWN_SCHEME = re.compile(r"No object store provider found for scheme")
 _NOT_A_DIRECTORY = re.compile(r"Not a directory|os error 20\b")
 _DENIED = re.compile(r"Permission denied|Operation not permitted|os error 13\b")
 _READ_ONLY = re.compile(r"Read-only file system|os error 30\b")
+#: A store's refusal: an HTTP status, an S3/Azure/GCS error code, object_store's words for
+#: a PermissionDenied or Unauthenticated answer, pyarrow's S3 error kinds.
 _REFUSED = re.compile(
     r"status code: (40[13])\b|\b(AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|"
-    r"AuthorizationFailure|AuthorizationPermissionMismatch|AuthenticationFailed)\b"
+    r"AuthorizationFailure|AuthorizationPermissionMismatch|AuthenticationFailed|"
+    r"ACCESS_DENIED|INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH)\b|"
+    r"lacked (the necessary privileges|valid authentication credentials)"
 )
+_NO_BUCKET = re.compile(r"\bNoSuchBucket\b|NO_SUCH_BUCKET|bucket does not exist", re.IGNORECASE)
 _CONFIG = re.compile(r"\bConfig error: (.*)")
 
 
@@ -175,50 +181,84 @@ def _user() -> str:
 
 
 def storage_error(action: str, uri: str, exc: BaseException, hint: str = "") -> StorageError:
-    """The project error for a storage call that failed with ``exc``.
+    """The project error for a storage call that failed with ``exc``: the one place where
+    Lance's, object_store's, pyarrow's and the OS's words for a failure decide its class.
 
     :class:`StorageAccessError` (not retryable), saying what to fix, when the store's
-    answer cannot change: a scheme no object store serves, a path through a plain file,
-    denied access, an option the store cannot parse. Otherwise a retryable
+    answer cannot change (see :func:`_permanent`). Otherwise a retryable
     :class:`StorageError` with Lance's first line and ``hint``. Lance's full text stays
     the cause either way.
     """
-    text = str(exc)
     where = f"cannot {action} {uri}"
+    reason = _permanent(exc, uri)
+    if reason is not None:
+        return StorageAccessError(f"{where}: {reason}")
+    return StorageError(f"{where}: {first_line(exc)}{hint}")
+
+
+def permanent_failure(exc: BaseException) -> StorageAccessError | None:
+    """The :class:`StorageAccessError` a library's ``OSError`` that no call translated
+    amounts to, when it is a permanent failure (read-only, denied, ...); None otherwise.
+    The last line of defence (the command line, Airflow's error mapping) classifies such
+    an error here, as the core does."""
+    if isinstance(exc, LanceNamespaceError) or not isinstance(exc, OSError):
+        return None
+    reason = _permanent(exc, "")
+    if reason is None:
+        return None
+    return StorageAccessError(f"{first_line(exc)}: {reason}")
+
+
+def _permanent(exc: BaseException, uri: str) -> str | None:
+    """What to fix when the store's answer cannot change (None when it may): a path that
+    is not UTF-8, a scheme no object store serves, a path through a plain file, denied
+    access (file permissions, a read-only file system, credentials the store refuses), a
+    bucket that does not exist, an option the store cannot parse."""
+    text = str(exc)
+    if isinstance(exc, UnicodeError):  # a path from bytes that are not UTF-8
+        return "the path is not UTF-8 text; object stores and Lance take UTF-8 paths only"
     if _UNKNOWN_SCHEME.search(text):
-        scheme = uri.split("://", 1)[0] if "://" in uri else uri
-        return StorageAccessError(
-            f"{where}: no object store serves {scheme}:// URIs; give a local path or a URI "
-            "of a store Lance supports (e.g. s3://, gs://, az://, file://)"
+        scheme = uri.split("://", 1)[0] if "://" in uri else "that"
+        return (
+            f"no object store serves {scheme}:// URIs; give a local path or a URI of a store "
+            "Lance supports (e.g. s3://, gs://, az://, file://)"
         )
     if _NOT_A_DIRECTORY.search(text):
-        return StorageAccessError(
-            f"{where}: a part of that path is a plain file, not a directory; a namespace is "
-            "a directory: give a path that does not run through a file"
+        return (
+            "a part of that path is a plain file, not a directory; a namespace is a "
+            "directory: give a path that does not run through a file"
         )
     if _DENIED.search(text):
-        return StorageAccessError(
-            f"{where}: permission denied; give the user this runs as{_user()} read and write "
-            "access to it, or choose another path"
+        return (
+            f"permission denied; give the user this runs as{_user()} read and write access "
+            "to it, or choose another path"
         )
     if _READ_ONLY.search(text):
-        return StorageAccessError(
-            f"{where}: the file system is read-only; choose a path on a writable one"
-        )
+        return "the file system is read-only; choose a path on a writable one"
     refused = _REFUSED.search(text)
     if refused:
-        return StorageAccessError(
-            f"{where}: the store refused access ({refused.group(1) or refused.group(2)}); "
-            "check the credentials in the storage options and that they may read and write "
-            "this location"
+        lacked = refused.group(3) or ""
+        answer = (
+            refused.group(1)
+            or refused.group(2)
+            or ("no permission" if "privileges" in lacked else "not authenticated")
+        )
+        return (
+            f"the store refused access ({answer}); check the credentials in the storage "
+            "options and that they may read and write this location"
+        )
+    if _NO_BUCKET.search(text):
+        return (
+            "the bucket does not exist; create it or fix the URI (and the endpoint and "
+            "region in the storage options)"
         )
     config = _CONFIG.search(_RUST_LOCATION.sub("", text))
     if config:
-        return StorageAccessError(
-            f"{where}: the store cannot use its storage options ({config.group(1).strip()}); "
-            "fix them (durations are written like '30s')"
+        return (
+            f"the store cannot use its storage options ({config.group(1).strip()}); fix "
+            "them (durations are written like '30s')"
         )
-    return StorageError(f"{where}: {first_line(exc)}{hint}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -538,6 +578,36 @@ class Storage:
                 max_retries=0,
             )
 
+    def clean_up(self, table: lance.LanceDataset, **options: Any) -> Any:
+        """Lance's ``cleanup_old_versions(**options)`` of ``table``; its statistics.
+
+        Lance counts the files it could not delete (``failed_deletes``) instead of raising:
+        then a file is written and deleted beside them to learn why. A store that refuses
+        it raises what :func:`storage_error` makes of that (a read-only or denied store:
+        :class:`StorageAccessError`); otherwise the failures were passing, are logged, and
+        the next cleanup deletes those files."""
+        with self.failures("clean up", table.uri):
+            stats = table.cleanup_old_versions(**options)
+        failed = int(getattr(stats, "failed_deletes", 0) or 0)
+        if failed:
+            session, prefix = self._table_files(table.uri)
+            probe = f"{prefix}_cleanup_probe_{uuid.uuid4().hex}"
+            with self.failures(f"delete {failed} files of old versions of", table.uri):
+                fd, local = tempfile.mkstemp()
+                os.close(fd)
+                try:
+                    session.upload_file(local, probe)
+                finally:
+                    os.unlink(local)
+                session.delete_file(probe)
+            log.warning(
+                "version cleanup of %s could not delete %d old files; the next cleanup "
+                "deletes them",
+                table.uri,
+                failed,
+            )
+        return stats
+
     @contextlib.contextmanager
     def failures(
         self,
@@ -621,7 +691,7 @@ class Storage:
                 return Outcome.LOST  # written meanwhile: read it again
 
         def unreadable() -> StorageError:
-            error = StorageError(f"{self.uri(path)} is unreadable: {failed[-1]}")
+            error = storage_error("read", self.uri(path), failed[-1])
             error.__cause__ = failed[-1]
             return error
 
@@ -698,7 +768,7 @@ class Storage:
             self._session().delete_file(path)
         except (OSError, ValueError) as exc:
             if self.contains(path):
-                raise StorageError(f"cannot delete {self.uri(path)}: {first_line(exc)}") from exc
+                raise storage_error("delete", self.uri(path), exc) from exc
 
     def missing_files(self, directory: str, paths: Sequence[str]) -> Sequence[str]:
         """The ``paths`` (relative to ``directory``, itself relative to the root) that do not

@@ -96,7 +96,8 @@ class DeleteRows(TableOperation):
         removed = 0
         for fragment in fragments:
             before = live_rows(fragment.metadata)
-            after = _delete_rows(fragment, leaf, plan, residual, sql)
+            with self.storage.failures("delete rows of", partition.location):
+                after = _delete_rows(fragment, leaf, plan, residual, sql)
             if after is None:
                 deleted.append(fragment.fragment_id)
                 removed += before

@@ -23,7 +23,6 @@ import lance
 from airflow_provider_lance.namespace.errors import (
     InvalidArgumentError,
     ManifestError,
-    StorageError,
     TagExistsError,
     VersionBeforeCreationError,
     VersionNotFoundError,
@@ -31,7 +30,7 @@ from airflow_provider_lance.namespace.errors import (
 from airflow_provider_lance.namespace.format.manifest import Manifest
 from airflow_provider_lance.namespace.format.spec import spec_versions
 from airflow_provider_lance.namespace.format.state import ReadAt, removed_by_retention
-from airflow_provider_lance.namespace.io.storage import first_line
+from airflow_provider_lance.namespace.io.storage import first_line, storage_error
 from airflow_provider_lance.namespace.results import TagInfo
 
 #: A past state: a ``__manifest`` version, a moment (naive = UTC) or a tag name.
@@ -198,7 +197,7 @@ def create_tag(manifest: Manifest, name: str, version: int) -> TagInfo:
                 f"__manifest version {version} of {manifest.root} was cleaned up while it "
                 f"was being tagged: {text}"
             ) from exc
-        raise StorageError(f"cannot tag {manifest.uri} version {version}: {text}") from exc
+        raise storage_error(f"tag version {version} of", manifest.uri, exc) from exc
     try:  # a cleanup that listed the tags before this one may have removed it meanwhile
         open_version(manifest, version)
     except VersionNotFoundError:
@@ -218,4 +217,4 @@ def delete_tag(manifest: Manifest, name: str) -> None:
             raise VersionNotFoundError(
                 f"tag {name!r} of {manifest.root} was deleted concurrently"
             ) from exc
-        raise StorageError(f"cannot delete tag {name!r} of {manifest.uri}: {text}") from exc
+        raise storage_error(f"delete the tag {name!r} of", manifest.uri, exc) from exc
