@@ -26,6 +26,7 @@ from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.manifest import Manifest, ManifestView
 from airflow_provider_lance.namespace.format.manifest_compaction import compact_manifest
 from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.results import SkipReason
 from airflow_provider_lance.namespace.txn.spec_fence import stale_intents
 from airflow_provider_lance.namespace.txn.store import TransactionStore
@@ -56,6 +57,9 @@ class MaintenanceReport:
     leaves_skipped_by_reason: dict[str, list[str]] = field(default_factory=dict)
     #: What the orphan sweep removed (files, bytes freed; see ``sweep``), when it ran.
     orphans: dict[str, object] | None = None
+    #: The unpublished leaf versions the sweep rolled back and removed (see
+    #: ``unpublished``), when it ran.
+    unpublished: dict[str, object] | None = None
     #: Intent rows of merges that died (older than ``spec_fence.INTENT_MAX_AGE``), removed.
     merge_intents_removed: int = 0
 
@@ -140,6 +144,7 @@ def maintain(
     failpoint("maintain.before_live_stages")
     staged_ids, staged_dirs = _live_stages(manifest, NamespaceState.load(state.root, view))
     failpoint("maintain.live_stages_read")
+    work: list[_LeafCleanup] = []
     for partition in partitions:
         object_id, published = partition.object_id, partition.read_version
         location, first = at_oldest.get(object_id, (None, None))
@@ -164,15 +169,36 @@ def maintain(
                     and read < keep
                 }
             )
-            leaf = manifest.storage.table(partition.location)
-            if leaf.version > published:
-                report.leaves_kept_unpublished[object_id] = int(leaf.version) - published
-            report.leaves_kept_for_readers[object_id] = keep
-            if pinned:
-                report.leaves_kept_for_tags[object_id] = pinned
-            if keep > 1:
-                report.leaf_versions_removed += _remove_below(leaf, keep, older_than, pinned)
+            work.append(_LeafCleanup(partition.location, object_id, published, keep, pinned))
+    done = manifest.storage.map(
+        lambda w: w.run(manifest.storage, older_than), work, step="clean up leaves"
+    )
+    for w, (unpublished, removed) in zip(work, done, strict=True):
+        if unpublished:
+            report.leaves_kept_unpublished[w.object_id] = unpublished
+        report.leaves_kept_for_readers[w.object_id] = w.keep
+        if w.pinned:
+            report.leaves_kept_for_tags[w.object_id] = w.pinned
+        report.leaf_versions_removed += removed
     return report
+
+
+@dataclass(frozen=True)
+class _LeafCleanup:
+    """The version cleanup of one leaf: versions below ``keep`` go, except ``pinned``."""
+
+    location: str
+    object_id: str
+    published: int
+    keep: int
+    pinned: list[int]
+
+    def run(self, storage: Storage, older_than: dt.timedelta) -> tuple[int, int]:
+        """(versions above the published one, kept; versions removed)."""
+        leaf = storage.table(self.location)
+        unpublished = max(int(leaf.version) - self.published, 0)
+        removed = _remove_below(leaf, self.keep, older_than, self.pinned) if self.keep > 1 else 0
+        return unpublished, removed
 
 
 def _window_start(retained: list[int]) -> int:
