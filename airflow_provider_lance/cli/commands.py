@@ -30,9 +30,9 @@ from airflow_provider_lance.namespace import (
     check_min_age,
     is_deprecated,
 )
-from airflow_provider_lance.namespace.worker import Storage, open_leaf
+from airflow_provider_lance.namespace.worker import Storage, open_leaf, reporting
 
-from . import options, output
+from . import options, output, progress
 
 #: Partitions ``describe`` lists in a table unless ``--partitions`` says otherwise.
 DEFAULT_LISTED_PARTITIONS = 20
@@ -108,7 +108,8 @@ def describe(args: argparse.Namespace) -> int:
     ns = open_namespace(args)
     state = _state(ns, args)
     partitions = _sorted(state.partitions())
-    stats = ns.storage.map(lambda p: leaf_stats(ns.storage, p), partitions)
+    with progress.shown(args) as line, reporting(line, "describe"):
+        stats = ns.storage.map(lambda p: leaf_stats(ns.storage, p), partitions)
     totals = {
         "partitions": len(partitions),
         "rows": sum(s.rows for s in stats),
@@ -290,13 +291,17 @@ def head(args: argparse.Namespace) -> int:
     batches = []
     found = 0
     if args.rows:
-        for batch in ns.to_batches(
-            columns=columns, filter=args.filter, as_of=getattr(args, "as_of", None)
-        ):
-            batches.append(batch.slice(0, args.rows - found))
-            found += batches[-1].num_rows
-            if found >= args.rows:
-                break
+        with progress.shown(args) as shown:
+            for batch in ns.to_batches(
+                columns=columns,
+                filter=args.filter,
+                as_of=getattr(args, "as_of", None),
+                progress=shown,
+            ):
+                batches.append(batch.slice(0, args.rows - found))
+                found += batches[-1].num_rows
+                if found >= args.rows:
+                    break
     else:  # -n 0: the columns only (the filter and columns are still checked)
         ns.to_batches(columns=columns, filter=args.filter, as_of=getattr(args, "as_of", None))
     rows = [row for b in batches for row in b.to_pylist()]
@@ -478,7 +483,9 @@ def verify(args: argparse.Namespace) -> int:
 
 # -- table operations -----------------------------------------------------------------------
 def delete(args: argparse.Namespace) -> int:
-    _old_json(open_namespace(args).delete(args.filter, txn_id=args.txn_id).to_dict())
+    with progress.shown(args) as shown:
+        result = open_namespace(args).delete(args.filter, txn_id=args.txn_id, progress=shown)
+    _old_json(result.to_dict())
     return 0
 
 
@@ -494,21 +501,27 @@ def merge(args: argparse.Namespace) -> int:
         data = pq.read_table(args.parquet)
     except (OSError, pa.ArrowInvalid) as exc:
         raise InvalidArgumentError(f"cannot read the Parquet file {args.parquet}: {exc}") from exc
-    result = open_namespace(args).merge(
-        data,
-        args.on,
-        when_not_matched_by_source_delete=args.delete_unmatched,
-        txn_id=args.txn_id,
-    )
+    with progress.shown(args) as shown:
+        result = open_namespace(args).merge(
+            data,
+            args.on,
+            when_not_matched_by_source_delete=args.delete_unmatched,
+            txn_id=args.txn_id,
+            progress=shown,
+        )
     _old_json(result.to_dict())
     return 0
 
 
 def optimize(args: argparse.Namespace) -> int:
     ns = open_namespace(args)
-    result = ns.optimize(
-        args.filter, target_rows_per_fragment=args.target_rows_per_fragment, txn_id=args.txn_id
-    )
+    with progress.shown(args) as shown:
+        result = ns.optimize(
+            args.filter,
+            target_rows_per_fragment=args.target_rows_per_fragment,
+            txn_id=args.txn_id,
+            progress=shown,
+        )
     _old_json(result.to_dict())
     return 0
 
@@ -524,12 +537,14 @@ def maintain(args: argparse.Namespace) -> int:
             override="--no-enforce-min-age",
         )
     older = args.older_than_hours
-    report = open_namespace(args).maintain(
-        older_than=None if older is None else dt.timedelta(hours=older),
-        sweep_orphans=args.sweep_orphans,
-        orphan_min_age=orphan_min_age,
-        dry_run=args.dry_run,
-        enforce_min_age=args.enforce_min_age,
-    )
+    with progress.shown(args) as shown:
+        report = open_namespace(args).maintain(
+            older_than=None if older is None else dt.timedelta(hours=older),
+            sweep_orphans=args.sweep_orphans,
+            orphan_min_age=orphan_min_age,
+            dry_run=args.dry_run,
+            enforce_min_age=args.enforce_min_age,
+            progress=shown,
+        )
     _old_json(report.to_dict())
     return 0
