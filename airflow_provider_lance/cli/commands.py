@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from . import options, output, progress
 DEFAULT_LISTED_PARTITIONS = 20
 #: Rows ``head`` prints unless ``-n`` says otherwise.
 DEFAULT_HEAD_ROWS = 10
+#: The longest age ``maintain`` takes in hours (a million years: older than any file).
+MAX_HOURS = 10**6 * 365 * 24
 #: Characters of one cell ``head`` shows (longer values end in ``…``; ``--json`` has all).
 HEAD_CELL_WIDTH = 40
 
@@ -526,8 +529,18 @@ def optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hours(value: float, flag: str) -> dt.timedelta:
+    """A number of hours as a duration; NaN, infinities and ages beyond any date are
+    refused naming the flag (Python's own error was a traceback)."""
+    if not math.isfinite(value) or abs(value) > MAX_HOURS:
+        raise InvalidArgumentError(
+            f"{flag} must be a number of hours up to {MAX_HOURS:,}, got {value}"
+        )
+    return dt.timedelta(hours=value)
+
+
 def maintain(args: argparse.Namespace) -> int:
-    orphan_min_age = dt.timedelta(hours=args.orphan_min_age_hours)
+    orphan_min_age = _hours(args.orphan_min_age_hours, "--orphan-min-age-hours")
     if args.sweep_orphans:  # refused in the command line's own words, before the namespace opens
         check_min_age(
             orphan_min_age,
@@ -539,7 +552,7 @@ def maintain(args: argparse.Namespace) -> int:
     older = args.older_than_hours
     with progress.shown(args) as shown:
         report = open_namespace(args).maintain(
-            older_than=None if older is None else dt.timedelta(hours=older),
+            older_than=None if older is None else _hours(older, "--older-than-hours"),
             sweep_orphans=args.sweep_orphans,
             orphan_min_age=orphan_min_age,
             dry_run=args.dry_run,

@@ -13,7 +13,12 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from airflow_provider_lance.namespace.admin import evolution
-from airflow_provider_lance.namespace.admin.maintenance import MaintenanceReport, maintain
+from airflow_provider_lance.namespace.admin.maintenance import (
+    MaintenanceReport,
+    check_flags,
+    checked_older_than,
+    maintain,
+)
 from airflow_provider_lance.namespace.admin.repair import RepairReport
 from airflow_provider_lance.namespace.admin.repair import repair as repair_manifest
 from airflow_provider_lance.namespace.admin.sweep import DEFAULT_MIN_AGE, check_min_age
@@ -789,7 +794,15 @@ class PartitionedNamespace:
 
         An ``orphan_min_age`` below ``sweep.MIN_SAFE_ORPHAN_AGE`` (6 hours) would delete
         the files of writes still in flight: it is refused before anything runs unless
-        ``enforce_min_age=False`` (or ``dry_run``, which deletes nothing)."""
+        ``enforce_min_age=False`` (or ``dry_run``, which deletes nothing). Every argument
+        is checked before anything runs."""
+        check_flags(
+            compact=compact,
+            sweep_orphans=sweep_orphans,
+            dry_run=dry_run,
+            enforce_min_age=enforce_min_age,
+        )
+        older_than = checked_older_than(older_than)
         if sweep_orphans:
             check_min_age(
                 orphan_min_age, enforce=enforce_min_age, dry_run=dry_run, name="orphan_min_age"

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace.failpoints import FailpointError
 
 #: Partitions the interrupted write touches (the first SEEDED of them exist already).
 PARTITIONS = 4000
@@ -122,27 +123,90 @@ def test_ctrl_c_stops_a_write_at_once_and_maintain_reclaims_what_it_left(tmp_pat
     assert stopped < STOP_BOUND, f"the write stopped {stopped:.1f} s after SIGINT"
 
     ns = PartitionedNamespace.open(root)
+    # The published data is the seed's, and nothing else is left on disk: no leaf version
+    # above a published one, no data file a published version does not reference, no leaf
+    # table of a partition the write was creating.
+    clean_after_maintain(ns, root)
+    assert sorted(ns.to_table(columns=["id"])["id"].to_pylist()) == list(
+        range(SEEDED * ROWS_PER_PARTITION)
+    )
+    # ... so the data files take what a clean write of the same rows takes.
+    clean = tmp_path / "clean"
+    seeded(clean)
+    assert data_bytes(root) == data_bytes(clean)
+
+
+MAINTAINER = """
+import datetime as dt, sys
+from airflow_provider_lance.namespace import PartitionedNamespace
+
+def rolling(progress):
+    if progress.what == "maintain: roll back":
+        print("rolling back", flush=True)
+
+PartitionedNamespace.open(sys.argv[1]).maintain(
+    sweep_orphans=True,
+    orphan_min_age=dt.timedelta(0),
+    enforce_min_age=False,
+    progress=rolling,
+)
+print("finished", flush=True)
+"""
+
+
+def clean_after_maintain(ns: PartitionedNamespace, root: Path) -> None:
+    """``maintain`` leaves only what the published versions reference."""
     ns.maintain(
         older_than=dt.timedelta(0),
         sweep_orphans=True,
         orphan_min_age=dt.timedelta(0),
         enforce_min_age=False,
     )
-    # The published data is the seed's, and nothing else is left on disk: no leaf version
-    # above a published one, no data file a published version does not reference, no leaf
-    # table of a partition the write was creating.
-    assert sorted(ns.to_table(columns=["id"])["id"].to_pylist()) == list(
-        range(SEEDED * ROWS_PER_PARTITION)
-    )
     published = published_files(ns)
     assert sorted(leaf_directories(root)) == sorted(published)
     for p in ns.partitions():
         assert lance.dataset(p.location).version == p.read_version, p.values
         assert set(os.listdir(root / p.directory / "data")) == published[p.directory]
-    # ... so the data files take what a clean write of the same rows takes.
-    clean = tmp_path / "clean"
-    seeded(clean)
-    assert data_bytes(root) == data_bytes(clean)
+
+
+def test_ctrl_c_during_maintain_leaves_what_the_next_one_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT while ``maintain`` rolls back a killed write's versions of 800 leaves: it
+    stops (some leaves rolled back and not yet fenced, or fenced and not yet cleaned), the
+    rows read are the seed's, and the next ``maintain`` leaves only the published data."""
+    root = tmp_path / "ns"
+    ns = PartitionedNamespace.create(
+        root, schema=SCHEMA, partition_fields=[PartitionField("day", "day")]
+    )
+    ns.write(days(800))
+    monkeypatch.setenv("LANCE_PNS_FAILPOINTS", "direct.before_publish=raise")
+    with pytest.raises(FailpointError):  # killed before its swap: its versions stay
+        ns.write(days(800, first_id=1_000_000))
+    monkeypatch.delenv("LANCE_PNS_FAILPOINTS")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MAINTAINER, str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "rolling back\n", proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    out, err = proc.communicate(timeout=120)
+    stopped = time.monotonic() - sent
+    assert "finished" not in out, "maintain ran to its end: no interrupt was seen"
+    assert "KeyboardInterrupt" in err, err[-2000:]
+    assert stopped < STOP_BOUND, f"maintain stopped {stopped:.1f} s after SIGINT"
+    ns = PartitionedNamespace.open(root)
+    assert sorted(ns.to_table(columns=["id"])["id"].to_pylist()) == list(
+        range(800 * ROWS_PER_PARTITION)
+    )
+    clean_after_maintain(ns, root)
+    assert sorted(ns.to_table(columns=["id"])["id"].to_pylist()) == list(
+        range(800 * ROWS_PER_PARTITION)
+    )
 
 
 @pytest.fixture(autouse=True)

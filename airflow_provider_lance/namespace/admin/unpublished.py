@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from airflow_provider_lance.namespace.errors import CommitConflict, LanceNamespaceError
+from airflow_provider_lance.namespace.errors import CommitConflict, TableNotFoundError
 from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.manifest import CLAIM, OBJECT_ID, READ_VERSION
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
@@ -207,15 +207,16 @@ def _restore(storage: Storage, candidate: _Candidate) -> int | None:
         leaf = storage.table(partition.location)
         if int(leaf.version) != candidate.newest:  # committed to since the listing
             return None
-        with storage.failures("roll back", partition.location):
+        with storage.failures("roll back", partition.location, conflict="a concurrent commit won"):
+            failpoint("maintain.before_restore")
             storage.table(partition.location, published).restore()  # type: ignore[no-untyped-call]
         restored = storage.table(partition.location)
-        if _content(restored, int(restored.version)) != _content(leaf, published):
-            return None
-        return int(restored.version)
-    except LanceNamespaceError as exc:
-        log.warning("left the unpublished versions of %s alone: %s", partition.location, exc)
+    except (TableNotFoundError, CommitConflict) as exc:  # gone, or committed to meanwhile
+        log.info("left the unpublished versions of %s alone: %s", partition.location, exc)
         return None
+    if _content(restored, int(restored.version)) != _content(leaf, published):
+        return None  # a commit landed on the restore
+    return int(restored.version)
 
 
 def _fence(
@@ -253,11 +254,11 @@ def _remove(storage: Storage, candidate: _Candidate) -> tuple[int, int]:
     assert published is not None
     doomed = list(range(published + 1, candidate.newest + 1))
     try:
-        with storage.failures("remove unpublished versions of", partition.location):
-            stats = storage.table(partition.location).cleanup_old_versions(
-                older_than=dt.timedelta(0), versions=doomed, error_if_tagged_old_versions=False
-            )
-    except LanceNamespaceError as exc:
-        log.warning("left the unpublished versions of %s: %s", partition.location, exc)
+        leaf = storage.table(partition.location)
+    except TableNotFoundError:  # removed meanwhile (its partition dropped and swept)
         return 0, 0
+    with storage.failures("remove unpublished versions of", partition.location):
+        stats = leaf.cleanup_old_versions(
+            older_than=dt.timedelta(0), versions=doomed, error_if_tagged_old_versions=False
+        )
     return int(stats.old_versions), int(stats.bytes_removed)
