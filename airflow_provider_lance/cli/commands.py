@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,14 +31,16 @@ from airflow_provider_lance.namespace import (
     is_deprecated,
 )
 from airflow_provider_lance.namespace.format.state import version_ranges
-from airflow_provider_lance.namespace.worker import Storage, open_leaf
+from airflow_provider_lance.namespace.worker import Storage, open_leaf, reporting
 
-from . import options, output
+from . import options, output, progress
 
 #: Partitions ``describe`` lists in a table unless ``--partitions`` says otherwise.
 DEFAULT_LISTED_PARTITIONS = 20
 #: Rows ``head`` prints unless ``-n`` says otherwise.
 DEFAULT_HEAD_ROWS = 10
+#: The longest age ``maintain`` takes in hours (a million years: older than any file).
+MAX_HOURS = 10**6 * 365 * 24
 #: Characters of one cell ``head`` shows (longer values end in ``…``; ``--json`` has all).
 HEAD_CELL_WIDTH = 40
 
@@ -106,7 +109,8 @@ def describe(args: argparse.Namespace) -> int:
     ns = open_namespace(args)
     state = _state(ns, args)
     partitions = _sorted(state.partitions())
-    stats = ns.storage.map(lambda p: leaf_stats(ns.storage, p), partitions)
+    with progress.shown(args) as line, reporting(line, "describe"):
+        stats = ns.storage.map(lambda p: leaf_stats(ns.storage, p), partitions)
     totals = {
         "partitions": len(partitions),
         "rows": sum(s.rows for s in stats),
@@ -293,13 +297,17 @@ def head(args: argparse.Namespace) -> int:
     batches = []
     found = 0
     if args.rows:
-        for batch in ns.to_batches(
-            columns=columns, filter=args.filter, as_of=getattr(args, "as_of", None)
-        ):
-            batches.append(batch.slice(0, args.rows - found))
-            found += batches[-1].num_rows
-            if found >= args.rows:
-                break
+        with progress.shown(args) as shown:
+            for batch in ns.to_batches(
+                columns=columns,
+                filter=args.filter,
+                as_of=getattr(args, "as_of", None),
+                progress=shown,
+            ):
+                batches.append(batch.slice(0, args.rows - found))
+                found += batches[-1].num_rows
+                if found >= args.rows:
+                    break
     else:  # -n 0: the columns only (the filter and columns are still checked)
         ns.to_batches(columns=columns, filter=args.filter, as_of=getattr(args, "as_of", None))
     rows = [row for b in batches for row in b.to_pylist()]
@@ -507,7 +515,9 @@ def verify(args: argparse.Namespace) -> int:
 
 # -- table operations -----------------------------------------------------------------------
 def delete(args: argparse.Namespace) -> int:
-    output.result_json(open_namespace(args).delete(args.filter, txn_id=args.txn_id))
+    with progress.shown(args) as shown:
+        result = open_namespace(args).delete(args.filter, txn_id=args.txn_id, progress=shown)
+    output.result_json(result)
     return 0
 
 
@@ -517,12 +527,15 @@ def drop_partitions(args: argparse.Namespace) -> int:
 
 
 def merge(args: argparse.Namespace) -> int:
-    result = open_namespace(args).merge(
-        read_parquet(args.parquet),
-        args.on,
-        when_not_matched_by_source_delete=args.delete_unmatched,
-        txn_id=args.txn_id,
-    )
+    data = read_parquet(args.parquet)
+    with progress.shown(args) as shown:
+        result = open_namespace(args).merge(
+            data,
+            args.on,
+            when_not_matched_by_source_delete=args.delete_unmatched,
+            txn_id=args.txn_id,
+            progress=shown,
+        )
     output.result_json(result)
     return 0
 
@@ -550,15 +563,29 @@ def read_parquet(path: str) -> pa.Table:
 
 def optimize(args: argparse.Namespace) -> int:
     ns = open_namespace(args)
-    result = ns.optimize(
-        args.filter, target_rows_per_fragment=args.target_rows_per_fragment, txn_id=args.txn_id
-    )
+    with progress.shown(args) as shown:
+        result = ns.optimize(
+            args.filter,
+            target_rows_per_fragment=args.target_rows_per_fragment,
+            txn_id=args.txn_id,
+            progress=shown,
+        )
     output.result_json(result)
     return 0
 
 
+def _hours(value: float, flag: str) -> dt.timedelta:
+    """A number of hours as a duration; NaN, infinities and ages beyond any date are
+    refused naming the flag (Python's own error was a traceback)."""
+    if not math.isfinite(value) or abs(value) > MAX_HOURS:
+        raise InvalidArgumentError(
+            f"{flag} must be a number of hours up to {MAX_HOURS:,}, got {value}"
+        )
+    return dt.timedelta(hours=value)
+
+
 def maintain(args: argparse.Namespace) -> int:
-    orphan_min_age = dt.timedelta(hours=args.orphan_min_age_hours)
+    orphan_min_age = _hours(args.orphan_min_age_hours, "--orphan-min-age-hours")
     if args.sweep_orphans:  # refused in the command line's own words, before the namespace opens
         check_min_age(
             orphan_min_age,
@@ -568,12 +595,14 @@ def maintain(args: argparse.Namespace) -> int:
             override="--no-enforce-min-age",
         )
     older = args.older_than_hours
-    report = open_namespace(args).maintain(
-        older_than=None if older is None else dt.timedelta(hours=older),
-        sweep_orphans=args.sweep_orphans,
-        orphan_min_age=orphan_min_age,
-        dry_run=args.dry_run,
-        enforce_min_age=args.enforce_min_age,
-    )
+    with progress.shown(args) as shown:
+        report = open_namespace(args).maintain(
+            older_than=None if older is None else _hours(older, "--older-than-hours"),
+            sweep_orphans=args.sweep_orphans,
+            orphan_min_age=orphan_min_age,
+            dry_run=args.dry_run,
+            enforce_min_age=args.enforce_min_age,
+            progress=shown,
+        )
     output.result_json(report)
     return 0

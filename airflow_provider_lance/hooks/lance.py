@@ -8,6 +8,7 @@ small JSON-able values fit for XCom.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,47 @@ if TYPE_CHECKING:
     from airflow_provider_lance.namespace import Partition, PartitionedNamespace
 
 DEFAULT_CONN_ID = "lance_default"
+#: A task logs the progress of a step once it ran this long (seconds; quicker ones are
+#: silent) ...
+PROGRESS_AFTER = 1.0
+#: ... then each time it got this much further (a fraction of its partitions) ...
+PROGRESS_FRACTION = 0.1
+#: ... or this many seconds passed, and at its end.
+PROGRESS_SECONDS = 10.0
+
+
+class TaskProgress:
+    """The ``progress=`` callback of long work in a task: for a step that runs longer than
+    :data:`PROGRESS_AFTER`, a log line each time it got :data:`PROGRESS_FRACTION` further
+    or :data:`PROGRESS_SECONDS` passed, and one at its end."""
+
+    def __init__(self, log: Any) -> None:
+        self.log = log
+        self._started = self._last_at = 0.0
+        self._last_fraction = 0.0
+        self._logged = False
+
+    def __call__(self, progress: core.Progress) -> None:
+        now = time.monotonic()
+        if progress.done == 0:  # a step starts
+            self._started, self._last_at, self._last_fraction = now, now, 0.0
+            self._logged = False
+            return
+        if not self._logged and now - self._started < PROGRESS_AFTER:
+            return
+        finished = progress.done >= progress.total
+        further = progress.fraction - self._last_fraction >= PROGRESS_FRACTION
+        if not (further or finished or now - self._last_at >= PROGRESS_SECONDS):
+            return
+        self._last_at, self._last_fraction, self._logged = now, progress.fraction, True
+        self.log.info(
+            "%s: %d of %d partitions (%d%%, %.0f s)",
+            progress.what,
+            progress.done,
+            progress.total,
+            int(100 * progress.fraction),
+            now - self._started,
+        )
 
 
 def default_local_root() -> str:

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     )
     from .io.uri import has_scheme, normalize_root
     from .ops.compaction import DEFAULT_TARGET_ROWS
+    from .progress import Progress, ProgressCallback
     from .read.scan import filter_columns
     from .read.timetravel import check_tag_name
     from .results import (
@@ -114,6 +115,8 @@ _EXPORTS = {
     "hash_array": "format.hashing",
     "TxnState": "format.txn_row",
     "PartitionedNamespace": "facade",
+    "Progress": "progress",
+    "ProgressCallback": "progress",
     "CommitResult": "results",
     "PartitionCommit": "results",
     "HistoryEntry": "results",
@@ -199,6 +202,8 @@ __all__ = [
     "PartitionOutcome",
     "PartitionSpecError",
     "PartitionedNamespace",
+    "Progress",
+    "ProgressCallback",
     "SchemaError",
     "SkipReason",
     "Stage",

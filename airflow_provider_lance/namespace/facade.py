@@ -13,11 +13,17 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from airflow_provider_lance.namespace.admin import evolution
-from airflow_provider_lance.namespace.admin.maintenance import MaintenanceReport, maintain
+from airflow_provider_lance.namespace.admin.maintenance import (
+    MaintenanceReport,
+    check_flags,
+    checked_older_than,
+    maintain,
+)
 from airflow_provider_lance.namespace.admin.repair import RepairReport
 from airflow_provider_lance.namespace.admin.repair import repair as repair_manifest
 from airflow_provider_lance.namespace.admin.sweep import DEFAULT_MIN_AGE, check_min_age
 from airflow_provider_lance.namespace.admin.sweep import sweep_orphans as sweep
+from airflow_provider_lance.namespace.admin.unpublished import reclaim
 from airflow_provider_lance.namespace.format.manifest import (
     NAMESPACE,
     RESERVED_COLUMNS,
@@ -89,6 +95,7 @@ from .errors import (
     VersionBeforeCreationError,
 )
 from .failpoints import failpoint
+from .progress import ProgressCallback, check_callback, iterate_reporting, reporting
 from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
 from .types import ArrowData, WriteMode
 
@@ -434,14 +441,19 @@ class PartitionedNamespace:
         as_of: AsOf | None = None,
         version: int | None = None,
         batch_size: int | None = None,
+        progress: ProgressCallback | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """Stream the rows matching ``filter`` from one consistent manifest version (the
         latest, or the one ``as_of`` names: see :meth:`state`).
 
         Bad filters and unknown columns raise here, before the first batch is read.
+        ``progress`` hears how many of the partitions read were started (see
+        :class:`~.progress.Progress`), as the batches are consumed.
         """
+        check_callback(progress)
         state, kept = self._resolve(as_of, version, filter)
-        return self._batches(state, columns, filter, batch_size, kept)
+        batches = self._batches(state, columns, filter, batch_size, kept)
+        return iterate_reporting(progress, "read", iter(batches))
 
     def _batches(
         self,
@@ -480,16 +492,21 @@ class PartitionedNamespace:
         as_of: AsOf | None = None,
         version: int | None = None,
         batch_size: int | None = None,
+        progress: ProgressCallback | None = None,
     ) -> pa.RecordBatchReader:
         """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected).
 
         The schema, specs, partitions and read_versions all come from one manifest version.
+        ``progress``: see :meth:`to_batches`.
         """
+        check_callback(progress)
         state, kept = self._resolve(as_of, version, filter)
         failpoint("read.resolved")
         schema = state.schema.project(columns)
         batches = self._batches(state, columns, filter, batch_size, kept)
-        return pa.RecordBatchReader.from_batches(schema, batches)
+        return pa.RecordBatchReader.from_batches(
+            schema, iterate_reporting(progress, "read", iter(batches))
+        )
 
     def to_table(
         self,
@@ -498,13 +515,17 @@ class PartitionedNamespace:
         filter: str | None = None,
         as_of: AsOf | None = None,
         version: int | None = None,
+        progress: ProgressCallback | None = None,
     ) -> pa.Table:
         """All rows matching ``filter``, in the namespace schema (optionally projected).
 
         Keyword arguments in pylance's order (``columns``, ``filter``); ``as_of`` reads a
         past state: a ``__manifest`` version, a moment or a tag (see :meth:`state`), in
-        the schema it had then (``version`` is the older name of an int ``as_of``)."""
-        reader = self.to_reader(columns=columns, filter=filter, as_of=as_of, version=version)
+        the schema it had then (``version`` is the older name of an int ``as_of``).
+        ``progress``: see :meth:`to_batches`."""
+        reader = self.to_reader(
+            columns=columns, filter=filter, as_of=as_of, version=version, progress=progress
+        )
         return reader.read_all()
 
     def count_rows_of(self, partition: Partition) -> int:
@@ -541,13 +562,20 @@ class PartitionedNamespace:
         return self._operate(DropPartitions(self._storage, filter), txn_id, claim_timeout)
 
     def delete(
-        self, filter: str, *, txn_id: str | None = None, claim_timeout: float | None = None
+        self,
+        filter: str,
+        *,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+        progress: ProgressCallback | None = None,
     ) -> OperationResult:
         """Delete the rows matching ``filter`` (on namespace columns), in one ``__manifest``
         commit: partitions the filter covers entirely are dropped as metadata, the others
         get Lance deletion files on their published version (nothing rewritten).
-        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
-        return self._operate(DeleteRows(self._storage, filter), txn_id, claim_timeout)
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`; ``progress``: see
+        :meth:`write`."""
+        operation = DeleteRows(self._storage, filter)
+        return self._operate(operation, txn_id, claim_timeout, progress)
 
     def merge(
         self,
@@ -557,17 +585,19 @@ class PartitionedNamespace:
         when_not_matched_by_source_delete: bool = False,
         txn_id: str | None = None,
         claim_timeout: float | None = None,
+        progress: ProgressCallback | None = None,
     ) -> OperationResult:
         """Upsert ``data`` by the key columns ``on``: rows whose key is stored are
         updated, the others inserted (new partition values become new partitions), all
         in one ``__manifest`` commit. The key must include every source column of the
         current partition spec. ``when_not_matched_by_source_delete`` also deletes every
         stored row whose key ``data`` lacks (partitions it does not touch are dropped).
-        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`; ``progress``: see
+        :meth:`write`."""
         operation = MergeRows(
             self._storage, data, on, delete_unmatched=when_not_matched_by_source_delete
         )
-        return self._operate(operation, txn_id, claim_timeout)
+        return self._operate(operation, txn_id, claim_timeout, progress)
 
     def optimize(
         self,
@@ -576,31 +606,39 @@ class PartitionedNamespace:
         target_rows_per_fragment: int = DEFAULT_TARGET_ROWS,
         materialize_deletions: bool = True,
         txn_id: str | None = None,
+        progress: ProgressCallback | None = None,
     ) -> OperationResult:
         """Compact the leaves of the partitions ``filter`` may touch (all of them for
         None): small fragments merged into fragments of ``target_rows_per_fragment`` rows,
         deleted rows dropped from the files. Every compacted leaf's new version is
         published in one ``__manifest`` commit; writers keep writing meanwhile (a leaf
         that keeps changing, or that a transaction is committing, is left alone and
-        reported in ``skipped``). The rows never change, only their files."""
+        reported in ``skipped``). The rows never change, only their files. ``progress``:
+        see :meth:`write`."""
         operation = Optimize(
             self._storage,
             filter,
             target_rows_per_fragment=target_rows_per_fragment,
             materialize_deletions=materialize_deletions,
         )
-        return self._operate(operation, txn_id, None)
+        return self._operate(operation, txn_id, None, progress)
 
     def _operate(
-        self, operation: TableOperation, txn_id: str | None, claim_timeout: float | None
+        self,
+        operation: TableOperation,
+        txn_id: str | None,
+        claim_timeout: float | None,
+        progress: ProgressCallback | None = None,
     ) -> OperationResult:
-        result = run_operation(
-            self._txn,
-            operation,
-            txn_id=txn_id,
-            claim_timeout=claim_timeout,
-            state=state_with_claims(self._txn),
-        )
+        check_callback(progress)
+        with reporting(progress, operation.kind):
+            result = run_operation(
+                self._txn,
+                operation,
+                txn_id=txn_id,
+                claim_timeout=claim_timeout,
+                state=state_with_claims(self._txn),
+            )
         log.info(
             "%s: %d rows removed, %d updated, %d inserted, %d partitions dropped (manifest v%s)",
             operation.kind,
@@ -621,6 +659,7 @@ class PartitionedNamespace:
         txn_id: str | None = None,
         claim_timeout: float | None = None,
         flush_bytes: int = FLUSH_BYTES,
+        progress: ProgressCallback | None = None,
     ) -> CommitResult:
         """Write rows; ``overwrite`` is a dynamic partition overwrite: it replaces exactly the
         partitions the data touches. ``data`` is anything Arrow-exportable (pyarrow, polars,
@@ -636,11 +675,20 @@ class PartitionedNamespace:
         as it is staged: at most ``flush_bytes`` of routed rows are buffered, as views of
         the input where they can be (Arrow data is immutable: a generator that refills one
         NumPy buffer for every table it yields must copy it, or the buffered rows change).
+
+        ``progress`` (a callable taking a :class:`~.progress.Progress`) hears how many of
+        the partitions of each step are done (at most every quarter second, on the calling
+        thread); one that raises is logged and not called again, the write goes on. An
+        interrupt (Ctrl-C) stops the write within a fraction of a second: the leaf calls
+        running finish, nothing is published, and what it left is removed by
+        ``maintain(sweep_orphans=True)``.
         """
         options = CommitOptions.for_claim_timeout(claim_timeout)
-        result = writes.write(
-            self._txn, data, mode, txn_id=txn_id, options=options, flush_bytes=flush_bytes
-        )
+        check_callback(progress)
+        with reporting(progress, "write"):
+            result = writes.write(
+                self._txn, data, mode, txn_id=txn_id, options=options, flush_bytes=flush_bytes
+            )
         self._adopt(result.manifest_version)
         log.info(
             "%s %d rows into %d partitions (manifest v%d)",
@@ -739,41 +787,65 @@ class PartitionedNamespace:
         orphan_min_age: dt.timedelta = DEFAULT_MIN_AGE,
         dry_run: bool = False,
         enforce_min_age: bool = True,
+        progress: ProgressCallback | None = None,
     ) -> MaintenanceReport:
         """Compact ``__manifest``; with ``older_than``, also remove old versions safely
         (tagged versions, and every leaf version they read, are kept: see :meth:`tag`);
-        with ``sweep_orphans``, remove files no leaf version references and leaf tables
-        of dropped partitions no retained version reads, once older than
-        ``orphan_min_age`` (see ``sweep``). ``dry_run`` changes nothing: it only reports
-        what the sweep would remove (compaction and version cleanup do not run).
+        with ``sweep_orphans``, remove what killed or interrupted writers left once it is
+        older than ``orphan_min_age``: the leaf versions above a partition's published
+        ``read_version`` that no transaction claims or staged into (rolled back and
+        removed, see ``unpublished``), files no leaf version references and leaf tables of
+        dropped partitions no retained version reads (see ``sweep``). ``dry_run`` changes
+        nothing: it only reports what the sweep would remove (compaction and version
+        cleanup do not run). ``progress``: see :meth:`write`.
 
         An ``orphan_min_age`` below ``sweep.MIN_SAFE_ORPHAN_AGE`` (6 hours) would delete
         the files of writes still in flight: it is refused before anything runs unless
-        ``enforce_min_age=False`` (or ``dry_run``, which deletes nothing)."""
+        ``enforce_min_age=False`` (or ``dry_run``, which deletes nothing). Every argument
+        is checked before anything runs."""
+        check_flags(
+            compact=compact,
+            sweep_orphans=sweep_orphans,
+            dry_run=dry_run,
+            enforce_min_age=enforce_min_age,
+        )
+        older_than = checked_older_than(older_than)
         if sweep_orphans:
             check_min_age(
                 orphan_min_age, enforce=enforce_min_age, dry_run=dry_run, name="orphan_min_age"
             )
-        if dry_run:
-            report = MaintenanceReport()
-        else:
-            collect_finished(self._manifest, self.state(), self._store.delete)
-            report = maintain(
-                self._manifest,
-                NamespaceState.load(self._root, self._manifest.latest()),
-                compact=compact,
-                older_than=older_than,
+        check_callback(progress)
+        with reporting(progress, "maintain"):
+            # Unpublished versions first: the version cleanup then sees what they left.
+            reclaimed = (
+                reclaim(self._txn, min_age=orphan_min_age, dry_run=dry_run)
+                if sweep_orphans
+                else None
             )
-        if sweep_orphans:
-            swept = sweep(
-                self._txn,
-                min_age=orphan_min_age,
-                dry_run=dry_run,
-                enforce_min_age=enforce_min_age,
-            )
-            report.orphans = swept.to_dict()
+            report = self._maintain(compact, older_than, dry_run)
+            if reclaimed is not None:
+                report.unpublished = reclaimed.to_dict()
+                report.orphans = sweep(
+                    self._txn,
+                    min_age=orphan_min_age,
+                    dry_run=dry_run,
+                    enforce_min_age=enforce_min_age,
+                ).to_dict()
         self._state = NamespaceState.load(self._root, self._manifest.latest())
         return report
+
+    def _maintain(
+        self, compact: bool, older_than: dt.timedelta | None, dry_run: bool
+    ) -> MaintenanceReport:
+        if dry_run:
+            return MaintenanceReport()
+        collect_finished(self._manifest, self.state(), self._store.delete)
+        return maintain(
+            self._manifest,
+            NamespaceState.load(self._root, self._manifest.latest()),
+            compact=compact,
+            older_than=older_than,
+        )
 
     # -- history and tags ----------------------------------------------------------------
     def history(

@@ -17,6 +17,7 @@ from airflow_provider_lance.namespace.txn.store import TransactionStore
 from airflow_provider_lance.namespace.write.splitting import routing_keys
 
 from .failpoints import failpoint
+from .progress import reporting
 
 __all__ = [
     "Storage",
@@ -26,5 +27,6 @@ __all__ = [
     "open_leaf",
     "parse_filter",
     "read_partition",
+    "reporting",
     "routing_keys",
 ]

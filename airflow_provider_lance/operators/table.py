@@ -28,7 +28,7 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
-from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook, TaskProgress
 from airflow_provider_lance.operators.commit import (
     DEFAULT_MAX_PARTITION_KEYS,
     DEFAULT_SUMMARY_PARTITIONS,
@@ -275,7 +275,12 @@ class LanceDeleteOperator(_FilteredOperation):
     def run(self, ns: PartitionedNamespace, txn_id: str, context: Context) -> OperationResult:
         where = required_filter(self.filter, self.operation)
         self.log.info("deleting the rows of %s where %s as %s", ns.uri, where, txn_id)
-        return ns.delete(where, txn_id=txn_id, claim_timeout=claim_seconds(self.claim_timeout))
+        return ns.delete(
+            where,
+            txn_id=txn_id,
+            claim_timeout=claim_seconds(self.claim_timeout),
+            progress=TaskProgress(self.log),
+        )
 
 
 class LanceDropPartitionsOperator(_FilteredOperation):
@@ -364,6 +369,7 @@ class LanceOptimizeOperator(TableOperationOperator):
             target_rows_per_fragment=target,
             materialize_deletions=self.materialize_deletions,
             txn_id=txn_id,
+            progress=TaskProgress(self.log),
         )
 
 
@@ -475,6 +481,7 @@ class LanceMergeOperator(TableOperationOperator):
             when_not_matched_by_source_delete=bool(self.when_not_matched_by_source_delete),
             txn_id=txn_id,
             claim_timeout=claim_seconds(self.claim_timeout),
+            progress=TaskProgress(self.log),
         )
 
     @staticmethod

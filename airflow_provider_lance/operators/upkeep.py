@@ -21,7 +21,7 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_provider_lance.common import lance_errors
-from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook, TaskProgress
 from airflow_provider_lance.operators.commit import parse_transactions, transactions_namespace
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ class LanceMaintainOperator(BaseOperator):
                 compact=self.compact,
                 older_than=None if older is None else dt.timedelta(seconds=older),
                 dry_run=self.sweep_dry_run,
+                progress=TaskProgress(self.log),
                 **sweep,
             )
             version = ns.version

@@ -20,7 +20,7 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
-from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
+from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook, TaskProgress
 from airflow_provider_lance.namespace import MODES
 from airflow_provider_lance.operators.lineage import NamespaceWrite, operator_lineage
 
@@ -256,6 +256,7 @@ class LanceWriteOperator(BaseOperator):
             self.mode,  # type: ignore[arg-type]
             txn_id=txn_id,
             flush_bytes=self._flush_bytes(),
+            progress=TaskProgress(self.log),
         )
         return self._published_summary(ns, ns.transaction(txn_id), result.to_dict())
 

@@ -22,7 +22,6 @@ import pytest
 
 from airflow_provider_lance import cli
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from tests.conftest import EVENTS_SCHEMA, events
 from tests.namespace.io.failing_stores import (
     CLOBBERED,
     NAMESPACE,
@@ -30,6 +29,7 @@ from tests.namespace.io.failing_stores import (
     read_only_mount,
     run,
 )
+from tests.support import EVENTS_SCHEMA, events
 
 #: Every command that writes, as a user types it on a namespace ``prepare`` made.
 WRITING_COMMANDS = [

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass, field
 
 import lance
 
-from airflow_provider_lance.namespace.errors import InvalidArgumentError
+from airflow_provider_lance.namespace.errors import CommitConflict, InvalidArgumentError
 from airflow_provider_lance.namespace.failpoints import failpoint
 from airflow_provider_lance.namespace.format.manifest import Manifest, ManifestView
 from airflow_provider_lance.namespace.format.manifest_compaction import compact_manifest
@@ -32,6 +33,9 @@ from airflow_provider_lance.namespace.txn.spec_fence import stale_intents
 from airflow_provider_lance.namespace.txn.store import TransactionStore
 
 log = logging.getLogger(__name__)
+
+#: Compactions of ``__manifest`` tried while concurrent commits win.
+COMPACT_ATTEMPTS = 5
 
 
 @dataclass
@@ -57,6 +61,9 @@ class MaintenanceReport:
     leaves_skipped_by_reason: dict[str, list[str]] = field(default_factory=dict)
     #: What the orphan sweep removed (files, bytes freed; see ``sweep``), when it ran.
     orphans: dict[str, object] | None = None
+    #: The unpublished leaf versions the sweep rolled back and removed (see
+    #: ``unpublished``), when it ran.
+    unpublished: dict[str, object] | None = None
     #: Intent rows of merges that died (older than ``spec_fence.INTENT_MAX_AGE``), removed.
     merge_intents_removed: int = 0
 
@@ -103,20 +110,14 @@ def maintain(
     they are gone anyway its commit refuses to publish them
     (:func:`~.leaf_commit.check_staged_files`).
     """
-    if older_than is not None and older_than < dt.timedelta(0):
-        raise InvalidArgumentError(
-            f"older_than must not be negative (got {older_than}); use timedelta(0) to keep "
-            "only the latest __manifest version"
-        )
+    older_than = checked_older_than(older_than)
     report = MaintenanceReport()
     stale = stale_intents(state)
     if stale:
         manifest.delete_rows(stale)
         report.merge_intents_removed = len(stale)
     if compact:
-        with manifest.storage.failures("compact", manifest.uri):
-            before, after = compact_manifest(manifest)
-        report.manifest_fragments_before, report.manifest_fragments_after = before, after
+        report.manifest_fragments_before, report.manifest_fragments_after = _compact(manifest)
     if older_than is None:
         return report
     # Read ``state`` before the cleanup: its own version may be among those removed.
@@ -140,6 +141,7 @@ def maintain(
     failpoint("maintain.before_live_stages")
     staged_ids, staged_dirs = _live_stages(manifest, NamespaceState.load(state.root, view))
     failpoint("maintain.live_stages_read")
+    work: list[_LeafCleanup] = []
     for partition in partitions:
         object_id, published = partition.object_id, partition.read_version
         location, first = at_oldest.get(object_id, (None, None))
@@ -164,17 +166,87 @@ def maintain(
                     and read < keep
                 }
             )
-            leaf = manifest.storage.table(partition.location)
-            if leaf.version > published:
-                report.leaves_kept_unpublished[object_id] = int(leaf.version) - published
-            report.leaves_kept_for_readers[object_id] = keep
-            if pinned:
-                report.leaves_kept_for_tags[object_id] = pinned
-            if keep > 1:
-                report.leaf_versions_removed += _remove_below(
-                    manifest.storage, leaf, keep, older_than, pinned
-                )
+            work.append(_LeafCleanup(partition.location, object_id, published, keep, pinned))
+    done = manifest.storage.map(
+        lambda w: w.run(manifest.storage, older_than), work, step="clean up leaves"
+    )
+    for w, (unpublished, removed) in zip(work, done, strict=True):
+        if unpublished:
+            report.leaves_kept_unpublished[w.object_id] = unpublished
+        report.leaves_kept_for_readers[w.object_id] = w.keep
+        if w.pinned:
+            report.leaves_kept_for_tags[w.object_id] = w.pinned
+        report.leaf_versions_removed += removed
     return report
+
+
+@dataclass(frozen=True)
+class _LeafCleanup:
+    """The version cleanup of one leaf: versions below ``keep`` go, except ``pinned``."""
+
+    location: str
+    object_id: str
+    published: int
+    keep: int
+    pinned: list[int]
+
+    def run(self, storage: Storage, older_than: dt.timedelta) -> tuple[int, int]:
+        """(versions above the published one, kept; versions removed)."""
+        leaf = storage.table(self.location)
+        unpublished = max(int(leaf.version) - self.published, 0)
+        removed = 0
+        if self.keep > 1:
+            removed = _remove_below(storage, leaf, self.keep, older_than, self.pinned)
+        return unpublished, removed
+
+
+def _compact(manifest: Manifest) -> tuple[int, int]:
+    """:func:`compact_manifest`, again when a concurrent commit won (every publish of a
+    writer running meanwhile does: Lance's compaction then fails with a conflict); after
+    :data:`COMPACT_ATTEMPTS` lost races it is left to the next run, (n, n)."""
+    for _ in range(COMPACT_ATTEMPTS):
+        try:
+            with manifest.storage.failures(
+                "compact", manifest.uri, conflict="a concurrent commit won"
+            ):
+                return compact_manifest(manifest)
+        except CommitConflict as exc:
+            log.info("__manifest compaction lost a race (%s); trying again", exc)
+    log.warning(
+        "__manifest was not compacted: a concurrent commit won each of %d attempts; the next "
+        "maintain tries again",
+        COMPACT_ATTEMPTS,
+    )
+    fragments = len(manifest.open().get_fragments())
+    return fragments, fragments
+
+
+def checked_older_than(older_than: object) -> dt.timedelta | None:
+    """``older_than`` as :func:`maintain` uses it: None, or a non-negative timedelta (one
+    longer than the time since 1970 removes nothing, as it says, instead of overflowing
+    Lance's clock); anything else is an :class:`InvalidArgumentError`."""
+    if older_than is None:
+        return None
+    if not isinstance(older_than, dt.timedelta):
+        raise InvalidArgumentError(
+            f"older_than must be a datetime.timedelta (e.g. timedelta(days=7)) or None, got "
+            f"{older_than!r}"
+        )
+    if older_than < dt.timedelta(0):
+        raise InvalidArgumentError(
+            f"older_than must not be negative (got {older_than}); use timedelta(0) to keep "
+            "only the latest __manifest version"
+        )
+    ever = dt.timedelta(seconds=time.time()) + dt.timedelta(days=1)  # older than anything
+    return min(older_than, ever)
+
+
+def check_flags(**flags: object) -> None:
+    """Refuse a flag that is not True or False (``sweep_orphans="no"`` is truthy, and
+    would sweep)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
 
 
 def _window_start(retained: list[int]) -> int:

@@ -32,8 +32,10 @@ leaves for are the ones that remain.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
+import os
 import re
 import time
 from collections.abc import Iterable
@@ -44,6 +46,7 @@ from airflow_provider_lance.namespace.format.manifest import MANIFEST_NAME
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.format.txn_row import TxnState
 from airflow_provider_lance.namespace.io.storage import FileEntry, Storage
+from airflow_provider_lance.namespace.io.uri import local_path
 from airflow_provider_lance.namespace.txn.abort import DEFAULT_LEASE_SECONDS
 from airflow_provider_lance.namespace.txn.kernel import TransactionContext
 from airflow_provider_lance.namespace.txn.lifecycle import all_records
@@ -69,8 +72,6 @@ DEFAULT_MIN_AGE = dt.timedelta(days=1)
 MIN_SAFE_ORPHAN_AGE = dt.timedelta(seconds=DEFAULT_LEASE_SECONDS)
 #: Leaf directories (``<8 hex>_v<N>$...$dataset``, see ``naming.leaf_directory``).
 LEAF_DIRECTORY = re.compile(r"^[0-9a-f]{8}_v\d+\$.+\$dataset$")
-#: A progress line every this many leaf directories.
-PROGRESS_EVERY = 500
 #: Paths listed in the report, at most.
 SAMPLE = 20
 
@@ -99,6 +100,16 @@ class SweepReport:
         self.bytes_freed += entry.size
         if len(self.sample) < SAMPLE:
             self.sample.append(entry.path)
+
+    def _add(self, other: SweepReport) -> None:
+        """Count in the sweep of one more leaf directory."""
+        self.leaf_directories += other.leaf_directories
+        self.files_removed += other.files_removed
+        self.bytes_freed += other.bytes_freed
+        self.leaf_tables_removed += other.leaf_tables_removed
+        self.kept_young += other.kept_young
+        self.kept_staged += other.kept_staged
+        self.sample += other.sample[: SAMPLE - len(self.sample)]
 
 
 def check_min_age(
@@ -149,24 +160,15 @@ def sweep_orphans(
     locations = state.view.leaf_locations()
     unlisted = [d for d in listed if d not in locations]
     unread = _unread(ctx, unlisted) if unlisted else set()
-    started = time.monotonic()
-    for i, (directory, entries) in enumerate(sorted(listed.items()), 1):
-        report.leaf_directories += 1
-        unnamed = not any(e.path in protected for e in entries)
-        if directory in unread and unnamed and all(e.mtime < cutoff for e in entries):
-            _remove_table(storage, directory, entries, report, dry_run)
-            continue
-        _sweep_leaf(storage, directory, entries, protected, cutoff, report, dry_run)
-        if i % PROGRESS_EVERY == 0:
-            log.info(
-                "orphan sweep: %d of %d leaf directories, %d files (%d bytes) %s (%.0fs)",
-                i,
-                len(listed),
-                report.files_removed,
-                report.bytes_freed,
-                "to remove" if dry_run else "removed",
-                time.monotonic() - started,
-            )
+
+    def one(item: tuple[str, list[FileEntry]]) -> SweepReport:
+        directory, entries = item
+        return _sweep_directory(
+            storage, directory, entries, directory in unread, protected, cutoff, dry_run
+        )
+
+    for part in storage.map(one, sorted(listed.items()), step="leaf directories"):
+        report._add(part)
     log.info(
         "orphan sweep%s: %d files, %d bytes, %d dropped leaf tables %s; kept %d young and "
         "%d staged unreferenced files",
@@ -179,6 +181,26 @@ def sweep_orphans(
         report.kept_staged,
     )
     return report
+
+
+def _sweep_directory(
+    storage: Storage,
+    directory: str,
+    entries: list[FileEntry],
+    unread: bool,
+    protected: set[str],
+    cutoff: float,
+    dry_run: bool,
+) -> SweepReport:
+    """The sweep of one leaf directory: removed whole if no retained version reads it
+    (``unread``) and nothing in it is named or young, else its unreferenced files."""
+    part = SweepReport(dry_run=dry_run, leaf_directories=1)
+    unnamed = not any(e.path in protected for e in entries)
+    if unread and unnamed and all(e.mtime < cutoff for e in entries):
+        _remove_table(storage, directory, entries, part, dry_run)
+    else:
+        _sweep_leaf(storage, directory, entries, protected, cutoff, part, dry_run)
+    return part
 
 
 def _sweep_leaf(
@@ -227,7 +249,20 @@ def _remove_table(
         report._remove(entry)
         if not dry_run:
             storage.delete(entry.path)
+    if not dry_run:
+        _remove_empty_directories(storage, directory)
     log.info("orphan sweep: leaf table %s is read by no retained __manifest version", directory)
+
+
+def _remove_empty_directories(storage: Storage, directory: str) -> None:
+    """On a local disk, the directories a removed leaf table left, deepest first (one a
+    writer put a file into meanwhile stays; an object store has no directories)."""
+    base = local_path(storage.uri(directory))
+    if base is None:
+        return
+    for path, _, _ in os.walk(base, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 def _referenced(storage: Storage, directory: str) -> set[str] | None:

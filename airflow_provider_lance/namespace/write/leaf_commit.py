@@ -280,7 +280,8 @@ def _signature(fragment: FragmentMetadata | dict[str, Any]) -> str:
     return json.dumps([files, removed])
 
 
-def _content(ds: lance.LanceDataset, version: int) -> list[str]:
+def content_at(ds: lance.LanceDataset, version: int) -> list[str]:
+    """The content of ``ds`` at ``version``: its fragments' signatures, sorted."""
     at = ds if int(ds.version) == version else ds.checkout_version(version)
     return sorted(_signature(f.metadata) for f in at.get_fragments())
 
@@ -397,7 +398,7 @@ def commit_leaf(
             latest = int(ds.version)
             if overwrite:  # replaces whatever is there: nothing to roll back
                 ours = latest != base_v and committed_by(ds, latest) == owner
-                if ours and _content(ds, latest) == mine:  # an earlier attempt's: reused
+                if ours and content_at(ds, latest) == mine:  # an earlier attempt's: reused
                     return latest
                 base = latest
             else:
@@ -406,7 +407,7 @@ def commit_leaf(
                 on = base_v
 
                 def expected() -> list[str]:
-                    return sorted(_content(ds, on) + mine)
+                    return sorted(content_at(ds, on) + mine)
 
                 settled = _settle(storage, uri, ds, on, owner, expected, may_roll_back)
                 if not isinstance(settled, _Base):
@@ -531,7 +532,7 @@ def _settle(
     latest = int(ds.version)
     if latest == base:
         return _Base(base)
-    if committed_by(ds, latest) == owner and _content(ds, latest) == expected():
+    if committed_by(ds, latest) == owner and content_at(ds, latest) == expected():
         return latest
     if may_roll_back is not None and not may_roll_back(base):
         raise _moved(uri)
@@ -622,7 +623,7 @@ def _roll_back(storage: Storage, uri: str, ds: lance.LanceDataset, base: int) ->
         storage.table(uri, base).restore()  # type: ignore[no-untyped-call]
     failpoint("leaf.rolled_back")
     restored = storage.table(uri)
-    if _content(restored, int(restored.version)) != _content(ds, base):
+    if content_at(restored, int(restored.version)) != content_at(ds, base):
         return None
     return int(restored.version)
 

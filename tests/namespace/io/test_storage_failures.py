@@ -21,7 +21,6 @@ import pytest
 from airflow_provider_lance import cli
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.errors import StorageAccessError
-from tests.conftest import tree
 from tests.namespace.io.failing_stores import (
     ALL,
     BY_DAY,
@@ -35,6 +34,7 @@ from tests.namespace.io.failing_stores import (
     read_only_mount,
     without_privileges,
 )
+from tests.support import tree
 
 RUST_LOCATION = re.compile(r"\.rs:\d+|/home/runner/|\.cargo/")
 
