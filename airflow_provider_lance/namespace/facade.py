@@ -18,6 +18,7 @@ from airflow_provider_lance.namespace.admin.repair import RepairReport
 from airflow_provider_lance.namespace.admin.repair import repair as repair_manifest
 from airflow_provider_lance.namespace.admin.sweep import DEFAULT_MIN_AGE, check_min_age
 from airflow_provider_lance.namespace.admin.sweep import sweep_orphans as sweep
+from airflow_provider_lance.namespace.format.conversion import cast_losslessly
 from airflow_provider_lance.namespace.format.manifest import (
     NAMESPACE,
     RESERVED_COLUMNS,
@@ -27,7 +28,7 @@ from airflow_provider_lance.namespace.format.manifest import (
     row,
 )
 from airflow_provider_lance.namespace.format.naming import leaf_directory, spec_namespace_id
-from airflow_provider_lance.namespace.format.schema import NamespaceSchema, cast_losslessly
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 from airflow_provider_lance.namespace.format.spec import (
     PartitionField,
     resolve_spec,

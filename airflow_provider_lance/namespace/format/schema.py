@@ -24,6 +24,7 @@ from airflow_provider_lance.namespace.errors import (
 )
 
 from .arrow_json import normalize_type, schema_from_json, schema_to_json
+from .conversion import ConversionRefused, cast_losslessly, is_widening, values_text
 
 if TYPE_CHECKING:
     from .spec import PartitionField
@@ -33,38 +34,6 @@ DEPRECATED_KEY = "lance:deprecated"
 #: Field-id key on leaf-table columns (Lance strips ``lance:``-prefixed field metadata:
 #: pinned by tests/test_pylance_facts.py::test_fact_lance_strips_lance_prefixed_field_metadata).
 LEAF_FIELD_ID_KEY = "partitioned-namespace:field_id"
-
-_INT_ORDER = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
-_UINT_ORDER = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
-
-
-def is_widening(source: pa.DataType, target: pa.DataType) -> bool:
-    """True if every value of ``source`` is exactly representable in ``target``.
-
-    This is the spec's type promotion rule (no narrowing) and also the rule for casting a
-    partition expression's result to its declared ``result_type``.
-    """
-    source, target = normalize_type(source), normalize_type(target)
-    if source == target:
-        return True
-    if pa.types.is_null(source):
-        return True
-    if source in _INT_ORDER and target in _INT_ORDER:
-        return _INT_ORDER.index(source) <= _INT_ORDER.index(target)
-    if source in _UINT_ORDER and target in _UINT_ORDER:
-        return _UINT_ORDER.index(source) <= _UINT_ORDER.index(target)
-    if source in _UINT_ORDER and target in _INT_ORDER:
-        return _UINT_ORDER.index(source) < _INT_ORDER.index(target)
-    if pa.types.is_floating(source) and pa.types.is_floating(target):
-        return bool(source.bit_width <= target.bit_width)
-    if pa.types.is_decimal(source) and pa.types.is_decimal(target):
-        return bool(
-            target.scale == source.scale
-            and target.precision >= source.precision
-            and target.bit_width >= source.bit_width
-        )
-    pairs = {(pa.utf8(), pa.large_utf8()), (pa.binary(), pa.large_binary())}
-    return (source, target) in pairs
 
 
 def field_id(field: pa.Field, key: str = FIELD_ID_KEY) -> int | None:
@@ -473,60 +442,16 @@ def _leaf_field(f: pa.Field) -> pa.Field:
     return pa.field(f.name, f.type, f.nullable, metadata={LEAF_FIELD_ID_KEY: str(fid)})
 
 
-def _is_number(dtype: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_integer(dtype)
-        or pa.types.is_floating(dtype)
-        or pa.types.is_decimal(dtype)
-        or pa.types.is_boolean(dtype)
-    )
-
-
-def _is_temporal(dtype: pa.DataType) -> bool:
-    return bool(pa.types.is_temporal(dtype))
-
-
-def cast_losslessly(values: Any, dtype: pa.DataType) -> Any:
-    """``values`` (an Arrow array or chunked array) cast to ``dtype`` only if no value changes
-    its meaning, else ``pa.ArrowInvalid`` saying which value and why.
-
-    Arrow's safe cast already refuses overflow, truncated floats and unparsable strings
-    (strings become dates only as ``YYYY-MM-DD``); on top of it this refuses what it lets
-    through silently: a timestamp with a time of day cast to a date (the time would be
-    dropped; a zoned timestamp is judged in its zone, as Arrow dates it), and numbers read
-    as dates, times or timestamps or the reverse (``20250101`` is not a date). The same
-    rule for a write's columns and for ``create_partition``'s values.
-    """
-    source = values.type
-    if pa.types.is_dictionary(source):
-        values = values.cast(source.value_type)
-        source = values.type
-    if source == dtype:
-        return values
-    if (_is_number(source) and _is_temporal(dtype)) or (_is_temporal(source) and _is_number(dtype)):
-        raise pa.ArrowInvalid(
-            f"{source} values are not converted to {dtype}: that would reinterpret "
-            f"{'numbers as points in time' if _is_number(source) else 'points in time as numbers'}"
-            f"; convert them explicitly"
-        )
-    out = pc.cast(values, dtype, safe=True)
-    if pa.types.is_timestamp(source) and pa.types.is_date(dtype):
-        local = values if source.tz is None else pc.local_timestamp(values)
-        dropped = pc.not_equal(pc.cast(pc.cast(local, pa.date32()), local.type), local)
-        if pc.any(dropped).as_py():
-            first = pc.index(dropped, True).as_py()
-            raise pa.ArrowInvalid(
-                f"{values[first].as_py()} has a time of day, which a {dtype} would drop; pass "
-                "dates, or truncate the timestamps explicitly if that is what you mean"
-            )
-    return out
-
-
 def _cast_column(column: Any, dtype: pa.DataType, name: str, *, reading: bool = False) -> Any:
     if column.type == dtype:
         return column
     try:
         return cast_losslessly(column, dtype) if not reading else _read_cast(column, dtype)
+    except ConversionRefused as exc:
+        raise DataValidationError(
+            f"column {name!r}: {values_text(exc.source, exc.example)} cannot be written as "
+            f"{dtype}: {exc.reason}"
+        ) from exc
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         action = "read" if reading else "written"
         raise DataValidationError(

@@ -42,6 +42,7 @@ from airflow_provider_lance.namespace.errors import (
     InvalidLiteralError,
     SchemaError,
 )
+from airflow_provider_lance.namespace.format.conversion import cast_for_comparison
 from airflow_provider_lance.namespace.format.expressions import (
     BoundExpression,
     bind,
@@ -57,7 +58,6 @@ from airflow_provider_lance.namespace.format.expressions import (
 from airflow_provider_lance.namespace.format.manifest import prunes_in_scan
 from airflow_provider_lance.namespace.format.schema import (
     NamespaceSchema,
-    cast_losslessly,
     field_id,
     is_deprecated,
 )
@@ -324,7 +324,7 @@ def _cast_constant(value: pa.Scalar, target: pa.DataType, rounding: str) -> pa.S
     if _zone_less_against_a_zone(value.type, target):
         return None
     try:
-        return cast_losslessly(pa.array([value]), target)[0]
+        return cast_for_comparison(pa.array([value]), target)[0]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
     py = value.as_py()
