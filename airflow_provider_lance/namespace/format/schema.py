@@ -9,6 +9,7 @@ field metadata), so a rename never has to touch the data and old partitions map 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -237,6 +238,13 @@ class NamespaceSchema:
                     f"(the columns are {', '.join(active.names)}), or add_column it again, as "
                     "a new column (the dropped column's values do not come back)"
                 )
+            if name not in known and name in pandas_index_columns(table.schema):
+                raise DataValidationError(
+                    f"the pandas DataFrame's index {name!r} is not a namespace column "
+                    f"(columns: {', '.join(active.names)}): a named index is written as a "
+                    "column. Leave it out with df.reset_index(drop=True), or rename it to a "
+                    "namespace column"
+                )
             if name not in known:
                 raise DataValidationError(
                     f"column {name!r} is not in the namespace schema "
@@ -419,6 +427,19 @@ class ReadPlan:
             else:
                 arrays.append(_cast_column(batch.column(src), f.type, f.name, reading=True))
         return pa.Table.from_arrays(arrays, schema=self.target)
+
+
+def pandas_index_columns(schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` that were a pandas DataFrame's index (pyarrow records them
+    in its ``pandas`` metadata); none for other data."""
+    meta = (schema.metadata or {}).get(b"pandas")
+    if meta is None:
+        return []
+    try:
+        index = json.loads(meta).get("index_columns", [])
+    except (ValueError, AttributeError):
+        return []
+    return [c for c in index if isinstance(c, str) and c in schema.names]
 
 
 def _active_by_name(schema: pa.Schema, name: str) -> pa.Field | None:
