@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -254,21 +255,29 @@ class PartitionedNamespace:
 
     @property
     def schema(self) -> pa.Schema:
-        """The namespace schema as the format stores it: every column ever defined, each
-        with ``lance:field_id``.
+        """The current columns: what reads return and writes take, each with its
+        ``lance:field_id`` (as pyiceberg's ``Table.schema()``). A past version's is
+        ``state(as_of).schema.active``; the dropped columns too are in
+        :attr:`stored_schema`."""
+        return self.state().schema.active
 
-        Dropped columns stay, marked ``lance:deprecated`` (their ids are never reused), so
-        a name dropped and added again appears twice, under two ids. What reads return and
-        writes take is :attr:`active_schema`; a past version's is
-        ``state(as_of).schema.active``.
-        """
+    @property
+    def stored_schema(self) -> pa.Schema:
+        """The namespace schema as the format stores it: every column ever defined, the
+        dropped ones marked ``lance:deprecated`` (their field ids are never reused), so a
+        name dropped and added again appears twice, under two ids."""
         return self.state().schema.arrow
 
     @property
     def active_schema(self) -> pa.Schema:
-        """The columns reads return and writes accept (dropped ones left out): the schema
-        a user works with, as Iceberg's current schema."""
-        return self.state().schema.active
+        """Deprecated: :attr:`schema` (the current columns)."""
+        warnings.warn(
+            "PartitionedNamespace.active_schema is deprecated: use .schema (the current "
+            "columns; .stored_schema has the dropped ones too)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.schema
 
     @property
     def spec_version(self) -> int:
