@@ -209,12 +209,38 @@ def cast_losslessly(values: Any, dtype: pa.DataType) -> Any:
     refused = conversion_refused(source, dtype)
     if refused is not None:
         raise ConversionRefused(source, dtype, refused, _first_value(values))
-    out = pc.cast(values, dtype, safe=True)
+    try:
+        out = pc.cast(values, dtype, safe=True)
+    except pa.ArrowInvalid as exc:  # Arrow's message may not say which value
+        value = _first_uncastable(values, dtype)
+        shown = "" if value is None else f" (e.g. {value!r})"
+        raise pa.ArrowInvalid(f"{str(exc).splitlines()[0]}{shown}") from exc
     if pa.types.is_timestamp(source) and pa.types.is_date(dtype):
         _check_midnight(values, dtype)
     elif kind(source) in _ROUND_TRIPPED and not is_widening(source, dtype):
         _check_round_trip(values, out)
     return out
+
+
+def _first_uncastable(values: Any, dtype: pa.DataType) -> Any:
+    """A value of ``values`` Arrow's safe cast to ``dtype`` refuses (found by halving);
+    None if none alone is."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if _casts(values, dtype):
+        return None
+    while len(values) > 1:
+        half = values.slice(0, len(values) // 2)
+        values = half if not _casts(half, dtype) else values.slice(len(values) // 2)
+    return values[0].as_py() if len(values) else None
+
+
+def _casts(values: Any, dtype: pa.DataType) -> bool:
+    try:
+        pc.cast(values, dtype, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return False
+    return True
 
 
 def _first_value(values: Any) -> Any:

@@ -8,6 +8,7 @@ field metadata), so a rename never has to touch the data and old partitions map 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -248,8 +249,7 @@ class NamespaceSchema:
             if name not in known:
                 raise DataValidationError(
                     f"column {name!r} is not in the namespace schema "
-                    f"(columns: {', '.join(active.names)}); add it with add_column first, or "
-                    "rename it in the data if the namespace column was renamed"
+                    f"(columns: {', '.join(active.names)}){_unknown_column_advice(name, active)}"
                 )
         if len(set(table.column_names)) != table.num_columns:
             raise DataValidationError(f"duplicate column names in data: {table.column_names}")
@@ -265,9 +265,10 @@ class NamespaceSchema:
                     f"column {f.name!r} is not nullable and is missing from the data"
                 )
             if not f.nullable and arrays[-1].null_count:
+                first = pc.index(pc.is_null(arrays[-1]), True).as_py()
                 raise DataValidationError(
                     f"column {f.name!r} is not nullable but the data has "
-                    f"{arrays[-1].null_count} NULL value(s)"
+                    f"{arrays[-1].null_count} NULL value(s), the first at row {first}"
                 )
         return pa.Table.from_arrays(arrays, schema=active)
 
@@ -427,6 +428,19 @@ class ReadPlan:
             else:
                 arrays.append(_cast_column(batch.column(src), f.type, f.name, reading=True))
         return pa.Table.from_arrays(arrays, schema=self.target)
+
+
+def _unknown_column_advice(name: str, active: pa.Schema) -> str:
+    """What to do about data naming no namespace column: the one it may mean (in another
+    case, or misspelled), else how to add or rename it."""
+    same_case = [c for c in active.names if c.lower() == name.lower()]
+    close = same_case or difflib.get_close_matches(name, active.names, n=1)
+    if close:
+        return f": did you mean {close[0]!r}? (a new column needs add_column first)"
+    return (
+        "; add it with add_column first, or rename it in the data if the namespace column "
+        "was renamed"
+    )
 
 
 def pandas_index_columns(schema: pa.Schema) -> list[str]:

@@ -18,7 +18,8 @@ from airflow_provider_lance.namespace.types import ArrowData
 def as_tables(data: ArrowData) -> Iterator[pa.Table]:
     """Tables of any Arrow-exportable data (PyCapsule stream or array), of a pandas
     DataFrame (:func:`from_pandas`), or of an iterable of pyarrow tables or batches or
-    pandas DataFrames, one chunk at a time."""
+    pandas DataFrames, one chunk at a time. Anything else is a :class:`DataValidationError`
+    saying how to make a table of it."""
     if isinstance(data, pa.Table):
         yield data
     elif isinstance(data, pa.RecordBatch):
@@ -29,7 +30,15 @@ def as_tables(data: ArrowData) -> Iterator[pa.Table]:
     elif _is_pandas_frame(data):
         yield from_pandas(data)
     elif hasattr(data, "__arrow_c_stream__") and not isinstance(data, (str, bytes)):
-        yield from as_tables(pa.RecordBatchReader.from_stream(data))
+        try:
+            reader = pa.RecordBatchReader.from_stream(data)
+        except (TypeError, ValueError, pa.ArrowInvalid) as exc:
+            raise DataValidationError(
+                f"write() got a {type(data).__name__} that is not a table of columns (its "
+                f"Arrow stream is no stream of rows: {str(exc).splitlines()[0]}); name its "
+                "columns, e.g. pyarrow.table({'id': values})"
+            ) from exc
+        yield from as_tables(reader)
     elif hasattr(data, "__arrow_c_array__"):
         try:
             batch = pa.record_batch(data)
@@ -44,17 +53,37 @@ def as_tables(data: ArrowData) -> Iterator[pa.Table]:
                 yield from_pandas(item)
                 continue
             if not isinstance(item, (pa.Table, pa.RecordBatch)):
-                raise DataValidationError(
-                    f"write() got an iterable of {type(item).__name__}; expected pyarrow "
-                    "Tables or RecordBatches (or pandas DataFrames)"
-                )
+                raise DataValidationError(_not_tables(data, item))
             yield item if isinstance(item, pa.Table) else pa.Table.from_batches([item])
     else:
-        raise DataValidationError(
-            "write() needs Arrow data (anything with __arrow_c_stream__ or __arrow_c_array__: "
-            "pyarrow, polars, DuckDB, pandas) or an iterable of pyarrow tables or batches, "
-            f"got {type(data).__name__}"
+        raise DataValidationError(_not_tables(data))
+
+
+_EXPECTED = (
+    "write() takes Arrow data (a pyarrow Table, RecordBatch or RecordBatchReader, a pandas "
+    "DataFrame, anything with __arrow_c_stream__ such as a polars or DuckDB result) or an "
+    "iterable of pyarrow Tables, RecordBatches or pandas DataFrames"
+)
+
+
+def _not_tables(data: object, item: object = None) -> str:
+    """Why ``data`` (whose first element is ``item``, if iterable) is no table, and how to
+    make one of it."""
+    got = type(data).__name__
+    if isinstance(data, Mapping):
+        why = f"a {got}: make a table of a dict of columns with pyarrow.table(data)"
+    elif isinstance(item, Mapping):
+        rows = f"rows as {type(item).__name__}s"
+        why = f"{rows}: make a table of them with pyarrow.Table.from_pylist(rows)"
+    elif item is not None:
+        hint = "series.to_frame()" if got == "Series" else "pyarrow.table({'name': values})"
+        why = (
+            f"a {got} of {type(item).__name__} values, one column and not a table: make "
+            f"a table of it ({hint})"
         )
+    else:
+        why = f"a {got}"
+    return f"write() got {why}. {_EXPECTED}"
 
 
 def _is_pandas_frame(data: object) -> bool:
