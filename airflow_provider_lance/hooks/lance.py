@@ -239,11 +239,11 @@ class LancePartitionedHook(BaseHook):
     def _check_compatible(
         ns: PartitionedNamespace, columns: Sequence[str], field_names: Sequence[str]
     ) -> None:
-        missing = [c for c in columns if c not in ns.active_schema.names]
+        missing = [c for c in columns if c not in ns.schema.names]
         if missing:
             raise core.SchemaError(
                 f"namespace {ns.uri} exists but has no column(s) {missing}; its columns: "
-                f"{ns.active_schema.names}"
+                f"{ns.schema.names}"
             )
         current = [f.name for f in ns.partition_spec()]
         if list(field_names) != current:
@@ -280,7 +280,7 @@ class LancePartitionedHook(BaseHook):
         return {
             "uri": ns.uri,
             "manifest_version": state.version,
-            "schema": schema_to_spec(ns.active_schema),
+            "schema": schema_to_spec(ns.schema),
             "spec_version": state.spec_version,
             "partition_specs": {
                 str(v): [field_to_spec(f) for f in fields] for v, fields in state.specs.items()

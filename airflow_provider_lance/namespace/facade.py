@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from airflow_provider_lance.namespace.admin.repair import repair as repair_manif
 from airflow_provider_lance.namespace.admin.sweep import DEFAULT_MIN_AGE, check_min_age
 from airflow_provider_lance.namespace.admin.sweep import sweep_orphans as sweep
 from airflow_provider_lance.namespace.admin.unpublished import reclaim
+from airflow_provider_lance.namespace.format.conversion import cast_losslessly
 from airflow_provider_lance.namespace.format.manifest import (
     NAMESPACE,
     RESERVED_COLUMNS,
@@ -33,7 +35,7 @@ from airflow_provider_lance.namespace.format.manifest import (
     row,
 )
 from airflow_provider_lance.namespace.format.naming import leaf_directory, spec_namespace_id
-from airflow_provider_lance.namespace.format.schema import NamespaceSchema, cast_losslessly
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 from airflow_provider_lance.namespace.format.spec import (
     PartitionField,
     resolve_spec,
@@ -265,21 +267,29 @@ class PartitionedNamespace:
 
     @property
     def schema(self) -> pa.Schema:
-        """The namespace schema as the format stores it: every column ever defined, each
-        with ``lance:field_id``.
+        """The current columns: what reads return and writes take, each with its
+        ``lance:field_id`` (as pyiceberg's ``Table.schema()``). A past version's is
+        ``state(as_of).schema.active``; the dropped columns too are in
+        :attr:`stored_schema`."""
+        return self.state().schema.active
 
-        Dropped columns stay, marked ``lance:deprecated`` (their ids are never reused), so
-        a name dropped and added again appears twice, under two ids. What reads return and
-        writes take is :attr:`active_schema`; a past version's is
-        ``state(as_of).schema.active``.
-        """
+    @property
+    def stored_schema(self) -> pa.Schema:
+        """The namespace schema as the format stores it: every column ever defined, the
+        dropped ones marked ``lance:deprecated`` (their field ids are never reused), so a
+        name dropped and added again appears twice, under two ids."""
         return self.state().schema.arrow
 
     @property
     def active_schema(self) -> pa.Schema:
-        """The columns reads return and writes accept (dropped ones left out): the schema
-        a user works with, as Iceberg's current schema."""
-        return self.state().schema.active
+        """Deprecated: :attr:`schema` (the current columns)."""
+        warnings.warn(
+            "PartitionedNamespace.active_schema is deprecated: use .schema (the current "
+            "columns; .stored_schema has the dropped ones too)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.schema
 
     @property
     def spec_version(self) -> int:

@@ -277,7 +277,7 @@ class LanceCommitOperator(BaseOperator):
                 self.log.info("already published by their writers: %s", published)
                 results += [hook.commit(t, namespace=uri) for t in published]
             ns = hook.open(uri)
-            schema = ns.active_schema
+            schema = ns.schema
         partitions = [p for result in results for p in result.get("partitions", [])]
         n = self.summary_partitions
         keyed = self._wants_partition_keys(context)

@@ -80,7 +80,7 @@ class _SchemaChangeOperator(BaseOperator):
 
 
 def _active(ns: PartitionedNamespace, name: str) -> pa.Field | None:
-    schema = ns.active_schema
+    schema = ns.schema
     return schema.field(name) if name in schema.names else None
 
 
@@ -138,7 +138,7 @@ class LanceDropColumnOperator(_SchemaChangeOperator):
 
     def done(self, ns: PartitionedNamespace) -> bool:
         name = self.column_name()
-        return _active(ns, name) is None and name in ns.schema.names  # dropped before
+        return _active(ns, name) is None and name in ns.stored_schema.names  # dropped before
 
     def apply(self, ns: PartitionedNamespace) -> None:
         ns.drop_column(self.column_name())

@@ -316,7 +316,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
                 "(e.g. s3://bucket/warehouse)"
             )
         with lance_errors(f"Spark write into {uri}"):
-            schema = lance.open(uri).active_schema  # a missing namespace fails here, not later
+            schema = lance.open(uri).schema  # a missing namespace fails here, not later
         result_path = self.result_path or default_result_path(txn_id)
         args = self._application_args(uri=uri, txn_id=txn_id, result_path=result_path)
         if cluster_mode:

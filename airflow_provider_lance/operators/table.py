@@ -150,7 +150,7 @@ class TableOperationOperator(BaseOperator):
             ns = hook.open(uri)
             result = self.run(ns, txn_id, context)
             state = ns.state()
-            columns = [(f.name, str(f.type)) for f in ns.active_schema]
+            columns = [(f.name, str(f.type)) for f in ns.schema]
         keyed = wants_partition_keys(self.emit_partition_keys, context)
         summary, keys = self._summary(uri, result, state, keyed)
         self.log.info(
@@ -467,7 +467,7 @@ class LanceMergeOperator(TableOperationOperator):
         if self._published_earlier(ns, txn_id):
             self.log.info("merge %s was published already: its first result", txn_id)
             # the core returns the recorded result before it reads any row: no source needed
-            return self._merge(ns, ns.active_schema.empty_table(), on, txn_id)
+            return self._merge(ns, ns.schema.empty_table(), on, txn_id)
         data = self._read_source(context)
         self.log.info("merging into %s on %s as %s", ns.uri, on, txn_id)
         return self._merge(ns, data, on, txn_id)

@@ -192,7 +192,7 @@ class LanceWriteOperator(BaseOperator):
                 summary = self._stage(ns, txn_id, context)
             else:
                 summary = self._write(ns, txn_id, context)
-            columns = [(f.name, str(f.type)) for f in ns.active_schema]
+            columns = [(f.name, str(f.type)) for f in ns.schema]
         self.log.info(
             "%s %d rows into %d partition(s) of %s as %s",
             summary["state"],

@@ -263,7 +263,7 @@ def test_schema_and_spec_evolution_apply_once_and_reruns_change_nothing(
         "changed": True,
         "fields": ["country_code"],
     }
-    schema = ns.active_schema
+    schema = ns.schema
     assert schema.names == ["id", "event_date", "country_code", "amount_cents", "channel"]
     assert schema.field("amount_cents").type == pa.int64()
     assert [f.name for f in ns.partition_spec()] == ["country_code"]
@@ -303,7 +303,7 @@ def test_evolution_bad_input_fails_at_once(
     assert run.tries[task_id] == 1
     assert message in run.output
     assert run.states["evolve"] == "upstream_failed"
-    assert ns.active_schema.field(unchanged) == EVOLVING.field(unchanged)
+    assert ns.schema.field(unchanged) == EVOLVING.field(unchanged)
     assert ns.spec_version == 1
 
 

@@ -73,9 +73,9 @@ def unchanged(
             events(3).set_column(0, "id", pa.array([1.5, 2.0, 3.0])),
             "column 'id'.*cannot be written",
         ),
-        ({"id": [1]}, "needs Arrow data"),
-        ("not data", "needs Arrow data"),
-        ([1, 2], "expected pyarrow Tables"),
+        ({"id": [1]}, r"got a dict: .*pyarrow\.table\(data\)"),
+        ("not data", r"got a str\. write\(\) takes Arrow data"),
+        ([1, 2], "got a list of int values, one column and not a table"),
     ],
     ids=[
         "unknown-column",

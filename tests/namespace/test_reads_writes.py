@@ -125,7 +125,7 @@ def test_unpublished_leaf_versions_are_invisible(daily: PartitionedNamespace) ->
     daily.write(events(3, days=1))
     [p] = daily.partitions()
     lance.write_dataset(
-        events(5, days=1, first_id=50).select(daily.active_schema.names), p.location, mode="append"
+        events(5, days=1, first_id=50).select(daily.schema.names), p.location, mode="append"
     )
     assert daily.to_table().num_rows == 3  # read_version pins what is visible
 

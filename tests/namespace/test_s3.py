@@ -441,7 +441,7 @@ def test_schema_and_partition_spec_evolution(storage_options: dict[str, str], s3
     [old] = ns.partitions()
 
     ns.add_column(pa.field("amount", pa.float64()))
-    assert ns.active_schema.names == ["id", "event_date", "country", "amount"]
+    assert ns.schema.names == ["id", "event_date", "country", "amount"]
     # Appending to a leaf made before add_column first adds the column to that leaf.
     ns.write(pa.table({"id": [3], "event_date": [D(2025, 12, 10)], "amount": [2.5]}))
     leaf = lance.dataset(old.location, storage_options=storage_options)

@@ -304,7 +304,18 @@ def root_cause(exc: BaseException) -> str:
     """The last line of a DataFusion error chain (its "caused by" root), without the
     layers' prefixes: ``Cast error: Cannot cast string '2025-13-45' to ...``."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return _ERROR_PREFIX.sub("", lines[-1]) if lines else type(exc).__name__
+    return unqualified(_ERROR_PREFIX.sub("", lines[-1])) if lines else type(exc).__name__
+
+
+#: The names DataFusion gives the tables an expression is planned against (a frame of
+#: ``from_arrow``, ours of :func:`registered`): never the user's, so never shown.
+_INTERNAL_QUALIFIER = re.compile(r"\b(?:c[0-9a-f]{32}|__input_\d+)\.")
+
+
+def unqualified(message: str) -> str:
+    """``message`` without the internal table names DataFusion qualifies columns with
+    (``Did you mean 'c5ab...e.name'?`` is ``Did you mean 'name'?``)."""
+    return _INTERNAL_QUALIFIER.sub("", message)
 
 
 _SQL_REWRITES = (
@@ -338,7 +349,7 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     for prefix in ("DataFusion error: ", "Error during planning: ", "Execution error: "):
         text = text.replace(prefix, "")
-    return text.splitlines()[0] if text else type(exc).__name__
+    return unqualified(text.splitlines()[0]) if text else type(exc).__name__
 
 
 _CONSTANTS: list[SessionContext] = []

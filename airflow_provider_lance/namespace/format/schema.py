@@ -8,7 +8,9 @@ field metadata), so a rename never has to touch the data and old partitions map 
 
 from __future__ import annotations
 
+import difflib
 import functools
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,7 @@ from airflow_provider_lance.namespace.errors import (
 )
 
 from .arrow_json import normalize_type, schema_from_json, schema_to_json
+from .conversion import ConversionRefused, cast_losslessly, is_widening, values_text
 
 if TYPE_CHECKING:
     from .spec import PartitionField
@@ -33,38 +36,6 @@ DEPRECATED_KEY = "lance:deprecated"
 #: Field-id key on leaf-table columns (Lance strips ``lance:``-prefixed field metadata:
 #: pinned by tests/test_pylance_facts.py::test_fact_lance_strips_lance_prefixed_field_metadata).
 LEAF_FIELD_ID_KEY = "partitioned-namespace:field_id"
-
-_INT_ORDER = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
-_UINT_ORDER = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
-
-
-def is_widening(source: pa.DataType, target: pa.DataType) -> bool:
-    """True if every value of ``source`` is exactly representable in ``target``.
-
-    This is the spec's type promotion rule (no narrowing) and also the rule for casting a
-    partition expression's result to its declared ``result_type``.
-    """
-    source, target = normalize_type(source), normalize_type(target)
-    if source == target:
-        return True
-    if pa.types.is_null(source):
-        return True
-    if source in _INT_ORDER and target in _INT_ORDER:
-        return _INT_ORDER.index(source) <= _INT_ORDER.index(target)
-    if source in _UINT_ORDER and target in _UINT_ORDER:
-        return _UINT_ORDER.index(source) <= _UINT_ORDER.index(target)
-    if source in _UINT_ORDER and target in _INT_ORDER:
-        return _UINT_ORDER.index(source) < _INT_ORDER.index(target)
-    if pa.types.is_floating(source) and pa.types.is_floating(target):
-        return bool(source.bit_width <= target.bit_width)
-    if pa.types.is_decimal(source) and pa.types.is_decimal(target):
-        return bool(
-            target.scale == source.scale
-            and target.precision >= source.precision
-            and target.bit_width >= source.bit_width
-        )
-    pairs = {(pa.utf8(), pa.large_utf8()), (pa.binary(), pa.large_binary())}
-    return (source, target) in pairs
 
 
 def field_id(field: pa.Field, key: str = FIELD_ID_KEY) -> int | None:
@@ -268,11 +239,17 @@ class NamespaceSchema:
                     f"(the columns are {', '.join(active.names)}), or add_column it again, as "
                     "a new column (the dropped column's values do not come back)"
                 )
+            if name not in known and name in pandas_index_columns(table.schema):
+                raise DataValidationError(
+                    f"the pandas DataFrame's index {name!r} is not a namespace column "
+                    f"(columns: {', '.join(active.names)}): a named index is written as a "
+                    "column. Leave it out with df.reset_index(drop=True), or rename it to a "
+                    "namespace column"
+                )
             if name not in known:
                 raise DataValidationError(
                     f"column {name!r} is not in the namespace schema "
-                    f"(columns: {', '.join(active.names)}); add it with add_column first, or "
-                    "rename it in the data if the namespace column was renamed"
+                    f"(columns: {', '.join(active.names)}){_unknown_column_advice(name, active)}"
                 )
         if len(set(table.column_names)) != table.num_columns:
             raise DataValidationError(f"duplicate column names in data: {table.column_names}")
@@ -288,9 +265,10 @@ class NamespaceSchema:
                     f"column {f.name!r} is not nullable and is missing from the data"
                 )
             if not f.nullable and arrays[-1].null_count:
+                first = pc.index(pc.is_null(arrays[-1]), True).as_py()
                 raise DataValidationError(
                     f"column {f.name!r} is not nullable but the data has "
-                    f"{arrays[-1].null_count} NULL value(s)"
+                    f"{arrays[-1].null_count} NULL value(s), the first at row {first}"
                 )
         return pa.Table.from_arrays(arrays, schema=active)
 
@@ -452,6 +430,32 @@ class ReadPlan:
         return pa.Table.from_arrays(arrays, schema=self.target)
 
 
+def _unknown_column_advice(name: str, active: pa.Schema) -> str:
+    """What to do about data naming no namespace column: the one it may mean (in another
+    case, or misspelled), else how to add or rename it."""
+    same_case = [c for c in active.names if c.lower() == name.lower()]
+    close = same_case or difflib.get_close_matches(name, active.names, n=1)
+    if close:
+        return f": did you mean {close[0]!r}? (a new column needs add_column first)"
+    return (
+        "; add it with add_column first, or rename it in the data if the namespace column "
+        "was renamed"
+    )
+
+
+def pandas_index_columns(schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` that were a pandas DataFrame's index (pyarrow records them
+    in its ``pandas`` metadata); none for other data."""
+    meta = (schema.metadata or {}).get(b"pandas")
+    if meta is None:
+        return []
+    try:
+        index = json.loads(meta).get("index_columns", [])
+    except (ValueError, AttributeError):
+        return []
+    return [c for c in index if isinstance(c, str) and c in schema.names]
+
+
 def _active_by_name(schema: pa.Schema, name: str) -> pa.Field | None:
     for f in schema:
         if f.name == name and not is_deprecated(f):
@@ -473,60 +477,16 @@ def _leaf_field(f: pa.Field) -> pa.Field:
     return pa.field(f.name, f.type, f.nullable, metadata={LEAF_FIELD_ID_KEY: str(fid)})
 
 
-def _is_number(dtype: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_integer(dtype)
-        or pa.types.is_floating(dtype)
-        or pa.types.is_decimal(dtype)
-        or pa.types.is_boolean(dtype)
-    )
-
-
-def _is_temporal(dtype: pa.DataType) -> bool:
-    return bool(pa.types.is_temporal(dtype))
-
-
-def cast_losslessly(values: Any, dtype: pa.DataType) -> Any:
-    """``values`` (an Arrow array or chunked array) cast to ``dtype`` only if no value changes
-    its meaning, else ``pa.ArrowInvalid`` saying which value and why.
-
-    Arrow's safe cast already refuses overflow, truncated floats and unparsable strings
-    (strings become dates only as ``YYYY-MM-DD``); on top of it this refuses what it lets
-    through silently: a timestamp with a time of day cast to a date (the time would be
-    dropped; a zoned timestamp is judged in its zone, as Arrow dates it), and numbers read
-    as dates, times or timestamps or the reverse (``20250101`` is not a date). The same
-    rule for a write's columns and for ``create_partition``'s values.
-    """
-    source = values.type
-    if pa.types.is_dictionary(source):
-        values = values.cast(source.value_type)
-        source = values.type
-    if source == dtype:
-        return values
-    if (_is_number(source) and _is_temporal(dtype)) or (_is_temporal(source) and _is_number(dtype)):
-        raise pa.ArrowInvalid(
-            f"{source} values are not converted to {dtype}: that would reinterpret "
-            f"{'numbers as points in time' if _is_number(source) else 'points in time as numbers'}"
-            f"; convert them explicitly"
-        )
-    out = pc.cast(values, dtype, safe=True)
-    if pa.types.is_timestamp(source) and pa.types.is_date(dtype):
-        local = values if source.tz is None else pc.local_timestamp(values)
-        dropped = pc.not_equal(pc.cast(pc.cast(local, pa.date32()), local.type), local)
-        if pc.any(dropped).as_py():
-            first = pc.index(dropped, True).as_py()
-            raise pa.ArrowInvalid(
-                f"{values[first].as_py()} has a time of day, which a {dtype} would drop; pass "
-                "dates, or truncate the timestamps explicitly if that is what you mean"
-            )
-    return out
-
-
 def _cast_column(column: Any, dtype: pa.DataType, name: str, *, reading: bool = False) -> Any:
     if column.type == dtype:
         return column
     try:
         return cast_losslessly(column, dtype) if not reading else _read_cast(column, dtype)
+    except ConversionRefused as exc:
+        raise DataValidationError(
+            f"column {name!r}: {values_text(exc.source, exc.example)} cannot be written as "
+            f"{dtype}: {exc.reason}"
+        ) from exc
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         action = "read" if reading else "written"
         raise DataValidationError(

@@ -9,6 +9,7 @@ ids ever assigned; one name always has one result type.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -21,7 +22,8 @@ import pyarrow.compute as pc
 from airflow_provider_lance.namespace.errors import ExpressionError, PartitionSpecError, SchemaError
 
 from .arrow_json import normalize_type, type_from_json, type_to_json
-from .expressions import BoundExpression, bind
+from .conversion import kind
+from .expressions import BoundExpression, bind, root_cause
 from .schema import NamespaceSchema, field_id, is_deprecated
 
 SPEC_KEY_PREFIX = "partition_spec_v"
@@ -172,16 +174,77 @@ class FieldEvaluator:
         return bool(self.bound.expr.variant_name() == "Column")
 
     def evaluate(self, values: pa.Array | pa.ChunkedArray) -> pa.Array:
-        raw = values if self.identity else self.bound.evaluate(pa.table({"col": values}))
+        """The field's value for each of ``values``; an :class:`ExpressionError` names the
+        source value the expression fails for, or a result that does not fit."""
+        try:
+            raw = values if self.identity else self.bound.evaluate(pa.table({"col": values}))
+        except ExpressionError as exc:
+            raise self._failure(values, exc) from exc
         assert self.field.result_type is not None
         try:
             out = pc.cast(raw, self.field.result_type, safe=True)
+            _check_no_overflow(raw, out)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise ExpressionError(
                 f"partition field {self.field.name!r}: a value of {self.field.expression!r} "
                 f"does not fit {self.field.result_type}: {str(exc).splitlines()[0]}"
             ) from exc
         return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+    def _failure(self, values: pa.Array | pa.ChunkedArray, exc: ExpressionError) -> Exception:
+        """The error of an expression that failed on ``values``, naming a value it fails
+        for (found by halving the distinct values: a row's value is its own)."""
+        try:
+            distinct = pc.unique(values)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            distinct = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        failing = _first_failing(self.bound, distinct)
+        if failing is None:  # fails on all of them only: the reason is all there is
+            return ExpressionError(f"partition field {self.field.name!r}: {exc}")
+        value, reason = failing
+        source = f"of column {self.field.source!r} " if self.field.source else ""
+        return ExpressionError(
+            f"partition field {self.field.name!r}: {self.field.expression!r} fails for the "
+            f"value {value!r} {source}({reason}); correct that value in the data, or "
+            "change the partition spec (evolve_partition_spec) to an expression defined "
+            "for every value"
+        )
+
+
+def _check_no_overflow(raw: Any, out: Any) -> None:
+    """A finite number that became infinite in the result type (a float64 beyond float32)."""
+    if not (pa.types.is_floating(out.type) and kind(raw.type) == "number"):
+        return
+    finite = pc.is_finite(raw) if pa.types.is_floating(raw.type) else pc.is_valid(raw)
+    grown = pc.and_(pc.fill_null(finite, False), pc.is_inf(out))
+    if pc.any(grown).as_py():
+        first = pc.index(grown, True).as_py()
+        raise pa.ArrowInvalid(f"{raw[first].as_py()!r} would be {out[first].as_py()!r}")
+
+
+def _first_failing(bound: BoundExpression, values: pa.Array) -> tuple[Any, str] | None:
+    """A value ``bound`` fails to evaluate for, and DataFusion's reason; None if it fails
+    for no single value of ``values``."""
+    reason = _failure_of(bound, values)
+    if reason is None or len(values) == 0:
+        return None
+    while len(values) > 1:
+        half = values.slice(0, len(values) // 2)
+        why = _failure_of(bound, half)
+        if why is not None:
+            values, reason = half, why
+        else:
+            values = values.slice(len(values) // 2)
+            reason = _failure_of(bound, values) or reason
+    return values[0].as_py(), reason
+
+
+def _failure_of(bound: BoundExpression, values: pa.Array) -> str | None:
+    try:
+        bound.evaluate(pa.table({"col": values}))
+    except ExpressionError as exc:
+        return root_cause(exc.__cause__ or exc)
+    return None
 
 
 @lru_cache(maxsize=256)
@@ -299,4 +362,37 @@ def _bind_checked(f: PartitionField, source_type: pa.DataType) -> BoundExpressio
             f"{what}: {f.expression!r} must return NULL for a NULL source value "
             f"(it returns {null_result[0].as_py()!r})"
         )
+    _check_defined(f, bound, source_type)
     return bound
+
+
+#: Values an expression is tried on when it is defined, by the kind of its source type: one
+#: it fails for, every one of them (``col % 0``), would fail every write.
+_PROBES: dict[str, list[Any]] = {
+    "number": [0, 1, -1],
+    "truth value": [False, True],
+    "text": ["", "0", "a", "2025-01-01"],
+    "bytes": [b"", b"a"],
+    "date": [dt.date(2025, 1, 1), dt.date(1970, 1, 1)],
+    "timestamp": [dt.datetime(2025, 1, 1), dt.datetime(1970, 1, 1)],
+    "zoned timestamp": [dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)],
+}
+
+
+def _check_defined(f: PartitionField, bound: BoundExpression, source_type: pa.DataType) -> None:
+    """Refuse an expression that fails for every probe value of its source type: it is
+    defined for no value (``col % 0``: division by zero), so every write would fail."""
+    probes = []
+    for value in _PROBES.get(kind(source_type), []):
+        try:
+            probes.append(pa.array([value], source_type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            continue  # -1 is no unsigned integer, 2025 no date in a small type
+    reasons = [_failure_of(bound, probe) for probe in probes]
+    if probes and all(reasons):
+        tried = ", ".join(repr(p[0].as_py()) for p in probes)
+        raise ExpressionError(
+            f"partition field {f.name!r}: {f.expression!r} fails for every {source_type} "
+            f"value tried ({tried}): {reasons[0]}; every write would fail. Correct the "
+            "expression"
+        )

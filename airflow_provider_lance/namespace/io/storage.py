@@ -797,7 +797,8 @@ class Storage:
     def _filesystem(self) -> tuple[pafs.FileSystem, str]:
         scheme = self.root.split("://", 1)[0] if "://" in self.root else "file"
         if scheme == "file":
-            return pafs.LocalFileSystem(), self.root.removeprefix("file://").rstrip("/")
+            path = self._local_root or self.root.removeprefix("file://")
+            return pafs.LocalFileSystem(), path.rstrip("/")
         if scheme in ("s3", "s3a"):
             options = {k.lower(): v for k, v in (self.options or {}).items()}
 

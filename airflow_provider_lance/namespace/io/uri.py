@@ -4,9 +4,9 @@ no location a `__manifest` row names may escape its root."""
 from __future__ import annotations
 
 import os
-from urllib.parse import urlparse
+from urllib.parse import quote, unquote, urlparse
 
-from airflow_provider_lance.namespace.errors import LanceNamespaceError
+from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
 
 
 def has_scheme(uri: str) -> bool:
@@ -14,20 +14,39 @@ def has_scheme(uri: str) -> bool:
     return len(parsed.scheme) > 1  # a Windows drive letter is not a scheme
 
 
+#: ASCII characters of a local path kept as they are in its ``file://`` URI (besides
+#: letters, digits and ``_.-~``); every other one (``%``, ``#``, ``?``, a space, a
+#: backslash) is percent-encoded. Non-ASCII letters stay readable.
+_PATH_SAFE = "/!$&'()*+,;=:@"
+
+
 def normalize_root(uri: str | os.PathLike[str]) -> str:
-    """A canonical root URI: local paths become absolute ``file://`` URIs; no trailing slash."""
+    """A canonical root URI: local paths become absolute ``file://`` URIs; no trailing slash.
+
+    A local path is not a URL: its characters are percent-encoded into the URI
+    (``pct%41dir`` is ``file:///.../pct%2541dir``), which Lance and :func:`local_path`
+    decode back to the path. A URI given with its scheme is taken as written.
+    """
     text = os.fspath(uri)
     if not text:
         raise LanceNamespaceError("the namespace URI must not be empty")
+    control = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    if control is not None:
+        raise InvalidArgumentError(
+            f"the namespace URI {text!r} holds the control character {control!r}, which Lance "
+            "does not take in a path; choose another name"
+        )
     if not has_scheme(text):
-        text = "file://" + os.path.abspath(os.path.expanduser(text))
+        path = os.path.abspath(os.path.expanduser(text))
+        text = "file://" + "".join(c if ord(c) > 127 else quote(c, safe=_PATH_SAFE) for c in path)
     return text.rstrip("/") if not text.endswith(":///") else text
 
 
 def local_path(uri: str) -> str | None:
-    """The filesystem path of a ``file://`` URI, else None (object stores)."""
+    """The filesystem path of a ``file://`` URI (percent-decoded), else None (object
+    stores)."""
     parsed = urlparse(uri)
-    return parsed.path if parsed.scheme == "file" else None
+    return unquote(parsed.path) if parsed.scheme == "file" else None
 
 
 def child_uri(root: str, relative: str) -> str:

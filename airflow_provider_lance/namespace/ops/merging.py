@@ -40,9 +40,9 @@ from airflow_provider_lance.namespace.format.state import NamespaceState, Partit
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.results import PartitionOutcome
 from airflow_provider_lance.namespace.types import ArrowData
+from airflow_provider_lance.namespace.write.inputs import as_tables
 from airflow_provider_lance.namespace.write.leaf_commit import content_after, stage_fragments
 from airflow_provider_lance.namespace.write.splitting import split
-from airflow_provider_lance.namespace.write.staging import as_tables
 
 from .runner import ComputedChange, NewLeaf, Selection, TableOperation
 
@@ -52,7 +52,7 @@ _INDEX = "__source_row"
 
 
 def materialize(data: ArrowData) -> pa.Table:
-    """Arrow-exportable data (see :func:`~.staging.as_tables`) as one table."""
+    """Arrow-exportable data (see :func:`~.inputs.as_tables`) as one table."""
     tables = list(as_tables(data))
     if not tables:
         raise DataValidationError("merge() got no data")

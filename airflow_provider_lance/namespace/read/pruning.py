@@ -24,6 +24,7 @@ user's error, raised as :class:`InvalidLiteralError` naming it, for a prune and 
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import math
 import re
 import threading
@@ -42,6 +43,7 @@ from airflow_provider_lance.namespace.errors import (
     InvalidLiteralError,
     SchemaError,
 )
+from airflow_provider_lance.namespace.format.conversion import cast_for_comparison
 from airflow_provider_lance.namespace.format.expressions import (
     BoundExpression,
     bind,
@@ -57,7 +59,6 @@ from airflow_provider_lance.namespace.format.expressions import (
 from airflow_provider_lance.namespace.format.manifest import prunes_in_scan
 from airflow_provider_lance.namespace.format.schema import (
     NamespaceSchema,
-    cast_losslessly,
     field_id,
     is_deprecated,
 )
@@ -125,7 +126,7 @@ def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, P
     try:
         bound = bind(sql, schema.active, "filter")
     except ExpressionError as exc:
-        raise FilterError(f"{exc}{_dropped_hint(str(exc), schema)}") from exc
+        raise FilterError(_unknown_column(sql, str(exc), schema) or str(exc)) from exc
     if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
         raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
     _check_literals(sql, bound)
@@ -138,19 +139,36 @@ def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, P
 _NO_FIELD = re.compile(r'No field named (?:"((?:[^"]|"")*)"|([^\s".]+))')
 
 
-def _dropped_hint(message: str, schema: NamespaceSchema) -> str:
-    """For DataFusion's "No field named X" about a column that was dropped: say so (its
-    data is not read any more), rather than leave the user to guess at a typo."""
+def _unknown_column(sql: str, message: str, schema: NamespaceSchema) -> str | None:
+    """For DataFusion's "No field named X": the filter's error in the namespace's terms,
+    suggesting only namespace columns; a dropped column is said to be dropped (its data
+    is not read any more), rather than leave the user to guess at a typo. None for any
+    other error."""
     match = _NO_FIELD.search(message)
     if match is None:
-        return ""
+        return None
     name = match.group(1).replace('""', '"') if match.group(1) is not None else match.group(2)
-    dropped = {f.name for f in schema.arrow if is_deprecated(f)} - set(schema.active.names)
-    if name not in dropped:
-        return ""
+    columns = schema.active.names
+    listed = ", ".join(columns)
+    dropped = {f.name for f in schema.arrow if is_deprecated(f)} - set(columns)
+    if name in dropped:
+        return (
+            f"filter {sql!r}: column {name!r} was dropped: filters, like reads, see only "
+            f"the columns {listed}; read an earlier version with as_of to filter on it"
+        )
+    same_but_case = [c for c in columns if c.lower() == name.lower()]
+    if same_but_case:
+        quoted = '"' + same_but_case[0].replace('"', '""') + '"'
+        hint = (
+            f"; did you mean {same_but_case[0]!r}? SQL reads a name without quotes in lower "
+            f"case: write it in double quotes, {quoted}"
+        )
+    else:
+        close = difflib.get_close_matches(name, columns, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
     return (
-        f" (column {name!r} was dropped: filters, like reads, see only the columns "
-        f"{', '.join(schema.active.names)}; read an earlier version with as_of to filter on it)"
+        f"filter {sql!r} is not a valid expression: it names no column {name!r}{hint} "
+        f"(the columns are {listed})"
     )
 
 
@@ -324,7 +342,7 @@ def _cast_constant(value: pa.Scalar, target: pa.DataType, rounding: str) -> pa.S
     if _zone_less_against_a_zone(value.type, target):
         return None
     try:
-        return cast_losslessly(pa.array([value]), target)[0]
+        return cast_for_comparison(pa.array([value]), target)[0]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
     py = value.as_py()

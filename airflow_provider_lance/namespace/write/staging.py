@@ -12,7 +12,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +23,6 @@ from lance.fragment import FragmentMetadata
 
 from airflow_provider_lance.namespace.errors import (
     CommitConflict,
-    DataValidationError,
     LanceNamespaceError,
     StorageError,
     TableNotFoundError,
@@ -34,8 +33,8 @@ from airflow_provider_lance.namespace.format.naming import leaf_directory
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.scan import open_leaf
-from airflow_provider_lance.namespace.types import ArrowData
 
+from .inputs import as_tables
 from .leaf_commit import fragment_text, schema_digest, stage_fragments
 from .splitting import split
 
@@ -189,42 +188,6 @@ class Stage:
                 schema=p.get("schema"),
             )
         return stage
-
-
-def as_tables(data: ArrowData) -> Iterator[pa.Table]:
-    """Tables of any Arrow-exportable data (PyCapsule stream or array), or of an iterable
-    of pyarrow tables or batches, one chunk at a time."""
-    if isinstance(data, pa.Table):
-        yield data
-    elif isinstance(data, pa.RecordBatch):
-        yield pa.Table.from_batches([data])
-    elif isinstance(data, pa.RecordBatchReader):
-        for batch in data:
-            yield pa.Table.from_batches([batch])
-    elif hasattr(data, "__arrow_c_stream__") and not isinstance(data, (str, bytes)):
-        yield from as_tables(pa.RecordBatchReader.from_stream(data))
-    elif hasattr(data, "__arrow_c_array__"):
-        try:
-            batch = pa.record_batch(data)
-        except (TypeError, ValueError, pa.ArrowInvalid) as exc:
-            raise DataValidationError(
-                f"write() got an Arrow array that is not a table of columns: {exc}"
-            ) from exc
-        yield pa.Table.from_batches([batch])
-    elif isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
-        for item in data:
-            if not isinstance(item, (pa.Table, pa.RecordBatch)):
-                raise DataValidationError(
-                    f"write() got an iterable of {type(item).__name__}; expected pyarrow "
-                    "Tables or RecordBatches"
-                )
-            yield item if isinstance(item, pa.Table) else pa.Table.from_batches([item])
-    else:
-        raise DataValidationError(
-            "write() needs Arrow data (anything with __arrow_c_stream__ or __arrow_c_array__: "
-            "pyarrow, polars, DuckDB, pandas through pyarrow) or an iterable of pyarrow "
-            f"tables or batches, got {type(data).__name__}"
-        )
 
 
 class Stager:

@@ -1,4 +1,4 @@
-"""The column lifecycle as a user meets it (issue 25): what ``active_schema`` shows is what
+"""The column lifecycle as a user meets it (issue 25): what ``schema`` shows is what
 writes take and reads return, after every schema change; a name dropped and added again is
 a new column (a new field id: the dropped column's values never reappear under it); reads
 at an older version use that version's schema; what is refused says what to do.
@@ -34,7 +34,7 @@ D10, D11 = dt.date(2025, 12, 10), dt.date(2025, 12, 11)
 
 def ids_of(ns: PartitionedNamespace, name: str) -> list[int]:
     """The field ids of every stored column called ``name`` (dropped ones too), in order."""
-    return [int(f.metadata[b"lance:field_id"]) for f in ns.schema if f.name == name]
+    return [int(f.metadata[b"lance:field_id"]) for f in ns.stored_schema if f.name == name]
 
 
 def rows(table: pa.Table) -> Counter[tuple]:
@@ -66,8 +66,8 @@ def test_a_column_added_again_is_new_and_empty_in_old_partitions_and_after_write
     daily.drop_column("amount")
     daily.add_column(pa.field("amount", dtype))
     assert ids_of(daily, "amount") == [3, 4]
-    assert daily.active_schema.names == ["id", "event_date", "country", "amount"]
-    assert daily.active_schema.field("amount").type == dtype
+    assert daily.schema.names == ["id", "event_date", "country", "amount"]
+    assert daily.schema.field("amount").type == dtype
     assert by_id(daily.to_table(), "amount") == {0: None, 1: None, 2: None, 3: None}
     new = events(2, days=2, first_id=10).drop_columns(["amount"])
     values = pa.array([7, 8], pa.float64()).cast(dtype)
@@ -141,7 +141,7 @@ def test_rename_then_add_the_old_name_keeps_the_data_with_the_renamed_column(
 def test_a_promoted_column_takes_wide_values_in_partitions_written_before(
     daily: PartitionedNamespace,
 ) -> None:
-    """Failed before: after add_column(int32) and promote_column(int64), ``active_schema``
+    """Failed before: after add_column(int32) and promote_column(int64), ``schema``
     said int64 but a write of 2**40 to a partition written before the promotion was refused
     ("cannot be written as int32"). Now that partition is rewritten in int64 at its first
     write (as after add_column); a read before the promotion still has int32."""
@@ -149,7 +149,7 @@ def test_a_promoted_column_takes_wide_values_in_partitions_written_before(
     daily.write(events(2, days=1).append_column("n", pa.array([1, 2], pa.int32())))
     before = daily.version
     daily.promote_column("n", pa.int64())
-    assert daily.active_schema.field("n").type == pa.int64()
+    assert daily.schema.field("n").type == pa.int64()
     daily.write(events(1, days=1, first_id=7).append_column("n", pa.array([2**40])))
     assert by_id(daily.to_table(), "n") == {0: 1, 1: 2, 7: 2**40}
     [p] = daily.partitions()
@@ -275,7 +275,7 @@ def test_a_partition_source_is_dropped_only_once_no_current_spec_uses_it(
     assert not info.value.retryable
     daily.evolve_partition_spec([PartitionField("country", "country")])
     daily.drop_column("event_date")
-    assert daily.active_schema.names == ["id", "country", "amount"]
+    assert daily.schema.names == ["id", "country", "amount"]
     daily.write(events(2, first_id=10).drop_columns(["event_date"]))
     assert no_duplicates(daily) == [0, 1, 2, 3, 10, 11]
     v1 = [p for p in daily.partitions() if p.spec_version == 1]
@@ -291,9 +291,9 @@ def test_after_a_spec_evolution_writes_need_the_new_source_and_reads_are_unchang
     """Already held: evolve_partition_spec changes no column: the schema stays, every row
     reads as before, and a write must carry the new spec's source column."""
     daily.write(events(4, days=2))
-    schema = daily.active_schema
+    schema = daily.schema
     daily.evolve_partition_spec([PartitionField("country", "country")])
-    assert daily.active_schema == schema
+    assert daily.schema == schema
     assert no_duplicates(daily) == [0, 1, 2, 3]
     with pytest.raises(DataValidationError, match="country"):
         daily.write(events(1, first_id=9).drop_columns(["country"]))

@@ -102,7 +102,7 @@ def test_spec_may_not_use_dropped_columns(daily: PartitionedNamespace) -> None:
 
 # -- schema evolution ---------------------------------------------------------------------
 def ids(ns: PartitionedNamespace) -> dict[str, int]:
-    return {f.name: int(f.metadata[b"lance:field_id"]) for f in ns.schema}
+    return {f.name: int(f.metadata[b"lance:field_id"]) for f in ns.stored_schema}
 
 
 def test_add_column_gets_a_fresh_id_and_old_partitions_read_null(
@@ -113,14 +113,14 @@ def test_add_column_gets_a_fresh_id_and_old_partitions_read_null(
     daily.add_column(pa.field("channel", pa.utf8()))
     assert ids(daily)["channel"] == 4  # above every id ever assigned, dropped ones included
     daily.add_column(pa.field("amount", pa.float32()))  # a dropped name may come back
-    assert [f.name for f in daily.active_schema] == [
+    assert [f.name for f in daily.schema] == [
         "id",
         "event_date",
         "country",
         "channel",
         "amount",
     ]
-    amounts = [f for f in daily.schema if f.name == "amount"]
+    amounts = [f for f in daily.stored_schema if f.name == "amount"]
     assert [int(f.metadata[b"lance:field_id"]) for f in amounts] == [3, 5]
     table = daily.to_table()
     assert table.column("channel").null_count == 4
@@ -148,7 +148,7 @@ def test_append_to_a_partition_created_before_add_column(daily: PartitionedNames
 def test_drop_column_deprecates_it(daily: PartitionedNamespace) -> None:
     daily.write(events(2))
     daily.drop_column("amount")
-    field = daily.schema.field("amount")
+    field = daily.stored_schema.field("amount")
     assert field.metadata[b"lance:deprecated"] == b"true"
     assert field.nullable
     assert "amount" not in daily.to_table().column_names

@@ -404,7 +404,7 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
         )
     open_ = sorted(t for t, s in states.items() if s in ("staged", "committing"))
     check(not open_, f"still open after the final recover(0): {open_}")
-    schema = ns.schema
+    schema = ns.stored_schema
     for e in evolved:
         check(e["outcome"] == "ok", f"add_column {e['column']}: {e}")
         check(e["column"] in schema.names, f"added column {e['column']} is missing")

@@ -408,12 +408,12 @@ def test_a_direct_write_swapped_after_a_schema_or_spec_change(evolving, change) 
     published_files_exist(ns)
 
     # A later append to the same partitions (values by the current spec) works.
-    later = {c: [] for c in ns.active_schema.names}
+    later = {c: [] for c in ns.schema.names}
     for i, part in ((900, 1), (901, 3)):
         row = {"id": i, "part": part, "v": i * 10, "tag": "later", "label": "later", "note": "x"}
         for c in later:
             later[c].append(row.get(c))
-    later_table = pa.Table.from_pydict(later, schema=ns.active_schema)
+    later_table = pa.Table.from_pydict(later, schema=ns.schema)
     ns.write(later_table)
     expected.update({r["id"]: r for r in later_table.to_pylist()})
     got = by_id(ns.to_table())
@@ -456,7 +456,7 @@ def test_a_retried_direct_append_after_a_rewrite_under_a_new_schema(
         changer.drop_column(dropped)
         changer.add_column(added)
         row = {"id": 300, "part": part, **other_row}
-        changer.write(pa.Table.from_pylist([row], schema=changer.active_schema))
+        changer.write(pa.Table.from_pylist([row], schema=changer.schema))
     with pytest.raises(CommitConflict, match="another schema") as refused:
         writer.outcome()
     assert refused.value.retryable

@@ -248,7 +248,7 @@ def test_4_12_concurrent_add_columns_both_apply_with_distinct_field_ids(ns) -> N
         second.write(rows)  # rows written under the schema with "b"
     first.outcome()  # no raw "Incompatible transaction", no lost update
     fresh = other(ns)
-    assert fresh.active_schema.names == ["id", "part", "tag", "b", "a"]
+    assert fresh.schema.names == ["id", "part", "tag", "b", "a"]
     assert field_id(fresh.schema.field("a")) != field_id(fresh.schema.field("b"))
     table = fresh.to_table()
     assert table.column("b").to_pylist() == ["B0", "B1"]  # not read as "a"
