@@ -558,14 +558,17 @@ def filter_problem(sql: str) -> str | None:
 
 
 def sql_filter(*, required: bool) -> Check:
-    """A SQL boolean expression (``required``: not None nor blank)."""
+    """A SQL boolean expression (``required``: not None, blank or ``'None'``, what a template
+    renders for None)."""
     expected = "a SQL boolean expression, e.g. \"event_date = DATE '2025-12-10'\""
     if not required:
         expected += ", or None for every partition"
 
     def check(value: Any, deferred: Deferred) -> None:
-        if not required and absent(value):
-            return
+        if absent(value):
+            if not required:
+                return
+            refuse(expected, value, wrong_type=value is None)
         if not isinstance(value, str):
             refuse(expected, value, wrong_type=True)
         if not value.strip():

@@ -362,6 +362,29 @@ def test_a_templated_argument_is_checked_once_rendered(cls: type, argument: str)
 
 
 @pytest.mark.parametrize(
+    ("cls", "rendered"),
+    [
+        (LanceDeleteOperator, "None"),
+        (LanceDropPartitionsOperator, "None"),
+        (LancePruneOperator, None),
+    ],
+)
+def test_a_filter_rendered_from_an_absent_param(cls: type, rendered: str | None) -> None:
+    """Rendered as text, an absent param is ``'None'``: no filter where one is optional, and
+    refused where an operation must say which rows it changes."""
+    with DAG(f"d{next(TASK_IDS)}", schedule=None, start_date=START):
+        op = cls(task_id="t", **{**REQUIRED[cls], "filter": "{{ params.f }}"})
+    op.render_template_fields({"params": {"f": None}})
+    assert op.filter == "None"
+    if rendered is None:
+        op.check_arguments(rendered=True)
+        assert v.filter_value(op.filter) is None
+        return
+    with pytest.raises(v.OperatorArgumentError, match=r"filter must be a SQL boolean expression"):
+        op.check_arguments(rendered=True)
+
+
+@pytest.mark.parametrize(
     ("cls", "kwargs", "message"),
     [
         (LancePruneOperator, {"filter": "a = 1", "partition_key": "k"}, "not both"),
