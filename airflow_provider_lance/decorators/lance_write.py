@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import DecoratedOperator, task_decorator_factory
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.operators.write import LanceWriteOperator
 
 if TYPE_CHECKING:
@@ -66,7 +67,15 @@ def lance_write_task(
     :param kwargs: arguments of :class:`LanceWriteOperator` and :class:`BaseOperator`.
     """
     if kwargs.pop("multiple_outputs", None):
-        raise TypeError("@task.lance_write pushes one write summary: multiple_outputs is not taken")
+        raise v.OperatorArgumentTypeError(
+            "@task.lance_write pushes one write summary: multiple_outputs is not taken"
+        )
+    # checked now: a decorated task that is only ever .expand()ed is built at run time
+    cls = _LanceWriteDecoratedOperator
+    task_id = kwargs.get("task_id") or getattr(python_callable, "__name__", None)
+    v.run_checks(
+        v.owner_name(cls, task_id), cls.argument_checks, kwargs, cls.deferred_for_arguments(False)
+    )
     return task_decorator_factory(
         python_callable=python_callable,
         multiple_outputs=False,

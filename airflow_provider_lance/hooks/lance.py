@@ -22,6 +22,7 @@ from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHo
 # The core's names load on first use (pylance, PyArrow, DataFusion), not when a DAG file
 # that names this hook or an operator is parsed.
 from airflow_provider_lance import namespace as core
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.hooks.connection import LanceConnectionConfig
 
 if TYPE_CHECKING:
@@ -107,6 +108,9 @@ class LancePartitionedHook(BaseHook):
 
     def __init__(self, lance_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        v.check_values(
+            type(self).__name__, {"lance_conn_id": v.conn_id}, {"lance_conn_id": lance_conn_id}
+        )
         self.lance_conn_id = lance_conn_id
         self._config: LanceConnectionConfig | None = None
         #: True when ``lance_default`` is undefined and the local directory stands in for it

@@ -19,6 +19,7 @@ match. :func:`audit_transactions` does the work without Airflow, for ``@task`` c
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from airflow.providers.common.compat.sdk import (
     BaseOperator,
 )
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import lance_errors
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.operators.commit import parse_transactions, transactions_namespace
@@ -38,7 +40,78 @@ if TYPE_CHECKING:
 
     from airflow_provider_lance.namespace import PartitionedNamespace
 
-_CHECK_KEYS = {"min_rows", "max_rows", "not_null", "ranges", "invalid_when"}
+_CHECK_KEYS = ("min_rows", "max_rows", "not_null", "ranges", "invalid_when")
+_CHECKS = "a mapping of checks (" + ", ".join(_CHECK_KEYS) + ")"
+
+
+def check_spec(spec: Any, deferred: v.Deferred = v.never) -> None:
+    """Raise :class:`~airflow_provider_lance.validation.Refused` for a malformed checks
+    mapping; parts ``deferred`` says are templates are checked once rendered."""
+    if not isinstance(spec, Mapping):
+        v.refuse(_CHECKS, spec, wrong_type=True)
+    unknown = [k for k in spec if k not in _CHECK_KEYS]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), _CHECK_KEYS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise v.Refused(f"has unknown checks {', '.join(map(repr, unknown))}{hint}; {_CHECKS}")
+    low = _count(spec.get("min_rows"), "min_rows", deferred)
+    high = _count(spec.get("max_rows"), "max_rows", deferred)
+    if low is not None and high is not None and low > high:
+        raise v.Refused(f"min_rows {low} is above max_rows {high}: no staged data can pass")
+    not_null = spec.get("not_null")
+    if not_null is not None and not deferred(not_null):
+        try:
+            v.names(what="column name")(not_null, deferred)
+        except v.Refused as refused:
+            raise v.Refused(f"not_null {refused}", wrong_type=refused.wrong_type) from None
+    _check_ranges(spec.get("ranges"), deferred)
+    _check_invalid_when(spec.get("invalid_when"), deferred)
+
+
+def _check_ranges(ranges: Any, deferred: v.Deferred) -> None:
+    if ranges is None or deferred(ranges):
+        return
+    if not isinstance(ranges, Mapping):
+        raise v.Refused(
+            f"ranges must map columns to {{'min': ..., 'max': ...}}, got {v.shown(ranges)}"
+        )
+    for column, bounds in ranges.items():
+        if deferred(bounds):
+            continue
+        if not isinstance(bounds, Mapping) or not bounds or not set(bounds) <= {"min", "max"}:
+            raise v.Refused(
+                f"the range of {column!r} must be {{'min': ..., 'max': ...}} (either or both), "
+                f"got {v.shown(bounds)}"
+            )
+
+
+def _check_invalid_when(invalid: Any, deferred: v.Deferred) -> None:
+    if invalid is None or deferred(invalid):
+        return
+    if not isinstance(invalid, Mapping):
+        raise v.Refused(f"invalid_when must map names to SQL filters, got {v.shown(invalid)}")
+    sql = v.sql_filter(required=True)
+    for name, filter_ in invalid.items():
+        if deferred(filter_):
+            continue
+        try:
+            sql(filter_, deferred)
+        except v.Refused as refused:
+            raise v.Refused(f"invalid_when {name!r} {refused}") from None
+
+
+def _count(value: Any, name: str, deferred: v.Deferred = v.never) -> int | None:
+    """A number of rows (a rendered template's digits too); None for none."""
+    if deferred(value) or v.absent(value):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise v.Refused(
+            f"{name} must be a whole number of rows (0 or more), got {v.shown(value)}",
+            wrong_type=not isinstance(value, (int, str)) or isinstance(value, bool),
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -55,49 +128,20 @@ class AuditChecks:
 
     @classmethod
     def parse(cls, spec: Any) -> AuditChecks:
-        if not isinstance(spec, Mapping):
-            raise AirflowFailException(f"checks must be a mapping, got {spec!r}")
-        unknown = set(spec) - _CHECK_KEYS
-        if unknown:
-            raise AirflowFailException(
-                f"unknown checks {sorted(unknown)}; known: {sorted(_CHECK_KEYS)}"
-            )
-        not_null = spec.get("not_null") or []
-        if isinstance(not_null, str) or not all(isinstance(c, str) for c in not_null):
-            raise AirflowFailException(f"not_null must be a list of column names: {not_null!r}")
-        ranges: dict[str, tuple[Any, Any]] = {}
-        for column, bounds in (spec.get("ranges") or {}).items():
-            if not isinstance(bounds, Mapping) or not set(bounds) <= {"min", "max"} or not bounds:
-                raise AirflowFailException(
-                    f"the range of {column!r} must be {{'min': ..., 'max': ...}}, got {bounds!r}"
-                )
-            ranges[column] = (bounds.get("min"), bounds.get("max"))
-        invalid = spec.get("invalid_when") or {}
-        if not isinstance(invalid, Mapping) or not all(
-            isinstance(v, str) and v.strip() for v in invalid.values()
-        ):
-            raise AirflowFailException(
-                f"invalid_when must map names to SQL filters, got {invalid!r}"
-            )
+        """The checks of a rendered ``checks`` mapping; a malformed one raises
+        :class:`~airflow_provider_lance.validation.OperatorArgumentError`."""
+        try:
+            check_spec(spec)
+        except v.Refused as refused:
+            raise v.error(None, refused, "checks") from None
+        ranges = spec.get("ranges") or {}
         return cls(
             min_rows=_count(spec.get("min_rows"), "min_rows"),
             max_rows=_count(spec.get("max_rows"), "max_rows"),
-            not_null=tuple(not_null),
-            ranges=ranges,
-            invalid_when={str(k): v for k, v in invalid.items()},
+            not_null=tuple(spec.get("not_null") or ()),
+            ranges={c: (b.get("min"), b.get("max")) for c, b in ranges.items()},
+            invalid_when={str(k): q.strip() for k, q in (spec.get("invalid_when") or {}).items()},
         )
-
-
-def _count(value: Any, name: str) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise AirflowFailException(f"{name} must be a number of rows, got {value!r}") from None
-    if number < 0 or isinstance(value, bool):
-        raise AirflowFailException(f"{name} must be a number of rows, got {value!r}")
-    return number
 
 
 @dataclass
@@ -221,7 +265,7 @@ def _widen(seen: list[Any], low: Any, high: Any) -> None:
         seen[1] = high
 
 
-class LanceAuditOperator(BaseOperator):
+class LanceAuditOperator(v.ArgumentChecks, BaseOperator):
     """Check staged transactions before they are published; fail when a check fails.
 
     Place it between the staging writes (``stage_only=True``) and the
@@ -241,6 +285,13 @@ class LanceAuditOperator(BaseOperator):
     template_fields: Sequence[str] = ("transactions", "checks", "namespace")
     template_fields_renderers = {"checks": "json"}
     ui_color = "#fbe3b4"
+    argument_checks = {
+        "transactions": v.transactions,
+        "checks": check_spec,
+        "namespace": v.namespace,
+        "fail_on_violation": v.flag(),
+        "lance_conn_id": v.conn_id,
+    }
 
     def __init__(
         self,
@@ -258,8 +309,10 @@ class LanceAuditOperator(BaseOperator):
         self.namespace = namespace
         self.fail_on_violation = fail_on_violation
         self.lance_conn_id = lance_conn_id
+        self.check_arguments()
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_arguments(rendered=True)
         checks = AuditChecks.parse(self.checks)
         ids, uris, published = parse_transactions(self.transactions)
         hook = LancePartitionedHook(self.lance_conn_id)

@@ -14,6 +14,7 @@ from airflow.providers.common.compat.sdk import (
 )
 from airflow.sdk.exceptions import AirflowRuntimeError
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.assets import asset_uri, create_asset, is_lance_asset
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
@@ -193,7 +194,18 @@ def truncated_keys_extra(
     return {"keys_truncated": truncated}
 
 
-class LanceCommitOperator(BaseOperator):
+#: The checks of the arguments every publishing operator shares.
+PUBLISH_ARGUMENTS: dict[str, v.Check] = {
+    "namespace": v.namespace,
+    "txn_id": v.txn_id,
+    "lance_conn_id": v.conn_id,
+    "summary_partitions": v.whole(minimum=0),
+    "emit_partition_keys": v.flag(optional=True, none_means="partitioned runs only"),
+    "max_partition_keys": v.whole(minimum=0),
+}
+
+
+class LanceCommitOperator(v.ArgumentChecks, BaseOperator):
     """Publish one or many staged transactions in ONE atomic ``__manifest`` commit.
 
     Readers see all partitions of all the transactions, or none. The combined transaction's
@@ -233,6 +245,7 @@ class LanceCommitOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("transactions", "namespace", "txn_id")
     ui_color = "#c6f0c2"
+    argument_checks = {"transactions": v.transactions, **PUBLISH_ARGUMENTS}
 
     def __init__(
         self,
@@ -255,19 +268,21 @@ class LanceCommitOperator(BaseOperator):
         self.emit_partition_keys = emit_partition_keys
         self.max_partition_keys = max_partition_keys
         self._lineage: NamespaceWrite | None = None
+        self.check_arguments()
 
     def _check_outlets(self, uri: str) -> None:
         """A ``lance://`` outlet for another namespace is a wiring mistake: fail before commit."""
         check_lance_outlets(self.outlets, uri)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_arguments(rendered=True)
         ids, uris, published = parse_transactions(self.transactions)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = transactions_namespace(hook, self.namespace, uris)
         self._check_outlets(uri)
         if not ids and not published:
             raise AirflowSkipException(f"nothing staged to commit into {uri}")
-        combined = self.txn_id or txn_id_from_context(context)
+        combined = v.txn_id_value(self.txn_id) or txn_id_from_context(context)
         results = []
         with lance_errors(f"commit of {ids or published} into {uri}"):
             if ids:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
+from airflow.providers.common.compat.sdk import BaseOperator
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import lance_errors
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 
@@ -25,12 +26,20 @@ if TYPE_CHECKING:
     from airflow_provider_lance.namespace import PartitionedNamespace
 
 
-class _SchemaChangeOperator(BaseOperator):
+_SCHEMA_CHANGE_ARGUMENTS: dict[str, v.Check] = {
+    "column": v.column_name,
+    "namespace": v.namespace,
+    "lance_conn_id": v.conn_id,
+}
+
+
+class _SchemaChangeOperator(v.ArgumentChecks, BaseOperator):
     """Opens the namespace, asks :meth:`wanted` whether there is anything to do, and
     applies :meth:`apply` if there is; the XCom is ``{"uri", "column", "changed",
     "manifest_version"}``."""
 
     ui_color = "#d9ecd0"
+    argument_checks = _SCHEMA_CHANGE_ARGUMENTS
 
     def __init__(
         self,
@@ -44,6 +53,7 @@ class _SchemaChangeOperator(BaseOperator):
         self.column = column
         self.namespace = namespace
         self.lance_conn_id = lance_conn_id
+        self.check_arguments()
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -56,11 +66,10 @@ class _SchemaChangeOperator(BaseOperator):
         raise NotImplementedError
 
     def column_name(self) -> str:
-        if not isinstance(self.column, str) or not self.column:
-            raise AirflowFailException(f"column must be a column name, got {self.column!r}")
-        return self.column
+        return str(self.column)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_arguments(rendered=True)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
         with lance_errors(f"schema change of {uri}"):
@@ -94,6 +103,7 @@ class LanceAddColumnOperator(_SchemaChangeOperator):
 
     template_fields: Sequence[str] = ("column", "namespace")
     template_fields_renderers = {"column": "json"}
+    argument_checks = {**_SCHEMA_CHANGE_ARGUMENTS, "column": v.new_column}
 
     def _field(self) -> pa.Field:
         import pyarrow as pa
@@ -102,11 +112,6 @@ class LanceAddColumnOperator(_SchemaChangeOperator):
 
         if isinstance(self.column, pa.Field):
             return self.column
-        if not isinstance(self.column, Mapping):
-            raise AirflowFailException(
-                f"column must be {{'name', 'type', 'nullable'}} or a pyarrow Field, got "
-                f"{self.column!r}"
-            )
         return parse_schema([self.column]).field(0)
 
     def column_name(self) -> str:
@@ -153,10 +158,16 @@ class LanceRenameColumnOperator(_SchemaChangeOperator):
     """
 
     template_fields: Sequence[str] = ("column", "new_name", "namespace")
+    argument_checks = {**_SCHEMA_CHANGE_ARGUMENTS, "new_name": v.column_name}
 
     def __init__(self, *, column: str, new_name: str, **kwargs: Any) -> None:
         super().__init__(column=column, **kwargs)
         self.new_name = new_name
+        self.check_arguments()
+
+    def check_combination(self, known: Mapping[str, Any]) -> None:
+        if "column" in known and known.get("new_name") == known["column"]:
+            raise v.Refused(f"new_name is the column's name {known['column']!r} already")
 
     def describe(self) -> str:
         return f"renaming column {self.column_name()!r} to {self.new_name!r}"
@@ -179,10 +190,12 @@ class LancePromoteColumnOperator(_SchemaChangeOperator):
     """
 
     template_fields: Sequence[str] = ("column", "type", "namespace")
+    argument_checks = {**_SCHEMA_CHANGE_ARGUMENTS, "type": v.arrow_type}
 
     def __init__(self, *, column: str, type: Any, **kwargs: Any) -> None:
         super().__init__(column=column, **kwargs)
         self.type = type
+        self.check_arguments()
 
     def _type(self) -> pa.DataType:
         from airflow_provider_lance.hooks.specs import parse_type
@@ -200,7 +213,7 @@ class LancePromoteColumnOperator(_SchemaChangeOperator):
         ns.promote_column(self.column_name(), self._type())
 
 
-class LanceEvolvePartitionSpecOperator(BaseOperator):
+class LanceEvolvePartitionSpecOperator(v.ArgumentChecks, BaseOperator):
     """Make ``partition_fields`` the current partition spec (a new spec version); a no-op
     when it already is. Data written before stays under its spec and is pruned by it.
 
@@ -213,6 +226,11 @@ class LanceEvolvePartitionSpecOperator(BaseOperator):
     template_fields: Sequence[str] = ("partition_fields", "namespace")
     template_fields_renderers = {"partition_fields": "json"}
     ui_color = "#d9ecd0"
+    argument_checks = {
+        "partition_fields": v.partition_fields(),
+        "namespace": v.namespace,
+        "lance_conn_id": v.conn_id,
+    }
 
     def __init__(
         self,
@@ -226,8 +244,10 @@ class LanceEvolvePartitionSpecOperator(BaseOperator):
         self.partition_fields = partition_fields
         self.namespace = namespace
         self.lance_conn_id = lance_conn_id
+        self.check_arguments()
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_arguments(rendered=True)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
         with lance_errors(f"evolving the partition spec of {uri}"):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException, Asset, BaseOperator
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import describe_values, lance_errors, values_list
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.operators.commit import (
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from airflow_provider_lance.namespace import PartitionedNamespace
 
 
-class LanceCreatePartitionOperator(BaseOperator):
+class LanceCreatePartitionOperator(v.ArgumentChecks, BaseOperator):
     """Create partitions (empty, published) so readers and sensors can rely on them.
 
     Creates the namespace first when ``schema`` and ``partition_fields`` are given and it does
@@ -49,6 +50,14 @@ class LanceCreatePartitionOperator(BaseOperator):
     template_fields: Sequence[str] = ("values", "namespace", "schema", "partition_fields")
     template_fields_renderers = {"values": "json", "schema": "json", "partition_fields": "json"}
     ui_color = "#d5e8f7"
+    argument_checks = {
+        "values": v.partition_values(),
+        "namespace": v.namespace,
+        "schema": v.schema(optional=True),
+        "partition_fields": v.partition_fields(optional=True),
+        "lance_conn_id": v.conn_id,
+        "emit_partition_keys": v.flag(optional=True, none_means="partitioned runs only"),
+    }
 
     def __init__(
         self,
@@ -68,8 +77,17 @@ class LanceCreatePartitionOperator(BaseOperator):
         self.partition_fields = partition_fields
         self.lance_conn_id = lance_conn_id
         self.emit_partition_keys = emit_partition_keys
+        self.check_arguments()
+
+    def check_combination(self, known: Mapping[str, Any]) -> None:
+        if (self.schema is None) != (self.partition_fields is None):
+            raise v.Refused(
+                "creating the namespace needs both schema and partition_fields; give both, "
+                "or neither to create partitions in an existing namespace"
+            )
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        self.check_arguments(rendered=True)
         hook = LancePartitionedHook(self.lance_conn_id)
         wanted = values_list(self.values)
         uri = hook.namespace_uri(self.namespace)
@@ -93,7 +111,7 @@ class LanceCreatePartitionOperator(BaseOperator):
         return partitions
 
 
-class LancePruneOperator(BaseOperator):
+class LancePruneOperator(v.ArgumentChecks, BaseOperator):
     """List the partitions a filter needs (a SQL boolean expression), ready for ``.expand()``.
 
     Instead of a filter, ``partition_key`` names partitions by their Airflow partition keys
@@ -120,6 +138,15 @@ class LancePruneOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("filter", "partition_key", "namespace", "as_of")
     ui_color = "#d5e8f7"
+    argument_checks = {
+        "filter": v.sql_filter(required=False),
+        "partition_key": v.partition_key,
+        "namespace": v.namespace,
+        "as_of": v.as_of,
+        "published_only": v.flag(),
+        "max_partitions": v.whole(minimum=1, optional=True, none_means="no limit"),
+        "lance_conn_id": v.conn_id,
+    }
 
     def __init__(
         self,
@@ -134,8 +161,6 @@ class LancePruneOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if filter is not None and partition_key is not None:
-            raise ValueError("give a filter or a partition_key, not both")
         self.filter = filter
         self.partition_key = partition_key
         self.namespace = namespace
@@ -143,11 +168,17 @@ class LancePruneOperator(BaseOperator):
         self.published_only = published_only
         self.max_partitions = max_partitions
         self.lance_conn_id = lance_conn_id
+        self.check_arguments()
+
+    def check_combination(self, known: Mapping[str, Any]) -> None:
+        if self.filter is not None and self.partition_key is not None:
+            raise v.Refused("give a filter or a partition_key, not both")
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        self.check_arguments(rendered=True)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
-        where = self.filter.strip() if isinstance(self.filter, str) else self.filter
+        where = v.filter_value(self.filter)
         as_of = as_of_value(self.as_of)
         with lance_errors(f"pruning {uri}" + ("" if as_of is None else f" as of {as_of!r}")):
             if self.partition_key is not None:

@@ -29,13 +29,15 @@ except ImportError as exc:  # a dependency of the package: only a --no-deps inst
         "airflow-provider-lance: pip install airflow-provider-lance (without --no-deps)"
     ) from exc
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.connection import is_secret_key
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
-from airflow_provider_lance.namespace import has_scheme
+from airflow_provider_lance.namespace import MODES, has_scheme
 from airflow_provider_lance.namespace.errors import StorageError
 from airflow_provider_lance.operators.commit import (
     DEFAULT_MAX_PARTITION_KEYS,
+    PUBLISH_ARGUMENTS,
     add_partition_keys,
     partition_keys_of,
     truncated_keys_extra,
@@ -87,6 +89,19 @@ _RESERVED_ARGUMENTS = {
 }
 
 
+def storage_options_source(value: Any, deferred: v.Deferred) -> None:
+    """``storage_options_from``: None, ``env:NAME`` or ``file:PATH`` (what the job reads)."""
+    if v.absent(value):
+        return
+    kind, sep, name = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if not sep or not name.strip() or kind not in ("env", "file"):
+        v.refuse(
+            "'env:NAME' (a variable of the driver) or 'file:PATH' (a mounted secret), or None",
+            value,
+            wrong_type=not isinstance(value, str),
+        )
+
+
 def default_result_path(txn_id: str) -> str:
     """Where the job writes its result: deterministic per transaction (so per task instance)."""
     return os.path.join(
@@ -109,7 +124,7 @@ def _environ(extra: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-class LanceSparkWriteOperator(SparkSubmitOperator):
+class LanceSparkWriteOperator(v.ArgumentChecks, SparkSubmitOperator):
     """Write a source (Parquet/CSV/JSON files or a table) into a namespace with Spark.
 
     Runs ``airflow_provider_lance/spark/jobs/write.py`` through spark-submit (every
@@ -175,6 +190,21 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
     )
     template_fields_renderers = {"sql": "sql", "read_options": "json"}
     ui_color = "#f7c873"
+    argument_checks = {
+        **PUBLISH_ARGUMENTS,
+        "source": v.text(what="a path or URI (or a table name with source_format='table')"),
+        "source_format": v.choice(FORMATS),
+        "sql": v.text(optional=True, what="a SELECT ... FROM source query"),
+        "read_options": v.options_mapping,
+        "mode": v.choice(MODES),
+        "commit": v.flag(),
+        "result_path": v.text(optional=True, what="a path or URI"),
+        "spark_conn_id": v.conn_id,
+        "storage_options_from": storage_options_source,
+        "name": v.text(what="a Spark application name"),
+        "application_args": v.arguments_list,
+    }
+    argument_attributes = {"application_args": "extra_application_args"}
 
     def __init__(
         self,
@@ -199,8 +229,10 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
     ) -> None:
         for reserved, instead in _RESERVED_ARGUMENTS.items():
             if reserved in kwargs:
-                raise ValueError(f"LanceSparkWriteOperator does not take {reserved!r}: {instead}")
-        self.extra_application_args = list(kwargs.pop("application_args", None) or [])
+                raise v.OperatorArgumentError(
+                    f"LanceSparkWriteOperator does not take {reserved!r}: {instead}"
+                )
+        self.extra_application_args = kwargs.pop("application_args", None) or []
         super().__init__(application=WRITE_JOB, conn_id=spark_conn_id, name=name, **kwargs)
         self.source = source
         self.namespace = namespace
@@ -219,21 +251,15 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
         self.max_partition_keys = max_partition_keys
         self.deploy_mode = kwargs.get("deploy_mode")
         self._lineage: NamespaceWrite | None = None
+        self.check_arguments()
 
     # -- checks --------------------------------------------------------------------------
-    def _check_arguments(self) -> None:
-        from airflow_provider_lance.namespace import MODES
-
-        if self.mode not in MODES:
-            raise AirflowFailException(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.source_format not in FORMATS:
-            raise AirflowFailException(
-                f"source_format must be one of {FORMATS}, got {self.source_format!r}"
+    def check_combination(self, known: Mapping[str, Any]) -> None:
+        if self.emit_partition_keys is not None and not self.commit:
+            raise v.Refused(
+                "emit_partition_keys keys the events of a write that publishes (commit=True); "
+                "a staged write publishes nothing: set it on the LanceCommitOperator"
             )
-        if not isinstance(self.source, str) or not self.source.strip():
-            raise AirflowFailException(f"source must be a non-empty path or URI: {self.source!r}")
-        if self.read_options is not None and not isinstance(self.read_options, Mapping):
-            raise AirflowFailException("read_options must be a mapping of option -> value")
 
     def _spark_connection(self) -> tuple[str, bool]:
         """The Spark master and whether the driver runs on the cluster (deploy mode)."""
@@ -264,7 +290,7 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
                 "(e.g. s3://bucket/_results/{{ ti.run_id }}.json)"
             )
         secrets = sorted(key for key, _ in lance.config.secrets())
-        if secrets and not self.storage_options_from:
+        if secrets and v.absent(self.storage_options_from):
             raise AirflowFailException(
                 f"the connection {self.lance_conn_id!r} holds secrets ({', '.join(secrets)}) "
                 "that cluster deploy mode would put on the spark-submit command line; use "
@@ -274,8 +300,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
             )
         public = {k: v for k, v in lance.storage_options.items() if not is_secret_key(k)}
         args = ["--storage-options", json.dumps(public)] if public else []
-        if self.storage_options_from:
-            args += ["--storage-options-from", self.storage_options_from]
+        if source := v.given(self.storage_options_from):
+            args += ["--storage-options-from", source]
         return args
 
     def _application_args(self, *, uri: str, txn_id: str, result_path: str) -> list[str]:
@@ -288,13 +314,13 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
             "--txn-id", txn_id,
             "--result-path", result_path,
         ]  # fmt: skip
-        if self.sql:
-            args += ["--sql", self.sql]
+        if sql := v.given(self.sql):
+            args += ["--sql", sql]
         for key, value in (self.read_options or {}).items():
             args += ["--read-option", f"{key}={value}"]
         if self.commit:
             args.append("--commit")
-        return args + self.extra_application_args  # e.g. --distribution none
+        return args + list(self.extra_application_args)  # e.g. --distribution none
 
     @staticmethod
     def _job_environment(storage_options: Mapping[str, str]) -> dict[str, str]:
@@ -303,8 +329,8 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
 
     # -- run ---------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
-        self._check_arguments()
-        txn_id = self.txn_id or txn_id_from_context(context)
+        self.check_arguments(rendered=True)
+        txn_id = v.txn_id_value(self.txn_id) or txn_id_from_context(context)
         lance = LancePartitionedHook(self.lance_conn_id)
         uri = lance.namespace_uri(self.namespace)
         master, cluster_mode = self._spark_connection()
@@ -317,15 +343,15 @@ class LanceSparkWriteOperator(SparkSubmitOperator):
             )
         with lance_errors(f"Spark write into {uri}"):
             schema = lance.open(uri).schema  # a missing namespace fails here, not later
-        result_path = self.result_path or default_result_path(txn_id)
+        result_path = v.given(self.result_path) or default_result_path(txn_id)
         args = self._application_args(uri=uri, txn_id=txn_id, result_path=result_path)
         if cluster_mode:
             args += self._cluster_mode_args(lance, result_path)
             env = {}
         else:
             env = self._job_environment(lance.storage_options)
-            if self.storage_options_from:  # the driver is this machine: resolved here
-                args += ["--storage-options-from", self.storage_options_from]
+            if source := v.given(self.storage_options_from):  # the driver is this machine
+                args += ["--storage-options-from", source]
             if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
                 env["PYSPARK_PYTHON"] = sys.executable  # executors use this task's interpreter
         self._discard_result(result_path, lance)

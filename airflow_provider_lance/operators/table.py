@@ -27,11 +27,13 @@ from airflow.providers.common.compat.sdk import (
     determine_kwargs,
 )
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook, TaskProgress
 from airflow_provider_lance.operators.commit import (
     DEFAULT_MAX_PARTITION_KEYS,
     DEFAULT_SUMMARY_PARTITIONS,
+    PUBLISH_ARGUMENTS,
     check_lance_outlets,
     emit_asset_events,
     partition_keys_of,
@@ -43,7 +45,6 @@ from airflow_provider_lance.operators.lineage import (
     file_dataset_name,
     operator_lineage,
 )
-from airflow_provider_lance.operators.upkeep import seconds
 from airflow_provider_lance.operators.write import arrow_data
 
 if TYPE_CHECKING:
@@ -58,30 +59,12 @@ if TYPE_CHECKING:
     )
 
 
-def required_filter(value: Any, operator: str) -> str:
-    """A non-blank SQL filter: an operation that changes rows must say which."""
-    if not isinstance(value, str) or value.strip() in ("", "None"):
-        raise AirflowFailException(
-            f"{operator} needs a filter (a SQL boolean expression), got {value!r}"
-        )
-    return value.strip()
-
-
-def optional_filter(value: Any) -> str | None:
-    """A filter that may be absent (None, or blank / ``None`` as templates render it)."""
-    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
-        return None
-    if not isinstance(value, str):
-        raise AirflowFailException(f"filter must be a SQL boolean expression, got {value!r}")
-    return value.strip()
-
-
 def claim_seconds(value: Any) -> float | None:
     """``claim_timeout`` as the core takes it (None: the core's default, 120 s)."""
-    return seconds(value, "claim_timeout", allow_none=True)
+    return v.duration_seconds(value, "claim_timeout", optional=True)
 
 
-class TableOperationOperator(BaseOperator):
+class TableOperationOperator(v.ArgumentChecks, BaseOperator):
     """Runs one table operation (:meth:`run`) and reports it; see the module docstring.
 
     :param namespace: relative name or full URI (templated; default: the connection root).
@@ -104,6 +87,7 @@ class TableOperationOperator(BaseOperator):
     operation: str = ""
     template_fields: Sequence[str] = ("namespace", "txn_id")
     ui_color = "#f4d9c6"
+    argument_checks = PUBLISH_ARGUMENTS
 
     def __init__(
         self,
@@ -124,11 +108,9 @@ class TableOperationOperator(BaseOperator):
         self.emit_partition_keys = emit_partition_keys
         self.max_partition_keys = max_partition_keys
         self._lineage: NamespaceWrite | None = None
+        self.check_arguments()
 
     # -- what subclasses define ------------------------------------------------------------
-    def check_arguments(self) -> None:
-        """Fail at once (no retries) on arguments no retry can fix."""
-
     def run(self, ns: PartitionedNamespace, txn_id: str, context: Context) -> OperationResult:
         raise NotImplementedError
 
@@ -141,11 +123,11 @@ class TableOperationOperator(BaseOperator):
 
     # -- the run ---------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
-        self.check_arguments()
+        self.check_arguments(rendered=True)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
         check_lance_outlets(self.outlets, uri)
-        txn_id = self.txn_id or txn_id_from_context(context)
+        txn_id = v.txn_id_value(self.txn_id) or txn_id_from_context(context)
         with lance_errors(f"{self.operation} in {uri} as {txn_id}"):
             ns = hook.open(uri)
             result = self.run(ns, txn_id, context)
@@ -238,6 +220,11 @@ class _FilteredOperation(TableOperationOperator):
 
     template_fields: Sequence[str] = ("filter", "namespace", "txn_id", "claim_timeout")
     template_fields_renderers = {"filter": "sql"}
+    argument_checks = {
+        **PUBLISH_ARGUMENTS,
+        "filter": v.sql_filter(required=True),
+        "claim_timeout": v.duration(optional=True),
+    }
 
     def __init__(
         self,
@@ -249,10 +236,7 @@ class _FilteredOperation(TableOperationOperator):
         super().__init__(**kwargs)
         self.filter = filter
         self.claim_timeout = claim_timeout
-
-    def check_arguments(self) -> None:
-        required_filter(self.filter, self.operation)
-        claim_seconds(self.claim_timeout)
+        self.check_arguments()
 
 
 class LanceDeleteOperator(_FilteredOperation):
@@ -273,7 +257,7 @@ class LanceDeleteOperator(_FilteredOperation):
     operation = "delete"
 
     def run(self, ns: PartitionedNamespace, txn_id: str, context: Context) -> OperationResult:
-        where = required_filter(self.filter, self.operation)
+        where = str(self.filter).strip()
         self.log.info("deleting the rows of %s where %s as %s", ns.uri, where, txn_id)
         return ns.delete(
             where,
@@ -301,7 +285,7 @@ class LanceDropPartitionsOperator(_FilteredOperation):
     operation = "drop_partitions"
 
     def run(self, ns: PartitionedNamespace, txn_id: str, context: Context) -> OperationResult:
-        where = required_filter(self.filter, self.operation)
+        where = str(self.filter).strip()
         self.log.info("dropping the partitions of %s where %s as %s", ns.uri, where, txn_id)
         return ns.drop_partitions(
             where, txn_id=txn_id, claim_timeout=claim_seconds(self.claim_timeout)
@@ -329,6 +313,14 @@ class LanceOptimizeOperator(TableOperationOperator):
     operation = "optimize"
     template_fields: Sequence[str] = ("filter", "namespace", "txn_id")
     template_fields_renderers = {"filter": "sql"}
+    argument_checks = {
+        **PUBLISH_ARGUMENTS,
+        "filter": v.sql_filter(required=False),
+        "target_rows_per_fragment": v.whole(
+            minimum=1, optional=True, none_means="the core's default"
+        ),
+        "materialize_deletions": v.flag(),
+    }
 
     def __init__(
         self,
@@ -342,19 +334,12 @@ class LanceOptimizeOperator(TableOperationOperator):
         self.filter = filter
         self.target_rows_per_fragment = target_rows_per_fragment
         self.materialize_deletions = materialize_deletions
-
-    def check_arguments(self) -> None:
-        optional_filter(self.filter)
-        target = self.target_rows_per_fragment
-        if target is not None and (isinstance(target, bool) or not isinstance(target, int)):
-            raise AirflowFailException(
-                f"target_rows_per_fragment must be a number of rows, got {target!r}"
-            )
+        self.check_arguments()
 
     def run(self, ns: PartitionedNamespace, txn_id: str, context: Context) -> OperationResult:
         from airflow_provider_lance.namespace import DEFAULT_TARGET_ROWS
 
-        where = optional_filter(self.filter)
+        where = v.filter_value(self.filter)
         target = self.target_rows_per_fragment
         target = DEFAULT_TARGET_ROWS if target is None else target
         self.log.info(
@@ -417,6 +402,16 @@ class LanceMergeOperator(TableOperationOperator):
     )
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     shallow_copy_attrs: Sequence[str] = ("python_callable",)
+    argument_checks = {
+        **PUBLISH_ARGUMENTS,
+        "on": v.names(single=True, what="key column"),
+        "source": v.text(optional=True, what="a Parquet file or directory (a path or URI)"),
+        "python_callable": v.optional_callable,
+        "op_args": v.op_args,
+        "op_kwargs": v.op_kwargs,
+        "when_not_matched_by_source_delete": v.flag(),
+        "claim_timeout": v.duration(optional=True),
+    }
 
     def __init__(
         self,
@@ -430,37 +425,26 @@ class LanceMergeOperator(TableOperationOperator):
         claim_timeout: dt.timedelta | float | str | None = None,
         **kwargs: Any,
     ) -> None:
-        if (source is None) == (python_callable is None):
-            raise ValueError("give the merge a source (a Parquet path) or a python_callable")
-        if python_callable is not None and not callable(python_callable):
-            raise TypeError(f"python_callable must be callable, got {python_callable!r}")
         super().__init__(**kwargs)
         self.on = on
         self.source = source
         self.python_callable = python_callable
-        self.op_args: Collection[Any] = list(op_args or [])
-        self.op_kwargs: Mapping[str, Any] = dict(op_kwargs or {})
+        self.op_args: Collection[Any] = op_args or ()
+        self.op_kwargs: Mapping[str, Any] = op_kwargs or {}
         self.when_not_matched_by_source_delete = when_not_matched_by_source_delete
         self.claim_timeout = claim_timeout
+        self.check_arguments()
+
+    def check_combination(self, known: Mapping[str, Any]) -> None:
+        if v.absent(self.source) == (self.python_callable is None):
+            raise v.Refused("give the merge a source (a Parquet path or URI) or a python_callable")
+        if self.python_callable is None and (self.op_args or self.op_kwargs):
+            raise v.Refused(
+                "op_args and op_kwargs are the python_callable's; give one or drop them"
+            )
 
     def key_columns(self) -> list[str]:
-        on = [self.on] if isinstance(self.on, str) else self.on
-        if (
-            isinstance(on, (str, bytes, Mapping))
-            or not isinstance(on, Sequence)
-            or not on
-            or not all(isinstance(k, str) and k for k in on)
-        ):
-            raise AirflowFailException(f"on must name the key column(s), got {self.on!r}")
-        return list(on)
-
-    def check_arguments(self) -> None:
-        self.key_columns()
-        claim_seconds(self.claim_timeout)
-        if self.python_callable is None and (
-            not isinstance(self.source, str) or not self.source.strip()
-        ):
-            raise AirflowFailException(f"source must be a Parquet path or URI: {self.source!r}")
+        return [self.on] if isinstance(self.on, str) else list(self.on)
 
     def run(self, ns: PartitionedNamespace, txn_id: str, context: Context) -> OperationResult:
         on = self.key_columns()

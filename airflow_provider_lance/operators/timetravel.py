@@ -11,12 +11,12 @@ reads): :class:`LanceTagOperator` tags each daily publish, e.g. ``eod-{{ ds }}``
 from __future__ import annotations
 
 import datetime as dt
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
+from airflow.providers.common.compat.sdk import BaseOperator
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import lance_errors
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 
     from airflow_provider_lance.namespace import PartitionedNamespace
 
-#: A date, then a time of day: what makes a text a moment rather than a tag name.
-_MOMENT = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 TagAction = Literal["create", "delete"]
 ACTIONS: tuple[str, ...] = ("create", "delete")
 
@@ -40,30 +38,23 @@ def as_of_value(value: Any) -> int | dt.datetime | str | None:
     at or before it. Any other text: a tag name (``eod-2025-12-10``; a bare date such as
     ``2025-12-10`` is a tag name too: write ``2025-12-10T00:00:00`` for the moment).
     """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise AirflowFailException(f"as_of must be a version, a timestamp or a tag, not {value!r}")
-    if isinstance(value, (int, dt.datetime)):
+    try:
+        v.as_of(value, v.never)
+    except v.Refused as refused:
+        raise v.error(None, refused, "as_of") from None
+    if value is None or isinstance(value, (int, dt.datetime)):
         return value
-    if not isinstance(value, str):
-        raise AirflowFailException(
-            f"as_of must be a version, a timestamp or a tag name, not {type(value).__name__}"
-        )
-    text = value.strip()
-    if text in ("", "None"):
+    text = str(value).strip()
+    if v.absent(text):
         return None
     if text.isdigit():
         return int(text)
-    if _MOMENT.match(text):
-        try:
-            return dt.datetime.fromisoformat(text)
-        except ValueError:
-            raise AirflowFailException(f"as_of {text!r} is not an ISO timestamp") from None
+    if v.MOMENT.match(text):
+        return dt.datetime.fromisoformat(text)
     return text
 
 
-class LanceTagOperator(BaseOperator):
+class LanceTagOperator(v.ArgumentChecks, BaseOperator):
     """Create or delete a tag: a name pinning one ``__manifest`` version (and every leaf
     version it reads) until it is deleted; readers name it with ``as_of``.
 
@@ -86,6 +77,14 @@ class LanceTagOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("tag", "action", "as_of", "namespace")
     ui_color = "#e8e1c6"
+    argument_checks = {
+        "tag": v.tag_name,
+        "action": v.choice(ACTIONS),
+        "as_of": v.as_of,
+        "replace": v.flag(),
+        "namespace": v.namespace,
+        "lance_conn_id": v.conn_id,
+    }
 
     def __init__(
         self,
@@ -105,12 +104,16 @@ class LanceTagOperator(BaseOperator):
         self.replace = replace
         self.namespace = namespace
         self.lance_conn_id = lance_conn_id
+        self.check_arguments()
+
+    def check_combination(self, known: Mapping[str, Any]) -> None:
+        if known.get("action") == "delete" and (not v.absent(self.as_of) or self.replace):
+            raise v.Refused(
+                "as_of and replace say which state a created tag names: a delete takes neither"
+            )
 
     def execute(self, context: Context) -> dict[str, Any]:
-        if self.action not in ACTIONS:
-            raise AirflowFailException(f"action must be one of {ACTIONS}, got {self.action!r}")
-        if not isinstance(self.tag, str) or not self.tag.strip():
-            raise AirflowFailException(f"tag must be a tag name, got {self.tag!r}")
+        self.check_arguments(rendered=True)
         name = self.tag.strip()
         as_of = as_of_value(self.as_of)
         hook = LancePartitionedHook(self.lance_conn_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import (
@@ -20,6 +20,7 @@ from airflow.providers.common.compat.sdk import (
     BaseOperator,
 )
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import lance_errors
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook, TaskProgress
 from airflow_provider_lance.operators.commit import parse_transactions, transactions_namespace
@@ -29,33 +30,14 @@ if TYPE_CHECKING:
 
 #: Idle time after which ``recover`` aborts a transaction (the core's default: 6 hours).
 DEFAULT_LEASE_SECONDS = 6 * 3600.0
+#: The youngest ``orphan_min_age`` the sweep takes unless ``enforce_min_age=False`` (the
+#: core's ``MIN_SAFE_ORPHAN_AGE``, which loads pylance: checked when a DAG file is parsed).
+MIN_SAFE_ORPHAN_AGE_SECONDS = DEFAULT_LEASE_SECONDS
 #: Items a list in the XCom summary names (the rest are counted).
 SUMMARY_ITEMS = 20
 
 
-def seconds(value: Any, name: str, *, allow_none: bool = False) -> float | None:
-    """A duration given as a :class:`~datetime.timedelta` or a number of seconds (also as
-    text, as templates render it: an empty or ``None`` text is no duration)."""
-    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
-        if allow_none:
-            return None
-        raise AirflowFailException(f"{name} is required")
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool):
-        raise AirflowFailException(f"{name} must be a duration, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise AirflowFailException(
-            f"{name} must be a timedelta or a number of seconds, got {value!r}"
-        ) from None
-    if number < 0:
-        raise AirflowFailException(f"{name} must not be negative, got {value!r}")
-    return number
-
-
-class LanceMaintainOperator(BaseOperator):
+class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
     """Compact ``__manifest``, with ``older_than`` remove old versions safely, and with
     ``sweep_orphans`` remove files nothing references.
 
@@ -90,6 +72,17 @@ class LanceMaintainOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("namespace", "older_than", "orphan_min_age")
     ui_color = "#e3d7f2"
+    argument_checks = {
+        "namespace": v.namespace,
+        "compact": v.flag(),
+        "older_than": v.duration(optional=True),
+        "sweep_orphans": v.flag(),
+        "orphan_min_age": v.duration(optional=True),
+        "dry_run": v.flag(),
+        "enforce_min_age": v.flag(),
+        "lance_conn_id": v.conn_id,
+    }
+    argument_attributes = {"dry_run": "sweep_dry_run"}
 
     def __init__(
         self,
@@ -105,12 +98,6 @@ class LanceMaintainOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if dry_run and not sweep_orphans:
-            raise ValueError(
-                "dry_run reports what the orphan sweep would remove: set sweep_orphans=True"
-            )
-        if not isinstance(enforce_min_age, bool):
-            raise ValueError(f"enforce_min_age must be True or False, got {enforce_min_age!r}")
         self.namespace = namespace
         self.compact = compact
         self.older_than = older_than
@@ -120,10 +107,31 @@ class LanceMaintainOperator(BaseOperator):
         self.sweep_dry_run = dry_run
         self.enforce_min_age = enforce_min_age
         self.lance_conn_id = lance_conn_id
+        self.check_arguments()
+
+    def check_combination(self, known: Mapping[str, Any]) -> None:
+        if not self.sweep_orphans:
+            for name, given in (
+                ("dry_run", self.sweep_dry_run),
+                ("orphan_min_age", not v.absent(self.orphan_min_age)),
+                ("enforce_min_age=False", not self.enforce_min_age),
+            ):
+                if given:
+                    raise v.Refused(f"{name} applies to the orphan sweep: set sweep_orphans=True")
+        if "orphan_min_age" in known and self.enforce_min_age and not self.sweep_dry_run:
+            age = v.seconds_of(known["orphan_min_age"], optional=True)
+            if age is not None and age < MIN_SAFE_ORPHAN_AGE_SECONDS:
+                raise v.Refused(
+                    f"orphan_min_age {known['orphan_min_age']!r} is under "
+                    f"{MIN_SAFE_ORPHAN_AGE_SECONDS / 3600:g} hours: the sweep would delete the "
+                    "files of writes still in flight; raise it, or set enforce_min_age=False "
+                    "where no write runs during the sweep"
+                )
 
     def execute(self, context: Context) -> dict[str, Any]:
-        older = seconds(self.older_than, "older_than", allow_none=True)
-        min_age = seconds(self.orphan_min_age, "orphan_min_age", allow_none=True)
+        self.check_arguments(rendered=True)
+        older = v.duration_seconds(self.older_than, "older_than", optional=True)
+        min_age = v.duration_seconds(self.orphan_min_age, "orphan_min_age", optional=True)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
         sweep: dict[str, Any] = {}
@@ -182,7 +190,7 @@ class LanceMaintainOperator(BaseOperator):
         return summary
 
 
-class LanceRecoverOperator(BaseOperator):
+class LanceRecoverOperator(v.ArgumentChecks, BaseOperator):
     """Abort transactions idle for longer than a lease and release stale claims.
 
     For writers that died for good (a deleted DAG run, a worker lost mid-commit): their
@@ -198,6 +206,11 @@ class LanceRecoverOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("namespace", "lease_seconds")
     ui_color = "#e3d7f2"
+    argument_checks = {
+        "namespace": v.namespace,
+        "lease_seconds": v.duration(),
+        "lance_conn_id": v.conn_id,
+    }
 
     def __init__(
         self,
@@ -211,9 +224,11 @@ class LanceRecoverOperator(BaseOperator):
         self.namespace = namespace
         self.lease_seconds = lease_seconds
         self.lance_conn_id = lance_conn_id
+        self.check_arguments()
 
     def execute(self, context: Context) -> dict[str, Any]:
-        lease = seconds(self.lease_seconds, "lease_seconds")
+        self.check_arguments(rendered=True)
+        lease = v.duration_seconds(self.lease_seconds, "lease_seconds")
         assert lease is not None
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
@@ -223,7 +238,7 @@ class LanceRecoverOperator(BaseOperator):
         return {"uri": uri, "aborted_count": len(aborted), "aborted": aborted[:SUMMARY_ITEMS]}
 
 
-class LanceRepairOperator(BaseOperator):
+class LanceRepairOperator(v.ArgumentChecks, BaseOperator):
     """Restore the ``__manifest`` columns a foreign writer dropped (e.g. pylance's
     ``DirectoryNamespace``); a no-op when nothing is missing. Refuses, changing nothing,
     where a repair would have to guess (see :meth:`PartitionedNamespace.repair`).
@@ -235,6 +250,7 @@ class LanceRepairOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("namespace",)
     ui_color = "#e3d7f2"
+    argument_checks = {"namespace": v.namespace, "lance_conn_id": v.conn_id}
 
     def __init__(
         self,
@@ -246,8 +262,10 @@ class LanceRepairOperator(BaseOperator):
         super().__init__(**kwargs)
         self.namespace = namespace
         self.lance_conn_id = lance_conn_id
+        self.check_arguments()
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_arguments(rendered=True)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
         with lance_errors(f"repair of {uri}"):
@@ -256,7 +274,7 @@ class LanceRepairOperator(BaseOperator):
         return {"uri": uri, **dataclasses.asdict(report)}
 
 
-class LanceAbortOperator(BaseOperator):
+class LanceAbortOperator(v.ArgumentChecks, BaseOperator):
     """Abort staged transactions: their files are deleted, nothing of them is published.
 
     The "abort" branch of write-audit-publish: run it when the checks of staged data fail
@@ -274,6 +292,12 @@ class LanceAbortOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("transactions", "namespace", "reason")
     ui_color = "#f2c4c4"
+    argument_checks = {
+        "transactions": v.transactions,
+        "namespace": v.namespace,
+        "reason": v.text(optional=True, blank=True, what="a string"),
+        "lance_conn_id": v.conn_id,
+    }
 
     def __init__(
         self,
@@ -289,8 +313,10 @@ class LanceAbortOperator(BaseOperator):
         self.namespace = namespace
         self.reason = reason
         self.lance_conn_id = lance_conn_id
+        self.check_arguments()
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_arguments(rendered=True)
         ids, uris, published = parse_transactions(self.transactions)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = transactions_namespace(hook, self.namespace, uris)

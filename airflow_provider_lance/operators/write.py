@@ -19,6 +19,7 @@ from airflow.providers.common.compat.sdk import (
     determine_kwargs,
 )
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import lance_errors, txn_id_from_context
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook, TaskProgress
 from airflow_provider_lance.namespace import MODES
@@ -93,7 +94,7 @@ def _is_pandas(value: Any) -> bool:
     return pandas is not None and isinstance(value, pandas.DataFrame)
 
 
-class LanceWriteOperator(BaseOperator):
+class LanceWriteOperator(v.ArgumentChecks, BaseOperator):
     """Write the data a Python callable returns into a namespace, without Spark.
 
     The callable returns a pyarrow Table, RecordBatch or RecordBatchReader, anything with
@@ -130,6 +131,18 @@ class LanceWriteOperator(BaseOperator):
     template_fields_renderers = {"op_args": "py", "op_kwargs": "py"}
     shallow_copy_attrs: Sequence[str] = ("python_callable",)
     ui_color = "#f7e1a8"
+    argument_checks = {
+        "python_callable": v.a_callable,
+        "op_args": v.op_args,
+        "op_kwargs": v.op_kwargs,
+        "namespace": v.namespace,
+        "mode": v.choice(MODES),
+        "stage_only": v.flag(),
+        "txn_id": v.txn_id,
+        "lance_conn_id": v.conn_id,
+        "flush_bytes": v.whole(minimum=1, optional=True, none_means="the core's 128 MiB"),
+        "summary_partitions": v.whole(minimum=0),
+    }
 
     def __init__(
         self,
@@ -146,12 +159,10 @@ class LanceWriteOperator(BaseOperator):
         summary_partitions: int = 10,
         **kwargs: Any,
     ) -> None:
-        if not callable(python_callable):
-            raise TypeError(f"python_callable must be callable, got {python_callable!r}")
         super().__init__(**kwargs)
         self.python_callable = python_callable
-        self.op_args: Collection[Any] = list(op_args or [])
-        self.op_kwargs: Mapping[str, Any] = dict(op_kwargs or {})
+        self.op_args: Collection[Any] = op_args or ()
+        self.op_kwargs: Mapping[str, Any] = op_kwargs or {}
         self.namespace = namespace
         self.mode = mode
         self.stage_only = stage_only
@@ -160,16 +171,7 @@ class LanceWriteOperator(BaseOperator):
         self.flush_bytes = flush_bytes
         self.summary_partitions = summary_partitions
         self._lineage: NamespaceWrite | None = None
-
-    def _check_arguments(self) -> None:
-        if self.mode not in MODES:
-            raise AirflowFailException(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.flush_bytes is not None and (
-            not isinstance(self.flush_bytes, int) or self.flush_bytes < 1
-        ):
-            raise AirflowFailException(
-                f"flush_bytes must be a positive number of bytes, got {self.flush_bytes!r}"
-            )
+        self.check_arguments()
 
     def execute_callable(self, context: Context) -> Any:
         """Call the callable with its arguments and the context variables it names."""
@@ -178,8 +180,8 @@ class LanceWriteOperator(BaseOperator):
         return self.python_callable(*self.op_args, **kwargs)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        self._check_arguments()
-        txn_id = self.txn_id or txn_id_from_context(context)
+        self.check_arguments(rendered=True)
+        txn_id = v.txn_id_value(self.txn_id) or txn_id_from_context(context)
         hook = LancePartitionedHook(self.lance_conn_id)
         uri = hook.namespace_uri(self.namespace)
         what = "staging" if self.stage_only else "write"

@@ -14,15 +14,21 @@ from airflow.providers.common.compat.sdk import (
     conf,
 )
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import lance_errors, values_list
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
-from airflow_provider_lance.triggers.partition import LancePartitionTrigger, check_partitions
+from airflow_provider_lance.triggers.partition import (
+    PARTITION_WAIT_ARGUMENTS,
+    LancePartitionTrigger,
+    check_partition_wait,
+    check_partitions,
+)
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
 
-class LancePartitionSensor(BaseSensorOperator):
+class LancePartitionSensor(v.ArgumentChecks, BaseSensorOperator):
     """Wait until partitions are published (have a non-null ``read_version``).
 
     Give ``values`` (each partition must exist under the current spec and be published),
@@ -48,6 +54,7 @@ class LancePartitionSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("values", "filter", "partition_key", "namespace")
     ui_color = "#e6f1f2"
+    argument_checks = {**PARTITION_WAIT_ARGUMENTS, "deferrable": v.flag()}
 
     def __init__(
         self,
@@ -63,8 +70,6 @@ class LancePartitionSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if sum(x is not None for x in (values, filter, partition_key)) != 1:
-            raise ValueError("give exactly one of values, filter or partition_key")
         self.values = values
         self.filter = filter
         self.partition_key = partition_key
@@ -73,6 +78,10 @@ class LancePartitionSensor(BaseSensorOperator):
         self.require_rows = require_rows
         self.lance_conn_id = lance_conn_id
         self.deferrable = deferrable
+        self.check_arguments()
+
+    def check_combination(self, known: Mapping[str, Any]) -> None:
+        check_partition_wait(self.values, self.filter, self.partition_key, self.min_partitions)
 
     def _wanted(self) -> list[Mapping[str, Any]] | None:
         return values_list(self.values) if self.values is not None else None
@@ -85,7 +94,7 @@ class LancePartitionSensor(BaseSensorOperator):
                 hook,
                 uri,
                 values=self._wanted(),
-                filter=self.filter,
+                filter=v.filter_value(self.filter),
                 partition_key=self.partition_key,
                 min_partitions=self.min_partitions,
                 require_rows=self.require_rows,
@@ -95,6 +104,7 @@ class LancePartitionSensor(BaseSensorOperator):
         return PokeReturnValue(check.done, check.partitions if check.done else None)
 
     def execute(self, context: Context) -> Any:  # noqa: RET503 (defer() raises)
+        self.check_arguments(rendered=True)
         if not self.deferrable:
             return super().execute(context)
         first = self.poke(context)  # no trip through the triggerer when it is already there
@@ -104,7 +114,7 @@ class LancePartitionSensor(BaseSensorOperator):
             trigger=LancePartitionTrigger(
                 namespace=self.namespace,
                 values=self._wanted(),
-                filter=self.filter,
+                filter=v.filter_value(self.filter),
                 partition_key=self.partition_key,
                 min_partitions=self.min_partitions,
                 require_rows=self.require_rows,

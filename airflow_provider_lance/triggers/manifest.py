@@ -70,12 +70,13 @@ import hashlib
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import describe_error
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook
 from airflow_provider_lance.namespace.errors import (
@@ -255,6 +256,16 @@ def _listed(partition: Partition, state: NamespaceState) -> dict[str, Any]:
     }
 
 
+_ARGUMENTS: dict[str, v.Check] = {
+    "namespace": v.namespace,
+    "lance_conn_id": v.conn_id,
+    "poll_interval": v.interval(positive=True),
+    "after_version": v.whole(minimum=0, optional=True, none_means="the latest version"),
+    "max_partitions": v.whole(minimum=0),
+    "max_publishes": v.whole(minimum=0),
+}
+
+
 class LanceManifestTrigger(BaseEventTrigger):
     """Fire an event for what a partitioned namespace published (for ``AssetWatcher``).
 
@@ -290,6 +301,9 @@ class LanceManifestTrigger(BaseEventTrigger):
     :param max_publishes: publishes listed per event (the rest are counted).
     """
 
+    #: Checked in ``__init__``: in the DAG file, and again where the triggerer builds it.
+    argument_checks: ClassVar[Mapping[str, v.Check]] = _ARGUMENTS
+
     def __init__(
         self,
         *,
@@ -301,6 +315,15 @@ class LanceManifestTrigger(BaseEventTrigger):
         max_publishes: int = 50,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        given = {
+            "namespace": namespace,
+            "lance_conn_id": lance_conn_id,
+            "poll_interval": poll_interval,
+            "after_version": after_version,
+            "max_partitions": max_partitions,
+            "max_publishes": max_publishes,
+        }
+        v.check_values(type(self).__name__, self.argument_checks, given)
         self.namespace = namespace
         self.lance_conn_id = lance_conn_id
         self.poll_interval = poll_interval

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_lance import validation as v
 from airflow_provider_lance.common import describe_error
 from airflow_provider_lance.hooks.lance import DEFAULT_CONN_ID, LancePartitionedHook, PartitionCheck
 from airflow_provider_lance.namespace.errors import (
@@ -15,6 +16,37 @@ from airflow_provider_lance.namespace.errors import (
     NamespaceNotFoundError,
     is_retryable,
 )
+
+#: The checks of what the sensor and the trigger wait for.
+PARTITION_WAIT_ARGUMENTS: dict[str, v.Check] = {
+    "values": v.partition_values(optional=True),
+    "filter": v.sql_filter(required=False),
+    "partition_key": v.partition_key,
+    "namespace": v.namespace,
+    "min_partitions": v.whole(minimum=1),
+    "require_rows": v.flag(),
+    "lance_conn_id": v.conn_id,
+}
+
+
+def check_partition_wait(values: Any, filter: Any, partition_key: Any, min_partitions: Any) -> None:
+    """Raise :class:`~airflow_provider_lance.validation.Refused` unless exactly one way to
+    name the partitions is given (``min_partitions`` counts the matches of a filter)."""
+    named = [
+        n
+        for n, x in (("values", values), ("filter", filter), ("partition_key", partition_key))
+        if not v.absent(x)
+    ]
+    if len(named) != 1:
+        raise v.Refused(
+            "give exactly one of values, filter or partition_key"
+            + (f" (got {', '.join(named)})" if named else "")
+        )
+    if min_partitions != 1 and named != ["filter"]:
+        raise v.Refused(
+            f"min_partitions counts the partitions a filter matches; with {named[0]} every "
+            "partition named must be published (leave min_partitions at 1)"
+        )
 
 
 def check_partitions(
@@ -59,11 +91,17 @@ class LancePartitionTrigger(BaseTrigger):
     storage errors are retried until the task's timeout).
     """
 
+    #: Checked in ``__init__``: kwargs come rendered from the sensor, or from serialisation.
+    argument_checks: ClassVar[Mapping[str, v.Check]] = {
+        **PARTITION_WAIT_ARGUMENTS,
+        "poll_interval": v.interval(positive=False),
+    }
+
     def __init__(
         self,
         *,
         namespace: str | None = None,
-        values: Sequence[Mapping[str, Any]] | None = None,
+        values: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         filter: str | None = None,
         partition_key: str | Sequence[str] | None = None,
         min_partitions: int = 1,
@@ -72,8 +110,26 @@ class LancePartitionTrigger(BaseTrigger):
         lance_conn_id: str = DEFAULT_CONN_ID,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        owner = type(self).__name__
+        given = {
+            "values": values,
+            "filter": filter,
+            "partition_key": partition_key,
+            "namespace": namespace,
+            "min_partitions": min_partitions,
+            "require_rows": require_rows,
+            "lance_conn_id": lance_conn_id,
+            "poll_interval": poll_interval,
+        }
+        v.check_values(owner, self.argument_checks, given)
+        try:
+            check_partition_wait(values, filter, partition_key, min_partitions)
+        except v.Refused as refused:
+            raise v.error(owner, refused) from None
+        if isinstance(values, Mapping):
+            values = [values]
         self.namespace = namespace
-        self.values = [dict(v) for v in values] if values else None
+        self.values = [dict(item) for item in values] if values else None
         self.filter = filter
         self.partition_key = (
             partition_key

@@ -268,7 +268,7 @@ def test_commit_operator_with_explicit_txn_id_is_idempotent_across_runs(
     ("transactions", "message"),
     [
         (["never-staged"], "no transaction 'never-staged'"),
-        ([{"rows": 3}], "has no txn_id"),
+        ([{"rows": 3}], "(a write result needs its 'txn_id')"),
         (
             [{"txn_id": "x", "uri": "s3://elsewhere/ns", "state": "staged"}],
             "the transactions were staged into ['s3://elsewhere/ns']",

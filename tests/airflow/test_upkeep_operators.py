@@ -110,7 +110,7 @@ def test_audit_fails_on_violations_and_names_them(run_dag: RunDag, lance_test_ro
 @pytest.mark.parametrize(
     ("checks", "message"),
     [
-        ({"min_row": 1}, "unknown checks ['min_row']"),
+        ({"min_row": 1}, "unknown checks 'min_row' (did you mean 'min_rows'?)"),
         ({"not_null": ["nope"]}, "SchemaError"),
         ({"ranges": {"amount": {"low": 1}}}, "the range of 'amount' must be"),
         ({"ranges": {"event_date": {"min": "yesterday"}}}, "is not a date32[day]"),
@@ -163,7 +163,11 @@ def test_maintain_with_a_bad_duration_fails_at_once(run_dag: RunDag, lance_test_
     run = run_dag("lance_test_upkeep", conf={"lease_seconds": "a while"})
     assert run.state == FAILED
     assert run.tries["recover"] == 1
-    assert "lease_seconds must be a timedelta or a number of seconds, got 'a while'" in run.output
+    assert (
+        "LanceRecoverOperator(task_id='recover'): lease_seconds must be a number of seconds"
+        in run.output
+    )
+    assert "got 'a while' (str)" in run.output
 
 
 # -- LanceAbortOperator ------------------------------------------------------------------------
@@ -283,7 +287,7 @@ def test_schema_and_spec_evolution_apply_once_and_reruns_change_nothing(
     ("conf", "task_id", "message", "unchanged"),
     [
         ({"promote": ["amount_cents", "int16"]}, "promote", "SchemaError", "amount_cents"),
-        ({"add": {"name": "channel"}}, "add", "schema entry 'channel' needs a 'type'", "country"),
+        ({"add": {"name": "channel"}}, "add", "column 'channel' has no 'type'", "country"),
         ({"rename": ["nope", "other"]}, "rename", "nope", "country"),
     ],
     ids=["narrowing", "column-without-type", "unknown-column"],
@@ -312,16 +316,16 @@ def test_evolution_bad_input_fails_at_once(
     [(dt.timedelta(minutes=2), 120.0), (90, 90.0), ("1.5", 1.5), (None, None), ("None", None)],
 )
 def test_durations_are_timedeltas_or_seconds(value: Any, expected: float | None) -> None:
-    from airflow_provider_lance.operators.upkeep import seconds
+    from airflow_provider_lance.validation import duration_seconds
 
-    assert seconds(value, "older_than", allow_none=True) == expected
+    assert duration_seconds(value, "older_than", optional=True) == expected
 
 
 @pytest.mark.parametrize("value", [-1, "soon", True, None])
 def test_bad_durations_fail_at_once(value: Any) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from airflow_provider_lance.operators.upkeep import seconds
+    from airflow_provider_lance.validation import duration_seconds
 
     with pytest.raises(AirflowFailException):
-        seconds(value, "lease_seconds")
+        duration_seconds(value, "lease_seconds")

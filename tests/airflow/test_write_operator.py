@@ -164,7 +164,7 @@ def test_a_source_failing_mid_stream_is_retried_and_leaves_nothing_behind(
     [
         ({"kind": "none"}, "the callable returned None"),
         ({"kind": "bad_pandas"}, "the callable's pandas DataFrame cannot become Arrow data"),
-        ({"mode": "upsert"}, "mode must be one of ('append', 'overwrite'), got 'upsert'"),
+        ({"mode": "upsert"}, "mode must be one of 'append', 'overwrite'; got 'upsert' (str)"),
         ({"namespace": "nowhere"}, "NamespaceNotFoundError"),
     ],
     ids=["returns-none", "untypeable-pandas", "bad-mode", "missing-namespace"],
