@@ -17,6 +17,13 @@ if TYPE_CHECKING:
     from airflow_provider_lance.namespace.format.state import Partition
     from airflow_provider_lance.namespace.format.txn_row import TxnState
     from airflow_provider_lance.namespace.ops.verification import MisplacedRows, VerifyReport
+    from airflow_provider_lance.namespace.read.plan import (
+        FragmentInfo,
+        RowFilter,
+        Scan,
+        ScanPlan,
+        ScanTask,
+    )
     from airflow_provider_lance.namespace.read.timetravel import AsOf
     from airflow_provider_lance.namespace.txn.transactions import (
         Transaction,
@@ -66,7 +73,6 @@ if TYPE_CHECKING:
     )
     from .io.uri import has_scheme, normalize_root
     from .ops.compaction import DEFAULT_TARGET_ROWS
-    from .read.scan import filter_columns
     from .read.timetravel import check_tag_name
     from .results import (
         CommitResult,
@@ -125,6 +131,11 @@ _EXPORTS = {
     "VerifyReport": "ops.verification",
     "MisplacedRows": "ops.verification",
     "AsOf": "read.timetravel",
+    "FragmentInfo": "read.plan",
+    "RowFilter": "read.plan",
+    "Scan": "read.plan",
+    "ScanPlan": "read.plan",
+    "ScanTask": "read.plan",
     "PartitionField": "format.spec",
     "Stage": "write.staging",
     "Transaction": "txn.transactions",
@@ -149,7 +160,6 @@ _EXPORTS = {
     "has_scheme": "io.uri",
     "type_from_json": "format.arrow_json",
     "type_to_json": "format.arrow_json",
-    "filter_columns": "read.scan",
     "remove_json": "io.json_files",
     "read_json": "io.json_files",
     "MODES": "types",
@@ -179,6 +189,7 @@ __all__ = [
     "DataValidationError",
     "ExpressionError",
     "FilterError",
+    "FragmentInfo",
     "HistoryEntry",
     "InvalidArgumentError",
     "InvalidLiteralError",
@@ -199,6 +210,10 @@ __all__ = [
     "PartitionOutcome",
     "PartitionSpecError",
     "PartitionedNamespace",
+    "RowFilter",
+    "Scan",
+    "ScanPlan",
+    "ScanTask",
     "SchemaError",
     "SkipReason",
     "Stage",
@@ -219,7 +234,6 @@ __all__ = [
     "WriteMode",
     "check_min_age",
     "check_tag_name",
-    "filter_columns",
     "has_scheme",
     "hash_array",
     "is_deprecated",

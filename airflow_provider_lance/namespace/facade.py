@@ -49,8 +49,8 @@ from airflow_provider_lance.namespace.ops.verification import (
 )
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.read.history import History
-from airflow_provider_lance.namespace.read.pruning import holds_for_kept_partitions, parse_filter
-from airflow_provider_lance.namespace.read.scan import filter_columns, open_leaf, scan_batches
+from airflow_provider_lance.namespace.read.plan import ScanPlan, plan_scan
+from airflow_provider_lance.namespace.read.scan import open_leaf
 from airflow_provider_lance.namespace.read.timetravel import (
     AsOf,
     create_tag,
@@ -421,6 +421,47 @@ class PartitionedNamespace:
         return state.partitions_from_rows(pruned_rows(state, filter))
 
     # -- reads -------------------------------------------------------------------------------
+    def plan_scan(
+        self,
+        filter: str | None = None,
+        columns: Sequence[str] | None = None,
+        as_of: AsOf | None = None,
+        *,
+        fragments: bool = False,
+        target_tasks: int | None = None,
+    ) -> ScanPlan:
+        """The tasks reading the rows matching ``filter`` from ONE ``__manifest`` version
+        (the latest, or the one ``as_of`` names: see :meth:`state`), one per partition the
+        filter may hold rows of: serialisable, and run by any process (``task.to_reader()``,
+        see :mod:`~.read.plan`). Every read of this class runs on such a plan.
+
+        ``fragments`` lists each task's data files (one leaf manifest read per partition;
+        the default plan reads only ``__manifest``). ``target_tasks`` splits the plan into a
+        task per data file when it has fewer partitions than that (e.g. an engine's task
+        slots). Bad filters and unknown columns raise here.
+        """
+        return self._plan(filter, columns, as_of, None, fragments, target_tasks)
+
+    def _plan(
+        self,
+        filter: str | None,
+        columns: Sequence[str] | None,
+        as_of: AsOf | None,
+        version: int | None,
+        fragments: bool = False,
+        target_tasks: int | None = None,
+    ) -> ScanPlan:
+        state, kept = self._resolve(as_of, version, filter)
+        return plan_scan(
+            self._storage,
+            state,
+            kept,
+            filter=filter,
+            columns=columns,
+            fragments=fragments,
+            target_tasks=target_tasks,
+        )
+
     def to_batches(
         self,
         *,
@@ -435,37 +476,7 @@ class PartitionedNamespace:
 
         Bad filters and unknown columns raise here, before the first batch is read.
         """
-        state, kept = self._resolve(as_of, version, filter)
-        return self._batches(state, columns, filter, batch_size, kept)
-
-    def _batches(
-        self,
-        state: NamespaceState,
-        columns: Sequence[str] | None,
-        filter: str | None,
-        batch_size: int | None,
-        kept: list[Partition],
-    ) -> Iterator[pa.RecordBatch]:
-        """The batches of a read of ``state``; ``kept``: the partitions ``filter`` keeps
-        in it (see :meth:`_resolve`)."""
-        state.schema.project(columns)  # validates the names before anything is read
-        residual, exact = None, []
-        if filter is not None:
-            residual, pred = parse_filter(filter, state.schema)
-            exact = [
-                v
-                for v, fields in state.specs.items()
-                if holds_for_kept_partitions(residual, pred, fields, state.schema)
-            ]
-        return scan_batches(
-            self._storage,
-            kept,
-            state.schema,
-            columns=columns,
-            residual=residual,
-            batch_size=batch_size,
-            unfiltered_specs=exact,
-        )
+        return self._plan(filter, columns, as_of, version).to_batches(batch_size)
 
     def to_reader(
         self,
@@ -480,11 +491,9 @@ class PartitionedNamespace:
 
         The schema, specs, partitions and read_versions all come from one manifest version.
         """
-        state, kept = self._resolve(as_of, version, filter)
+        plan = self._plan(filter, columns, as_of, version)
         failpoint("read.resolved")
-        schema = state.schema.project(columns)
-        batches = self._batches(state, columns, filter, batch_size, kept)
-        return pa.RecordBatchReader.from_batches(schema, batches)
+        return plan.to_reader(batch_size)
 
     def to_table(
         self,
@@ -513,14 +522,9 @@ class PartitionedNamespace:
         as_of: AsOf | None = None,
         version: int | None = None,
     ) -> int:
-        """The number of rows matching ``filter`` (without a filter: from table metadata),
-        as of ``as_of`` (see :meth:`state`)."""
-        state, kept = self._resolve(as_of, version, filter)
-        if filter is None:
-            return sum(open_leaf(self._storage, p).count_rows() for p in kept)
-        residual = parse_filter(filter, state.schema)[0]
-        columns = filter_columns(residual)
-        return sum(b.num_rows for b in self._batches(state, columns, filter, None, kept))
+        """The number of rows matching ``filter`` (from table metadata where no filter
+        applies), as of ``as_of`` (see :meth:`state`)."""
+        return self._plan(filter, None, as_of, version).count_rows()
 
     # -- table operations: each one __manifest swap (see operations) ------------------------
     def drop_partitions(
