@@ -24,7 +24,7 @@ from airflow_provider_lance.namespace import (
     PartitionedNamespace,
     PartitionField,
 )
-from airflow_provider_lance.namespace.failpoints import FailpointError
+from airflow_provider_lance.namespace.testing import FailpointError
 
 from .conftest import EVENTS_SCHEMA, events, tree
 from .rows import by_id

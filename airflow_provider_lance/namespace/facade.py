@@ -16,9 +16,14 @@ from airflow_provider_lance.namespace.admin import evolution
 from airflow_provider_lance.namespace.admin.maintenance import MaintenanceReport, maintain
 from airflow_provider_lance.namespace.admin.repair import RepairReport
 from airflow_provider_lance.namespace.admin.repair import repair as repair_manifest
-from airflow_provider_lance.namespace.admin.sweep import DEFAULT_MIN_AGE, check_min_age
+from airflow_provider_lance.namespace.admin.sweep import (
+    DEFAULT_MIN_AGE,
+    LEAF_DIRECTORY,
+    check_min_age,
+)
 from airflow_provider_lance.namespace.admin.sweep import sweep_orphans as sweep
 from airflow_provider_lance.namespace.format.manifest import (
+    MANIFEST_NAME,
     NAMESPACE,
     RESERVED_COLUMNS,
     Manifest,
@@ -68,7 +73,7 @@ from airflow_provider_lance.namespace.txn.kernel import (
     state_with_claims,
 )
 from airflow_provider_lance.namespace.txn.lifecycle import collect_finished
-from airflow_provider_lance.namespace.txn.store import TransactionStore
+from airflow_provider_lance.namespace.txn.store import TXN_DIR, TransactionStore
 from airflow_provider_lance.namespace.txn.transactions import Transaction, TransactionInfo
 from airflow_provider_lance.namespace.write.staging import (
     FLUSH_BYTES,
@@ -165,6 +170,12 @@ class PartitionedNamespace:
 
     def __repr__(self) -> str:
         return f"PartitionedNamespace({self._root!r}, version={self.version})"
+
+    @staticmethod
+    def is_namespace_entry(name: str) -> bool:
+        """Whether ``name``, a top-level entry of a namespace's directory, is one the format
+        writes there: ``__manifest``, the transaction records or a leaf table."""
+        return name in (MANIFEST_NAME, TXN_DIR) or bool(LEAF_DIRECTORY.match(name))
 
     # -- state ---------------------------------------------------------------------------
     @property
