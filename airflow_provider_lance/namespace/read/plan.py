@@ -212,37 +212,19 @@ class Scan:
             storage_options=storage_options,
         )
 
-    def _key(self) -> tuple[Any, ...]:
-        types = tuple(sorted((k, str(t)) for k, t in self.partition_types.items()))
-        schema = self.namespace_schema
-        return (
-            self.uri,
-            self.manifest_version,
-            self.pinned,
-            schema,
-            self.columns,
-            self.filter,
-            types,
-        )
-
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Scan) and self._key() == other._key()
+        return isinstance(other, Scan) and self.to_json() == other.to_json()
 
-    def __hash__(self) -> int:
-        return hash(self._key())
+    __hash__ = None  # type: ignore[assignment]
 
     def __getstate__(self) -> dict[str, Any]:
-        """What a pickle carries: everything but the open storage and parsed caches (the
-        storage options included: see the module docstring)."""
-        kept = ("uri", "manifest_version", "namespace_schema", "columns", "filter")
-        state = {k: self.__dict__[k] for k in kept}
-        state.update(partition_types=self.partition_types, pinned=self.pinned)
-        state["_options"] = self._options
-        return state
+        """What a pickle carries: all but the open storage and the parsed caches (so the
+        storage options too: see the module docstring)."""
+        dropped = ("_storage", "schema", "row_filter")
+        return {k: v for k, v in self.__dict__.items() if k not in dropped}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._storage = None
+        self.__dict__.update(state, _storage=None)
 
     def __repr__(self) -> str:  # never the storage options
         return (
