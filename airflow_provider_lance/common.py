@@ -90,7 +90,7 @@ def lance_errors(action: str) -> Iterator[None]:
             raise AirflowException(message) from None
         raise AirflowFailException(message) from None
     except OSError as exc:
-        from airflow_provider_lance.namespace.io.storage import permanent_failure  # (pylance)
+        from airflow_provider_lance.namespace import permanent_failure  # (loads pylance)
 
         permanent = permanent_failure(exc)
         if permanent is None:

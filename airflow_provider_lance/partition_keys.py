@@ -50,8 +50,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_lance.namespace import SEPARATOR as ID_SEPARATOR
-from airflow_provider_lance.namespace import NamespaceState, PartitionField
+from airflow_provider_lance.namespace import NamespaceState, PartitionField, spec_version_of
 from airflow_provider_lance.namespace.errors import InvalidArgumentError, PartitionSpecError
 
 #: Between the values of a multi-field key (Airflow's ``ProductMapper`` default delimiter).
@@ -72,7 +71,6 @@ _TIMESTAMP = re.compile(
     r"(?:[T ](?P<time>\d{2}:\d{2}(?::\d{2})?)(?:\.(?P<frac>\d{1,9}))?)?"
     r"(?P<zone>Z|(?P<sign>[+-])(?P<hh>\d{2}):?(?P<mm>\d{2})(?::?(?P<ss>\d{2})(?:\.(?P<us>\d{1,6}))?)?)?$"
 )
-_SPEC_OF_ID = re.compile(rf"^v(\d+){re.escape(ID_SEPARATOR)}")
 
 
 # -- one value ------------------------------------------------------------------------------
@@ -307,14 +305,6 @@ def partition_values(key: str, fields: Sequence[PartitionField]) -> dict[str, An
 
 
 # -- keys of a namespace's partitions --------------------------------------------------------
-def spec_version_of(object_id: str) -> int:
-    """The spec version a leaf table's ``object_id`` (``v<N>$...$dataset``) belongs to."""
-    match = _SPEC_OF_ID.match(object_id)
-    if match is None:
-        raise InvalidArgumentError(f"{object_id!r} is not the id of a partition")
-    return int(match.group(1))
-
-
 def fields_of(state: NamespaceState, spec_version: int | None = None) -> list[PartitionField]:
     """The partition fields of ``spec_version`` (default: the current spec) of a namespace."""
     version = state.spec_version if spec_version is None else spec_version

@@ -259,7 +259,7 @@ def key_merger(
     before each swap) widens the window in which a spec change lands mid-merge."""
     import os
 
-    from airflow_provider_lance.namespace.failpoints import ENV
+    from airflow_provider_lance.namespace.testing import ENV
 
     if pause:
         os.environ[ENV] = f"merge.before_publish=sleep:{pause}"

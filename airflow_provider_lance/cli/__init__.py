@@ -53,9 +53,9 @@ from airflow_provider_lance.namespace import (
     MIN_SAFE_ORPHAN_AGE,
     CommitConflict,
     LanceNamespaceError,
+    permanent_failure,
 )
 from airflow_provider_lance.namespace.errors import is_retryable
-from airflow_provider_lance.namespace.io.storage import first_line, permanent_failure
 
 from . import commands, options
 from .demo import (
@@ -427,8 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         escaped = permanent_failure(exc)
         if escaped is not None:  # a storage failure no call translated
             return _failed(escaped)
+        first = next(iter(str(exc).splitlines()), "")
         print(
-            f"error: unexpected {type(exc).__name__}: {first_line(exc)} (run again with "
+            f"error: unexpected {type(exc).__name__}: {first} (run again with "
             f"--debug, or {DEBUG_ENV}=1, for the traceback; please report it)",
             file=sys.stderr,
         )

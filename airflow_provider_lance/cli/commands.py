@@ -22,16 +22,14 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_lance.namespace import (
+    MIN_SAFE_ORPHAN_AGE,
     AsOf,
     InvalidArgumentError,
     NamespaceState,
     Partition,
     PartitionedNamespace,
-    check_min_age,
-    is_deprecated,
+    ScanTask,
 )
-from airflow_provider_lance.namespace.format.state import version_ranges
-from airflow_provider_lance.namespace.worker import Storage, open_leaf, reporting
 
 from . import options, output, progress
 
@@ -81,21 +79,12 @@ class LeafStats:
     fragments: int
 
 
-def leaf_stats(storage: Storage, partition: Partition) -> LeafStats:
-    """:class:`LeafStats` of one partition, from its table's manifest alone."""
-    table = open_leaf(storage, partition)
-    metas = [f.metadata for f in table.get_fragments()]
-    rows: int | None = 0
-    size: int | None = 0
-    for meta in metas:
-        live = meta.num_rows
-        rows = None if rows is None or live is None else rows + int(live)
-        for data_file in meta.files:
-            recorded = data_file.file_size_bytes
-            size = None if size is None or recorded is None else size + int(recorded)
-    if rows is None:  # a deletion file without its count: Lance counts (still no data read)
-        rows = int(table.count_rows())
-    return LeafStats(rows, size, len(metas))
+def leaf_stats(task: ScanTask) -> LeafStats:
+    """:class:`LeafStats` of one partition, from the data files its task lists."""
+    fragments = task.fragments or ()
+    sizes = [f.bytes for f in fragments]
+    size = None if None in sizes else sum(b or 0 for b in sizes)
+    return LeafStats(sum(f.rows for f in fragments), size, len(fragments))
 
 
 def _total(values: Sequence[int | None]) -> int | None:
@@ -108,9 +97,11 @@ def describe(args: argparse.Namespace) -> int:
     many at once as the namespace's concurrency), none of its data."""
     ns = open_namespace(args)
     state = _state(ns, args)
-    partitions = _sorted(state.partitions())
-    with progress.shown(args) as line, reporting(line, "describe"):
-        stats = ns.storage.map(lambda p: leaf_stats(ns.storage, p), partitions)
+    with progress.shown(args) as line:
+        plan = ns.plan_scan(as_of=state.version, fragments=True, progress=line)
+    by_id = {t.object_id: t for t in plan.tasks}  # every leaf, listed
+    partitions = _sorted([t.partition for t in plan.tasks])
+    stats = [leaf_stats(by_id[p.object_id]) for p in partitions]
     totals = {
         "partitions": len(partitions),
         "rows": sum(s.rows for s in stats),
@@ -169,7 +160,8 @@ def describe(args: argparse.Namespace) -> int:
     # The columns reads return and writes take, and the dropped ones apart: their field
     # ids are never reused, and a name added again is a new column (in one list, a name
     # dropped and added again would read as one column twice).
-    dropped = [f for f in schema if is_deprecated(f)]
+    active_ids = {_metadata(f).get("lance:field_id") for f in state.schema.active}
+    dropped = [f for f in schema if _metadata(f).get("lance:field_id") not in active_ids]
     for title, fields in (("columns", state.schema.active), ("dropped columns", dropped)):
         if not fields and title != "columns":
             continue
@@ -199,9 +191,7 @@ def describe(args: argparse.Namespace) -> int:
                     f.field_id,
                     f.name,
                     f.expression,
-                    f"{f.source} (dropped)"
-                    if is_deprecated(state.schema.field_by_id(f.source_id or 0))
-                    else f.source,
+                    f"{f.source} (dropped)" if str(f.source_id) not in active_ids else f.source,
                     str(f.result_type),
                 )
                 for f in state.specs[version]
@@ -390,14 +380,14 @@ def history(args: argparse.Namespace) -> int:
 def _cleaned_up(ns: PartitionedNamespace) -> str | None:
     """A note when ``maintain`` removed ``__manifest`` versions (their history went with
     them), or None."""
-    retained = set(ns.state().view.retained_versions())
-    gone = [v for v in range(1, max(retained, default=0)) if v not in retained]
+    retained = ns.versions()
+    gone = [v for v in range(1, max(retained, default=0)) if v not in set(retained)]
     if not gone:
         return None
-    kept = sorted(v for v in retained if v < max(gone))
+    kept = [v for v in retained if v < max(gone)]
     tagged = f"; kept: tagged v{', v'.join(map(str, kept))}" if kept else ""
     return (
-        f"(__manifest versions {version_ranges(gone)} and their history were removed by "
+        f"(__manifest versions {output.ranges(gone)} and their history were removed by "
         "maintain: it keeps the versions younger than its --older-than-hours and tagged "
         f"ones{tagged})"
     )
@@ -587,13 +577,7 @@ def _hours(value: float, flag: str) -> dt.timedelta:
 def maintain(args: argparse.Namespace) -> int:
     orphan_min_age = _hours(args.orphan_min_age_hours, "--orphan-min-age-hours")
     if args.sweep_orphans:  # refused in the command line's own words, before the namespace opens
-        check_min_age(
-            orphan_min_age,
-            enforce=args.enforce_min_age,
-            dry_run=args.dry_run,
-            name="--orphan-min-age-hours",
-            override="--no-enforce-min-age",
-        )
+        _check_orphan_min_age(orphan_min_age, args)
     older = args.older_than_hours
     with progress.shown(args) as shown:
         report = open_namespace(args).maintain(
@@ -606,3 +590,18 @@ def maintain(args: argparse.Namespace) -> int:
         )
     output.result_json(report)
     return 0
+
+
+def _check_orphan_min_age(age: dt.timedelta, args: argparse.Namespace) -> None:
+    """The rule ``maintain`` enforces (no sweep younger than ``MIN_SAFE_ORPHAN_AGE``
+    unless told), in the command line's flags."""
+    if age < dt.timedelta(0):
+        raise InvalidArgumentError(f"--orphan-min-age-hours must not be negative, got {age}")
+    if args.enforce_min_age and not args.dry_run and age < MIN_SAFE_ORPHAN_AGE:
+        raise InvalidArgumentError(
+            f"--orphan-min-age-hours of {age} is below the safe minimum of "
+            f"{MIN_SAFE_ORPHAN_AGE}: the files of writes still in flight (not yet committed) "
+            "are referenced by no version yet and would be deleted. Use an age of at least "
+            f"{MIN_SAFE_ORPHAN_AGE} (a dry run accepts any), or pass --no-enforce-min-age if "
+            "no write can be running while the sweep does"
+        )

@@ -20,9 +20,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_lance.namespace import (
-    LEAF_DIRECTORY,
-    MANIFEST_NAME,
-    TXN_DIR,
     InvalidArgumentError,
     Partition,
     PartitionedNamespace,
@@ -90,7 +87,7 @@ DEMO_MARKER = ".lance-demo"
 def _made_by_demo(name: str) -> bool:
     """Whether a top-level entry of a demo directory is one the demo writes: its marker or
     part of the namespace (the ``__manifest``, transaction records, partition tables)."""
-    return name in (DEMO_MARKER, MANIFEST_NAME, TXN_DIR) or bool(LEAF_DIRECTORY.match(name))
+    return name == DEMO_MARKER or PartitionedNamespace.is_namespace_entry(name)
 
 
 def prepare_demo_directory(directory: Path, force: bool) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import itertools
 import json
 import math
 import unicodedata
@@ -96,6 +97,13 @@ def utc_time(value: dt.datetime | float | None) -> str | None:
     elif value.tzinfo is None:
         value = value.replace(tzinfo=dt.timezone.utc)
     return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def ranges(numbers: Iterable[int]) -> str:
+    """``1-3, 7, 9-12``: whole numbers, sorted and compact."""
+    step = itertools.count()
+    runs = [list(run) for _, run in itertools.groupby(sorted(numbers), lambda n: n - next(step))]
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def byte_size(count: int | None) -> str:

@@ -3,6 +3,9 @@
 No Airflow and no Spark here: Spark executors, scripts and the Airflow provider all use this.
 
     from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+
+The public API is ``__all__`` (the README's "The public API" lists it), the ``errors``
+module and the ``testing`` failpoints; every other module is internal.
 """
 
 from __future__ import annotations
@@ -12,19 +15,8 @@ from typing import TYPE_CHECKING
 from airflow_provider_lance._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from airflow_provider_lance.namespace.format.hashing import hash_array
-    from airflow_provider_lance.namespace.format.spec import PartitionField
-    from airflow_provider_lance.namespace.format.state import Partition
-    from airflow_provider_lance.namespace.format.txn_row import TxnState
-    from airflow_provider_lance.namespace.ops.verification import MisplacedRows, VerifyReport
-    from airflow_provider_lance.namespace.read.timetravel import AsOf
-    from airflow_provider_lance.namespace.txn.transactions import (
-        Transaction,
-        TransactionInfo,
-    )
-    from airflow_provider_lance.namespace.write.staging import Stage
-
-    from .admin.sweep import DEFAULT_MIN_AGE, LEAF_DIRECTORY, MIN_SAFE_ORPHAN_AGE, check_min_age
+    from .admin.sweep import DEFAULT_MIN_AGE, MIN_SAFE_ORPHAN_AGE
+    from .distributed import PartitionRouter, TransactionSummary
     from .errors import (
         CommitConflict,
         DataValidationError,
@@ -53,11 +45,12 @@ if TYPE_CHECKING:
     )
     from .facade import PartitionedNamespace
     from .format.arrow_json import type_from_json, type_to_json
-    from .format.manifest import MANIFEST_NAME
-    from .format.naming import SEPARATOR, TXN_ID_PATTERN
-    from .format.schema import is_deprecated
-    from .format.state import NamespaceState
+    from .format.naming import TXN_ID_PATTERN, spec_version_of
+    from .format.spec import PartitionField
+    from .format.state import NamespaceState, Partition
+    from .format.txn_row import TxnState
     from .io.json_files import read_json, remove_json, write_json
+    from .io.storage import permanent_failure
     from .io.storage_options import (
         StorageOptionValue,
         normalize_options,
@@ -66,9 +59,10 @@ if TYPE_CHECKING:
     )
     from .io.uri import has_scheme, normalize_root
     from .ops.compaction import DEFAULT_TARGET_ROWS
+    from .ops.verification import MisplacedRows, VerifyReport
     from .progress import Progress, ProgressCallback
-    from .read.scan import filter_columns
-    from .read.timetravel import check_tag_name
+    from .read.plan import FragmentInfo, RowFilter, Scan, ScanPlan, ScanTask
+    from .read.timetravel import AsOf, check_tag_name
     from .results import (
         CommitResult,
         HistoryEntry,
@@ -76,104 +70,110 @@ if TYPE_CHECKING:
         PartitionChange,
         PartitionCommit,
         PartitionOutcome,
+        SkipReason,
         TagInfo,
         value_text,
     )
-    from .txn.store import TXN_DIR
+    from .txn.transactions import Transaction, TransactionInfo
     from .types import MODES, ArrowData, WriteMode
-    from .write.staging import FLUSH_BYTES
+    from .write.staging import FLUSH_BYTES, Stage
 
 #: Where each public name lives: imported on first use, so that importing a light
 #: module of the core (errors, naming) or an Airflow DAG file that names an operator
 #: does not load pylance, PyArrow and DataFusion.
 _EXPORTS = {
+    # the namespace, its fields and states
+    "PartitionedNamespace": "facade",
+    "PartitionField": "format.spec",
     "Partition": "format.state",
-    "CommitConflict": "errors",
-    "DataValidationError": "errors",
-    "ExpressionError": "errors",
-    "FilterError": "errors",
-    "InvalidArgumentError": "errors",
-    "InvalidLiteralError": "errors",
-    "MissingPartitionSourceError": "errors",
+    "NamespaceState": "format.state",
+    "AsOf": "read.timetravel",
+    "ArrowData": "types",
+    "WriteMode": "types",
+    "MODES": "types",
+    # reads: scan plans
+    "ScanPlan": "read.plan",
+    "ScanTask": "read.plan",
+    "Scan": "read.plan",
+    "FragmentInfo": "read.plan",
+    "RowFilter": "read.plan",
+    # writes from many processes, transactions
+    "Transaction": "txn.transactions",
+    "TransactionInfo": "txn.transactions",
+    "TxnState": "format.txn_row",
+    "Stage": "write.staging",
+    "PartitionRouter": "distributed",
+    "TransactionSummary": "distributed",
+    # progress of long work
+    "Progress": "progress",
+    "ProgressCallback": "progress",
+    # results
+    "CommitResult": "results",
+    "PartitionCommit": "results",
+    "OperationResult": "results",
+    "PartitionOutcome": "results",
+    "PartitionChange": "results",
+    "SkipReason": "results",
+    "HistoryEntry": "results",
+    "TagInfo": "results",
+    "VerifyReport": "ops.verification",
+    "MisplacedRows": "ops.verification",
+    "value_text": "results",
+    # defaults of the methods' arguments
+    "DEFAULT_MIN_AGE": "admin.sweep",
+    "MIN_SAFE_ORPHAN_AGE": "admin.sweep",
+    "DEFAULT_TARGET_ROWS": "ops.compaction",
+    "FLUSH_BYTES": "write.staging",
+    # names, ids and types the format defines
+    "TXN_ID_PATTERN": "format.naming",
+    "spec_version_of": "format.naming",
+    "check_tag_name": "read.timetravel",
+    "type_from_json": "format.arrow_json",
+    "type_to_json": "format.arrow_json",
+    # URIs, storage options and small JSON documents beside the data
+    "normalize_root": "io.uri",
+    "has_scheme": "io.uri",
+    "StorageOptionValue": "io.storage_options",
+    "normalize_options": "io.storage_options",
+    "options_from_json": "io.storage_options",
+    "option_text": "io.storage_options",
+    "read_json": "io.json_files",
+    "write_json": "io.json_files",
+    "remove_json": "io.json_files",
+    # errors (also in the public module airflow_provider_lance.namespace.errors)
     "LanceNamespaceError": "errors",
+    "is_retryable": "errors",
+    "permanent_failure": "io.storage",
+    "CommitConflict": "errors",
+    "StaleStage": "errors",
+    "TransactionAborted": "errors",
+    "TransactionClosed": "errors",
+    "OutcomeUnknown": "errors",
+    "StorageError": "errors",
+    "DataValidationError": "errors",
+    "MissingPartitionSourceError": "errors",
+    "SchemaError": "errors",
+    "FilterError": "errors",
+    "ExpressionError": "errors",
+    "InvalidLiteralError": "errors",
+    "InvalidArgumentError": "errors",
+    "PartitionSpecError": "errors",
     "ManifestError": "errors",
     "NamespaceExistsError": "errors",
     "NamespaceNotFoundError": "errors",
     "PartitionNotFoundError": "errors",
     "TableNotFoundError": "errors",
-    "PartitionSpecError": "errors",
-    "SchemaError": "errors",
-    "StaleStage": "errors",
-    "StorageError": "errors",
-    "OutcomeUnknown": "errors",
-    "TransactionAborted": "errors",
-    "TransactionClosed": "errors",
     "TagExistsError": "errors",
     "VersionBeforeCreationError": "errors",
     "VersionNotFoundError": "errors",
-    "is_retryable": "errors",
-    "hash_array": "format.hashing",
-    "TxnState": "format.txn_row",
-    "PartitionedNamespace": "facade",
-    "Progress": "progress",
-    "ProgressCallback": "progress",
-    "CommitResult": "results",
-    "PartitionCommit": "results",
-    "HistoryEntry": "results",
-    "OperationResult": "results",
-    "SkipReason": "results",
-    "PartitionChange": "results",
-    "PartitionOutcome": "results",
-    "TagInfo": "results",
-    "VerifyReport": "ops.verification",
-    "MisplacedRows": "ops.verification",
-    "AsOf": "read.timetravel",
-    "PartitionField": "format.spec",
-    "Stage": "write.staging",
-    "Transaction": "txn.transactions",
-    "TransactionInfo": "txn.transactions",
-    "ArrowData": "types",
-    "WriteMode": "types",
-    "normalize_root": "io.uri",
-    "DEFAULT_MIN_AGE": "admin.sweep",
-    "MIN_SAFE_ORPHAN_AGE": "admin.sweep",
-    "NamespaceState": "format.state",
-    "is_deprecated": "format.schema",
-    "check_min_age": "admin.sweep",
-    "TXN_DIR": "txn.store",
-    "value_text": "results",
-    "MANIFEST_NAME": "format.manifest",
-    "LEAF_DIRECTORY": "admin.sweep",
-    "StorageOptionValue": "io.storage_options",
-    "normalize_options": "io.storage_options",
-    "option_text": "io.storage_options",
-    "options_from_json": "io.storage_options",
-    "TXN_ID_PATTERN": "format.naming",
-    "has_scheme": "io.uri",
-    "type_from_json": "format.arrow_json",
-    "type_to_json": "format.arrow_json",
-    "filter_columns": "read.scan",
-    "remove_json": "io.json_files",
-    "read_json": "io.json_files",
-    "MODES": "types",
-    "DEFAULT_TARGET_ROWS": "ops.compaction",
-    "check_tag_name": "read.timetravel",
-    "FLUSH_BYTES": "write.staging",
-    "SEPARATOR": "format.naming",
-    "write_json": "io.json_files",
 }
-
 
 __all__ = [
     "DEFAULT_MIN_AGE",
     "DEFAULT_TARGET_ROWS",
     "FLUSH_BYTES",
-    "LEAF_DIRECTORY",
-    "MANIFEST_NAME",
     "MIN_SAFE_ORPHAN_AGE",
     "MODES",
-    "SEPARATOR",
-    "TXN_DIR",
     "TXN_ID_PATTERN",
     "ArrowData",
     "AsOf",
@@ -182,6 +182,7 @@ __all__ = [
     "DataValidationError",
     "ExpressionError",
     "FilterError",
+    "FragmentInfo",
     "HistoryEntry",
     "InvalidArgumentError",
     "InvalidLiteralError",
@@ -200,10 +201,15 @@ __all__ = [
     "PartitionField",
     "PartitionNotFoundError",
     "PartitionOutcome",
+    "PartitionRouter",
     "PartitionSpecError",
     "PartitionedNamespace",
     "Progress",
     "ProgressCallback",
+    "RowFilter",
+    "Scan",
+    "ScanPlan",
+    "ScanTask",
     "SchemaError",
     "SkipReason",
     "Stage",
@@ -217,24 +223,23 @@ __all__ = [
     "TransactionAborted",
     "TransactionClosed",
     "TransactionInfo",
+    "TransactionSummary",
     "TxnState",
     "VerifyReport",
     "VersionBeforeCreationError",
     "VersionNotFoundError",
     "WriteMode",
-    "check_min_age",
     "check_tag_name",
-    "filter_columns",
     "has_scheme",
-    "hash_array",
-    "is_deprecated",
     "is_retryable",
     "normalize_options",
     "normalize_root",
     "option_text",
     "options_from_json",
+    "permanent_failure",
     "read_json",
     "remove_json",
+    "spec_version_of",
     "type_from_json",
     "type_to_json",
     "value_text",

@@ -22,11 +22,16 @@ from airflow_provider_lance.namespace.admin.maintenance import (
 )
 from airflow_provider_lance.namespace.admin.repair import RepairReport
 from airflow_provider_lance.namespace.admin.repair import repair as repair_manifest
-from airflow_provider_lance.namespace.admin.sweep import DEFAULT_MIN_AGE, check_min_age
+from airflow_provider_lance.namespace.admin.sweep import (
+    DEFAULT_MIN_AGE,
+    LEAF_DIRECTORY,
+    check_min_age,
+)
 from airflow_provider_lance.namespace.admin.sweep import sweep_orphans as sweep
 from airflow_provider_lance.namespace.admin.unpublished import reclaim
 from airflow_provider_lance.namespace.format.conversion import cast_losslessly
 from airflow_provider_lance.namespace.format.manifest import (
+    MANIFEST_NAME,
     NAMESPACE,
     RESERVED_COLUMNS,
     Manifest,
@@ -57,8 +62,8 @@ from airflow_provider_lance.namespace.ops.verification import (
 )
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.read.history import History
-from airflow_provider_lance.namespace.read.pruning import holds_for_kept_partitions, parse_filter
-from airflow_provider_lance.namespace.read.scan import filter_columns, open_leaf, scan_batches
+from airflow_provider_lance.namespace.read.plan import ScanPlan, plan_scan
+from airflow_provider_lance.namespace.read.scan import open_leaf
 from airflow_provider_lance.namespace.read.timetravel import (
     AsOf,
     create_tag,
@@ -81,7 +86,7 @@ from airflow_provider_lance.namespace.txn.kernel import (
 )
 from airflow_provider_lance.namespace.txn.lifecycle import collect_finished
 from airflow_provider_lance.namespace.txn.records import resolve
-from airflow_provider_lance.namespace.txn.store import TransactionStore
+from airflow_provider_lance.namespace.txn.store import TXN_DIR, TransactionStore
 from airflow_provider_lance.namespace.txn.transactions import Transaction, TransactionInfo
 from airflow_provider_lance.namespace.write.staging import (
     FLUSH_BYTES,
@@ -179,6 +184,12 @@ class PartitionedNamespace:
 
     def __repr__(self) -> str:
         return f"PartitionedNamespace({self._root!r}, version={self.version})"
+
+    @staticmethod
+    def is_namespace_entry(name: str) -> bool:
+        """Whether ``name``, a top-level entry of a namespace's directory, is one the format
+        writes there: ``__manifest``, the transaction records or a leaf table."""
+        return name in (MANIFEST_NAME, TXN_DIR) or bool(LEAF_DIRECTORY.match(name))
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -443,6 +454,49 @@ class PartitionedNamespace:
         return state.partitions_from_rows(pruned_rows(state, filter))
 
     # -- reads -------------------------------------------------------------------------------
+    def plan_scan(
+        self,
+        filter: str | None = None,
+        columns: Sequence[str] | None = None,
+        as_of: AsOf | None = None,
+        *,
+        fragments: bool = False,
+        target_tasks: int | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ScanPlan:
+        """The tasks reading the rows matching ``filter`` from ONE ``__manifest`` version
+        (the latest, or the one ``as_of`` names: see :meth:`state`), one per partition the
+        filter may hold rows of: serialisable, and run by any process (``task.to_reader()``,
+        see :mod:`~.read.plan`). Every read of this class runs on such a plan.
+
+        ``fragments`` lists each task's data files (one leaf manifest read per partition;
+        the default plan reads only ``__manifest``). ``target_tasks`` splits the plan into a
+        task per data file when it has fewer partitions than that (e.g. an engine's task
+        slots). Bad filters and unknown columns raise here. ``progress``: see :meth:`write`.
+        """
+        with reporting(progress, "plan"):
+            return self._plan(filter, columns, as_of, None, fragments, target_tasks)
+
+    def _plan(
+        self,
+        filter: str | None,
+        columns: Sequence[str] | None,
+        as_of: AsOf | None,
+        version: int | None,
+        fragments: bool = False,
+        target_tasks: int | None = None,
+    ) -> ScanPlan:
+        state, kept = self._resolve(as_of, version, filter)
+        return plan_scan(
+            self._storage,
+            state,
+            kept,
+            filter=filter,
+            columns=columns,
+            fragments=fragments,
+            target_tasks=target_tasks,
+        )
+
     def to_batches(
         self,
         *,
@@ -461,38 +515,8 @@ class PartitionedNamespace:
         :class:`~.progress.Progress`), as the batches are consumed.
         """
         check_callback(progress)
-        state, kept = self._resolve(as_of, version, filter)
-        batches = self._batches(state, columns, filter, batch_size, kept)
+        batches = self._plan(filter, columns, as_of, version).to_batches(batch_size)
         return iterate_reporting(progress, "read", iter(batches))
-
-    def _batches(
-        self,
-        state: NamespaceState,
-        columns: Sequence[str] | None,
-        filter: str | None,
-        batch_size: int | None,
-        kept: list[Partition],
-    ) -> Iterator[pa.RecordBatch]:
-        """The batches of a read of ``state``; ``kept``: the partitions ``filter`` keeps
-        in it (see :meth:`_resolve`)."""
-        state.schema.project(columns)  # validates the names before anything is read
-        residual, exact = None, []
-        if filter is not None:
-            residual, pred = parse_filter(filter, state.schema)
-            exact = [
-                v
-                for v, fields in state.specs.items()
-                if holds_for_kept_partitions(residual, pred, fields, state.schema)
-            ]
-        return scan_batches(
-            self._storage,
-            kept,
-            state.schema,
-            columns=columns,
-            residual=residual,
-            batch_size=batch_size,
-            unfiltered_specs=exact,
-        )
 
     def to_reader(
         self,
@@ -510,12 +534,13 @@ class PartitionedNamespace:
         ``progress``: see :meth:`to_batches`.
         """
         check_callback(progress)
-        state, kept = self._resolve(as_of, version, filter)
+        plan = self._plan(filter, columns, as_of, version)
         failpoint("read.resolved")
-        schema = state.schema.project(columns)
-        batches = self._batches(state, columns, filter, batch_size, kept)
+        reader = plan.to_reader(batch_size)
+        if progress is None:
+            return reader
         return pa.RecordBatchReader.from_batches(
-            schema, iterate_reporting(progress, "read", iter(batches))
+            reader.schema, iterate_reporting(progress, "read", iter(reader))
         )
 
     def to_table(
@@ -549,14 +574,9 @@ class PartitionedNamespace:
         as_of: AsOf | None = None,
         version: int | None = None,
     ) -> int:
-        """The number of rows matching ``filter`` (without a filter: from table metadata),
-        as of ``as_of`` (see :meth:`state`)."""
-        state, kept = self._resolve(as_of, version, filter)
-        if filter is None:
-            return sum(open_leaf(self._storage, p).count_rows() for p in kept)
-        residual = parse_filter(filter, state.schema)[0]
-        columns = filter_columns(residual)
-        return sum(b.num_rows for b in self._batches(state, columns, filter, None, kept))
+        """The number of rows matching ``filter`` (from table metadata where no filter
+        applies), as of ``as_of`` (see :meth:`state`)."""
+        return self._plan(filter, None, as_of, version).count_rows()
 
     # -- table operations: each one __manifest swap (see operations) ------------------------
     def drop_partitions(
@@ -871,6 +891,11 @@ class PartitionedNamespace:
         if limit is not None and (isinstance(limit, bool) or limit < 1):
             raise InvalidArgumentError(f"limit must be a positive number, got {limit!r}")
         return self._history.entries(limit, include_internal)
+
+    def versions(self) -> list[int]:
+        """The ``__manifest`` versions that exist now, oldest first (``maintain`` removes
+        old ones; each is readable with ``as_of``)."""
+        return sorted(self._manifest.latest().retained_versions())
 
     def tag(self, name: str, as_of: AsOf | None = None, *, version: int | None = None) -> TagInfo:
         """Pin the state ``as_of`` names (default: the latest version) under ``name``:

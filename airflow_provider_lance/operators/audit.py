@@ -170,15 +170,14 @@ def audit_transactions(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from airflow_provider_lance.namespace import filter_columns
-    from airflow_provider_lance.namespace.worker import parse_filter
+    from airflow_provider_lance.namespace import RowFilter
 
-    schema = ns.state().schema
-    filters = {name: parse_filter(sql, schema)[0] for name, sql in checks.invalid_when.items()}
+    state = ns.state()
+    filters = {name: RowFilter(sql, state) for name, sql in checks.invalid_when.items()}
     needed = list(dict.fromkeys([*checks.not_null, *checks.ranges]))
-    for bound in filters.values():
-        needed += [c for c in filter_columns(bound) if c not in needed]
-    active = schema.project(needed)  # unknown columns fail here, before anything is read
+    for row_filter in filters.values():
+        needed += [c for c in row_filter.columns if c not in needed]
+    active = state.schema.project(needed)  # unknown columns fail here, before anything is read
     bounds = {
         c: _typed_bounds(c, lo, hi, active.field(c).type) for c, (lo, hi) in checks.ranges.items()
     }
@@ -206,8 +205,8 @@ def audit_transactions(
                         bad = above if bad is None else pc.or_(bad, above)
                     if bad is not None:
                         out_of_range[column] += int(pc.sum(bad).as_py() or 0)
-                for name, bound in filters.items():
-                    matches[name] += bound.filter(table).num_rows
+                for name, row_filter in filters.items():
+                    matches[name] += row_filter.filter(table).num_rows
     else:
         rows = sum(txn.info().rows for txn in transactions)
 

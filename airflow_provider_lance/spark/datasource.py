@@ -77,7 +77,7 @@ from airflow_provider_lance.namespace import (
     options_from_json,
 )
 
-from .reader import LeafScan
+from .reader import LeafScan, read_task
 from .writer import TaskStage, WriteJob
 
 if TYPE_CHECKING:
@@ -299,17 +299,18 @@ def as_of_option(text: str | None) -> AsOf | None:
 # -- reads --------------------------------------------------------------------------------
 class Reader(DataSourceReader):
     """Plans one task per pruned leaf, or per fragment when leaves are few (the
-    :class:`.LeafScan` of ``read_partitioned``)."""
+    :class:`.LeafScan` of ``read_partitioned``, planned by the core's ``plan_scan``)."""
 
     def __init__(self, scan: LeafScan, parallelism: int) -> None:
         self.scan = scan
         self.parallelism = parallelism
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(task) for task in self.scan.plan(self.parallelism)]
+        """One per task of the plan (a pickled ``ScanTask``: it carries what it reads)."""
+        return [InputPartition(task) for task in self.scan.plan(self.parallelism).tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from self.scan.read(partition.value)
+        yield from read_task(partition.value)
 
 
 class PushdownReader(Reader):

@@ -1,11 +1,12 @@
 """Pruned reads into Spark: prune on the driver, read leaves at their versions on executors.
 
-The driver resolves every partition's ``read_version`` from ONE ``__manifest`` version and
-prunes with the core, then plans tasks: one per data file (fragment) when there are fewer
-partitions than task slots, else one per partition (so a wide scan does not open every leaf
-on the driver). Each task reads its leaf at the pinned version with the projection pushed
-to Lance and the filter pushed down where Lance can evaluate it (else applied by the core's
-DataFusion residual), conformed to the namespace schema (renames, promotions, added columns).
+The driver plans the read with the core's ``plan_scan`` (every partition's
+``read_version`` from ONE ``__manifest`` version, pruned): a task per data file
+(fragment) when there are fewer partitions than task slots, else one per partition (so a
+wide scan does not open every leaf on the driver). Each task is a ``ScanTask``, run on an
+executor: its leaf at the pinned version, the projection pushed to Lance and the filter
+pushed down where Lance can evaluate it (else applied by the core's DataFusion residual),
+conformed to the namespace schema (renames, promotions, added columns).
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -23,10 +23,12 @@ from airflow_provider_lance.namespace import (
     AsOf,
     DataValidationError,
     NamespaceState,
-    Partition,
     PartitionedNamespace,
+    RowFilter,
+    Scan,
+    ScanPlan,
+    ScanTask,
 )
-from airflow_provider_lance.namespace.worker import Storage, open_leaf, parse_filter, read_partition
 
 from .executor import pinned_state
 from .session import check_pyspark, is_connect
@@ -36,9 +38,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
-
-#: Leaves opened at once on the driver to list their fragments (latency bound on stores).
-PLANNING_THREADS = 16
 
 
 def read_partitioned(
@@ -65,16 +64,16 @@ def read_partitioned(
         uri, storage_options, as_of=as_of, version=version, columns=columns, filter=filter
     )
     spark_schema = scan.spark_schema(state)
-    tasks = scan.plan(default_parallelism(spark))
-    if not tasks:
+    plan = scan.plan(default_parallelism(spark))
+    if not plan.tasks:
         return spark.createDataFrame([], spark_schema)
-    rows = [(t,) for t in tasks]
+    rows = [(json.dumps(t.to_json(scan=False)),) for t in plan.tasks]
     if is_connect(spark):  # no sparkContext: a local relation split into one task per row
-        descriptors = spark.createDataFrame(rows, "task string").repartition(len(tasks))
+        descriptors = spark.createDataFrame(rows, "task string").repartition(len(rows))
     else:
-        rdd = spark.sparkContext.parallelize(rows, len(tasks))
+        rdd = spark.sparkContext.parallelize(rows, len(rows))
         descriptors = spark.createDataFrame(rdd, "task string")
-    return descriptors.mapInArrow(scan.read_descriptors, spark_schema)
+    return descriptors.mapInArrow(TaskReader(plan.scan), spark_schema)
 
 
 def default_parallelism(spark: SparkSession) -> int:
@@ -85,31 +84,6 @@ def default_parallelism(spark: SparkSession) -> int:
     if configured is None:  # unset on most servers: their shuffle width is the next best
         configured = spark.conf.get("spark.sql.shuffle.partitions", "200")
     return max(int(configured or 1), 1)
-
-
-def plan_tasks(partitions: Sequence[Partition], storage: Storage, slots: int) -> list[str]:
-    """JSON task descriptors: per fragment when partitions are fewer than ``slots``."""
-
-    def describe(p: Partition, fragments: list[int] | None) -> str:
-        return json.dumps(
-            {
-                "object_id": p.object_id,
-                "location": p.location,
-                "spec_version": p.spec_version,
-                "read_version": p.read_version,
-                "fragments": fragments,
-            }
-        )
-
-    if len(partitions) >= slots:
-        return [describe(p, None) for p in partitions]
-
-    def fragment_ids(p: Partition) -> list[int]:
-        return [f.fragment_id for f in open_leaf(storage, p).get_fragments()]
-
-    with ThreadPoolExecutor(max_workers=min(PLANNING_THREADS, len(partitions) or 1)) as pool:
-        listed = list(pool.map(fragment_ids, partitions))
-    return [describe(p, [f]) for p, ids in zip(partitions, listed, strict=True) for f in ids]
 
 
 def spark_schema_of(schema: pa.Schema) -> StructType:
@@ -131,12 +105,12 @@ def spark_schema_of(schema: pa.Schema) -> StructType:
 
 @dataclass(frozen=True)
 class LeafScan:
-    """One read, resolved on the driver to ONE ``__manifest`` version: what its tasks need.
+    """One read, resolved on the driver to ONE ``__manifest`` version and not yet planned
+    (Spark may still push filters into it): what its plan needs.
 
-    Small and picklable. :meth:`plan` prunes with the core and describes the tasks;
-    :meth:`read` reads one task's leaf (or fragment) at its pinned version with the
-    projection and the filter pushed to Lance where Lance can evaluate it (else applied by
-    the core's DataFusion residual), conformed to the namespace schema.
+    Small and picklable. :meth:`plan` prunes with the core into a
+    :class:`~airflow_provider_lance.namespace.ScanPlan`; :func:`read_task` reads one of its
+    tasks on an executor, in Spark's types.
     """
 
     uri: str
@@ -161,7 +135,7 @@ class LeafScan:
         state = ns.state(as_of, version=version)
         state.schema.project(columns)
         if filter is not None:
-            parse_filter(filter, state.schema)
+            RowFilter(filter, state)
         scan = cls(
             ns.uri, ns.storage_options, state.version, list(columns) if columns else None, filter
         )
@@ -178,49 +152,39 @@ class LeafScan:
         state = state or pinned_state(self.uri, self.storage_options, self.manifest_version)
         return spark_schema_of(state.schema.project(self.columns))
 
-    def plan(self, slots: int) -> list[str]:
-        """JSON descriptors of the tasks reading what the filter does not prune away."""
+    def plan(self, slots: int) -> ScanPlan:
+        """The plan of what the filter does not prune away: a task per partition, or per
+        data file when there are fewer partitions than ``slots``."""
         ns = PartitionedNamespace.open(self.uri, self.storage_options)
-        partitions = ns.prune(self.filter, version=self.manifest_version)
-        tasks = plan_tasks(partitions, ns.storage, slots)
+        plan = ns.plan_scan(self.filter, self.columns, self.manifest_version, target_tasks=slots)
         # (not "of N": counting every partition would read every __manifest row, where
         # the prune read only those its filter selects)
         log.info(
             "reading %d partitions in %d tasks (manifest v%d)",
-            len(partitions),
-            len(tasks),
+            len({t.object_id for t in plan.tasks}),
+            len(plan.tasks),
             self.manifest_version,
         )
-        return tasks
+        return plan
 
-    def read(self, descriptor: str) -> Iterator[pa.RecordBatch]:
-        """The rows of one task (on an executor)."""
-        from pyspark.sql.pandas.types import to_arrow_schema
 
-        state = pinned_state(self.uri, self.storage_options, self.manifest_version)
-        residual = parse_filter(self.filter, state.schema)[0] if self.filter else None
-        storage = Storage(self.uri, self.storage_options)
-        target = to_arrow_schema(self.spark_schema(state), timezone="UTC")
-        task: dict[str, Any] = json.loads(descriptor)
-        partition = Partition(
-            object_id=task["object_id"],
-            location=task["location"],
-            spec_version=task["spec_version"],
-            values={},
-            read_version=task["read_version"],
-        )
-        for out in read_partition(
-            storage,
-            partition,
-            state.schema,
-            columns=self.columns,
-            residual=residual,
-            fragment_ids=task["fragments"],
-        ):
-            yield out.cast(target) if out.schema != target else out
+def read_task(task: ScanTask) -> Iterator[pa.RecordBatch]:
+    """The rows of one task (on an executor), in the Arrow types Spark maps its own to."""
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    def read_descriptors(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """:meth:`read` as a ``mapInArrow`` function over a column of descriptors."""
+    target = to_arrow_schema(spark_schema_of(task.scan.schema), timezone="UTC")
+    for out in task.to_batches():
+        yield out.cast(target) if out.schema != target else out
+
+
+@dataclass(frozen=True)
+class TaskReader:
+    """:func:`read_task` as a ``mapInArrow`` function over a column of task descriptors
+    (``ScanTask.to_json(scan=False)``): the :class:`Scan` they share is shipped once."""
+
+    scan: Scan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for text in batch.column("task").to_pylist():
-                yield from self.read(text)
+                yield from read_task(ScanTask.from_json(json.loads(text), scan=self.scan))

@@ -38,21 +38,17 @@ from airflow_provider_lance.namespace import (
     LanceNamespaceError,
     NamespaceState,
     PartitionedNamespace,
+    PartitionRouter,
     Stage,
     Transaction,
     TransactionAborted,
+    TransactionSummary,
     TxnState,
     WriteMode,
-    value_text,
 )
 from airflow_provider_lance.namespace import errors as project_errors
 from airflow_provider_lance.namespace.errors import StaleStage, aborted_meanwhile, stage_again
-from airflow_provider_lance.namespace.worker import (
-    TransactionStore,
-    failpoint,
-    merge_stages,
-    routing_keys,
-)
+from airflow_provider_lance.namespace.testing import failpoint
 
 from .executor import pinned_state
 from .session import check_pyspark
@@ -213,24 +209,17 @@ def staged_write(
 
     ``stages`` are its stages when the caller has them (else they are read back).
     """
-    parts = merge_stages(txn.stages() if stages is None else stages)
+    summary = TransactionSummary.of(ns, txn, stages)
     return StagedWrite(
-        txn_id=txn.txn_id,
-        uri=ns.uri,
-        mode=txn.mode,
-        state=txn.state.value,
-        record_uri=f"{ns.uri}/{TransactionStore.directory(txn.txn_id, txn.incarnation)}",
-        rows=sum(p.rows for p in parts.values()),
-        files=sum(len(p.fragments) for p in parts.values()),
+        txn_id=summary.txn_id,
+        uri=summary.uri,
+        mode=summary.mode,
+        state=summary.state,
+        record_uri=summary.record_uri,
+        rows=summary.rows,
+        files=summary.files,
         tasks=tasks,
-        partitions=[
-            {
-                "object_id": p.object_id,
-                "values": {k: value_text(v) for k, v in p.values.items()},
-                "rows": p.rows,
-            }
-            for p in parts.values()
-        ],
+        partitions=summary.partitions,
         peak_worker_rss_bytes=peak_rss,
     )
 
@@ -244,7 +233,7 @@ def check_spark_schema(schema: StructType, state: NamespaceState, timezone: str 
         arrow = to_arrow_schema(schema, timezone=timezone)
     except (TypeError, ValueError) as exc:
         raise DataValidationError(f"the DataFrame has a column Arrow cannot carry: {exc}") from exc
-    state.schema.conform_input(arrow.empty_table(), spec=state.current_spec)
+    PartitionRouter(state).check(arrow)
 
 
 @dataclass(frozen=True)
@@ -314,13 +303,11 @@ class WriteJob:
     # -- on the executors -------------------------------------------------------------
     def route(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Tag every row with its partition's routing key (computed by the core)."""
-        state = pinned_state(self.uri, self.storage_options, self.manifest_version)
+        router = PartitionRouter(
+            pinned_state(self.uri, self.storage_options, self.manifest_version)
+        )
         for batch in batches:
-            conformed = state.schema.conform_input(
-                pa.Table.from_batches([batch]), spec=state.current_spec
-            )
-            keys = routing_keys(conformed, state.current_spec, state.schema)
-            yield batch.append_column(ROUTING_KEY, keys)
+            yield batch.append_column(ROUTING_KEY, router.keys(batch))
 
     def stage_task(self, batches: Iterator[pa.RecordBatch]) -> TaskStage:
         """Stage this task attempt's rows; the stage (named after the attempt) goes to the

@@ -169,7 +169,7 @@ def test_ctrl_c_ends_the_command_without_a_traceback(
     import signal
     import threading
 
-    from airflow_provider_lance.namespace.failpoints import hold
+    from airflow_provider_lance.namespace.testing import hold
 
     with hold("maintain.before_live_stages") as point:
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.failpoints import FailpointError
+from airflow_provider_lance.namespace.testing import FailpointError
 
 #: Partitions the interrupted write touches (the first SEEDED of them exist already).
 PARTITIONS = 4000

@@ -578,7 +578,7 @@ def test_table_operations_and_the_orphan_sweep_on_s3(
     their ages through pyarrow's S3 filesystem, the options translated) on S3."""
     import datetime as dt_
 
-    from airflow_provider_lance.namespace.failpoints import ENV, FailpointError
+    from airflow_provider_lance.namespace.testing import ENV, FailpointError
 
     ns = PartitionedNamespace.create(
         uri("table-ops"), schema=SCHEMA, partition_fields=BY_DAY, storage_options=storage_options

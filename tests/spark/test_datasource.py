@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.failpoints import ENV
+from airflow_provider_lance.namespace.testing import ENV
 from airflow_provider_lance.spark import FORMAT, register
 from tests.support import EVENTS_SCHEMA, events, sort_rows, tree
 

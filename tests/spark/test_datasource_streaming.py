@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.failpoints import ENV
+from airflow_provider_lance.namespace.testing import ENV
 from airflow_provider_lance.spark import FORMAT, register
 from tests.support import EVENTS_SCHEMA, events, sort_rows
 

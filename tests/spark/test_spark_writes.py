@@ -20,8 +20,8 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace import errors as project_errors
 from airflow_provider_lance.namespace.errors import LanceNamespaceError, StorageError, is_retryable
-from airflow_provider_lance.namespace.failpoints import ENV
 from airflow_provider_lance.namespace.read.scan import open_leaf
+from airflow_provider_lance.namespace.testing import ENV
 from airflow_provider_lance.spark import StagedWrite, stage_partitioned, write_partitioned
 from airflow_provider_lance.spark.writer import _project_error
 from tests.spark.conftest import DRIVER_MEMORY_MB

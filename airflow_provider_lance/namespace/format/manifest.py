@@ -25,7 +25,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlparse
 
 import lance
@@ -47,8 +47,23 @@ from airflow_provider_lance.namespace.io.storage import Storage, first_line
 from airflow_provider_lance.namespace.io.uri import local_path
 from airflow_provider_lance.namespace.retry import Budget, Outcome, retry_until
 
-if TYPE_CHECKING:
-    from .swap import Swap
+
+class SwapToCommit(Protocol):
+    """What :meth:`Manifest.commit` needs of a swap (:class:`~.swap.Swap` is one)."""
+
+    @property
+    def base_version(self) -> int: ...
+
+    @property
+    def is_empty(self) -> bool: ...
+
+    @property
+    def drops(self) -> Sequence[str]: ...
+
+    def check(self) -> None: ...
+
+    def table(self) -> pa.Table: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -391,7 +406,7 @@ class Manifest:
         )
         return int(result["num_inserted_rows"])
 
-    def commit(self, swap: Swap) -> int:
+    def commit(self, swap: SwapToCommit) -> int:
         """Apply ``swap`` (see :mod:`.swap`): its moves and requirements checked, then its
         rows upserted and its drops deleted in ONE commit that fails with
         :class:`CommitConflict` if any of them changed (or was inserted) after its base

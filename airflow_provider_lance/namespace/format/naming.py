@@ -17,6 +17,8 @@ import hashlib
 import json
 import re
 
+from airflow_provider_lance.namespace.errors import InvalidArgumentError
+
 #: Transaction and stage ids: safe as object-store path segments.
 TXN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=:+-]{0,199}$")
 SEPARATOR = "$"
@@ -27,6 +29,18 @@ _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 def spec_namespace_id(version: int) -> str:
     return f"v{version}"
+
+
+_SPEC_OF_ID = re.compile(rf"^v(\d+){re.escape(SEPARATOR)}")
+
+
+def spec_version_of(object_id: str) -> int:
+    """The partition spec version a leaf table's ``object_id`` (``v<N>$...$dataset``)
+    belongs to (:class:`~.errors.InvalidArgumentError` for any other id)."""
+    match = _SPEC_OF_ID.match(object_id)
+    if match is None:
+        raise InvalidArgumentError(f"{object_id!r} is not the id of a partition")
+    return int(match.group(1))
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -13,7 +13,7 @@ import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,14 +28,22 @@ from airflow_provider_lance.namespace.errors import (
 from .arrow_json import normalize_type, schema_from_json, schema_to_json
 from .conversion import ConversionRefused, cast_losslessly, is_widening, values_text
 
-if TYPE_CHECKING:
-    from .spec import PartitionField
-
 FIELD_ID_KEY = "lance:field_id"
 DEPRECATED_KEY = "lance:deprecated"
 #: Field-id key on leaf-table columns (Lance strips ``lance:``-prefixed field metadata:
 #: pinned by tests/test_pylance_facts.py::test_fact_lance_strips_lance_prefixed_field_metadata).
 LEAF_FIELD_ID_KEY = "partitioned-namespace:field_id"
+
+
+class SourcedField(Protocol):
+    """What the partition-source check of :meth:`NamespaceSchema.conform_input` needs of a
+    partition field (a :class:`~.spec.PartitionField`, which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def source_id(self) -> int | None: ...
 
 
 def field_id(field: pa.Field, key: str = FIELD_ID_KEY) -> int | None:
@@ -219,7 +227,7 @@ class NamespaceSchema:
         raise SchemaError(f"unknown column {name!r}")
 
     # -- consistency rules: the data a user hands to a write ---------------------------
-    def conform_input(self, table: pa.Table, *, spec: Sequence[PartitionField]) -> pa.Table:
+    def conform_input(self, table: pa.Table, *, spec: Sequence[SourcedField]) -> pa.Table:
         """Check and shape user data into the active namespace schema (before partitioning
         by ``spec``, the partition fields the rows are routed by).
 
@@ -272,9 +280,7 @@ class NamespaceSchema:
                 )
         return pa.Table.from_arrays(arrays, schema=active)
 
-    def _check_partition_sources(
-        self, names: Sequence[str], spec: Sequence[PartitionField]
-    ) -> None:
+    def _check_partition_sources(self, names: Sequence[str], spec: Sequence[SourcedField]) -> None:
         """Refuse data lacking a column the partition fields of ``spec`` are computed from."""
         present = set(names)
         missing: dict[str, list[str]] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -82,52 +82,6 @@ def leaf_cleaned_up(
 def filter_columns(bound: BoundExpression) -> list[str]:
     names = {column_name(n) for n in walk(raw(bound.expr))}
     return sorted(n for n in names if n)
-
-
-def scan_batches(
-    storage: Storage,
-    partitions: Sequence[Partition],
-    schema: NamespaceSchema,
-    *,
-    columns: Sequence[str] | None,
-    residual: BoundExpression | None,
-    batch_size: int | None = None,
-    unfiltered_specs: Collection[int] = (),
-) -> Iterator[pa.RecordBatch]:
-    """Stream every partition's rows, conformed to the namespace schema and filtered.
-
-    Partitions of the spec versions in ``unfiltered_specs`` are read without the residual:
-    the pruner proved every row of them matches (see
-    :func:`~.pruning.holds_for_kept_partitions`).
-
-    Partitions are started ahead, ``storage.concurrency`` at a time: each is opened and its
-    first batch read in a worker (an open and a small read are latency, on an object
-    store; a small partition is all first batch). The rest of each partition streams in
-    order, so what is held ahead is at most one batch per partition started.
-    """
-
-    def read(partition: Partition) -> Iterator[pa.RecordBatch]:
-        exact = partition.spec_version in unfiltered_specs
-        return read_partition(
-            storage,
-            partition,
-            schema,
-            columns=columns,
-            residual=None if exact else residual,
-            batch_size=batch_size,
-        )
-
-    def start(partition: Partition) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
-        batches = read(partition)
-        return next(batches, None), batches
-
-    if len(partitions) == 1:  # nothing to start ahead of it
-        yield from read(partitions[0])
-        return
-    for first, rest in storage.ahead(start, partitions):
-        if first is not None:
-            yield first
-            yield from rest
 
 
 def read_partition(

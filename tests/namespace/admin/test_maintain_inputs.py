@@ -20,7 +20,7 @@ from airflow_provider_lance.namespace import (
     StorageError,
     is_retryable,
 )
-from airflow_provider_lance.namespace.failpoints import ENV
+from airflow_provider_lance.namespace.testing import ENV
 from tests.namespace.admin.test_unpublished_versions import (
     NOW,
     above_published,

@@ -12,12 +12,12 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.namespace.errors import InvalidArgumentError
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError
 from airflow_provider_lance.namespace.format import manifest_compaction
 from airflow_provider_lance.namespace.format.manifest_compaction import (
     AUTO_COMPACT_FRAGMENTS,
     indexed_fragments,
 )
+from airflow_provider_lance.namespace.testing import ENV, FailpointError
 from tests.support import TAGGED, tagged_rows
 
 

@@ -32,9 +32,9 @@ from airflow_provider_lance.namespace.errors import (
     VersionCleanedUp,
     is_retryable,
 )
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.read.pruning import is_parsed
+from airflow_provider_lance.namespace.testing import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.write.staging import Stage
 from tests.support import TAGGED, tagged_rows
 

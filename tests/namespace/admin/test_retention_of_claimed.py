@@ -13,7 +13,7 @@ import lance
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError
+from airflow_provider_lance.namespace.testing import ENV, FailpointError
 from tests.workers import TAGGED, tagged_rows
 
 

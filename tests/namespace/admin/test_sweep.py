@@ -20,7 +20,7 @@ from airflow_provider_lance.namespace.admin.sweep import (
     sweep_orphans,
 )
 from airflow_provider_lance.namespace.errors import StagedFilesMissing, is_retryable
-from airflow_provider_lance.namespace.failpoints import FailpointError, hold
+from airflow_provider_lance.namespace.testing import FailpointError, hold
 from tests.namespace.txn.test_interleavings import (
     BY_PART,
     Worker,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
+from airflow_provider_lance.namespace.testing import ENV, FailpointError, hold
 from tests.workers import TAGGED, tagged_rows
 
 X_ROWS = tagged_rows("x", [1, 3], 2, first_id=100)  # an append to partition 1, a new 3

@@ -21,7 +21,7 @@ import pytest
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.admin.unpublished import version_of
 from airflow_provider_lance.namespace.errors import LanceNamespaceError, is_retryable
-from airflow_provider_lance.namespace.failpoints import FailpointError, hold
+from airflow_provider_lance.namespace.testing import FailpointError, hold
 from tests.support import no_duplicates
 from tests.test_interleavings import BY_PART, Worker, claims, crashing, other
 from tests.workers import TAGGED, tagged_rows

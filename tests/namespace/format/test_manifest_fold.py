@@ -15,13 +15,13 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.namespace.errors import is_retryable
-from airflow_provider_lance.namespace.failpoints import hold
 from airflow_provider_lance.namespace.format import manifest_compaction
 from airflow_provider_lance.namespace.format.manifest import (
     INTENT_PREFIX,
     TXN_PREFIX,
     ManifestView,
 )
+from airflow_provider_lance.namespace.testing import hold
 from tests.namespace.txn.test_direct_write_attacks import (
     fill_to_15_fragments,
     manifest_fragments,

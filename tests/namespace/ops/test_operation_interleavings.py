@@ -29,9 +29,9 @@ from airflow_provider_lance.namespace import (
     PartitionField,
     TransactionAborted,
 )
-from airflow_provider_lance.namespace.failpoints import FailpointError, hold
 from airflow_provider_lance.namespace.format.manifest import row as manifest_row
 from airflow_provider_lance.namespace.format.swap import Swap
+from airflow_provider_lance.namespace.testing import FailpointError, hold
 from airflow_provider_lance.namespace.txn.spec_fence import INTENT_PREFIX, fence_id, new_intent_id
 from tests.namespace.txn.test_interleavings import (
     BY_PART,

@@ -19,7 +19,7 @@ import pytest
 from lance import LanceOperation
 
 from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace
-from airflow_provider_lance.namespace.failpoints import hold
+from airflow_provider_lance.namespace.testing import hold
 from tests.namespace.txn.test_interleavings import (
     BY_PART,
     Worker,

@@ -24,8 +24,8 @@ from airflow_provider_lance.namespace import (
     PartitionedNamespace,
     PartitionField,
 )
-from airflow_provider_lance.namespace.failpoints import FailpointError
 from airflow_provider_lance.namespace.format.swap import Swap
+from airflow_provider_lance.namespace.testing import FailpointError
 from tests.namespace.txn.test_interleavings import BY_PART, all_readable, claims, crashing, ids
 from tests.support import EVENTS_SCHEMA, TAGGED, by_id, events, tagged_rows, tree
 

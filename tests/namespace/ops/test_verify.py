@@ -16,9 +16,10 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_provider_lance import cli
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField, hash_array
-from airflow_provider_lance.namespace.failpoints import hold
+from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace.format.hashing import hash_array
 from airflow_provider_lance.namespace.format.swap import Swap
+from airflow_provider_lance.namespace.testing import hold
 from tests.namespace.txn.test_interleavings import Worker
 from tests.support import no_duplicates
 

@@ -603,9 +603,9 @@ def test_a_header_saved_while_another_process_reads_it_is_not_unreadable(tmp_pat
     must be read again instead."""
     import threading
 
-    from airflow_provider_lance.namespace.failpoints import hold
     from airflow_provider_lance.namespace.format.txn_row import TransactionHeader
     from airflow_provider_lance.namespace.io.storage import Storage
+    from airflow_provider_lance.namespace.testing import hold
     from airflow_provider_lance.namespace.txn.store import TransactionStore
 
     reader = TransactionStore(Storage(str(tmp_path)))
@@ -639,8 +639,8 @@ def test_two_committers_creating_one_leaf_both_get_its_version(tmp_path: Path) -
 
     import pyarrow as pa
 
-    from airflow_provider_lance.namespace.failpoints import hold
     from airflow_provider_lance.namespace.io.storage import Storage
+    from airflow_provider_lance.namespace.testing import hold
     from airflow_provider_lance.namespace.write.leaf_commit import commit_leaf, stage_fragments
 
     uri, storage = str(tmp_path / "leaf"), Storage(str(tmp_path))

@@ -17,7 +17,7 @@ from airflow_provider_lance.namespace import (
     TransactionAborted,
 )
 from airflow_provider_lance.namespace.errors import is_retryable
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError
+from airflow_provider_lance.namespace.testing import ENV, FailpointError
 from tests.workers import TAGGED, tagged_rows
 
 X_ROWS = tagged_rows("x", [1, 3], 2, first_id=100)  # an append to partition 1, a new 3

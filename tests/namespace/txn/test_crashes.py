@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.failpoints import ENV
+from airflow_provider_lance.namespace.testing import ENV
 from tests.support import TAGGED, leaf_files, tagged_rows
 
 FAILPOINTS = [

@@ -13,8 +13,8 @@ import lance
 import pytest
 
 from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace, StorageError
-from airflow_provider_lance.namespace.failpoints import FailpointError, hold
 from airflow_provider_lance.namespace.io.storage import Storage
+from airflow_provider_lance.namespace.testing import FailpointError, hold
 from airflow_provider_lance.namespace.txn import direct
 from airflow_provider_lance.namespace.write.leaf_commit import fragment_text
 from airflow_provider_lance.namespace.write.staging import Stage, Stager, discard_stage

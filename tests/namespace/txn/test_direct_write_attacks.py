@@ -43,10 +43,10 @@ from airflow_provider_lance.namespace import (
     TransactionAborted,
 )
 from airflow_provider_lance.namespace.errors import StorageError, is_retryable
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.format.leaf_version import committed_by
 from airflow_provider_lance.namespace.format.manifest import Manifest
 from airflow_provider_lance.namespace.format.manifest_compaction import indexed_fragments
+from airflow_provider_lance.namespace.testing import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.txn.lifecycle import all_records
 from tests.namespace.txn.test_direct_publish import data_files, referenced_files
 from tests.namespace.txn.test_interleavings import (
@@ -120,7 +120,7 @@ def assert_all_or_nothing(ns: PartitionedNamespace, expected: dict[str, int], si
 @contextmanager
 def failing_at(point: str, nth: int) -> Iterator[None]:
     """The ``nth`` thread that reaches ``point`` gets an ``OSError`` (a transient failure of
-    that one step); every other passes. Built on ``failpoints.hold`` (its ``when`` runs
+    that one step); every other passes. Built on ``testing.hold`` (its ``when`` runs
     under the point's lock, once per arrival), which has no counted ``=error`` of its own."""
     arrivals = 0
 

@@ -17,8 +17,8 @@ import lance
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.failpoints import hold
 from airflow_provider_lance.namespace.format.leaf_version import committed_by
+from airflow_provider_lance.namespace.testing import hold
 from tests.workers import TAGGED, tagged_rows
 
 

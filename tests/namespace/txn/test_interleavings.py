@@ -1,6 +1,6 @@
 """Forced interleavings: one regression test per way the old protocol lost or duplicated data.
 
-Each test parks a thread at a named failpoint (``failpoints.hold``), runs the competing
+Each test parks a thread at a named failpoint (``testing.hold``), runs the competing
 operation at exactly that moment, releases the thread, and checks who won and that nothing
 published was lost, duplicated or made unreadable. Numbers refer to the review that found
 the interleavings (the issue "Transactions that never lose or duplicate published data").
@@ -30,10 +30,10 @@ from airflow_provider_lance.namespace import (
     TransactionAborted,
     TransactionClosed,
 )
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.format.manifest import CLAIM, Manifest
 from airflow_provider_lance.namespace.format.schema import field_id
 from airflow_provider_lance.namespace.format.swap import Swap
+from airflow_provider_lance.namespace.testing import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.txn import lifecycle
 from tests.support import TAGGED, leaf_files, no_duplicates, tagged_rows
 

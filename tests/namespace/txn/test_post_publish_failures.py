@@ -23,7 +23,7 @@ import lance
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.failpoints import ENV, hold
+from airflow_provider_lance.namespace.testing import ENV, hold
 from airflow_provider_lance.namespace.txn.lifecycle import all_records
 from tests.workers import TAGGED, tagged_rows
 

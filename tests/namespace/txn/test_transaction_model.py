@@ -53,7 +53,7 @@ from airflow_provider_lance.namespace import (
     TransactionAborted,
     TransactionClosed,
 )
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, Hold, hold
+from airflow_provider_lance.namespace.testing import ENV, FailpointError, Hold, hold
 from airflow_provider_lance.namespace.write.leaf_commit import schema_digest
 from tests.support import TAGGED, tagged_rows
 

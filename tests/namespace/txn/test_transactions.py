@@ -21,7 +21,7 @@ from airflow_provider_lance.namespace import (
     TransactionAborted,
 )
 from airflow_provider_lance.namespace.errors import is_retryable
-from airflow_provider_lance.namespace.failpoints import ENV, FailpointError, hold
+from airflow_provider_lance.namespace.testing import ENV, FailpointError, hold
 from tests.namespace.txn.test_interleavings import Worker, other
 from tests.support import TAGGED, leaf_files, tagged_rows, tree
 from tests.workers import stage_in_process

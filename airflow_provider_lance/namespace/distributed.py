@@ -1,0 +1,109 @@
+"""Writes split across processes: what an engine's driver and its workers call.
+
+One transaction is written by many processes (Spark's executors), as delta-rs's
+``create_write_transaction`` commits files other writers made. Every step is public:
+
+    # the driver: begin, pin the version every worker stages against, check the schema
+    txn = ns.begin("append", txn_id="load-1")
+    version = ns.version
+    PartitionRouter(ns.state()).check(schema)
+    # each worker (any process): route rows by partition, stage them, return the stage
+    router = PartitionRouter(PartitionedNamespace.open(uri).state(version))
+    keys = router.keys(batch)  # shuffle by these: each partition's rows to one worker
+    stage = PartitionedNamespace.open(uri).transaction("load-1").stage(
+        batches, stage_id, record=False, manifest_version=version
+    )  # stage.to_json() goes back to the driver
+    # the driver: record the stages of the workers that succeeded, look, publish
+    txn.record_all([Stage.from_json(s) for s in stages])
+    TransactionSummary.of(ns, txn)
+    ns.commit(txn)  # one atomic __manifest commit
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_lance.namespace.format.state import NamespaceState
+from airflow_provider_lance.namespace.results import value_text
+from airflow_provider_lance.namespace.txn.plan import merge_stages
+from airflow_provider_lance.namespace.txn.store import TransactionStore
+from airflow_provider_lance.namespace.txn.transactions import Transaction
+from airflow_provider_lance.namespace.write.splitting import routing_keys
+from airflow_provider_lance.namespace.write.staging import Stage
+
+if TYPE_CHECKING:
+    from .facade import PartitionedNamespace
+
+
+class PartitionRouter:
+    """Rows as a write into ``state`` takes them, and the partition each one goes to
+    (under the current partition spec), computed by the core's DataFusion code."""
+
+    def __init__(self, state: NamespaceState) -> None:
+        self.state = state
+
+    def conform(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
+        """``data`` checked and shaped into the active schema, as a write does (see the
+        README's "Writes: what the data must hold"); a project error if it cannot be."""
+        table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+        return self.state.schema.conform_input(table, spec=self.state.current_spec)
+
+    def check(self, schema: pa.Schema) -> None:
+        """Refuse data of ``schema`` that a write would refuse (before any worker runs)."""
+        self.conform(schema.empty_table())
+
+    def keys(self, data: pa.Table | pa.RecordBatch) -> pa.Array:
+        """A 64-bit key per row of ``data``, equal for the rows of one partition (rows of
+        two partitions share a key only on a hash collision)."""
+        spec = self.state.current_spec
+        return routing_keys(self.conform(data), spec, self.state.schema)
+
+
+@dataclass(frozen=True)
+class TransactionSummary:
+    """What a transaction has staged (from its stage records; no data is read).
+
+    ``record_uri`` is the directory of its records; ``partitions`` lists each staged
+    partition as ``{"object_id", "values" (their text form), "rows"}``. Stages that saw
+    one partition differently cannot be summed up: :class:`~.errors.StaleStage`.
+    """
+
+    txn_id: str
+    uri: str
+    mode: str
+    state: str
+    record_uri: str
+    rows: int
+    files: int
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def of(
+        cls,
+        ns: PartitionedNamespace,
+        txn: Transaction,
+        stages: Mapping[str, Stage] | None = None,
+    ) -> TransactionSummary:
+        """The summary of ``txn``, of ``stages`` (by id) if given, else of its records."""
+        parts = merge_stages(txn.stages() if stages is None else stages)
+        return cls(
+            txn_id=txn.txn_id,
+            uri=ns.uri,
+            mode=txn.mode,
+            state=txn.state.value,
+            record_uri=f"{ns.uri}/{TransactionStore.directory(txn.txn_id, txn.incarnation)}",
+            rows=sum(p.rows for p in parts.values()),
+            files=sum(len(p.fragments) for p in parts.values()),
+            partitions=[
+                {
+                    "object_id": p.object_id,
+                    "values": {k: value_text(v) for k, v in p.values.items()},
+                    "rows": p.rows,
+                }
+                for p in parts.values()
+            ],
+        )
