@@ -828,7 +828,7 @@ def test_rendered_templates_with_good_values_run(run_dag: RunDag, lance_test_roo
 def test_rendered_templates_with_bad_values_fail_at_once_before_any_io(
     run_dag: RunDag, lance_test_root: Path
 ) -> None:
-    from tests.conftest import tree
+    from tests.support import tree
 
     ns = make_events_namespace(lance_test_root)
     version, files = ns.version, tree(lance_test_root)

@@ -18,7 +18,7 @@ from airflow_provider_lance.namespace import (
     StaleStage,
     TransactionSummary,
 )
-from tests.conftest import EVENTS_SCHEMA, events
+from tests.support import EVENTS_SCHEMA, events
 
 
 @pytest.fixture

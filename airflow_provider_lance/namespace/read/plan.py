@@ -431,6 +431,7 @@ def plan_scan(
 ) -> ScanPlan:
     """The plan reading ``partitions`` (those ``filter`` keeps in ``state``); see
     :meth:`~airflow_provider_lance.namespace.PartitionedNamespace.plan_scan`."""
+    state.schema.project(columns)  # the names are checked before anything is read
     scan = Scan(
         state.root,
         state.version,

@@ -28,8 +28,8 @@ from tests.namespace.admin.test_unpublished_versions import (
     published_files_exist,
     sweep,
 )
+from tests.namespace.txn.test_interleavings import BY_PART, crashing
 from tests.support import no_duplicates
-from tests.test_interleavings import BY_PART, crashing
 from tests.workers import TAGGED, tagged_rows
 
 SEED = tagged_rows("seed", [1, 2], 2, first_id=0)

@@ -22,8 +22,8 @@ from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.admin.unpublished import version_of
 from airflow_provider_lance.namespace.errors import LanceNamespaceError, is_retryable
 from airflow_provider_lance.namespace.testing import FailpointError, hold
+from tests.namespace.txn.test_interleavings import BY_PART, Worker, claims, crashing, other
 from tests.support import no_duplicates
-from tests.test_interleavings import BY_PART, Worker, claims, crashing, other
 from tests.workers import TAGGED, tagged_rows
 
 SEED = tagged_rows("seed", [1, 2], 2, first_id=0)  # ids 0-3 in partitions 1 and 2
