@@ -1,15 +1,29 @@
-"""Shared fixtures: real namespaces on disk in a temporary directory."""
+"""Fixtures shared by the test files: real namespaces on disk in a temporary directory, an
+S3-compatible server on loopback; the helpers they use are in tests/support.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from tests.support import EVENTS_SCHEMA
+from tests.support import (
+    BUCKET,
+    BY_PART,
+    EVENTS_SCHEMA,
+    REGION,
+    TAGGED,
+    TrapServer,
+    env_without_aws,
+    seeded_namespace,
+    tagged_rows,
+)
 
 
 @pytest.fixture
@@ -35,6 +49,96 @@ def make_ns(root: Path) -> Callable[..., PartitionedNamespace]:
 def daily(make_ns: Callable[..., PartitionedNamespace]) -> PartitionedNamespace:
     """A namespace partitioned by day (identity on ``event_date``)."""
     return make_ns()
+
+
+@pytest.fixture
+def tagged(root: Path) -> PartitionedNamespace:
+    """An empty namespace of :data:`~tests.support.TAGGED` rows partitioned by ``part``."""
+    return PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+
+
+@pytest.fixture
+def seeded(root: Path) -> PartitionedNamespace:
+    """Partitions 1 and 2 by ``part``, ids 0-3 (two rows each), tagged ``seed``."""
+    return seeded_namespace(root)
+
+
+@pytest.fixture
+def three_parts(root: Path) -> PartitionedNamespace:
+    """Partitions 1, 2, 3 by ``part``, ids 0-11 (four rows each), tagged ``seed``."""
+    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+    ns.write(tagged_rows("seed", [1, 2, 3], 4, first_id=0))
+    return ns
+
+
+# -- S3: a moto server on loopback, and a trap for requests without storage options --------
+@pytest.fixture(scope="module")
+def default_endpoint_trap() -> Iterator[TrapServer]:
+    """Clean AWS/proxy environment whose default S3 endpoint is the loopback trap."""
+    trap = TrapServer()
+    thread = threading.Thread(target=trap.serve_forever, daemon=True)
+    thread.start()
+    with pytest.MonkeyPatch.context() as mp:
+        for key in env_without_aws():
+            mp.delenv(key)
+        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
+        mp.setenv("AWS_ENDPOINT", trap.endpoint)
+        mp.setenv("AWS_ALLOW_HTTP", "true")
+        mp.setenv("AWS_REGION", REGION)  # no bucket-region lookup against real AWS
+        mp.setenv("AWS_ACCESS_KEY_ID", "trap")  # no credential chain / instance metadata
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "trap")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        yield trap
+    trap.shutdown()
+    trap.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def storage_options(default_endpoint_trap: TrapServer) -> Iterator[dict[str, str]]:
+    """A moto S3 server on loopback with one bucket; yields Lance's storage options for it."""
+    werkzeug = logging.getLogger("werkzeug")
+    level = werkzeug.level
+    werkzeug.setLevel(logging.WARNING)  # moto logs every request otherwise
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name=REGION,
+        ).create_bucket(Bucket=BUCKET)
+        yield {
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "aws_region": REGION,
+            "aws_endpoint": endpoint,
+            "allow_http": "true",
+        }
+    finally:
+        server.stop()
+        werkzeug.setLevel(level)
+
+
+@pytest.fixture(scope="module")
+def s3(storage_options: dict[str, str]) -> Any:
+    """A boto3 client for the moto server (to look at the objects Lance wrote)."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=storage_options["aws_endpoint"],
+        aws_access_key_id=storage_options["aws_access_key_id"],
+        aws_secret_access_key=storage_options["aws_secret_access_key"],
+        region_name=storage_options["aws_region"],
+    )
 
 
 #: Test files that take minutes (venvs, spark-submit, multi-process chaos, live Airflow), in

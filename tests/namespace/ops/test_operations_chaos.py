@@ -27,8 +27,7 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from tests import table_op_workers as workers
-from tests.namespace.txn.test_chaos import Slot, _stop, _supervise, _wait_until_up
-from tests.support import TAGGED
+from tests.support import TAGGED, Slot, stop_slots, supervise, wait_until_up
 from tests.workers import chaos_lines, chaos_save
 
 CHAOS_SECONDS = 25.0
@@ -81,10 +80,10 @@ def _run(
     try:
         for slot in slots:
             slot.spawn(ctx)
-        _wait_until_up(slots, run)
+        wait_until_up(slots, run)
         start = time.time()
         chaos_save(run / "go.json", {"start": start})
-        _supervise(
+        supervise(
             slots,
             ctx,
             run,
@@ -93,7 +92,7 @@ def _run(
             enough,
             start + CHAOS_CAP_SECONDS,
         )
-        return _stop(slots, run, "stop")
+        return stop_slots(slots, run, "stop")
     finally:
         for slot in slots:
             if slot.proc is not None and slot.proc.is_alive():

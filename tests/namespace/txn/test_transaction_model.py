@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import lance
 import pyarrow as pa
@@ -1208,13 +1207,6 @@ def test_transaction_model() -> None:
 
 
 # -- failures the model found, as plain tests ----------------------------------------------
-@pytest.fixture
-def tagged(tmp_path: Path) -> PartitionedNamespace:
-    return PartitionedNamespace.create(
-        tmp_path / "ns", schema=TAGGED, partition_fields=[PartitionField("part", "part")]
-    )
-
-
 def test_two_stages_rewriting_one_partition_publish_its_rows_once(
     tagged: PartitionedNamespace,
 ) -> None:
