@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import settings
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from tests.support import (
@@ -141,35 +142,53 @@ def s3(storage_options: dict[str, str]) -> Any:
     )
 
 
-#: Test files that take minutes (venvs, spark-submit, multi-process chaos, live Airflow), in
-#: roughly falling order: scripts/test.sh runs the suite on every core, a file whole on one
-#: worker, and handing these out first keeps one of them from being the last work left.
-SLOW_FILES = (
+#: Hypothesis profiles: the everyday tier (bare ``pytest``) runs a quarter of each property
+#: test's examples, scripts/test.sh the full number (``--hypothesis-profile=full``). Tests that
+#: set their own count scale it with :func:`tests.support.examples`.
+settings.register_profile("everyday", max_examples=25)
+settings.register_profile("full", max_examples=100)
+settings.load_profile("everyday")
+
+#: The test files that take longest, in falling order of their seconds in a whole run. pytest-xdist
+#: (``--dist loadfile``) runs a file whole on one worker and hands files out in collection
+#: order: the longest go first so that none is the last work left. Only the order; which tier
+#: a test is in is said by its markers (``slow``, ``integration``) alone.
+LONGEST_FILES = (
     "project/test_install.py",
-    "project/test_readme.py",
-    "namespace/txn/test_chaos.py",
-    "namespace/ops/test_operations_chaos.py",
-    "airflow/test_example_dags.py",
-    "namespace/read/test_pruning.py",
-    "airflow/test_spark_operator.py",
     "spark/test_standalone_cluster.py",
-    "spark/test_spark_job.py",
-    "namespace/txn/test_concurrent_partition_creation.py",
+    "airflow/test_example_dags.py",
+    "namespace/ops/test_operation_interleavings.py",
+    "namespace/ops/test_operations_chaos.py",
+    "namespace/txn/test_chaos.py",
+    "airflow/test_spark_operator.py",
+    "airflow/test_table_operation_operators.py",
+    "project/test_readme.py",
+    "namespace/txn/test_interleavings.py",
     "airflow/test_live_airflow.py",
-    "spark/test_spark_writes.py",
-    "namespace/txn/test_crashes.py",
     "airflow/test_manifest_watcher.py",
-    "spark/test_datasource_streaming.py",
+    "namespace/io/test_storage_inputs.py",
+    "spark/test_spark_writes.py",
+    "spark/test_spark_job.py",
+    "spark/test_datasource.py",
     "spark/test_spark_connect.py",
+    "namespace/txn/test_concurrent_partition_creation.py",
+    "namespace/format/test_manifest_fold.py",
+    "namespace/txn/test_crashes.py",
+    "spark/test_datasource_streaming.py",
+    "namespace/read/test_pruning.py",
+    "namespace/write/test_splitting.py",
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow files first (a stable sort: the order inside each file stays)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first (a stable sort: the order inside each file stays)."""
     here = Path(__file__).parent
+    missing = [f for f in LONGEST_FILES if not (here / f).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FILES names no such file: {missing}")
 
     def rank(item: pytest.Item) -> int:
-        name = Path(item.fspath).relative_to(here).as_posix()
-        return SLOW_FILES.index(name) if name in SLOW_FILES else len(SLOW_FILES)
+        name = item.path.relative_to(here).as_posix()
+        return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
 
     items.sort(key=rank)

@@ -26,6 +26,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import settings
 
 from airflow_provider_lance.example_data import regional_sales
 from airflow_provider_lance.namespace import CommitResult, PartitionedNamespace, PartitionField
@@ -150,6 +151,12 @@ def by_id(rows: pa.Table | list[dict], column: str | None = None, key: str = "id
     keys = [r[key] for r in listed]
     assert not repeated(keys), f"duplicated rows: {repeated(keys)}"
     return {r[key]: (r if column is None else r[column]) for r in listed}
+
+
+def examples(full: int) -> int:
+    """A property test's example count: ``full`` under the full hypothesis profile
+    (scripts/test.sh), a quarter of it (at least 5) under the everyday one (bare pytest)."""
+    return max(5, full * settings().max_examples // 100)
 
 
 # -- threads and failpoints ----------------------------------------------------------------------

@@ -179,6 +179,7 @@ def test_check_partitions_waits_for_publication(hook: LancePartitionedHook) -> N
         hook.check_partitions("events", values=[{"country": "DE"}])
 
 
+@pytest.mark.integration
 @pytest.mark.s3
 def test_hook_on_s3_through_the_connection(
     monkeypatch: pytest.MonkeyPatch,

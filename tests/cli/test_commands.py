@@ -430,6 +430,7 @@ def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
+@pytest.mark.integration
 @pytest.mark.s3
 @pytest.mark.usefixtures("no_aws")
 def test_the_cli_reaches_s3_with_storage_option_flags(
@@ -450,6 +451,7 @@ def test_the_cli_reaches_s3_with_storage_option_flags(
     assert "event_date=2025-12-10" in out
 
 
+@pytest.mark.integration
 @pytest.mark.s3
 @pytest.mark.usefixtures("no_aws")
 def test_the_cli_reaches_s3_with_the_environment_variable(

@@ -27,6 +27,7 @@ def rows(df) -> list[dict]:  # type: ignore[no-untyped-def]
     return sort_rows(pa.Table.from_pylist([r.asDict() for r in df.collect()]))
 
 
+@pytest.mark.integration
 def test_register_names_the_format_and_turns_filter_pushdown_on(spark: SparkSession) -> None:
     assert FORMAT == "lance_partitioned"
     assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"
@@ -41,6 +42,7 @@ def test_read_has_the_namespace_schema_and_rows(
     assert rows(df) == sort_rows(six_days.to_table())
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "where",
     [
@@ -62,6 +64,7 @@ def test_spark_filters_match_the_core(
     assert rows(df) == sort_rows(six_days.to_table(filter=sql))
 
 
+@pytest.mark.integration
 def test_a_pushed_filter_never_opens_a_pruned_leaf(
     spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
@@ -76,6 +79,7 @@ def test_a_pushed_filter_never_opens_a_pruned_leaf(
         spark.read.format(FORMAT).load(six_days.uri).count()
 
 
+@pytest.mark.integration
 def test_the_filter_option_prunes_also_without_spark_filter_pushdown(
     spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
@@ -89,6 +93,7 @@ def test_the_filter_option_prunes_also_without_spark_filter_pushdown(
     )
 
 
+@pytest.mark.integration
 def test_tasks_are_planned_from_the_pruned_leaves_and_fragments(
     spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
@@ -102,6 +107,7 @@ def test_tasks_are_planned_from_the_pruned_leaves_and_fragments(
     assert projected.count() == 660
 
 
+@pytest.mark.integration
 def test_as_of_a_version_a_moment_and_a_tag(
     spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
@@ -136,6 +142,7 @@ def test_append_then_overwrite_is_a_dynamic_partition_overwrite(
     assert ns.count_rows() == 250
 
 
+@pytest.mark.integration
 def test_txn_id_makes_a_rerun_publish_once(spark: SparkSession, root: Path) -> None:
     ns = PartitionedNamespace.create(
         root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
@@ -147,6 +154,7 @@ def test_txn_id_makes_a_rerun_publish_once(spark: SparkSession, root: Path) -> N
     assert ns.transaction("load.1").info().rows == 90
 
 
+@pytest.mark.integration
 def test_a_failed_first_task_attempt_publishes_rows_exactly_once(
     spark: SparkSession, root: Path
 ) -> None:
@@ -170,6 +178,7 @@ def test_a_failed_first_task_attempt_publishes_rows_exactly_once(
     assert all(s.endswith("-1") for s in stages)  # only the retried attempts' stages
 
 
+@pytest.mark.integration
 def test_a_failed_job_is_aborted_and_leaves_nothing(spark: SparkSession, root: Path) -> None:
     """A NULL in a non-nullable column fails a task on every attempt: ``abort`` runs and
     removes what the other tasks staged."""
@@ -189,6 +198,7 @@ def test_a_failed_job_is_aborted_and_leaves_nothing(spark: SparkSession, root: P
     assert ns.transactions() == []
 
 
+@pytest.mark.integration
 def test_bad_input_is_refused_before_any_task(spark: SparkSession, root: Path) -> None:
     ns = PartitionedNamespace.create(
         root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
@@ -200,6 +210,7 @@ def test_bad_input_is_refused_before_any_task(spark: SparkSession, root: Path) -
         spark.read.format(FORMAT).option("filter", "event_date >").load(ns.uri).collect()
 
 
+@pytest.mark.integration
 def test_options_it_does_not_take_or_cannot_parse_are_refused(
     spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:

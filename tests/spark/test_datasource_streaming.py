@@ -15,6 +15,8 @@ from airflow_provider_lance.namespace.failpoints import ENV
 from airflow_provider_lance.spark import FORMAT, register
 from tests.support import EVENTS_SCHEMA, events, sort_rows
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module", autouse=True)
 def registered(spark: SparkSession) -> None:

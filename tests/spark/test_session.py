@@ -16,6 +16,8 @@ from pyspark.sql import SparkSession
 from airflow_provider_lance.namespace.errors import InstallationError
 from airflow_provider_lance.spark.session import _check_releases, check_pyspark, is_connect
 
+pytestmark = pytest.mark.integration
+
 
 def test_the_test_session_passes_the_check(spark: SparkSession) -> None:
     assert not is_connect(spark)

@@ -28,6 +28,8 @@ from airflow_provider_lance.spark.jobs.write import (
 )
 from tests.support import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events, sort_rows
 
+pytestmark = pytest.mark.integration
+
 
 def test_spark_submit_end_to_end(by_day: PartitionedNamespace, tmp_path: Path) -> None:
     """The job as Airflow runs it: spark-submit, a Parquet source, a committed overwrite."""

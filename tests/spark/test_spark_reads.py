@@ -45,6 +45,7 @@ def test_reads_match_the_core(
     )
 
 
+@pytest.mark.integration
 def test_tasks_split_by_fragment_and_projection(
     spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
@@ -59,6 +60,7 @@ def test_tasks_split_by_fragment_and_projection(
     assert read_partitioned(spark, six_days.uri, filter=two).rdd.getNumPartitions() == 2
 
 
+@pytest.mark.integration
 def test_planning_a_pruned_read_reads_only_the_manifest_rows_its_filter_selects(
     six_days: PartitionedNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,6 +83,7 @@ def test_planning_a_pruned_read_reads_only_the_manifest_rows_its_filter_selects(
     assert all(where is not None for where in scans)  # no scan of every row
 
 
+@pytest.mark.integration
 def test_one_manifest_version_and_older_versions(
     spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
@@ -92,6 +95,7 @@ def test_one_manifest_version_and_older_versions(
     assert read_partitioned(spark, six_days.uri, version=before).count() == 660
 
 
+@pytest.mark.integration
 def test_as_of_a_tag_a_moment_and_a_version(
     spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
@@ -117,6 +121,7 @@ def test_as_of_a_tag_a_moment_and_a_version(
         read_partitioned(spark, six_days.uri, as_of=before, version=before)
 
 
+@pytest.mark.integration
 def test_evolved_schema_reads_old_partitions(
     spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
@@ -131,6 +136,7 @@ def test_evolved_schema_reads_old_partitions(
     assert len(rows) == six_days.count_rows(filter="cc = 'FR'")
 
 
+@pytest.mark.integration
 def test_bad_reads_fail_on_the_driver(spark: SparkSession, six_days: PartitionedNamespace) -> None:
     with pytest.raises(FilterError):
         read_partitioned(spark, six_days.uri, filter="event_date >")
@@ -138,6 +144,7 @@ def test_bad_reads_fail_on_the_driver(spark: SparkSession, six_days: Partitioned
         read_partitioned(spark, six_days.uri, columns=["id", "nope"])
 
 
+@pytest.mark.integration
 def test_nothing_matches(spark: SparkSession, six_days: PartitionedNamespace) -> None:
     df = read_partitioned(spark, six_days.uri, filter=f"event_date = DATE '{dt.date(1999, 1, 1)}'")
     assert df.count() == 0

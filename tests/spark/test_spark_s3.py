@@ -26,7 +26,7 @@ from airflow_provider_lance.spark.jobs.write import (
 )
 from tests.support import BUCKET, EVENTS_SCHEMA, events, sort_rows
 
-pytestmark = pytest.mark.s3
+pytestmark = [pytest.mark.s3, pytest.mark.integration]
 
 
 def daily_namespace(uri: str, options: dict[str, str]) -> PartitionedNamespace:

@@ -27,7 +27,7 @@ from airflow_provider_lance.namespace import (
     VersionNotFoundError,
 )
 from airflow_provider_lance.namespace.format.manifest_compaction import AUTO_COMPACT_FRAGMENTS
-from tests.support import TAGGED, tagged_rows, tree
+from tests.support import TAGGED, examples, tagged_rows, tree
 
 
 def rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -625,7 +625,7 @@ STEP = st.one_of(
 
 
 @settings(
-    max_examples=12,
+    max_examples=examples(12),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
