@@ -188,6 +188,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"tests/conftest.py LONGEST_FILES names no such file: {missing}")
 
     def rank(item: pytest.Item) -> int:
+        if not item.path.is_relative_to(here):
+            return len(LONGEST_FILES)
         name = item.path.relative_to(here).as_posix()
         return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
 

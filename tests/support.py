@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import http.server
+import logging
 import os
 import random
 import signal
@@ -157,6 +158,39 @@ def examples(full: int) -> int:
     """A property test's example count: ``full`` under the full hypothesis profile
     (scripts/test.sh), a quarter of it (at least 5) under the everyday one (bare pytest)."""
     return max(5, full * settings().max_examples // 100)
+
+
+class _Records(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord], level: int) -> None:
+        super().__init__(level)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def logged(name: str, level: int = logging.WARNING) -> Iterator[list[logging.LogRecord]]:
+    """The records logger ``name`` emits at ``level`` or above meanwhile, caught by a
+    handler on that logger itself, which is enabled at ``level`` meanwhile: whatever an
+    earlier test's logging setup (Airflow's reconfigures the root logger and its handlers)
+    did to the root logger, a parent's propagation, or the logger's level or disabled flag,
+    all of which pytest's ``caplog`` relies on."""
+    logger = logging.getLogger(name)
+    records: list[logging.LogRecord] = []
+    handler = _Records(records, level)
+    saved = (logger.level, logger.disabled, logging.root.manager.disable)
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.disabled = False
+    logging.disable(logging.NOTSET)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.disabled = saved[1]
+        logging.disable(saved[2])
 
 
 # -- threads and failpoints ----------------------------------------------------------------------
