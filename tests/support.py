@@ -358,6 +358,16 @@ def while_a_fold_is_parked(ns: PartitionedNamespace, action: Callable[[], object
 
 
 # -- chaos: processes killed at random moments and restarted -------------------------------------
+def chaos_seed(namespace: Path) -> int:
+    """The seed of a chaos run, for every random choice in it: ``LANCE_CHAOS_SEED`` if set,
+    else a new one each run. Printed with the namespace (pytest shows it with a failure),
+    so that ``LANCE_CHAOS_SEED=<seed>`` replays the run."""
+    given = os.environ.get("LANCE_CHAOS_SEED", "").strip()
+    seed = int(given) if given else random.SystemRandom().randrange(2**32)
+    print(f"\nLANCE_CHAOS_SEED={seed} namespace={namespace}", flush=True)
+    return seed
+
+
 #: How long the spawned processes may take to start (imports) before the chaos begins.
 STARTUP_TIMEOUT = 120.0
 

@@ -18,13 +18,13 @@ complete and was acknowledged or published, and nothing was ever seen half-done.
 ``__manifest`` version is then read again for the direct writes: each is whole or absent
 at every version, first visible at the version its acknowledgement names, and a direct
 write that raised is visible at none.
-``CHAOS_SEED`` seeds the randomness (default :data:`DEFAULT_SEED`).
+Each run picks a seed for every random choice and prints it; ``LANCE_CHAOS_SEED=<seed>``
+replays a run.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import random
 import time
 from collections import Counter
@@ -36,7 +36,7 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from tests import workers
-from tests.support import TAGGED, Slot, stop_slots, supervise, wait_until_up
+from tests.support import TAGGED, Slot, chaos_seed, stop_slots, supervise, wait_until_up
 from tests.workers import (
     CHAOS_OVERWRITE_PARTS,
     chaos_dealt,
@@ -49,7 +49,6 @@ from tests.workers import (
 #: Seconds of chaos (writers killed and restarted); starting the processes (~6-25 s on
 #: two cores), stopping them and the checks come on top.
 CHAOS_SECONDS = 50.0
-DEFAULT_SEED = 20251123
 WRITERS = 3
 #: Transaction ids per generation (``pool-<generation>-<k>``): small, so writers collide.
 POOL = 4
@@ -71,8 +70,7 @@ OPERATOR_KILL_DELAY = (2.0, 8.0)
 
 @pytest.mark.slow
 def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: Path) -> None:
-    seed = int(os.environ.get("CHAOS_SEED", DEFAULT_SEED))
-    print(f"\nCHAOS_SEED={seed} namespace={tmp_path / 'ns'}")
+    seed = chaos_seed(tmp_path / "ns")
     began = time.time()
     root, run = str(tmp_path / "ns"), tmp_path / "run"
     run.mkdir()
