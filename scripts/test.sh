@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs everything the tests need into .venv, then runs the whole suite; without arguments
-# it then runs the Airflow tests again on the oldest supported Airflow line
-# (scripts/test-airflow-compat.sh). Extra arguments go to pytest and skip that second run
-# (e.g. scripts/test.sh -k pruning -x).
+# Installs everything the tests need into .venv, then runs every tier of the suite: the
+# everyday tier (what a bare `pytest` runs), the integration tier (`-m integration`: end to
+# end through Spark, Airflow's dag.test, the CLI and S3) and the slow tier (`-m slow`:
+# installs, chaos, killed processes, clusters, a live Airflow), with the full hypothesis
+# profile; without arguments it then runs the Airflow tests again on the oldest supported
+# Airflow line (scripts/test-airflow-compat.sh). Extra arguments go to pytest and skip that
+# second run (e.g. scripts/test.sh -k pruning -x, or --random-order).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/bootstrap.sh test
@@ -14,11 +17,12 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
         || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
         || echo "could not install chromium; the connection form test will say so" >&2
 fi
-# One pytest worker per core (pytest-xdist), each test file whole on one worker: a file's
-# module fixtures (a moto server, a Spark Connect server, a browser) start once. Each worker
-# has its own SparkSession, AIRFLOW_HOME (SQLite) and temporary directories; `-n 0` as an
-# argument runs everything in this one process.
-.venv/bin/python -m pytest -n auto --dist loadfile "$@"
+# One pytest worker per core (pytest-xdist, from addopts), each test file whole on one
+# worker: a file's module fixtures (a moto server, a Spark Connect server, a browser) start
+# once. Each worker has its own SparkSession, AIRFLOW_HOME (SQLite) and temporary
+# directories; `-n 0` as an argument runs everything in this one process. `-m ""` selects
+# every tier (addopts deselects the slow and integration ones).
+.venv/bin/python -m pytest -m "" --hypothesis-profile=full "$@"
 if [ "$#" -eq 0 ]; then
     bash scripts/test-airflow-compat.sh -q
 fi

@@ -1,15 +1,30 @@
-"""Shared fixtures: real namespaces on disk in a temporary directory."""
+"""Fixtures shared by the test files: real namespaces on disk in a temporary directory, an
+S3-compatible server on loopback; the helpers they use are in tests/support.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import settings
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from tests.support import EVENTS_SCHEMA
+from tests.support import (
+    BUCKET,
+    BY_PART,
+    EVENTS_SCHEMA,
+    REGION,
+    TAGGED,
+    TrapServer,
+    env_without_aws,
+    seeded_namespace,
+    tagged_rows,
+)
 
 
 @pytest.fixture
@@ -37,35 +52,145 @@ def daily(make_ns: Callable[..., PartitionedNamespace]) -> PartitionedNamespace:
     return make_ns()
 
 
-#: Test files that take minutes (venvs, spark-submit, multi-process chaos, live Airflow), in
-#: roughly falling order: scripts/test.sh runs the suite on every core, a file whole on one
-#: worker, and handing these out first keeps one of them from being the last work left.
-SLOW_FILES = (
+@pytest.fixture
+def tagged(root: Path) -> PartitionedNamespace:
+    """An empty namespace of :data:`~tests.support.TAGGED` rows partitioned by ``part``."""
+    return PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+
+
+@pytest.fixture
+def seeded(root: Path) -> PartitionedNamespace:
+    """Partitions 1 and 2 by ``part``, ids 0-3 (two rows each), tagged ``seed``."""
+    return seeded_namespace(root)
+
+
+@pytest.fixture
+def three_parts(root: Path) -> PartitionedNamespace:
+    """Partitions 1, 2, 3 by ``part``, ids 0-11 (four rows each), tagged ``seed``."""
+    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
+    ns.write(tagged_rows("seed", [1, 2, 3], 4, first_id=0))
+    return ns
+
+
+# -- S3: a moto server on loopback, and a trap for requests without storage options --------
+@pytest.fixture(scope="module")
+def default_endpoint_trap() -> Iterator[TrapServer]:
+    """Clean AWS/proxy environment whose default S3 endpoint is the loopback trap."""
+    trap = TrapServer()
+    thread = threading.Thread(target=trap.serve_forever, daemon=True)
+    thread.start()
+    with pytest.MonkeyPatch.context() as mp:
+        for key in env_without_aws():
+            mp.delenv(key)
+        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
+        mp.setenv("AWS_ENDPOINT", trap.endpoint)
+        mp.setenv("AWS_ALLOW_HTTP", "true")
+        mp.setenv("AWS_REGION", REGION)  # no bucket-region lookup against real AWS
+        mp.setenv("AWS_ACCESS_KEY_ID", "trap")  # no credential chain / instance metadata
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "trap")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        yield trap
+    trap.shutdown()
+    trap.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def storage_options(default_endpoint_trap: TrapServer) -> Iterator[dict[str, str]]:
+    """A moto S3 server on loopback with one bucket; yields Lance's storage options for it."""
+    werkzeug = logging.getLogger("werkzeug")
+    level = werkzeug.level
+    werkzeug.setLevel(logging.WARNING)  # moto logs every request otherwise
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name=REGION,
+        ).create_bucket(Bucket=BUCKET)
+        yield {
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "aws_region": REGION,
+            "aws_endpoint": endpoint,
+            "allow_http": "true",
+        }
+    finally:
+        server.stop()
+        werkzeug.setLevel(level)
+
+
+@pytest.fixture(scope="module")
+def s3(storage_options: dict[str, str]) -> Any:
+    """A boto3 client for the moto server (to look at the objects Lance wrote)."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=storage_options["aws_endpoint"],
+        aws_access_key_id=storage_options["aws_access_key_id"],
+        aws_secret_access_key=storage_options["aws_secret_access_key"],
+        region_name=storage_options["aws_region"],
+    )
+
+
+#: Hypothesis profiles: the everyday tier (bare ``pytest``) runs a quarter of each property
+#: test's examples, scripts/test.sh the full number (``--hypothesis-profile=full``). Tests that
+#: set their own count scale it with :func:`tests.support.examples`.
+settings.register_profile("everyday", max_examples=25)
+settings.register_profile("full", max_examples=100)
+settings.load_profile("everyday")
+
+#: The test files that take longest, in falling order of their seconds in a whole run. pytest-xdist
+#: (``--dist loadfile``) runs a file whole on one worker and hands files out in collection
+#: order: the longest go first so that none is the last work left. Only the order; which tier
+#: a test is in is said by its markers (``slow``, ``integration``) alone.
+LONGEST_FILES = (
     "project/test_install.py",
-    "project/test_readme.py",
-    "namespace/txn/test_chaos.py",
-    "namespace/ops/test_operations_chaos.py",
-    "airflow/test_example_dags.py",
-    "namespace/read/test_pruning.py",
-    "airflow/test_spark_operator.py",
     "spark/test_standalone_cluster.py",
-    "spark/test_spark_job.py",
-    "namespace/txn/test_concurrent_partition_creation.py",
+    "airflow/test_example_dags.py",
+    "namespace/ops/test_operation_interleavings.py",
+    "namespace/ops/test_operations_chaos.py",
+    "namespace/txn/test_chaos.py",
+    "airflow/test_spark_operator.py",
+    "airflow/test_table_operation_operators.py",
+    "project/test_readme.py",
+    "namespace/txn/test_interleavings.py",
     "airflow/test_live_airflow.py",
-    "spark/test_spark_writes.py",
-    "namespace/txn/test_crashes.py",
     "airflow/test_manifest_watcher.py",
-    "spark/test_datasource_streaming.py",
+    "namespace/io/test_storage_inputs.py",
+    "spark/test_spark_writes.py",
+    "spark/test_spark_job.py",
+    "spark/test_datasource.py",
     "spark/test_spark_connect.py",
+    "namespace/txn/test_concurrent_partition_creation.py",
+    "namespace/format/test_manifest_fold.py",
+    "namespace/txn/test_crashes.py",
+    "spark/test_datasource_streaming.py",
+    "namespace/read/test_pruning.py",
+    "namespace/write/test_splitting.py",
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow files first (a stable sort: the order inside each file stays)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first (a stable sort: the order inside each file stays)."""
     here = Path(__file__).parent
+    missing = [f for f in LONGEST_FILES if not (here / f).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FILES names no such file: {missing}")
 
     def rank(item: pytest.Item) -> int:
-        name = Path(item.fspath).relative_to(here).as_posix()
-        return SLOW_FILES.index(name) if name in SLOW_FILES else len(SLOW_FILES)
+        if not item.path.is_relative_to(here):
+            return len(LONGEST_FILES)
+        name = item.path.relative_to(here).as_posix()
+        return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
 
     items.sort(key=rank)

@@ -17,8 +17,7 @@ from airflow_provider_lance.namespace import (
     PartitionSpecError,
     SchemaError,
 )
-from tests.namespace.test_s3 import BUCKET, default_endpoint_trap, storage_options  # noqa: F401
-from tests.support import events
+from tests.support import BUCKET, events
 from tests.support import tree as files_below
 
 SCHEMA = [
@@ -180,10 +179,11 @@ def test_check_partitions_waits_for_publication(hook: LancePartitionedHook) -> N
         hook.check_partitions("events", values=[{"country": "DE"}])
 
 
+@pytest.mark.integration
 @pytest.mark.s3
 def test_hook_on_s3_through_the_connection(
     monkeypatch: pytest.MonkeyPatch,
-    storage_options: dict[str, str],  # noqa: F811
+    storage_options: dict[str, str],
 ) -> None:
     """The convenience fields reach Lance: a namespace on a local S3 server (moto)."""
     monkeypatch.setenv(

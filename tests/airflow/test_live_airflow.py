@@ -44,7 +44,7 @@ from airflow_provider_lance.example_data import SALES_SCHEMA
 from airflow_provider_lance.hooks import LancePartitionedHook
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.triggers.manifest import watermark_key
-from tests.airflow.test_manifest_watcher import batch_totals, publish, reported
+from tests.support import batch_totals, publish, reported
 
 pytestmark = [
     pytest.mark.slow,

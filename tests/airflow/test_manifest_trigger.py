@@ -135,6 +135,7 @@ def expected(
     return [of(*(by_version[p["manifest_version"]] for p in e["publishes"])) for e in payloads]
 
 
+@pytest.mark.integration
 def test_every_publish_is_reported_once_in_order_and_nothing_else_is(
     lance_test_root: Path,
 ) -> None:
@@ -193,6 +194,7 @@ def test_every_publish_is_reported_once_in_order_and_nothing_else_is(
     assert "2025-12-08|IT" in {p["key"] for p in seen[-1]["partitions"]}
 
 
+@pytest.mark.integration
 def test_publishes_found_in_one_poll_are_one_event(lance_test_root: Path) -> None:
     """What one poll finds is one event: Airflow makes one run of the events queued between
     two scheduler loops and consumes only those up to the first (see the module docstring
@@ -223,6 +225,7 @@ def test_publishes_found_in_one_poll_are_one_event(lance_test_root: Path) -> Non
     ]
 
 
+@pytest.mark.integration
 def test_an_event_stays_small_however_far_behind_the_trigger_is(
     lance_test_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,6 +263,7 @@ def _staged(ns: PartitionedNamespace, txn_id: str, start: dt.date, first_id: int
     return txn.txn_id
 
 
+@pytest.mark.integration
 def test_a_restarted_trigger_neither_repeats_nor_skips(lance_test_root: Path) -> None:
     ns = make_namespace(lance_test_root)
     ns.write(events(4, start=day(0), days=1))
@@ -304,6 +308,7 @@ def test_the_first_start_watches_from_the_latest_version(lance_test_root: Path) 
     assert [as_published(e) for e in seen] == [of(*published)]
 
 
+@pytest.mark.integration
 def test_a_namespace_created_while_watched_reports_every_publish(lance_test_root: Path) -> None:
     trigger = LanceManifestTrigger(namespace="later", lance_conn_id=CONN, poll_interval=POLL)
 
@@ -316,6 +321,7 @@ def test_a_namespace_created_while_watched_reports_every_publish(lance_test_root
     assert [as_published(e) for e in seen] == expected(seen, published)
 
 
+@pytest.mark.integration
 def test_versions_removed_before_they_were_read_are_reported_as_lost_history(
     lance_test_root: Path,
 ) -> None:
@@ -337,6 +343,7 @@ def test_versions_removed_before_they_were_read_are_reported_as_lost_history(
     assert {p["object_id"] for p in seen[0]["partitions"]} == {p.object_id for p in ns.partitions()}
 
 
+@pytest.mark.integration
 def test_the_watermark_key_names_the_namespace() -> None:
     assert watermark_key("file:///data/ns") == "lance.manifest_version file:///data/ns"
     long = "s3://bucket/" + "x" * 600
@@ -345,6 +352,7 @@ def test_the_watermark_key_names_the_namespace() -> None:
     assert key != watermark_key(long + "y")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("poll", [0.5, POLL])  # 0 is refused: a poll loop without a pause
 def test_serialize_round_trips(poll: float) -> None:
     trigger = LanceManifestTrigger(

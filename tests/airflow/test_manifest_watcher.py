@@ -12,7 +12,6 @@ and the scheduler looks only after the triggerer has stored what that poll found
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import signal
 import subprocess
@@ -22,13 +21,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
 import pytest
 from airflow.providers.common.compat.version_compat import AIRFLOW_V_3_3_PLUS
 
-from airflow_provider_lance.example_data import SALES_SCHEMA, regional_sales
+from airflow_provider_lance.example_data import SALES_SCHEMA
 from airflow_provider_lance.hooks import LancePartitionedHook
-from airflow_provider_lance.namespace import CommitResult, PartitionedNamespace
+from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.triggers.manifest import watermark_key
 from tests.airflow.metadata_db import (
     consumers_of,
@@ -38,6 +36,7 @@ from tests.airflow.metadata_db import (
     sync_dags_folder,
     unpause,
 )
+from tests.support import batch_totals, publish, reported
 
 pytestmark = [
     pytest.mark.slow,
@@ -146,35 +145,8 @@ def triggerer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triggerer]:
     process.stop()
 
 
-def publish(ns: PartitionedNamespace, n: int) -> CommitResult:
-    """One region's orders of one day (and late ones of the day before): two partitions."""
-    from airflow_provider_lance.example_data import REGIONS
-
-    day = dt.date(2025, 12, 1) + dt.timedelta(days=n)
-    return ns.write(regional_sales(REGIONS[n % len(REGIONS)], day, batch_id=f"watch-{n}", rows=50))
-
-
 def payloads() -> list[dict[str, Any]]:
     return [extra["payload"] for key, extra in events_of(ASSET) if key is None]
-
-
-def reported(events: list[dict[str, Any]]) -> list[int]:
-    """The manifest versions of the publishes ``events`` report, in the order reported (an
-    event without ``publishes`` is one publish, as the trigger fired them before)."""
-    return [p["manifest_version"] for e in events for p in e.get("publishes", [e])]
-
-
-def batch_totals(ns: PartitionedNamespace, batches: list[int]) -> dict[str, dict[str, Any]]:
-    """What the example totals for the partitions ``publish(ns, n)`` wrote for ``batches``
-    (no two batches share a partition)."""
-    import pyarrow as pa
-
-    rows = pa.concat_tables([ns.to_table(filter=f"batch_id = 'watch-{n}'") for n in batches])
-    out: dict[str, dict[str, Any]] = {}
-    for region in sorted(set(rows["region"].to_pylist())):
-        mine = rows.filter(pc.equal(rows["region"], region))
-        out[region] = {"rows": mine.num_rows, "amount": round(pc.sum(mine["amount"]).as_py(), 2)}
-    return out
 
 
 def watch_the_example() -> PartitionedNamespace:

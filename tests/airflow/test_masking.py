@@ -7,9 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from airflow_provider_lance.operators import LanceSparkWriteOperator
 from airflow_provider_lance.operators.spark import STORAGE_OPTIONS_ENV
 from tests.airflow.conftest import SECRET, TOKEN, RunResult
+
+pytestmark = pytest.mark.integration
 
 
 def _rendered_fields(run_id: str) -> list[Any]:

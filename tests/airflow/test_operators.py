@@ -16,6 +16,8 @@ from airflow_provider_lance.namespace import PartitionedNamespace, PartitionFiel
 from tests.airflow.conftest import RunResult
 from tests.support import EVENTS_SCHEMA, events, tree
 
+pytestmark = pytest.mark.integration
+
 SCHEMA = [
     {"name": "id", "type": "int64", "nullable": False},
     {"name": "event_date", "type": "date32"},

@@ -23,6 +23,8 @@ from airflow_provider_lance.triggers import LancePartitionTrigger
 from tests.airflow.conftest import RunResult
 from tests.support import EVENTS_SCHEMA, events
 
+pytestmark = pytest.mark.integration
+
 RunDag = Callable[..., RunResult]
 ASSET_NAME = "lance_test_keyed_events"
 

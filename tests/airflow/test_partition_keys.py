@@ -35,6 +35,7 @@ from airflow_provider_lance.partition_keys import (
     summary_key,
     value_key,
 )
+from tests.support import examples
 
 TIMESTAMPS = [
     pa.timestamp(unit, tz)
@@ -219,7 +220,7 @@ def test_bad_values_raise_project_errors() -> None:
 
 
 # -- the round trip ---------------------------------------------------------------------------
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(typed_values())
 def test_values_round_trip_through_keys(case: tuple[list[PartitionField], dict[str, Any]]) -> None:
     fields, values = case
@@ -233,7 +234,7 @@ def test_values_round_trip_through_keys(case: tuple[list[PartitionField], dict[s
     assert partition_key(back, fields, max_length=None) == key  # one spelling per value
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.sampled_from(TYPES).flatmap(lambda t: st.tuples(st.just(t), values_of(t))))
 def test_the_text_of_a_partition_summary_gives_the_same_key(case: tuple[pa.DataType, Any]) -> None:
     """XCom and commit results carry values as ``Partition.to_dict`` spells them."""
@@ -249,7 +250,7 @@ def test_the_text_of_a_partition_summary_gives_the_same_key(case: tuple[pa.DataT
 @pytest.mark.skipif(
     not AIRFLOW_V_3_3_PLUS, reason="outlet_events[...].add_partitions is Airflow 3.3+"
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(typed_values())
 def test_airflow_accepts_every_key(case: tuple[list[PartitionField], dict[str, Any]]) -> None:
     from airflow.partition_mappers.identity import IdentityMapper

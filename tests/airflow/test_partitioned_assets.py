@@ -22,10 +22,13 @@ from airflow_provider_lance.namespace import PartitionedNamespace
 from tests.airflow.conftest import LANCE_ROOT
 from tests.airflow.metadata_db import events_of, run_dag_run, runs_of, sync_dags_folder, unpause
 
-pytestmark = pytest.mark.skipif(
-    not AIRFLOW_V_3_3_PLUS,
-    reason="partition keys on asset events (outlet_events[...].add_partitions) are Airflow 3.3+",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not AIRFLOW_V_3_3_PLUS,
+        reason="partition keys on asset events (outlet_events[...].add_partitions): Airflow 3.3+",
+    ),
+    pytest.mark.integration,
+]
 DAILY, REPORT = "lance_partitioned_daily", "lance_partitioned_report"
 ROWS_PER_DAY = 2_000
 

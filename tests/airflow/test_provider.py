@@ -39,6 +39,7 @@ def test_provider_info_matches_airflow_schema() -> None:
         __import__(module)
 
 
+@pytest.mark.integration
 def test_airflow_providers_list_shows_the_provider(airflow_db: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "airflow", "providers", "list", "--output", "json"],
@@ -122,6 +123,7 @@ def test_asset_uri_round_trip_and_openlineage_naming() -> None:
     assert (asset.uri, asset.extra) == ("lance://s3/lake/events", {"k": 1})
 
 
+@pytest.mark.integration
 def test_dag_files_and_provider_modules_import_no_heavy_library() -> None:
     """The DAG processor parses DAG files over and over: parsing one that uses the provider
     must not load pylance, DataFusion, PyArrow or Spark (they load when a task runs)."""

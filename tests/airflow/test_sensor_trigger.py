@@ -18,6 +18,8 @@ from airflow_provider_lance.triggers import LancePartitionTrigger
 from tests.airflow.conftest import RunResult
 from tests.support import EVENTS_SCHEMA, events
 
+pytestmark = pytest.mark.integration
+
 RunDag = Callable[..., RunResult]
 CONN = "lance_test"
 

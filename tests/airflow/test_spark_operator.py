@@ -18,6 +18,8 @@ from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
 from tests.airflow.conftest import SECRET, RunResult
 from tests.support import EVENTS_SCHEMA, events, sort_rows
 
+pytestmark = pytest.mark.integration
+
 RunDag = Callable[..., RunResult]
 
 

@@ -28,6 +28,8 @@ from airflow_provider_lance.namespace.admin.sweep import MIN_SAFE_ORPHAN_AGE
 from tests.airflow.conftest import RunResult
 from tests.support import EVENTS_SCHEMA, events, tree
 
+pytestmark = pytest.mark.integration
+
 RunDag = Callable[..., RunResult]
 SUCCESS, FAILED = "success", "failed"
 DAY = dt.date(2025, 12, 10)

@@ -23,6 +23,8 @@ from airflow_provider_lance.namespace import (
 from tests.airflow.conftest import RunResult
 from tests.support import EVENTS_SCHEMA, events, sort_rows
 
+pytestmark = pytest.mark.integration
+
 RunDag = Callable[..., RunResult]
 SUCCESS, FAILED = "success", "failed"
 DAY = dt.date(2025, 12, 1)

@@ -20,6 +20,8 @@ from airflow_provider_lance.namespace import (
 )
 from tests.airflow.conftest import LANCE_ROOT, RunResult
 
+pytestmark = pytest.mark.integration
+
 RunDag = Callable[..., RunResult]
 DAG_ID = "lance_write_audit_publish"
 ROOT = LANCE_ROOT / "examples" / "audited_sales"

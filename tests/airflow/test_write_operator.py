@@ -73,6 +73,7 @@ def test_write_publishes_every_kind_of_data_and_commit_reports_it(
     assert output["outputFacets"]["outputStatistics"]["rowCount"] == 30
 
 
+@pytest.mark.integration
 def test_overwrite_replaces_exactly_the_partitions_it_writes(
     run_dag: RunDag, lance_test_root: Path
 ) -> None:
@@ -97,6 +98,7 @@ def test_overwrite_replaces_exactly_the_partitions_it_writes(
     assert output["facets"]["version"]["datasetVersion"] == str(ns.version)
 
 
+@pytest.mark.integration
 def test_a_retry_after_the_publish_returns_it_without_calling_the_callable_again(
     run_dag: RunDag, lance_test_root: Path, tmp_path: Path
 ) -> None:
@@ -114,6 +116,7 @@ def test_a_retry_after_the_publish_returns_it_without_calling_the_callable_again
     assert sort_rows(ns.to_table()) == expected()  # every row exactly once
 
 
+@pytest.mark.integration
 def test_staged_write_retried_replaces_its_stage_then_the_commit_publishes_once(
     run_dag: RunDag, lance_test_root: Path, tmp_path: Path
 ) -> None:
@@ -142,6 +145,7 @@ def test_staged_write_retried_replaces_its_stage_then_the_commit_publishes_once(
     assert output["outputFacets"]["outputStatistics"]["rowCount"] == 30
 
 
+@pytest.mark.integration
 def test_a_source_failing_mid_stream_is_retried_and_leaves_nothing_behind(
     run_dag: RunDag, lance_test_root: Path
 ) -> None:
@@ -159,6 +163,7 @@ def test_a_source_failing_mid_stream_is_retried_and_leaves_nothing_behind(
     assert ns.version > version  # (the aborts are recorded)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("conf", "message"),
     [
@@ -184,6 +189,7 @@ def test_bad_input_fails_at_once_and_publishes_nothing(
         assert calls(calls_file) == 0  # checked before the callable ran
 
 
+@pytest.mark.integration
 def test_data_the_namespace_cannot_take_fails_at_once(
     run_dag: RunDag, lance_test_root: Path
 ) -> None:
@@ -200,6 +206,7 @@ def test_data_the_namespace_cannot_take_fails_at_once(
     assert data_files(lance_test_root) == []
 
 
+@pytest.mark.integration
 def test_decorated_and_classic_writes_map_one_transaction_per_index(
     run_dag: RunDag, lance_test_root: Path
 ) -> None:
@@ -230,6 +237,7 @@ def test_decorated_and_classic_writes_map_one_transaction_per_index(
     assert classic.count_rows() == 30
 
 
+@pytest.mark.integration
 def test_the_decorator_is_registered_with_airflow() -> None:
     from airflow.sdk import task
     from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime

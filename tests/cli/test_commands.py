@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -20,13 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from airflow_provider_lance import __version__, cli
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.read.scan import open_leaf
-from tests.support import EVENTS_SCHEMA, events
+from tests.support import BUCKET, EVENTS_SCHEMA, events
 
 REPO = Path(__file__).resolve().parents[2]
 D = dt.date
@@ -58,7 +56,7 @@ def env_without_aws(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def ns(daily: PartitionedNamespace) -> PartitionedNamespace:
+def daily_edited(daily: PartitionedNamespace) -> PartitionedNamespace:
     """Three days, one written twice (two fragments), a deletion, and a later overwrite."""
     daily.write(events(30))  # ids 0-29 over 2025-12-10..12
     daily.write(events(6, start=D(2025, 12, 10), days=1, first_id=100))  # a 2nd fragment
@@ -94,7 +92,9 @@ def test_version_names_the_package_and_pylance(capsys: pytest.CaptureFixture[str
     assert out.startswith(f"python -m airflow_provider_lance {__version__} (pylance ")
 
 
-def test_the_console_script_runs_the_cli(ns: PartitionedNamespace, tmp_path: Path) -> None:
+def test_the_console_script_runs_the_cli(
+    daily_edited: PartitionedNamespace, tmp_path: Path
+) -> None:
     """``[project.scripts]`` names ``cli:main``; the script pip generates for it (this is
     its template) runs it, under the script's own name."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -125,9 +125,9 @@ def test_the_console_script_runs_the_cli(ns: PartitionedNamespace, tmp_path: Pat
 
     done = call("--version")
     assert (done.returncode, done.stdout.split()[:2]) == (0, ["lance-partitioned", __version__])
-    done = call("describe", ns.uri, "--json")
+    done = call("describe", daily_edited.uri, "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["totals"]["rows"] == ns.count_rows()
+    assert json.loads(done.stdout)["totals"]["rows"] == daily_edited.count_rows()
     done = call("describe", "--help")
     assert done.stdout.startswith("usage: lance-partitioned describe")
     done = call("describe", str(tmp_path / "nothing"))
@@ -137,10 +137,10 @@ def test_the_console_script_runs_the_cli(ns: PartitionedNamespace, tmp_path: Pat
 
 # -- describe: totals ----------------------------------------------------------------------------
 def test_describe_shows_totals_from_fragment_metadata(
-    ns: PartitionedNamespace, capsys: pytest.CaptureFixture[str]
+    daily_edited: PartitionedNamespace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    partitions = ns.partitions()
-    leaves = [open_leaf(ns.storage, p) for p in partitions]
+    partitions = daily_edited.partitions()
+    leaves = [open_leaf(daily_edited.storage, p) for p in partitions]
     fragments = sum(len(t.get_fragments()) for t in leaves)
     data_bytes = sum(
         os.path.getsize(os.path.join(t.uri.removeprefix("file://"), "data", f.path))
@@ -150,7 +150,7 @@ def test_describe_shows_totals_from_fragment_metadata(
     )
     assert (len(partitions), fragments) == (3, 4)
 
-    code, out, _ = run(capsys, "describe", ns.uri, "--json")
+    code, out, _ = run(capsys, "describe", daily_edited.uri, "--json")
     doc = json.loads(out)
     assert code == 0
     assert doc["totals"] == {
@@ -162,10 +162,10 @@ def test_describe_shows_totals_from_fragment_metadata(
     by_day = {p["values"]["event_date"]: p for p in doc["partitions"]}
     assert (by_day["2025-12-10"]["rows"], by_day["2025-12-10"]["fragments"]) == (15, 2)
     assert (by_day["2025-12-11"]["rows"], by_day["2025-12-11"]["fragments"]) == (10, 1)
-    assert doc["version"] == doc["latest_version"] == ns.version
+    assert doc["version"] == doc["latest_version"] == daily_edited.version
     assert [f["name"] for f in doc["schema"]] == EVENTS_SCHEMA.names
 
-    code, out, _ = run(capsys, "describe", ns.uri)
+    code, out, _ = run(capsys, "describe", daily_edited.uri)
     assert code == 0
     lines = out.splitlines()
     assert "rows        35" in lines
@@ -176,41 +176,41 @@ def test_describe_shows_totals_from_fragment_metadata(
     assert cells[:3] == ["v1", str(by_day["2025-12-10"]["read_version"]), "15"]
     assert cells[5:] == ["2", "event_date=2025-12-10"]
 
-    code, out, _ = run(capsys, "describe", ns.uri, "--partitions", "1")
+    code, out, _ = run(capsys, "describe", daily_edited.uri, "--partitions", "1")
     assert code == 0
     assert "partitions (the first 1 of 3):" in out
     assert "2 more (--partitions all lists every one)" in out
     assert sum("event_date=" in line for line in out.splitlines()) == 1
-    code, out, _ = run(capsys, "describe", ns.uri, "--partitions", "1", "--json")
+    code, out, _ = run(capsys, "describe", daily_edited.uri, "--partitions", "1", "--json")
     assert len(json.loads(out)["partitions"]) == 1
 
 
 # -- --as-of -------------------------------------------------------------------------------------
 def test_as_of_reads_a_version_a_moment_or_a_tag(
-    ns: PartitionedNamespace, capsys: pytest.CaptureFixture[str]
+    daily_edited: PartitionedNamespace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    before = ns.version
-    ns.tag("before-overwrite")
+    before = daily_edited.version
+    daily_edited.tag("before-overwrite")
     moment = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
-    ns.write(events(2, start=D(2025, 12, 11), days=1, first_id=500), mode="overwrite")
-    ns.write(events(1, start=D(2025, 12, 20), days=1, first_id=900))
-    assert ns.count_rows() == 35 - 10 + 2 + 1
+    daily_edited.write(events(2, start=D(2025, 12, 11), days=1, first_id=500), mode="overwrite")
+    daily_edited.write(events(1, start=D(2025, 12, 20), days=1, first_id=900))
+    assert daily_edited.count_rows() == 35 - 10 + 2 + 1
 
     for as_of in (str(before), "before-overwrite", moment):
-        code, out, err = run(capsys, "describe", ns.uri, "--as-of", as_of, "--json")
+        code, out, err = run(capsys, "describe", daily_edited.uri, "--as-of", as_of, "--json")
         assert code == 0, err
         doc = json.loads(out)
-        assert (doc["version"], doc["latest_version"]) == (before, ns.version)
+        assert (doc["version"], doc["latest_version"]) == (before, daily_edited.version)
         assert doc["totals"]["rows"] == 35
         code, out, _ = run(
-            capsys, "prune", ns.uri, "event_date >= DATE '2025-12-11'", "--as-of", as_of
+            capsys, "prune", daily_edited.uri, "event_date >= DATE '2025-12-11'", "--as-of", as_of
         )
         assert "2025-12-20" not in out
         assert "event_date=2025-12-11" in out
         code, out, _ = run(
             capsys,
             "head",
-            ns.uri,
+            daily_edited.uri,
             "-n",
             "100",
             "--filter",
@@ -223,29 +223,31 @@ def test_as_of_reads_a_version_a_moment_or_a_tag(
         )
         assert sorted(r["id"] for r in json_lines(out)) == list(range(1, 30, 3))
 
-    code, out, _ = run(capsys, "describe", ns.uri, "--as-of", str(before))
-    assert f"version     v{before} (the latest is v{ns.version})" in out.splitlines()
-    code, out, _ = run(capsys, "history", ns.uri, "--as-of", "before-overwrite", "--json")
+    code, out, _ = run(capsys, "describe", daily_edited.uri, "--as-of", str(before))
+    assert f"version     v{before} (the latest is v{daily_edited.version})" in out.splitlines()
+    code, out, _ = run(capsys, "history", daily_edited.uri, "--as-of", "before-overwrite", "--json")
     assert max(e["version"] for e in json_lines(out)) <= before
     assert json_lines(out)[0]["operation"] == "delete"
 
-    assert run(capsys, "describe", ns.uri, "--as-of", "no-such-tag")[0] == 2
-    code, _, err = run(capsys, "head", ns.uri, "--as-of", "2001-01-01")
+    assert run(capsys, "describe", daily_edited.uri, "--as-of", "no-such-tag")[0] == 2
+    code, _, err = run(capsys, "head", daily_edited.uri, "--as-of", "2001-01-01")
     assert code == 2
     assert "before" in err
-    code, _, err = run(capsys, "verify", ns.uri, "--as-of", str(before), "--fix")
+    code, _, err = run(capsys, "verify", daily_edited.uri, "--as-of", str(before), "--fix")
     assert code == 2
     assert "--fix changes the latest state" in err
-    code, out, _ = run(capsys, "verify", ns.uri, "--as-of", str(before))
+    code, out, _ = run(capsys, "verify", daily_edited.uri, "--as-of", str(before))
     assert (code, json.loads(out)["ok"]) == (0, True)
 
 
 # -- head ----------------------------------------------------------------------------------------
-def test_head_peeks_at_rows(ns: PartitionedNamespace, capsys: pytest.CaptureFixture[str]) -> None:
+def test_head_peeks_at_rows(
+    daily_edited: PartitionedNamespace, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(
         capsys,
         "head",
-        ns.uri,
+        daily_edited.uri,
         "-n",
         "3",
         "--filter",
@@ -262,43 +264,51 @@ def test_head_peeks_at_rows(ns: PartitionedNamespace, capsys: pytest.CaptureFixt
     rows = [line.split() for line in lines[1:]]
     assert all(len(r) == 3 and r[2].startswith("2025-12-1") for r in rows)
 
-    code, out, _ = run(capsys, "head", ns.uri, "-n", "50", "--filter", "country IS NULL", "--json")
+    code, out, _ = run(
+        capsys, "head", daily_edited.uri, "-n", "50", "--filter", "country IS NULL", "--json"
+    )
     got = json_lines(out)
-    expected = ns.to_table(filter="country IS NULL").to_pylist()
+    expected = daily_edited.to_table(filter="country IS NULL").to_pylist()
     assert sorted(r["id"] for r in got) == sorted(r["id"] for r in expected)
     assert all(r["country"] is None and len(r["event_date"]) == 10 for r in got)
-    code, out, _ = run(capsys, "head", ns.uri, "-n", "2", "--filter", "country IS NULL")
+    code, out, _ = run(capsys, "head", daily_edited.uri, "-n", "2", "--filter", "country IS NULL")
     assert all(line.split()[2] == "NULL" for line in out.splitlines()[1:])
 
-    code, out, _ = run(capsys, "head", ns.uri)
+    code, out, _ = run(capsys, "head", daily_edited.uri)
     assert len(out.splitlines()) == 1 + 10
-    code, out, _ = run(capsys, "head", ns.uri, "--filter", "id > 100000")
+    code, out, _ = run(capsys, "head", daily_edited.uri, "--filter", "id > 100000")
     assert (code, out) == (0, "(none)\n")
-    assert run(capsys, "head", ns.uri, "--filter", "id > 100000", "--json")[1] == ""
-    assert run(capsys, "head", ns.uri, "--columns", "nope")[0] == 2
-    assert run(capsys, "head", ns.uri, "--filter", "nope = 1")[0] == 2
-    assert run(capsys, "head", ns.uri, "-n", "-1")[0] == 2
+    assert run(capsys, "head", daily_edited.uri, "--filter", "id > 100000", "--json")[1] == ""
+    assert run(capsys, "head", daily_edited.uri, "--columns", "nope")[0] == 2
+    assert run(capsys, "head", daily_edited.uri, "--filter", "nope = 1")[0] == 2
+    assert run(capsys, "head", daily_edited.uri, "-n", "-1")[0] == 2
 
 
 # -- tables by default, the old JSON with --json, "(none)" ----------------------------------------
 def test_listings_are_tables_and_json_is_the_old_output(
-    ns: PartitionedNamespace, capsys: pytest.CaptureFixture[str]
+    daily_edited: PartitionedNamespace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    txn = ns.begin("append", txn_id="load.2025-12-10")
+    txn = daily_edited.begin("append", txn_id="load.2025-12-10")
     txn.stage(events(2, first_id=700))
-    ns.commit(txn.txn_id)
-    ns.tag("eod")
+    daily_edited.commit(txn.txn_id)
+    daily_edited.tag("eod")
     where = "event_date <= DATE '2025-12-11'"
 
     expected = {
-        ("prune", where): [json.dumps(p.to_dict(), ensure_ascii=False) for p in ns.prune(where)],
-        ("transactions",): [json.dumps(i.to_dict()) for i in ns.transactions()],
-        ("history",): [json.dumps(e.to_dict(), ensure_ascii=False) for e in ns.history()],
-        ("tag", "list"): [json.dumps(t.to_dict()) for t in ns.tags()],
+        ("prune", where): [
+            json.dumps(p.to_dict(), ensure_ascii=False) for p in daily_edited.prune(where)
+        ],
+        ("transactions",): [json.dumps(i.to_dict()) for i in daily_edited.transactions()],
+        ("history",): [json.dumps(e.to_dict(), ensure_ascii=False) for e in daily_edited.history()],
+        ("tag", "list"): [json.dumps(t.to_dict()) for t in daily_edited.tags()],
     }
     for argv, lines in expected.items():
         command, *rest = argv
-        full = ["tag", "list", ns.uri] if command == "tag" else [command, ns.uri, *rest]
+        full = (
+            ["tag", "list", daily_edited.uri]
+            if command == "tag"
+            else [command, daily_edited.uri, *rest]
+        )
         code, out, _ = run(capsys, *full, "--json")
         assert (code, out.splitlines()) == (0, lines), argv
         code, out, _ = run(capsys, "--json", *full)  # also before the command
@@ -307,24 +317,24 @@ def test_listings_are_tables_and_json_is_the_old_output(
         assert code == 0
         assert not out.lstrip().startswith("{"), argv  # a table
 
-    _, out, _ = run(capsys, "prune", ns.uri, where)
+    _, out, _ = run(capsys, "prune", daily_edited.uri, where)
     assert out.splitlines()[0].split() == ["spec", "read_version", "values", "directory"]
     assert [line.split()[2] for line in out.splitlines()[1:]] == [
         "event_date=2025-12-10",
         "event_date=2025-12-11",
     ]
-    _, out, _ = run(capsys, "transactions", ns.uri)
+    _, out, _ = run(capsys, "transactions", daily_edited.uri)
     header, row = out.splitlines()
     assert header.split()[:3] == ["txn_id", "state", "mode"]
     assert row.split()[:3] == ["load.2025-12-10", "published", "append"]
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     assert today in row.split()  # a date reads 2025-12-10, then the time
-    _, out, _ = run(capsys, "history", ns.uri, "--limit", "2")
+    _, out, _ = run(capsys, "history", daily_edited.uri, "--limit", "2")
     header, newest, _ = out.splitlines()
     assert header.split()[:4] == ["version", "committed", "(UTC)", "operation"]
-    assert newest.split()[:2] == [str(ns.history(1)[0].version), today]
-    _, out, _ = run(capsys, "tag", "list", ns.uri)
-    assert out.splitlines()[1].split()[:3] == ["eod", str(ns.version), today]
+    assert newest.split()[:2] == [str(daily_edited.history(1)[0].version), today]
+    _, out, _ = run(capsys, "tag", "list", daily_edited.uri)
+    assert out.splitlines()[1].split()[:3] == ["eod", str(daily_edited.version), today]
 
 
 def test_empty_listings_say_none(daily: PartitionedNamespace, capsys) -> None:
@@ -380,67 +390,32 @@ def test_storage_options_from_the_flag_and_the_variable() -> None:
     ],
 )
 def test_bad_storage_options_exit_2(
-    ns: PartitionedNamespace,
+    daily_edited: PartitionedNamespace,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     raw: str,
     message: str,
 ) -> None:
     monkeypatch.setenv("LANCE_STORAGE_OPTIONS", raw)
-    code, _, err = run(capsys, "describe", ns.uri)
+    code, _, err = run(capsys, "describe", daily_edited.uri)
     assert code == 2
     assert message in err
     with pytest.raises(SystemExit) as exited:
-        cli.main(["describe", ns.uri, "--storage-option", "no-equals-sign"])
+        cli.main(["describe", daily_edited.uri, "--storage-option", "no-equals-sign"])
     assert exited.value.code == 2
     assert "is not KEY=VALUE" in capsys.readouterr().err
 
 
 # -- an S3-compatible store, no AWS_* variables ----------------------------------------------------
-BUCKET = "cli-operators"
-
-
 @pytest.fixture(scope="module")
-def s3_options() -> Iterator[dict[str, str]]:
-    """A moto S3 server on loopback with one bucket: the options that reach it."""
-    from moto.server import ThreadedMotoServer
-
-    werkzeug = logging.getLogger("werkzeug")
-    level = werkzeug.level
-    werkzeug.setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        options = {
-            "aws_endpoint": f"http://{host}:{port}",
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-            "aws_region": "us-east-1",
-            "allow_http": "true",
-        }
-        boto3.client(
-            "s3",
-            endpoint_url=options["aws_endpoint"],
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket=BUCKET)
-        yield options
-    finally:
-        server.stop()
-        werkzeug.setLevel(level)
-
-
-@pytest.fixture(scope="module")
-def s3_ns(s3_options: dict[str, str]) -> PartitionedNamespace:
+def s3_ns(storage_options: dict[str, str]) -> PartitionedNamespace:
     from airflow_provider_lance.namespace import PartitionField
 
     ns = PartitionedNamespace.create(
-        f"s3://{BUCKET}/events",
+        f"s3://{BUCKET}/cli-events",
         schema=EVENTS_SCHEMA,
         partition_fields=[PartitionField("event_date", "event_date")],
-        storage_options=s3_options,
+        storage_options=storage_options,
     )
     ns.write(events(12))
     return ns
@@ -455,12 +430,13 @@ def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
+@pytest.mark.integration
 @pytest.mark.s3
 @pytest.mark.usefixtures("no_aws")
 def test_the_cli_reaches_s3_with_storage_option_flags(
-    s3_ns: PartitionedNamespace, s3_options: dict[str, str], capsys
+    s3_ns: PartitionedNamespace, storage_options: dict[str, str], capsys
 ) -> None:
-    flags = [a for k, v in s3_options.items() for a in ("--storage-option", f"{k}={v}")]
+    flags = [a for k, v in storage_options.items() for a in ("--storage-option", f"{k}={v}")]
     code, out, err = run(capsys, "describe", s3_ns.uri, *flags, "--json")
     assert code == 0, err
     assert json.loads(out)["totals"]["rows"] == 12
@@ -475,15 +451,16 @@ def test_the_cli_reaches_s3_with_storage_option_flags(
     assert "event_date=2025-12-10" in out
 
 
+@pytest.mark.integration
 @pytest.mark.s3
 @pytest.mark.usefixtures("no_aws")
 def test_the_cli_reaches_s3_with_the_environment_variable(
     s3_ns: PartitionedNamespace,
-    s3_options: dict[str, str],
+    storage_options: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    typed = {**s3_options, "allow_http": True, "client_max_retries": 2}  # as JSON types
+    typed = {**storage_options, "allow_http": True, "client_max_retries": 2}  # as JSON types
     monkeypatch.setenv("LANCE_STORAGE_OPTIONS", json.dumps(typed))
     code, out, err = run(capsys, "history", s3_ns.uri, "--json")
     assert code == 0, err

@@ -13,14 +13,13 @@ import pytest
 
 from airflow_provider_lance import cli
 from airflow_provider_lance.namespace import PartitionedNamespace
-from tests.namespace.txn.test_interleavings import BY_PART, ids
-from tests.support import TAGGED, tagged_rows
+from tests.support import BY_PART, TAGGED, ids, tagged_rows
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
+def three_writes(root: Path) -> PartitionedNamespace:
     ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
     for k in range(3):
         ns.write(tagged_rows(f"day{k}", [1, 2, 3], 2, first_id=100 * k))
@@ -33,31 +32,42 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
     return code, (json.loads(out.splitlines()[-1]) if code == 0 else {})
 
 
-def test_delete_drop_merge_optimize_and_maintain(ns, root, tmp_path, capsys) -> None:
-    code, result = run(capsys, "delete", ns.uri, "id % 100 = 0", "--txn-id", "d1")
+def test_delete_drop_merge_optimize_and_maintain(three_writes, root, tmp_path, capsys) -> None:
+    code, result = run(capsys, "delete", three_writes.uri, "id % 100 = 0", "--txn-id", "d1")
     assert code == 0
     assert result["rows_removed"] == 3  # ids 0, 100 and 200
     assert result["txn_id"] == "d1"
 
-    code, result = run(capsys, "drop-partitions", ns.uri, "part = 3")
+    code, result = run(capsys, "drop-partitions", three_writes.uri, "part = 3")
     assert code == 0
     assert result["partitions_dropped"] == 1
 
     path = tmp_path / "updates.parquet"
     pq.write_table(tagged_rows("m", [1, 4], 1, first_id=101), path)
-    code, result = run(capsys, "merge", ns.uri, str(path), "--on", "id", "--on", "part")
+    code, result = run(capsys, "merge", three_writes.uri, str(path), "--on", "id", "--on", "part")
     assert code == 0
     assert result["rows_updated"] == 1
     assert result["rows_inserted"] == 1
 
-    code, result = run(capsys, "optimize", ns.uri, "part <= 2")
+    code, result = run(capsys, "optimize", three_writes.uri, "part <= 2")
     assert code == 0
     assert result["partitions_rewritten"] == 2
 
-    code, report = run(capsys, "maintain", ns.uri, "--sweep-orphans", "--dry-run")
+    code, report = run(capsys, "maintain", three_writes.uri, "--sweep-orphans", "--dry-run")
     assert code == 0
     assert report["orphans"]["dry_run"] is True
-    assert ids(ns) == [1, 2, 3, 101, 102, 102, 103, 201, 202, 203]  # 102 twice: parts 2, 4
+    assert ids(three_writes) == [
+        1,
+        2,
+        3,
+        101,
+        102,
+        102,
+        103,
+        201,
+        202,
+        203,
+    ]  # 102 twice: parts 2, 4
 
 
 @pytest.mark.parametrize(
@@ -70,14 +80,14 @@ def test_delete_drop_merge_optimize_and_maintain(ns, root, tmp_path, capsys) -> 
         (["delete", "/nonexistent/namespace", "id = 1"], 2),
     ],
 )
-def test_bad_input_exits_2(ns, capsys, argv, code) -> None:
-    assert cli.main([a.format(uri=ns.uri) for a in argv]) == code
+def test_bad_input_exits_2(three_writes, capsys, argv, code) -> None:
+    assert cli.main([a.format(uri=three_writes.uri) for a in argv]) == code
     assert "error:" in capsys.readouterr().err
 
 
-def test_progress_goes_to_stderr(ns) -> None:
+def test_progress_goes_to_stderr(three_writes) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_lance", "optimize", ns.uri],
+        [sys.executable, "-m", "airflow_provider_lance", "optimize", three_writes.uri],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -372,7 +372,7 @@ def test_fact_update_config_races_conflict_on_the_same_key_only(keyed):
 
 # -- creating, appending and committing to leaf tables ---------------------------------------
 def test_fact_overwrite_at_read_version_0_without_retries_is_exclusive(tmp_path):
-    """``storage.Storage.create_table`` and ``leaves._commit_on`` (``base == 0``):
+    """``storage.Storage.create_table`` and ``leaf_commit._commit_on`` (``base == 0``):
     ``LanceDataset.commit(uri, Transaction(0, Overwrite), max_retries=0)`` onto a table that
     exists raises and leaves the table alone, so of concurrent creators exactly one makes
     version 1. (pylance 14.0.2 raises an ``OSError`` saying ``_versions/0.manifest`` "was not
@@ -451,7 +451,7 @@ def test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri(leaf
     """``storage.Storage.commit`` (its ``on`` argument): ``LanceDataset.commit`` of an
     ``Append`` at read version V, with ``max_retries=0``, after another commit made V+1,
     lands as V+2 whether given the URI or a handle opened at V; a handle is not a stale
-    view the commit is checked against. So ``leaves._commit_on`` accepts only ``base + 1``
+    view the commit is checked against. So ``leaf_commit._commit_on`` accepts only ``base + 1``
     either way."""
     uri = leaf(1)
     stale = lance.dataset(uri)
@@ -467,7 +467,7 @@ def test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri(leaf
 
 
 def test_fact_transaction_properties_are_read_back_per_version_and_restore_has_none(leaf):
-    """``leaves.committed_by`` (which version a transaction made) and ``history``: the
+    """``leaf_version.committed_by`` (which version a transaction made) and ``history``: the
     ``transaction_properties`` of ``write_dataset`` and of a ``Transaction`` are returned by
     ``read_transaction(version)``; a ``restore()`` records none (it is nobody's, so a roll
     back is never mistaken for a transaction's own commit)."""
@@ -511,7 +511,7 @@ def test_fact_a_cacheless_session_opens_tables_to_write(leaf):
 
 # -- changes that rewrite what is there: Delete, Rewrite, restore ------------------------------
 def test_fact_stale_delete_and_rewrite_are_rebased_over_an_append(leaf):
-    """``leaves.commit_change`` and ``compaction``: a ``Delete`` or a ``Rewrite`` computed on
+    """``leaf_commit.commit_change`` and ``compaction``: a ``Delete`` or a ``Rewrite`` computed on
     version V and committed (``max_retries=0``) after an ``Append`` made V+1 is silently
     rebased to V+2 (the append's rows kept). So a change is used only if it became
     ``base + 1``; otherwise it holds content it was not computed for."""
@@ -562,8 +562,8 @@ def test_fact_compaction_planned_on_an_old_version_writes_files_without_committi
 
 
 def test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after(leaf):
-    """``leaves.commit_change`` and ``leaves._roll_back``: ``restore()`` of version V commits
-    a new version with V's fragments under the same fragment ids, so a ``Rewrite`` computed
+    """``leaf_commit.commit_change`` and ``leaf_commit._roll_back``: ``restore()`` of version V
+    commits a new version with V's fragments under the same fragment ids, so a ``Rewrite`` computed
     on V commits onto the restored version unchanged. If ids were renumbered, a roll back
     would invalidate every change computed on the published version."""
     uri = leaf(3)
@@ -768,7 +768,7 @@ def test_fact_lance_filter_reads_a_double_quoted_name_as_a_string(tmp_path):
 
 
 def test_fact_schema_from_pyarrow_equals_the_schema_of_a_table_created_from_it(tmp_path):
-    """``leaves.schema_digest`` (a ``pa.Schema`` stands for a table created from it):
+    """``leaf_commit.schema_digest`` (a ``pa.Schema`` stands for a table created from it):
     ``LanceSchema.from_pyarrow(s)`` renders exactly as the schema of a table written from
     ``s``, field ids included. If not, every replacement's staged files would be refused as
     written under another schema."""
@@ -779,8 +779,8 @@ def test_fact_schema_from_pyarrow_equals_the_schema_of_a_table_created_from_it(t
 
 
 def test_fact_write_fragments_take_the_field_ids_of_the_version_they_target(tmp_path):
-    """``leaves.stage_fragments`` and ``leaves.check_append_schema``: data files written for
-    a table opened at version V name their columns by V's field ids (a column dropped and
+    """``leaf_commit.stage_fragments`` and ``leaf_commit.check_append_schema``: data files written
+    for a table opened at version V name their columns by V's field ids (a column dropped and
     added again gets a new id), so files are only meaningful in a version of the schema
     they were written against."""
     uri = str(tmp_path / "t.lance")
@@ -794,7 +794,7 @@ def test_fact_write_fragments_take_the_field_ids_of_the_version_they_target(tmp_
 
 
 def test_fact_data_file_and_fragment_metadata_fields(tmp_path):
-    """``leaves.fragment_text``: its fast path writes ``FragmentMetadata.to_json()`` by hand
+    """``leaf_commit.fragment_text``: its fast path writes ``FragmentMetadata.to_json()`` by hand
     for these exact dataclass fields; with others it falls back to ``to_json`` (correct, but
     slower). This pins that the fast path is on with this pylance."""
     assert tuple(f.name for f in dataclasses.fields(DataFile)) == leaves._DATA_FILE_FIELDS

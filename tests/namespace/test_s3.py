@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import http.server
-import logging
-import os
 import re
 import socket
 import threading
@@ -26,7 +23,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import botocore.exceptions
 import lance
 import lance.namespace
@@ -38,7 +34,6 @@ from lance_namespace import (
     ListNamespacesRequest,
     ListTablesRequest,
 )
-from moto.server import ThreadedMotoServer
 
 from airflow_provider_lance.namespace import (
     CommitResult,
@@ -50,11 +45,10 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace.format.manifest import MANIFEST_BLOCK_SIZE, Manifest
 from airflow_provider_lance.namespace.io.storage import Storage
+from tests.support import BUCKET, TrapServer
 
 pytestmark = pytest.mark.s3
 
-BUCKET = "lance-ns-test"
-REGION = "us-east-1"
 D = dt.date
 SCHEMA = pa.schema(
     [
@@ -71,120 +65,10 @@ ANY_SPEC_LEAF_DIR = re.compile(r"^[0-9a-f]{8}_v[0-9]+\$[0-9a-z]{16}\$dataset/")
 
 
 # -- servers -----------------------------------------------------------------------------------
-class _TrapServer(http.server.ThreadingHTTPServer):
-    """Records every request and denies it (403 is not retried by Lance's S3 client)."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _DenyAll)
-        self.requests: list[str] = []
-        self.lock = threading.Lock()
-
-    @property
-    def endpoint(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def count(self) -> int:
-        with self.lock:
-            return len(self.requests)
-
-
-class _DenyAll(http.server.BaseHTTPRequestHandler):
-    server: _TrapServer
-    BODY = (
-        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
-        b"<Message>request made without storage options</Message></Error>"
-    )
-
-    def _deny(self) -> None:
-        with self.server.lock:
-            self.server.requests.append(f"{self.command} {self.path}")
-        self.send_response(403)
-        self.send_header("Content-Type", "application/xml")
-        self.send_header("Content-Length", str(len(self.BODY)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(self.BODY)
-
-    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _deny
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def _env_without_aws() -> list[str]:
-    proxies = ("http_proxy", "https_proxy", "all_proxy")
-    return [k for k in os.environ if k.upper().startswith("AWS_") or k.lower() in proxies]
-
-
-@pytest.fixture(scope="module")
-def default_endpoint_trap() -> Iterator[_TrapServer]:
-    """Clean AWS/proxy environment whose default S3 endpoint is the loopback trap."""
-    trap = _TrapServer()
-    thread = threading.Thread(target=trap.serve_forever, daemon=True)
-    thread.start()
-    with pytest.MonkeyPatch.context() as mp:
-        for key in _env_without_aws():
-            mp.delenv(key)
-        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
-        mp.setenv("AWS_ENDPOINT", trap.endpoint)
-        mp.setenv("AWS_ALLOW_HTTP", "true")
-        mp.setenv("AWS_REGION", REGION)  # no bucket-region lookup against real AWS
-        mp.setenv("AWS_ACCESS_KEY_ID", "trap")  # no credential chain / instance metadata
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "trap")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        yield trap
-    trap.shutdown()
-    trap.server_close()
-    thread.join(timeout=5)
-
-
-@pytest.fixture(scope="module")
-def storage_options(default_endpoint_trap: _TrapServer) -> Iterator[dict[str, str]]:
-    """A moto S3 server on loopback with one bucket; yields Lance's storage options for it."""
-    werkzeug = logging.getLogger("werkzeug")
-    level = werkzeug.level
-    werkzeug.setLevel(logging.WARNING)  # moto logs every request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name=REGION,
-        ).create_bucket(Bucket=BUCKET)
-        yield {
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-            "aws_region": REGION,
-            "aws_endpoint": endpoint,
-            "allow_http": "true",
-        }
-    finally:
-        server.stop()
-        werkzeug.setLevel(level)
-
-
-@pytest.fixture(scope="module")
-def s3(storage_options: dict[str, str]) -> Any:
-    """A boto3 client for the moto server (to look at the objects Lance wrote)."""
-    return boto3.client(
-        "s3",
-        endpoint_url=storage_options["aws_endpoint"],
-        aws_access_key_id=storage_options["aws_access_key_id"],
-        aws_secret_access_key=storage_options["aws_secret_access_key"],
-        region_name=storage_options["aws_region"],
-    )
 
 
 @pytest.fixture(autouse=True)
-def _every_call_carries_storage_options(default_endpoint_trap: _TrapServer) -> Iterator[None]:
+def _every_call_carries_storage_options(default_endpoint_trap: TrapServer) -> Iterator[None]:
     before = default_endpoint_trap.count()
     yield
     stray = default_endpoint_trap.requests[before:]
@@ -394,7 +278,7 @@ def test_objects_really_are_in_the_bucket(events_ns: Events, s3: Any) -> None:
 
 
 def test_opening_without_storage_options_fails(
-    events_ns: Events, default_endpoint_trap: _TrapServer
+    events_ns: Events, default_endpoint_trap: TrapServer
 ) -> None:
     before = default_endpoint_trap.count()
     with pytest.raises(LanceNamespaceError):

@@ -36,39 +36,51 @@ ROUND_TRIP = Path(__file__).resolve().parents[1] / "scripts" / "spark_round_trip
 AIRFLOW_REQUIREMENTS = ("apache-airflow", "pyspark-client")
 
 
-def pip(env_dir: Path, *args: str) -> None:
+@pytest.fixture(scope="module")
+def pip_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Python of a venv of the stdlib's venv with its pip (the project's venv may have
+    none): the one pip that builds the wheel and installs into the test venvs."""
+    where = tmp_path_factory.mktemp("pip")
+    venv.create(where, with_pip=True)
+    return where / "bin" / "python"
+
+
+def pip(pip_python: Path, env_dir: Path, *args: str) -> None:
+    """Plain pip on the venv ``env_dir`` (``pip --python``: the same pip, resolver and
+    installer as a copy inside that venv, without making one per venv)."""
     # Without PYTHONPATH: a checkout on it (with the egg-info the wheel build leaves there)
     # would count as the package installed already, and pip would skip installing the wheel.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     if args[0] == "install":
         # No .pyc of every installed file (Airflow's, PySpark's): pip never fails on them,
         # and what runs here compiles what it imports. About 20 s of CPU less.
         args = ("install", "--no-compile", *args[1:])
     done = subprocess.run(
-        [str(env_dir / "bin" / "python"), "-m", "pip", "--quiet", *args],
+        [str(pip_python), "-m", "pip", "--python", str(env_dir / "bin" / "python"), "--quiet",
+         *args],
         capture_output=True,
         text=True,
         env=env,
         check=False,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built by plain pip (the stdlib's venv has it; the project's may not)."""
-    builder = tmp_path_factory.mktemp("builder")
-    venv.create(builder, with_pip=True)
+def wheel(pip_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built by plain pip."""
     dist = tmp_path_factory.mktemp("dist")
-    pip(builder, "wheel", "--no-deps", "--wheel-dir", str(dist), str(REPO))
+    pip(pip_python, pip_python.parent.parent, "wheel", "--no-deps", "--wheel-dir", str(dist),
+        str(REPO))  # fmt: skip
     (built,) = dist.glob("airflow_provider_lance-*.whl")
     return built
 
 
 def new_venv(where: Path) -> tuple[Path, dict[str, str]]:
-    """A venv of the stdlib's venv and pip (no uv anywhere), and an environment that runs
-    only what is installed in it (nothing from this checkout)."""
-    venv.create(where, with_pip=True)
+    """A venv of the stdlib's venv (no uv anywhere; pip comes from :func:`pip_python`), and
+    an environment that runs only what is installed in it (nothing from this checkout)."""
+    venv.create(where, with_pip=False)
     env = {
         **os.environ,
         "PATH": f"{where / 'bin'}{os.pathsep}{os.environ['PATH']}",
@@ -108,10 +120,11 @@ def round_trip(python: Path, env: dict[str, str], tmp_path: Path) -> None:
 
 
 def test_a_plain_install_is_a_provider_whose_examples_import_and_spark_runs(
-    wheel: Path, tmp_path: Path
+    pip_python: Path, wheel: Path, tmp_path: Path
 ) -> None:
     python, env = new_venv(tmp_path / "venv")
-    pip(python.parent.parent, "install", str(wheel))  # no extra: what `pip install` gives
+    # no extra: what `pip install airflow-provider-lance` gives
+    pip(pip_python, python.parent.parent, "install", str(wheel))
     parse = (
         "import json\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
@@ -134,7 +147,7 @@ def test_a_plain_install_is_a_provider_whose_examples_import_and_spark_runs(
     assert result["errors"] == {}
     assert result["dags"] >= 8
 
-    pip(python.parent.parent, "install", f"{wheel}[spark]")
+    pip(pip_python, python.parent.parent, "install", f"{wheel}[spark]")
     round_trip(python, env, tmp_path)
 
 
@@ -159,11 +172,11 @@ def test_the_readme_executor_install_names_the_core_and_spark_requirements() -> 
 
 
 def test_an_executor_image_writes_and_reads_with_spark_without_airflow(
-    wheel: Path, tmp_path: Path
+    pip_python: Path, wheel: Path, tmp_path: Path
 ) -> None:
     python, env = new_venv(tmp_path / "venv")
-    pip(python.parent.parent, "install", "--no-deps", str(wheel))
-    pip(python.parent.parent, "install", *executor_requirements())
+    pip(pip_python, python.parent.parent, "install", "--no-deps", str(wheel))
+    pip(pip_python, python.parent.parent, "install", *executor_requirements())
     missing = subprocess.run(
         [str(python), "-c", "import importlib.util as u; print(u.find_spec('airflow'))"],
         capture_output=True,

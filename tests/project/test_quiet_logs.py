@@ -48,6 +48,7 @@ def test_new_partitions_log_nothing_by_default(tmp_path: Path) -> None:
     assert out.stderr.strip() == ""
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("level", ["warn", "info"])
 def test_lance_log_set_by_the_user_is_respected(tmp_path: Path, level: str) -> None:
     out = run(WRITE_NEW_PARTITIONS, str(tmp_path / "ns"), lance_log=level)
@@ -56,6 +57,7 @@ def test_lance_log_set_by_the_user_is_respected(tmp_path: Path, level: str) -> N
     assert out.stderr.count("it will be created") >= 2
 
 
+@pytest.mark.integration
 def test_airflow_side_forks_do_not_warn() -> None:
     code = textwrap.dedent(
         """
@@ -72,6 +74,7 @@ def test_airflow_side_forks_do_not_warn() -> None:
     assert "fork-safe" not in out.stdout + out.stderr
 
 
+@pytest.mark.integration
 def test_the_core_keeps_lances_fork_warning() -> None:
     """Outside Airflow, a user forking with Lance handles open should still be told."""
     code = textwrap.dedent(

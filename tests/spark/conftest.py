@@ -40,12 +40,19 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    """Six days of events, partitioned by day, written in two writes (so two partitions
-    hold a second fragment): what the read tests read (a test module may define its own)."""
-    ns = PartitionedNamespace.create(
+def by_day(root: Path) -> PartitionedNamespace:
+    """An empty namespace of events partitioned by day (field ``d``, identity on
+    ``event_date``)."""
+    return PartitionedNamespace.create(
         root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
     )
+
+
+@pytest.fixture
+def six_days(by_day: PartitionedNamespace) -> PartitionedNamespace:
+    """Six days of events, partitioned by day, written in two writes (so two partitions
+    hold a second fragment): what the read tests read."""
+    ns = by_day
     ns.write(events(600, days=6))
     ns.write(events(60, days=2, first_id=1000))  # a second fragment in two partitions
     return ns

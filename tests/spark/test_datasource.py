@@ -27,20 +27,22 @@ def rows(df) -> list[dict]:  # type: ignore[no-untyped-def]
     return sort_rows(pa.Table.from_pylist([r.asDict() for r in df.collect()]))
 
 
+@pytest.mark.integration
 def test_register_names_the_format_and_turns_filter_pushdown_on(spark: SparkSession) -> None:
     assert FORMAT == "lance_partitioned"
     assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"
 
 
 def test_read_has_the_namespace_schema_and_rows(
-    spark: SparkSession, ns: PartitionedNamespace
+    spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
-    df = spark.read.format(FORMAT).load(ns.uri)
+    df = spark.read.format(FORMAT).load(six_days.uri)
     assert df.columns == EVENTS_SCHEMA.names
     assert df.schema["id"].nullable is False
-    assert rows(df) == sort_rows(ns.to_table())
+    assert rows(df) == sort_rows(six_days.to_table())
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "where",
     [
@@ -55,65 +57,71 @@ def test_read_has_the_namespace_schema_and_rows(
     ],
 )
 def test_spark_filters_match_the_core(
-    spark: SparkSession, ns: PartitionedNamespace, where: str
+    spark: SparkSession, six_days: PartitionedNamespace, where: str
 ) -> None:
-    df = spark.read.format(FORMAT).load(ns.uri).where(where)
+    df = spark.read.format(FORMAT).load(six_days.uri).where(where)
     sql = where.replace("NOT country <=> 'US'", "country IS DISTINCT FROM 'US'")
-    assert rows(df) == sort_rows(ns.to_table(filter=sql))
+    assert rows(df) == sort_rows(six_days.to_table(filter=sql))
 
 
+@pytest.mark.integration
 def test_a_pushed_filter_never_opens_a_pruned_leaf(
-    spark: SparkSession, ns: PartitionedNamespace
+    spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
     """The leaf of 2025-12-12 has no data files any more: a read that touched it would fail."""
-    [gone] = ns.prune("event_date = DATE '2025-12-12'")
+    [gone] = six_days.prune("event_date = DATE '2025-12-12'")
     shutil.rmtree(Path(gone.location.removeprefix("file://")) / "data")
-    one_day = spark.read.format(FORMAT).load(ns.uri).where("event_date = DATE '2025-12-11'")
-    assert one_day.count() == ns.count_rows(filter="event_date = DATE '2025-12-11'") == 130
-    others = spark.read.format(FORMAT).load(ns.uri).where("event_date <> DATE '2025-12-12'")
+    one_day = spark.read.format(FORMAT).load(six_days.uri).where("event_date = DATE '2025-12-11'")
+    assert one_day.count() == six_days.count_rows(filter="event_date = DATE '2025-12-11'") == 130
+    others = spark.read.format(FORMAT).load(six_days.uri).where("event_date <> DATE '2025-12-12'")
     assert others.count() == 660 - 100
     with pytest.raises(Exception, match=r"(?i)not found|no such file"):
-        spark.read.format(FORMAT).load(ns.uri).count()
+        spark.read.format(FORMAT).load(six_days.uri).count()
 
 
+@pytest.mark.integration
 def test_the_filter_option_prunes_also_without_spark_filter_pushdown(
-    spark: SparkSession, ns: PartitionedNamespace
+    spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
-    [gone] = ns.prune("event_date = DATE '2025-12-12'")
+    [gone] = six_days.prune("event_date = DATE '2025-12-12'")
     shutil.rmtree(Path(gone.location.removeprefix("file://")) / "data")
     one = "event_date = DATE '2025-12-11'"
-    df = spark.read.format(FORMAT).option("filter", one).load(ns.uri)
+    df = spark.read.format(FORMAT).option("filter", one).load(six_days.uri)
     assert df.count() == 130
     assert rows(df.where("country = 'DE'")) == sort_rows(
-        ns.to_table(filter=f"{one} AND country = 'DE'")
+        six_days.to_table(filter=f"{one} AND country = 'DE'")
     )
 
 
+@pytest.mark.integration
 def test_tasks_are_planned_from_the_pruned_leaves_and_fragments(
-    spark: SparkSession, ns: PartitionedNamespace
+    spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
     load = spark.read.format(FORMAT).option("parallelism", "2")
     # one partition with two fragments (fewer partitions than 2): a task per fragment
-    one = load.load(ns.uri).where("event_date = DATE '2025-12-10'")
+    one = load.load(six_days.uri).where("event_date = DATE '2025-12-10'")
     assert one.rdd.getNumPartitions() == 2
-    assert load.load(ns.uri).rdd.getNumPartitions() == 6  # a task per partition
-    projected = load.option("columns", "amount, id").load(ns.uri)
+    assert load.load(six_days.uri).rdd.getNumPartitions() == 6  # a task per partition
+    projected = load.option("columns", "amount, id").load(six_days.uri)
     assert projected.columns == ["amount", "id"]
     assert projected.count() == 660
 
 
-def test_as_of_a_version_a_moment_and_a_tag(spark: SparkSession, ns: PartitionedNamespace) -> None:
-    before, expected = ns.version, sort_rows(ns.to_table())
-    ns.tag("before-the-change")
+@pytest.mark.integration
+def test_as_of_a_version_a_moment_and_a_tag(
+    spark: SparkSession, six_days: PartitionedNamespace
+) -> None:
+    before, expected = six_days.version, sort_rows(six_days.to_table())
+    six_days.tag("before-the-change")
     time.sleep(0.02)
     moment = dt.datetime.now(dt.timezone.utc)
-    ns.add_column(pa.field("channel", pa.utf8()))
-    ns.write(events(30, days=1, first_id=5000), mode="overwrite")
+    six_days.add_column(pa.field("channel", pa.utf8()))
+    six_days.write(events(30, days=1, first_id=5000), mode="overwrite")
     for as_of in ("before-the-change", moment.isoformat(), str(before)):
-        df = spark.read.format(FORMAT).option("as_of", as_of).load(ns.uri)
+        df = spark.read.format(FORMAT).option("as_of", as_of).load(six_days.uri)
         assert df.columns == EVENTS_SCHEMA.names  # the schema of then
         assert rows(df) == expected
-    now = spark.read.format(FORMAT).load(ns.uri)
+    now = spark.read.format(FORMAT).load(six_days.uri)
     assert now.columns == [*EVENTS_SCHEMA.names, "channel"]
     assert now.where("event_date = DATE '2025-12-10'").count() == 30
 
@@ -134,6 +142,7 @@ def test_append_then_overwrite_is_a_dynamic_partition_overwrite(
     assert ns.count_rows() == 250
 
 
+@pytest.mark.integration
 def test_txn_id_makes_a_rerun_publish_once(spark: SparkSession, root: Path) -> None:
     ns = PartitionedNamespace.create(
         root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
@@ -145,6 +154,7 @@ def test_txn_id_makes_a_rerun_publish_once(spark: SparkSession, root: Path) -> N
     assert ns.transaction("load.1").info().rows == 90
 
 
+@pytest.mark.integration
 def test_a_failed_first_task_attempt_publishes_rows_exactly_once(
     spark: SparkSession, root: Path
 ) -> None:
@@ -168,6 +178,7 @@ def test_a_failed_first_task_attempt_publishes_rows_exactly_once(
     assert all(s.endswith("-1") for s in stages)  # only the retried attempts' stages
 
 
+@pytest.mark.integration
 def test_a_failed_job_is_aborted_and_leaves_nothing(spark: SparkSession, root: Path) -> None:
     """A NULL in a non-nullable column fails a task on every attempt: ``abort`` runs and
     removes what the other tasks staged."""
@@ -187,6 +198,7 @@ def test_a_failed_job_is_aborted_and_leaves_nothing(spark: SparkSession, root: P
     assert ns.transactions() == []
 
 
+@pytest.mark.integration
 def test_bad_input_is_refused_before_any_task(spark: SparkSession, root: Path) -> None:
     ns = PartitionedNamespace.create(
         root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
@@ -198,8 +210,9 @@ def test_bad_input_is_refused_before_any_task(spark: SparkSession, root: Path) -
         spark.read.format(FORMAT).option("filter", "event_date >").load(ns.uri).collect()
 
 
+@pytest.mark.integration
 def test_options_it_does_not_take_or_cannot_parse_are_refused(
-    spark: SparkSession, ns: PartitionedNamespace
+    spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
     """Ignored, Delta's ``versionAsOf`` would read the latest rows instead of version 1."""
     for option, value, message in [
@@ -216,7 +229,7 @@ def test_options_it_does_not_take_or_cannot_parse_are_refused(
     ]:
         reader = spark.read.format(FORMAT).option(option, value)  # (a reader keeps options)
         with pytest.raises(Exception, match=re.escape(message)) as caught:
-            reader.load(ns.uri).count()
+            reader.load(six_days.uri).count()
         assert "InvalidArgumentError" in str(caught.value)
     frame = spark.createDataFrame(events(10))
     for option, value, message in [
@@ -224,5 +237,5 @@ def test_options_it_does_not_take_or_cannot_parse_are_refused(
         ("flush_bytes", "-1", "flush_bytes option must be a whole number of at least 1"),
     ]:
         with pytest.raises(Exception, match=re.escape(message)):
-            frame.write.format(FORMAT).mode("append").option(option, value).save(ns.uri)
-    assert ns.count_rows() == 660  # nothing was written
+            frame.write.format(FORMAT).mode("append").option(option, value).save(six_days.uri)
+    assert six_days.count_rows() == 660  # nothing was written

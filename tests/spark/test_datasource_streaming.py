@@ -10,22 +10,17 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.testing import ENV
 from airflow_provider_lance.spark import FORMAT, register
 from tests.support import EVENTS_SCHEMA, events, sort_rows
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module", autouse=True)
 def registered(spark: SparkSession) -> None:
     register(spark)
-
-
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    return PartitionedNamespace.create(
-        root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
-    )
 
 
 class Landing:
@@ -67,23 +62,23 @@ def batch_txns(ns: PartitionedNamespace) -> list[str]:
 
 
 def test_each_micro_batch_is_one_publish_keyed_by_query_and_batch(
-    spark: SparkSession, ns: PartitionedNamespace, tmp_path: Path
+    spark: SparkSession, by_day: PartitionedNamespace, tmp_path: Path
 ) -> None:
     landing = Landing(tmp_path / "landing")
     for n in (60, 90, 30):
         landing.add(n)
-    query = start(spark, landing, ns.uri, tmp_path / "cp")
+    query = start(spark, landing, by_day.uri, tmp_path / "cp")
     try:
         query.processAllAvailable()
     finally:
         query.stop()
-    assert sort_rows(ns.to_table()) == landing.expected()
-    assert batch_txns(ns) == [f"stream-{query.id}-{b}" for b in range(3)]
-    assert [ns.commit(t).rows for t in batch_txns(ns)] == [60, 90, 30]  # the published ones
+    assert sort_rows(by_day.to_table()) == landing.expected()
+    assert batch_txns(by_day) == [f"stream-{query.id}-{b}" for b in range(3)]
+    assert [by_day.commit(t).rows for t in batch_txns(by_day)] == [60, 90, 30]  # the published ones
 
 
 def test_a_query_killed_between_its_publish_and_its_commit_log_publishes_nothing_twice(
-    spark: SparkSession, ns: PartitionedNamespace, tmp_path: Path
+    spark: SparkSession, by_day: PartitionedNamespace, tmp_path: Path
 ) -> None:
     """The commit of batch 1 publishes, then its Python worker is killed (SIGKILL) before
     Spark writes the batch to the checkpoint's commit log: the query dies. Restarted from
@@ -92,7 +87,7 @@ def test_a_query_killed_between_its_publish_and_its_commit_log_publishes_nothing
     landing = Landing(tmp_path / "landing")
     checkpoint = tmp_path / "cp"
     landing.add(50)
-    query = start(spark, landing, ns.uri, checkpoint)
+    query = start(spark, landing, by_day.uri, checkpoint)
     try:
         query.processAllAvailable()
     finally:
@@ -102,30 +97,30 @@ def test_a_query_killed_between_its_publish_and_its_commit_log_publishes_nothing
     register(spark)  # the data source's workers get the environment of its registration
     try:
         landing.add(70)
-        crashed = start(spark, landing, ns.uri, checkpoint)
+        crashed = start(spark, landing, by_day.uri, checkpoint)
         with pytest.raises(Exception):  # noqa: B017, PT011 (the worker died)
             crashed.processAllAvailable()
         crashed.stop()
     finally:
         del env[ENV]
         register(spark)
-    assert ns.count_rows() == 120  # batch 1 is published ...
+    assert by_day.count_rows() == 120  # batch 1 is published ...
     assert not (checkpoint / "commits" / "1").exists()  # ... but Spark did not record it
     assert (checkpoint / "offsets" / "1").exists()  # and will run it again
     landing.add(40)
-    restarted = start(spark, landing, ns.uri, checkpoint)
+    restarted = start(spark, landing, by_day.uri, checkpoint)
     try:
         restarted.processAllAvailable()
     finally:
         restarted.stop()
     assert restarted.id == query.id == crashed.id  # the id is kept in the checkpoint
     assert (checkpoint / "commits" / "1").exists()
-    assert sort_rows(ns.to_table()) == landing.expected()  # each row once
-    assert batch_txns(ns) == [f"stream-{query.id}-{b}" for b in range(3)]
+    assert sort_rows(by_day.to_table()) == landing.expected()  # each row once
+    assert batch_txns(by_day) == [f"stream-{query.id}-{b}" for b in range(3)]
 
 
 def test_two_queries_on_one_namespace_do_not_collide(
-    spark: SparkSession, ns: PartitionedNamespace, tmp_path: Path
+    spark: SparkSession, by_day: PartitionedNamespace, tmp_path: Path
 ) -> None:
     """Both run batches 0 and 1: their transactions differ by the query id."""
     first, second = Landing(tmp_path / "a"), Landing(tmp_path / "b")
@@ -138,8 +133,8 @@ def test_two_queries_on_one_namespace_do_not_collide(
     pq.write_table(events(20, first_id=50_000), second.path / "0000.parquet")
     pq.write_table(events(30, first_id=60_000), second.path / "0001.parquet")
     queries = [
-        start(spark, first, ns.uri, tmp_path / "cp-a"),
-        start(spark, second, ns.uri, tmp_path / "cp-b"),
+        start(spark, first, by_day.uri, tmp_path / "cp-a"),
+        start(spark, second, by_day.uri, tmp_path / "cp-b"),
     ]
     try:
         for query in queries:
@@ -147,28 +142,28 @@ def test_two_queries_on_one_namespace_do_not_collide(
     finally:
         for query in queries:
             query.stop()
-    assert sort_rows(ns.to_table()) == sorted(
+    assert sort_rows(by_day.to_table()) == sorted(
         first.expected() + second.expected(), key=lambda r: r["id"]
     )
-    assert len(batch_txns(ns)) == 4
+    assert len(batch_txns(by_day)) == 4
 
 
 def test_the_query_id_option_keys_batches_instead_of_the_query(
-    spark: SparkSession, ns: PartitionedNamespace, tmp_path: Path
+    spark: SparkSession, by_day: PartitionedNamespace, tmp_path: Path
 ) -> None:
     landing = Landing(tmp_path / "landing")
     landing.add(10)
-    query = start(spark, landing, ns.uri, tmp_path / "cp", query_id="events-ingest")
+    query = start(spark, landing, by_day.uri, tmp_path / "cp", query_id="events-ingest")
     try:
         query.processAllAvailable()
     finally:
         query.stop()
-    assert batch_txns(ns) == ["stream-events-ingest-0"]
-    assert ns.count_rows() == 10
+    assert batch_txns(by_day) == ["stream-events-ingest-0"]
+    assert by_day.count_rows() == 10
 
 
 def test_only_the_append_output_mode_is_supported(
-    spark: SparkSession, ns: PartitionedNamespace, tmp_path: Path
+    spark: SparkSession, by_day: PartitionedNamespace, tmp_path: Path
 ) -> None:
     landing = Landing(tmp_path / "landing")
     landing.add(10)
@@ -184,11 +179,11 @@ def test_only_the_append_output_mode_is_supported(
             counts.writeStream.format(FORMAT)
             .outputMode(mode)
             .option("checkpointLocation", str(tmp_path / f"cp-{mode}"))
-            .start(ns.uri)
+            .start(by_day.uri)
         )
         try:
             with pytest.raises(Exception, match="append"):
                 query.processAllAvailable()
         finally:
             query.stop()
-    assert ns.count_rows() == 0
+    assert by_day.count_rows() == 0

@@ -28,15 +28,10 @@ from airflow_provider_lance.spark.jobs.write import (
 )
 from tests.support import EVENTS_SCHEMA, UNREACHABLE_OPTIONS, events, sort_rows
 
-
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    return PartitionedNamespace.create(
-        root, schema=EVENTS_SCHEMA, partition_fields=[PartitionField("d", "event_date")]
-    )
+pytestmark = pytest.mark.integration
 
 
-def test_spark_submit_end_to_end(ns: PartitionedNamespace, tmp_path: Path) -> None:
+def test_spark_submit_end_to_end(by_day: PartitionedNamespace, tmp_path: Path) -> None:
     """The job as Airflow runs it: spark-submit, a Parquet source, a committed overwrite."""
     source = tmp_path / "events.parquet"
     pq.write_table(events(3000), source)
@@ -53,7 +48,7 @@ def test_spark_submit_end_to_end(ns: PartitionedNamespace, tmp_path: Path) -> No
             "spark.ui.enabled=false",
             WRITE_JOB,
             "--uri",
-            ns.uri,
+            by_day.uri,
             "--source",
             str(source),
             "--format",
@@ -75,24 +70,24 @@ def test_spark_submit_end_to_end(ns: PartitionedNamespace, tmp_path: Path) -> No
     result = json.loads(result_path.read_text())
     assert result["txn_id"] == "daily.2025-12-10"
     assert (result["state"], result["rows"], result["partition_count"]) == ("published", 3000, 3)
-    assert result["manifest_version"] == ns.state().version
+    assert result["manifest_version"] == by_day.state().version
     assert all(p["read_version"] >= 1 for p in result["partitions"])
     [line] = [x for x in done.stdout.splitlines() if x.startswith('{"txn_id"')]
     summary = json.loads(line)
     assert summary["rows"] == 3000
     assert "partitions" not in summary
-    assert sort_rows(ns.to_table()) == sort_rows(events(3000))
+    assert sort_rows(by_day.to_table()) == sort_rows(events(3000))
 
 
 def test_csv_source_sql_transform_and_rerun(
-    spark: SparkSession, ns: PartitionedNamespace, tmp_path: Path
+    spark: SparkSession, by_day: PartitionedNamespace, tmp_path: Path
 ) -> None:
     source = tmp_path / "events.csv"
     pcsv.write_csv(events(400), source)
     result_path = tmp_path / "result.json"
     argv = [
         "--uri",
-        ns.uri,
+        by_day.uri,
         "--source",
         str(source),
         "--format",
@@ -112,22 +107,22 @@ def test_csv_source_sql_transform_and_rerun(
     assert main(argv) == 0
     staged = json.loads(result_path.read_text())
     assert (staged["state"], staged["manifest_version"]) == ("staged", None)
-    assert ns.count_rows() == 0  # not committed
+    assert by_day.count_rows() == 0  # not committed
     assert main([*argv, "--commit"]) == 0  # the rerun replaces the staged data, then commits
     published = json.loads(result_path.read_text())
     expected = [r for r in events(400).to_pylist() if r["amount"] >= 300]
     assert published["state"] == "published"
-    assert published["rows"] == len(expected) == ns.count_rows()
+    assert published["rows"] == len(expected) == by_day.count_rows()
     assert main([*argv, "--commit"]) == 0  # again: the same result, no duplicates
     again = json.loads(result_path.read_text())
     assert (again["tasks"], published["tasks"] > 0) == (0, True)  # no Spark work this time
     same = ("txn_id", "state", "rows", "files", "partitions", "manifest_version")
     assert {k: again[k] for k in same} == {k: published[k] for k in same}
-    assert ns.count_rows() == len(expected)
+    assert by_day.count_rows() == len(expected)
 
 
 def test_a_namespace_source_read_with_the_format(
-    spark: SparkSession, ns: PartitionedNamespace, tmp_path: Path
+    spark: SparkSession, by_day: PartitionedNamespace, tmp_path: Path
 ) -> None:
     """The job registers ``lance_partitioned``: a namespace is a source like Parquet."""
     source = PartitionedNamespace.create(
@@ -135,11 +130,11 @@ def test_a_namespace_source_read_with_the_format(
     )
     source.write(events(300))
     result_path = tmp_path / "result.json"
-    argv = ["--uri", ns.uri, "--source", source.uri, "--format", "lance_partitioned"]
+    argv = ["--uri", by_day.uri, "--source", source.uri, "--format", "lance_partitioned"]
     argv += ["--sql", "SELECT * FROM source WHERE event_date = DATE '2025-12-11'"]
     assert main([*argv, "--commit", "--result-path", str(result_path)]) == 0
     assert json.loads(result_path.read_text())["rows"] == 100
-    assert sort_rows(ns.to_table()) == sort_rows(
+    assert sort_rows(by_day.to_table()) == sort_rows(
         source.to_table(filter="event_date = DATE '2025-12-11'")
     )
 
@@ -155,7 +150,7 @@ def test_a_namespace_source_read_with_the_format(
 )
 def test_bad_input_exits_2_with_one_line(
     spark: SparkSession,
-    ns: PartitionedNamespace,
+    by_day: PartitionedNamespace,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     change: dict[str, str],
@@ -163,7 +158,7 @@ def test_bad_input_exits_2_with_one_line(
 ) -> None:
     source = tmp_path / "events.parquet"
     pq.write_table(events(10), source)
-    args = {"--uri": ns.uri, "--source": str(source), "--result-path": str(tmp_path / "r.json")}
+    args = {"--uri": by_day.uri, "--source": str(source), "--result-path": str(tmp_path / "r.json")}
     args.update(change)
     assert main([x for kv in args.items() for x in kv]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
@@ -173,13 +168,13 @@ def test_bad_input_exits_2_with_one_line(
 
 
 def test_bad_storage_options_and_arguments(
-    ns: PartitionedNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    by_day: PartitionedNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(STORAGE_OPTIONS_ENV, "[1, 2]")
-    args = ["--uri", ns.uri, "--source", "x", "--result-path", str(tmp_path / "r.json")]
+    args = ["--uri", by_day.uri, "--source", "x", "--result-path", str(tmp_path / "r.json")]
     assert main(args) == 2
     with pytest.raises(SystemExit) as exited:
-        main(["--uri", ns.uri])  # --source and --result-path missing
+        main(["--uri", by_day.uri])  # --source and --result-path missing
     assert exited.value.code == 2
 
 

@@ -36,33 +36,39 @@ def spark_rows(df) -> list[dict]:  # type: ignore[no-untyped-def]
         "abs(hash(id)) % 3 = 1",  # not pushable to Lance: evaluated by the core
     ],
 )
-def test_reads_match_the_core(spark: SparkSession, ns: PartitionedNamespace, sql: str) -> None:
-    df = read_partitioned(spark, ns.uri, filter=sql)
-    assert sort_rows(pa.Table.from_pylist(spark_rows(df))) == sort_rows(ns.to_table(filter=sql))
+def test_reads_match_the_core(
+    spark: SparkSession, six_days: PartitionedNamespace, sql: str
+) -> None:
+    df = read_partitioned(spark, six_days.uri, filter=sql)
+    assert sort_rows(pa.Table.from_pylist(spark_rows(df))) == sort_rows(
+        six_days.to_table(filter=sql)
+    )
 
 
+@pytest.mark.integration
 def test_tasks_split_by_fragment_and_projection(
-    spark: SparkSession, ns: PartitionedNamespace
+    spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
     one = "event_date = DATE '2025-12-10'"
-    df = read_partitioned(spark, ns.uri, filter=one, columns=["amount", "id"])
+    df = read_partitioned(spark, six_days.uri, filter=one, columns=["amount", "id"])
     assert df.columns == ["amount", "id"]
     # one partition (fewer than the 2 task slots) with two fragments: a task per fragment
     assert df.rdd.getNumPartitions() == 2
-    assert len(df.collect()) == ns.count_rows(filter=one) == 130
+    assert len(df.collect()) == six_days.count_rows(filter=one) == 130
     # as many partitions as slots: a task per partition
     two = "event_date <= DATE '2025-12-11'"
-    assert read_partitioned(spark, ns.uri, filter=two).rdd.getNumPartitions() == 2
+    assert read_partitioned(spark, six_days.uri, filter=two).rdd.getNumPartitions() == 2
 
 
+@pytest.mark.integration
 def test_planning_a_pruned_read_reads_only_the_manifest_rows_its_filter_selects(
-    ns: PartitionedNamespace, monkeypatch: pytest.MonkeyPatch
+    six_days: PartitionedNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by review: planning logged how many partitions the namespace has, which read
     every ``__manifest`` row (and built a Partition for each: seconds at a million) to
     plan a read of one date. The prune's scan of the filtered rows is all it reads."""
     one = "event_date = DATE '2025-12-10'"
-    scan, _ = LeafScan.resolve(ns.uri, None, filter=one)
+    scan, _ = LeafScan.resolve(six_days.uri, None, filter=one)
     scans: list[object] = []
     leaf_rows = ManifestView.leaf_rows
 
@@ -77,60 +83,69 @@ def test_planning_a_pruned_read_reads_only_the_manifest_rows_its_filter_selects(
     assert all(where is not None for where in scans)  # no scan of every row
 
 
+@pytest.mark.integration
 def test_one_manifest_version_and_older_versions(
-    spark: SparkSession, ns: PartitionedNamespace
+    spark: SparkSession, six_days: PartitionedNamespace
 ) -> None:
-    before = ns.version
-    df = read_partitioned(spark, ns.uri)  # planned now: later writes are not seen
-    ns.write(events(30, days=1, first_id=5000))
+    before = six_days.version
+    df = read_partitioned(spark, six_days.uri)  # planned now: later writes are not seen
+    six_days.write(events(30, days=1, first_id=5000))
     assert df.count() == 660
-    assert read_partitioned(spark, ns.uri).count() == 690
-    assert read_partitioned(spark, ns.uri, version=before).count() == 660
+    assert read_partitioned(spark, six_days.uri).count() == 690
+    assert read_partitioned(spark, six_days.uri, version=before).count() == 660
 
 
-def test_as_of_a_tag_a_moment_and_a_version(spark: SparkSession, ns: PartitionedNamespace) -> None:
+@pytest.mark.integration
+def test_as_of_a_tag_a_moment_and_a_version(
+    spark: SparkSession, six_days: PartitionedNamespace
+) -> None:
     """The driver resolves ``as_of`` to one manifest version; every task reads that one,
     in the schema it had (a column added later is not there)."""
-    before, expected = ns.version, sort_rows(ns.to_table())
-    ns.tag("before-the-change")
+    before, expected = six_days.version, sort_rows(six_days.to_table())
+    six_days.tag("before-the-change")
     time.sleep(0.02)
     moment = dt.datetime.now(dt.timezone.utc)
-    ns.add_column(pa.field("channel", pa.utf8()))
-    ns.write(events(30, days=1, first_id=5000), mode="overwrite")
+    six_days.add_column(pa.field("channel", pa.utf8()))
+    six_days.write(events(30, days=1, first_id=5000), mode="overwrite")
     for as_of in ("before-the-change", moment, before):
-        df = read_partitioned(spark, ns.uri, as_of=as_of)
+        df = read_partitioned(spark, six_days.uri, as_of=as_of)
         assert df.columns == ["id", "event_date", "country", "amount"]
         assert sort_rows(pa.Table.from_pylist(spark_rows(df))) == expected
     one = "event_date = DATE '2025-12-10'"
-    old = read_partitioned(spark, ns.uri, filter=one, as_of="before-the-change").count()
-    assert old == ns.count_rows(filter=one, as_of=before) == 130
-    assert read_partitioned(spark, ns.uri, filter=one).count() == 30
+    old = read_partitioned(spark, six_days.uri, filter=one, as_of="before-the-change").count()
+    assert old == six_days.count_rows(filter=one, as_of=before) == 130
+    assert read_partitioned(spark, six_days.uri, filter=one).count() == 30
     with pytest.raises(VersionNotFoundError, match="no tag 'nope'"):
-        read_partitioned(spark, ns.uri, as_of="nope")
+        read_partitioned(spark, six_days.uri, as_of="nope")
     with pytest.raises(InvalidArgumentError, match="not both"):
-        read_partitioned(spark, ns.uri, as_of=before, version=before)
+        read_partitioned(spark, six_days.uri, as_of=before, version=before)
 
 
-def test_evolved_schema_reads_old_partitions(spark: SparkSession, ns: PartitionedNamespace) -> None:
-    ns.add_column(pa.field("channel", pa.utf8()))
-    ns.rename_column("country", "cc")
-    ns.promote_column("amount", pa.float64())
-    df = read_partitioned(spark, ns.uri, filter="cc = 'FR'", columns=["id", "cc", "channel"])
+@pytest.mark.integration
+def test_evolved_schema_reads_old_partitions(
+    spark: SparkSession, six_days: PartitionedNamespace
+) -> None:
+    six_days.add_column(pa.field("channel", pa.utf8()))
+    six_days.rename_column("country", "cc")
+    six_days.promote_column("amount", pa.float64())
+    df = read_partitioned(spark, six_days.uri, filter="cc = 'FR'", columns=["id", "cc", "channel"])
     rows = spark_rows(df)
     assert rows
     assert {r["cc"] for r in rows} == {"FR"}
     assert {r["channel"] for r in rows} == {None}
-    assert len(rows) == ns.count_rows(filter="cc = 'FR'")
+    assert len(rows) == six_days.count_rows(filter="cc = 'FR'")
 
 
-def test_bad_reads_fail_on_the_driver(spark: SparkSession, ns: PartitionedNamespace) -> None:
+@pytest.mark.integration
+def test_bad_reads_fail_on_the_driver(spark: SparkSession, six_days: PartitionedNamespace) -> None:
     with pytest.raises(FilterError):
-        read_partitioned(spark, ns.uri, filter="event_date >")
+        read_partitioned(spark, six_days.uri, filter="event_date >")
     with pytest.raises(SchemaError, match="nope"):
-        read_partitioned(spark, ns.uri, columns=["id", "nope"])
+        read_partitioned(spark, six_days.uri, columns=["id", "nope"])
 
 
-def test_nothing_matches(spark: SparkSession, ns: PartitionedNamespace) -> None:
-    df = read_partitioned(spark, ns.uri, filter=f"event_date = DATE '{dt.date(1999, 1, 1)}'")
+@pytest.mark.integration
+def test_nothing_matches(spark: SparkSession, six_days: PartitionedNamespace) -> None:
+    df = read_partitioned(spark, six_days.uri, filter=f"event_date = DATE '{dt.date(1999, 1, 1)}'")
     assert df.count() == 0
     assert df.columns == EVENTS_SCHEMA.names

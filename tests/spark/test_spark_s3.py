@@ -24,10 +24,9 @@ from airflow_provider_lance.spark.jobs.write import (
     parse_args,
     storage_options_of,
 )
-from tests.namespace.test_s3 import BUCKET, default_endpoint_trap, storage_options  # noqa: F401
-from tests.support import EVENTS_SCHEMA, events, sort_rows
+from tests.support import BUCKET, EVENTS_SCHEMA, events, sort_rows
 
-pytestmark = pytest.mark.s3
+pytestmark = [pytest.mark.s3, pytest.mark.integration]
 
 
 def daily_namespace(uri: str, options: dict[str, str]) -> PartitionedNamespace:
@@ -39,7 +38,7 @@ def daily_namespace(uri: str, options: dict[str, str]) -> PartitionedNamespace:
     )
 
 
-def test_spark_round_trip_on_s3(spark: SparkSession, storage_options: dict[str, str]) -> None:  # noqa: F811
+def test_spark_round_trip_on_s3(spark: SparkSession, storage_options: dict[str, str]) -> None:
     uri = f"s3://{BUCKET}/spark-events"
     ns = daily_namespace(uri, storage_options)
     table = events(900)
@@ -56,7 +55,7 @@ def test_spark_round_trip_on_s3(spark: SparkSession, storage_options: dict[str, 
 
 def test_write_job_for_cluster_mode_resolves_secrets_on_the_driver(
     spark: SparkSession,
-    storage_options: dict[str, str],  # noqa: F811
+    storage_options: dict[str, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -58,6 +58,7 @@ def test_append_round_trip_creates_partitions_in_one_publish(
         assert len(data_files(root)) == 12
 
 
+@pytest.mark.integration
 def test_overwrite_replaces_exactly_the_touched_partitions(spark: SparkSession, root: Path) -> None:
     ns = create(root)
     ns.write(events(300, days=3))
@@ -68,6 +69,7 @@ def test_overwrite_replaces_exactly_the_touched_partitions(spark: SparkSession, 
     assert ns.count_rows() == 250
 
 
+@pytest.mark.integration
 def test_bucket_and_multi_level_specs_match_the_core(spark: SparkSession, root: Path) -> None:
     fields = [
         PartitionField("month", "event_date", "date_part('month', col)"),
@@ -84,6 +86,7 @@ def test_bucket_and_multi_level_specs_match_the_core(spark: SparkSession, root: 
     assert len(spark_parts) == 16
 
 
+@pytest.mark.integration
 def test_timestamps_unicode_and_nulls_survive(spark: SparkSession, root: Path) -> None:
     ns = create(root, PartitionField("day", "event_date"), schema=DEMO_SCHEMA)
     table = demo_events(dt.date(2025, 12, 3), 3000, seed=7, first_id=0)
@@ -91,6 +94,7 @@ def test_timestamps_unicode_and_nulls_survive(spark: SparkSession, root: Path) -
     assert sort_rows(ns.to_table(), "event_id") == sort_rows(table, "event_id")
 
 
+@pytest.mark.integration
 def test_schema_evolution_then_spark_write(spark: SparkSession, root: Path) -> None:
     ns = create(root)
     ns.write(events(30, days=1))
@@ -106,6 +110,7 @@ def test_schema_evolution_then_spark_write(spark: SparkSession, root: Path) -> N
     assert {r["country_code"] for r in rows} == {"US", "DE", "FR", None}
 
 
+@pytest.mark.integration
 def test_staged_write_is_invisible_until_committed_and_idempotent(
     spark: SparkSession, root: Path
 ) -> None:
@@ -127,6 +132,7 @@ def test_staged_write_is_invisible_until_committed_and_idempotent(
     assert ns.count_rows() == 100
 
 
+@pytest.mark.integration
 def test_a_failed_first_task_attempt_leaves_no_duplicates(spark: SparkSession, root: Path) -> None:
     """The first attempt of every task writes its data files, then fails; Spark retries it."""
     ns = create(root)
@@ -151,6 +157,7 @@ def test_a_failed_first_task_attempt_leaves_no_duplicates(spark: SparkSession, r
     assert {Path(f).name for f in data_files(root)} == live  # failed attempts' files are gone
 
 
+@pytest.mark.integration
 def test_bad_input_fails_fast_with_a_project_error_and_changes_nothing(
     spark: SparkSession, root: Path
 ) -> None:
@@ -180,6 +187,7 @@ def _raise_on_the_executor(name: str) -> Callable[[Iterator[pa.RecordBatch]], It
     return fail
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "cls",
     [project_errors.TransactionAborted, project_errors.TransactionClosed, StorageError],
@@ -199,6 +207,7 @@ def test_a_project_error_on_an_executor_comes_back_under_its_own_class(
     assert is_retryable(error) is cls.retryable
 
 
+@pytest.mark.integration
 def test_a_write_larger_than_executor_memory(spark: SparkSession, root: Path) -> None:
     """~1.5x the JVM heap of the session goes through 4 MiB worker buffers."""
     ns = create(root, schema=EVENTS_SCHEMA.append(pa.field("payload", pa.utf8())))
@@ -221,6 +230,7 @@ def test_a_write_larger_than_executor_memory(spark: SparkSession, root: Path) ->
     assert len(result.partitions) == 8
 
 
+@pytest.mark.integration
 def test_a_write_to_a_path_without_a_namespace_says_how_to_create_one(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -3,7 +3,7 @@
 Every ``merge_insert`` adds a fragment to ``__manifest``; without compaction each publish and
 each cold prune reads more and more small fragments (pylance 14: ~100 ms -> ~700 ms per
 publish after 600 commits; a timing, not tested: that each commit adds a fragment is pinned
-by tests/test_pylance_facts.py::test_fact_each_merge_insert_adds_a_fragment). Publishes
+by tests/namespace/test_pylance_facts.py::test_fact_each_merge_insert_adds_a_fragment). Publishes
 therefore fold the fragments no index covers once the manifest holds
 :data:`AUTO_COMPACT_FRAGMENTS` fragments (re-indexing the whole table only now and then, see
 ``manifest_compaction``), and :func:`maintain` compacts and re-indexes it all on demand,
@@ -275,12 +275,12 @@ def _remove_below(
     no remaining version references them. ``retain_versions`` counts the versions that
     exist when cleanup runs, so a concurrent commit shifts its window onto a version a
     reader needs. A tagged version is kept rather than failing the cleanup. (Pinned by the
-    ``test_fact_cleanup_*`` tests of tests/test_pylance_facts.py.)
+    ``test_fact_cleanup_*`` tests of tests/namespace/test_pylance_facts.py.)
     """
     kept = set(pinned)
     doomed = [v for v in range(1, keep) if v not in kept]
     if not doomed:  # pylance refuses an empty list ("must not be empty"; pinned by
-        # tests/test_pylance_facts.py::test_fact_cleanup_refuses_an_empty_versions_list)
+        # tests/namespace/test_pylance_facts.py::test_fact_cleanup_refuses_an_empty_versions_list)
         return 0
     stats = storage.clean_up(
         leaf,

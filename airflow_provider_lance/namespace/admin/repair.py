@@ -3,7 +3,7 @@
 pylance's ``DirectoryNamespace`` rewrites the whole ``__manifest`` with its five base columns
 on every write it makes, dropping ``read_version``, the claim column and the partition
 columns (and the scalar indices). Nothing else is lost: the table metadata stays, and the
-rows it kept or added are all there (pinned by tests/test_pylance_facts.py::
+rows it kept or added are all there (pinned by tests/namespace/test_pylance_facts.py::
 test_fact_directory_namespace_writes_rewrite_the_manifest_with_its_base_columns).
 Repair takes the dropped columns back from the latest manifest version that still had
 them; rows added since (by the foreign tool) get their partition values from their

@@ -36,7 +36,7 @@ def registered(session: SessionContext, data: pa.Table) -> Iterator[DataFrame]:
     ``from_arrow`` registers its input in the session under a name; left registered, a
     long-lived session keeps every table ever evaluated alive (measured: a Spark task's
     whole input, as batches read over IPC share one buffer). The registration is pinned by
-    tests/test_pylance_facts.py::
+    tests/namespace/test_pylance_facts.py::
     test_fact_datafusion_from_arrow_registers_its_input_until_deregistered.
     """
     name = f"__input_{next(_FRAME_IDS)}"
@@ -87,7 +87,7 @@ def new_session(hash_input: pa.DataType | None = None) -> SessionContext:
     (rows of more than one batch were routed to partitions of other rows' values). One
     partition keeps the input order, and measured faster as well (no repartitioning).
 
-    The DataFusion behaviour relied on here is pinned by tests/test_pylance_facts.py:
+    The DataFusion behaviour relied on here is pinned by tests/namespace/test_pylance_facts.py:
     test_fact_datafusion_with_one_target_partition_keeps_the_input_order (the speed is not
     tested), test_fact_datafusion_coerces_udf_arguments_to_its_one_signature (why ``hash``
     is bound to the input's type) and

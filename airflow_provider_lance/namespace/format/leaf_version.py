@@ -17,7 +17,7 @@ OPERATION_PROPERTY = "partitioned-namespace.operation"
 
 def committed_by(ds: lance.LanceDataset, version: int) -> str | None:
     """The tag (``txn_id#incarnation``) recorded on a leaf version (None: not ours, as a
-    restore is: pinned by tests/test_pylance_facts.py::
+    restore is: pinned by tests/namespace/test_pylance_facts.py::
     test_fact_transaction_properties_are_read_back_per_version_and_restore_has_none)."""
     txn = ds.read_transaction(version)
     props = (txn.transaction_properties or {}) if txn is not None else {}

@@ -4,7 +4,7 @@ Base columns are exactly those pylance's ``DirectoryNamespace`` writes (so it re
 write); extensions are ``read_version`` and one nullable column per partition field. Rows are
 only ever changed through ``merge_insert`` keyed on ``object_id`` (which carries Lance's
 primary-key field metadata, without which concurrent inserts duplicate rows; the facts
-about ``merge_insert`` this module rests on are pinned by tests/test_pylance_facts.py):
+about ``merge_insert`` this module rests on are pinned by tests/namespace/test_pylance_facts.py):
 
 * :meth:`Manifest.insert_absent`: insert-if-absent, exactly one winner per ``object_id``;
 * :meth:`Manifest.commit`: a :class:`~.swap.Swap` (rows upserted and deleted, transaction
@@ -334,7 +334,7 @@ class Manifest:
         * a BLOOMFILTER on ``object_id``: lookups by id (a write finding its partitions:
           5 ms, against 145 ms). Not a BTREE: that index makes ``merge_insert`` miss
           concurrent inserts of the same key (duplicate partitions; pinned by
-          tests/test_pylance_facts.py::
+          tests/namespace/test_pylance_facts.py::
           test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts), a
           bloom filter or a BTREE on another column does not (::
           test_fact_other_indices_keep_merge_insert_conflicts). A BTREE on the key is the
@@ -395,7 +395,7 @@ class Manifest:
 
         Returns the number of rows inserted. Under concurrency exactly one writer inserts
         each ``object_id`` (the others see it as present: pinned by
-        tests/test_pylance_facts.py::
+        tests/namespace/test_pylance_facts.py::
         test_fact_insert_if_absent_with_primary_key_metadata_has_one_winner).
         """
         if rows.num_rows == 0:
@@ -416,7 +416,7 @@ class Manifest:
         id is in ``drops`` deleted (``when_not_matched_by_source_delete``). With
         ``conflict_retries(0)`` a concurrent change to any of those rows makes it fail; a
         change to any other row is rebased (pinned by the ``test_fact_merge_insert_*``
-        tests of tests/test_pylance_facts.py).
+        tests of tests/namespace/test_pylance_facts.py).
         """
         swap.check()
         if swap.is_empty:
@@ -468,7 +468,7 @@ class Manifest:
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:
         """Set table metadata keys, failing if a concurrent commit set any of them since
         ``base_version`` (Lance reports same-key ``UpdateConfig`` races as conflicts: pinned
-        by tests/test_pylance_facts.py::
+        by tests/namespace/test_pylance_facts.py::
         test_fact_update_config_races_conflict_on_the_same_key_only)."""
         operation = LanceOperation.UpdateConfig(
             table_metadata_updates=LanceOperation.UpdateMap(dict(values))

@@ -31,7 +31,7 @@ from .conversion import ConversionRefused, cast_losslessly, is_widening, values_
 FIELD_ID_KEY = "lance:field_id"
 DEPRECATED_KEY = "lance:deprecated"
 #: Field-id key on leaf-table columns (Lance strips ``lance:``-prefixed field metadata:
-#: pinned by tests/test_pylance_facts.py::test_fact_lance_strips_lance_prefixed_field_metadata).
+#: pinned by tests/namespace/test_pylance_facts.py::test_fact_lance_strips_lance_prefixed_field_metadata).
 LEAF_FIELD_ID_KEY = "partitioned-namespace:field_id"
 
 

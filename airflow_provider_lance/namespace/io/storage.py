@@ -156,7 +156,7 @@ def default_concurrency(root: str) -> int:
 def is_conflict(exc: BaseException) -> bool:
     """Whether a Lance commit failed because a concurrent commit won (retry after re-reading).
 
-    The words are Lance's (the conflict tests of ``tests/test_pylance_facts.py`` check them)."""
+    The words are Lance's (the conflict tests of ``tests/namespace/test_pylance_facts.py`` check them)."""
     if isinstance(exc, CommitConflictError):
         return True
     text = str(exc).lower()
@@ -166,7 +166,7 @@ def is_conflict(exc: BaseException) -> bool:
 def is_not_found(exc: BaseException) -> bool:
     """Whether a Lance error says the dataset does not exist (rather than cannot be read).
 
-    Lance's wording: pinned by tests/test_pylance_facts.py::
+    Lance's wording: pinned by tests/namespace/test_pylance_facts.py::
     test_fact_missing_table_error_is_recognised_as_not_found."""
     text = str(exc)
     return isinstance(exc, FileNotFoundError) or ("was not found" in text and "Dataset" in text)
@@ -475,7 +475,7 @@ class Storage:
         by the process (measured: half the cost of an open with a session of its own, which
         a write never reads from; readers keep their own, its caches serve their scans). The
         figure is a timing, not tested; that such a session writes is pinned by
-        tests/test_pylance_facts.py::test_fact_a_cacheless_session_opens_tables_to_write."""
+        tests/namespace/test_pylance_facts.py::test_fact_a_cacheless_session_opens_tables_to_write."""
         return self.table(uri, version, session=_writing_session())
 
     def table_or_none(self, uri: str) -> lance.LanceDataset | None:
@@ -493,7 +493,7 @@ class Storage:
 
         Exclusive: the data files are written first, then version 1 is committed only if
         absent (Lance's conditional put, no retries), so of concurrent creators exactly
-        one succeeds (pinned by tests/test_pylance_facts.py::
+        one succeeds (pinned by tests/namespace/test_pylance_facts.py::
         test_fact_overwrite_at_read_version_0_without_retries_is_exclusive).
         ``write_dataset(mode="create")`` is not: a creator that loses the race is rebased
         into an overwrite on top of the winner's table, with its own schema (pinned by
@@ -531,7 +531,7 @@ class Storage:
         write into a new partition skips a second pass of commits); None if a table was
         there before the call (nothing was written).
 
-        Not exclusive (pinned by tests/test_pylance_facts.py::
+        Not exclusive (pinned by tests/namespace/test_pylance_facts.py::
         test_fact_create_is_not_exclusive_a_losing_creator_lands_as_a_later_version):
         of concurrent creators at most one gets version 1, and each loser's call still
         succeeds, as a later version holding exactly its own data on top of the winner's,
@@ -563,7 +563,7 @@ class Storage:
 
         Lance rebases the commit onto versions made after ``on`` was opened (an append over
         an unrelated append succeeds one version higher, over an overwrite it fails as a
-        conflict; an overwrite wins over an append: pinned by tests/test_pylance_facts.py::
+        conflict; an overwrite wins over an append: pinned by tests/namespace/test_pylance_facts.py::
         test_fact_stale_append_is_rebased_over_an_append_and_fails_over_an_overwrite
         and test_fact_stale_overwrite_silently_wins_over_a_concurrent_append), so only a
         version ``on.version + 1`` holds exactly ``on``'s rows plus ``data`` (or ``data``
@@ -629,7 +629,7 @@ class Storage:
         so that Lance does not open it again. The commit is the same either way: Lance
         looks up the latest version at the commit in both (a handle on an older version is
         rebased onto the versions above it exactly as a commit by URI is: pinned by
-        tests/test_pylance_facts.py::
+        tests/namespace/test_pylance_facts.py::
         test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri)."""
         with self.failures("commit to", uri, conflict=conflict):
             return lance.LanceDataset.commit(

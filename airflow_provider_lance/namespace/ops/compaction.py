@@ -15,7 +15,7 @@ is left alone (reported ``kept_moving``); so is one a committing transaction hol
 without committing; ``LanceOperation.Rewrite(groups of RewriteResult.original_fragments ->
 new_fragments, [])`` commits them, onto a restored version too (a restore keeps fragment
 ids); a stale ``Rewrite`` over an ``Append`` is silently rebased (so the base+1 rule of
-``commit_change`` matters here as well). Pinned by tests/test_pylance_facts.py::
+``commit_change`` matters here as well). Pinned by tests/namespace/test_pylance_facts.py::
 test_fact_compaction_planned_on_an_old_version_writes_files_without_committing,
 test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after and
 test_fact_stale_delete_and_rewrite_are_rebased_over_an_append. Leaves with indices are
@@ -105,7 +105,7 @@ class Optimize(TableOperation):
 def _group(rewrite: RewriteResult) -> LanceOperation.RewriteGroup:
     """One task's rewritten fragments. (pylance 14.0.2's stub names the old fragments
     ``old_fragments``; the object has ``original_fragments``: pinned by
-    tests/test_pylance_facts.py::
+    tests/namespace/test_pylance_facts.py::
     test_fact_rewrite_result_names_the_old_fragments_original_fragments.)"""
     old = rewrite.original_fragments  # type: ignore[attr-defined]
     return LanceOperation.RewriteGroup(old, rewrite.new_fragments)

@@ -141,7 +141,7 @@ def _delete_rows(
             return fragment.delete(sql)
         except (ValueError, OSError) as exc:  # Lance's planner is stricter than DataFusion
             # (a date column against a string, an int against 2.5): evaluated here instead
-            # (pinned by tests/test_pylance_facts.py::
+            # (pinned by tests/namespace/test_pylance_facts.py::
             # test_fact_lance_filter_planner_rejects_what_datafusion_coerces)
             log.debug("filter %r not evaluated by Lance: %s", sql, exc)
     addresses = list(_matching_addresses(fragment, leaf, plan, residual))

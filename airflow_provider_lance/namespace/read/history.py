@@ -4,7 +4,7 @@ Our ``__manifest`` commits carry no description of themselves: rows change throu
 ``merge_insert``, and pylance attaches transaction properties to one only through
 ``execute_uncommitted`` + ``commit``, which drops the primary-key check that makes
 concurrent inserts of one ``object_id`` conflict, the check the commit protocol rests on
-(pinned by tests/test_pylance_facts.py::
+(pinned by tests/namespace/test_pylance_facts.py::
 test_fact_execute_uncommitted_then_commit_drops_the_primary_key_check). Each version's
 Lance transaction says enough instead:
 
@@ -203,7 +203,7 @@ class History:
         except TypeError as exc:
             # pylance cannot turn a compaction that rewrote the object_type index into
             # Python ("RewrittenIndex.__init__() missing 3 arguments"; pinned by
-            # tests/test_pylance_facts.py::
+            # tests/namespace/test_pylance_facts.py::
             # test_fact_read_transaction_fails_on_a_compaction_that_rewrote_an_index).
             if "RewrittenIndex" in str(exc):
                 return _Described("compact")
@@ -230,7 +230,7 @@ class History:
             "Project": "add_manifest_columns",
             "Rewrite": "compact",
             # compaction first reserves fragment ids: pylance gives that operation no
-            # class of its own (pinned by tests/test_pylance_facts.py::
+            # class of its own (pinned by tests/namespace/test_pylance_facts.py::
             # test_fact_compaction_reserves_fragment_ids_as_an_operation_without_a_class);
             # nothing else of ours commits one
             "BaseOperation": "compact",

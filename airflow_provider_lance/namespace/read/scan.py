@@ -170,7 +170,7 @@ def _backtick_identifiers(sql: str) -> str | None:
 
     In SQL (and DataFusion) ``"country"`` names a column; pylance's filter parser reads it
     as a string, so ``"country" = 'DE'`` would compare two strings and match nothing
-    (tests/test_pylance_facts.py). String literals are copied as they are."""
+    (tests/namespace/test_pylance_facts.py). String literals are copied as they are."""
     out: list[str] = []
     i = 0
     while i < len(sql):

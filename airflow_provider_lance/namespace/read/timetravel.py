@@ -105,7 +105,7 @@ def version_times(manifest: Manifest) -> list[tuple[int, dt.datetime]]:
 
 def _utc(timestamp: int | dt.datetime) -> dt.datetime:
     """A version's commit time: pylance gives naive local times (``fromtimestamp``; pinned
-    by tests/test_pylance_facts.py::test_fact_version_timestamps_are_naive_local_times)."""
+    by tests/namespace/test_pylance_facts.py::test_fact_version_timestamps_are_naive_local_times)."""
     if isinstance(timestamp, dt.datetime):
         return timestamp.astimezone(dt.timezone.utc)
     return dt.datetime.fromtimestamp(timestamp / 1e9, dt.timezone.utc)  # nanoseconds

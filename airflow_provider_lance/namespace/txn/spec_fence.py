@@ -11,7 +11,7 @@ under S is a phantom to the S+1 merge, so no row lock of that merge can cover it
 merge under S has to fail instead, and it cannot see the spec change: Lance's conflict
 check rebases a ``merge_insert`` over an ``UpdateConfig`` commit (a ``merge_insert`` with
 ``conflict_retries(0)`` based before any kind of ``UpdateConfig`` - table, schema, field
-metadata or config - commits after it: pinned by tests/test_pylance_facts.py::
+metadata or config - commits after it: pinned by tests/namespace/test_pylance_facts.py::
 test_fact_merge_insert_conflict_retries_0_is_rebased_over_any_update_config).
 
 So the ordering goes through rows, as Delta's "metadata changed" conflict does through

@@ -58,7 +58,7 @@ def stage_fragments(
 
 #: The fields of pylance's ``DataFile`` and ``FragmentMetadata`` :func:`fragment_text`
 #: knows; another pylance's take the general path (that this one's take the fast path is
-#: pinned by tests/test_pylance_facts.py::test_fact_data_file_and_fragment_metadata_fields).
+#: pinned by tests/namespace/test_pylance_facts.py::test_fact_data_file_and_fragment_metadata_fields).
 _DATA_FILE_FIELDS = (
     "_path",
     "fields",
@@ -216,7 +216,7 @@ def schema_digest(schema: LanceSchema | pa.Schema) -> str:
     schema they were written against: a leaf rewritten under another schema may reuse the
     ids for other columns. A ``pa.Schema`` stands for a table created from it (ids in
     order, as ``write_fragments`` gives a new table's files). Both Lance facts are pinned by
-    tests/test_pylance_facts.py::
+    tests/namespace/test_pylance_facts.py::
     test_fact_schema_from_pyarrow_equals_the_schema_of_a_table_created_from_it and
     test_fact_write_fragments_take_the_field_ids_of_the_version_they_target.
     """
@@ -350,7 +350,7 @@ def commit_leaf(
     (a ``txn#k`` tag) holds the partition's claim, but zombies (a committer that lost its
     claim, a stale retry) may still commit or restore concurrently, and Lance silently
     rebases a stale ``Append`` onto whatever is latest (pinned by
-    tests/test_pylance_facts.py::
+    tests/namespace/test_pylance_facts.py::
     test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri). So a commit
     is used only if it
     became version ``base + 1`` (nothing landed in between: it holds exactly the base's
@@ -449,7 +449,7 @@ def commit_change(
     latest version ``owner`` made earlier is reused only if it holds exactly what this
     operation makes of ``base``. A restore keeps fragment ids, so the operation computed
     on ``base`` applies to the restored version unchanged. (Both Lance facts are pinned by
-    tests/test_pylance_facts.py::test_fact_stale_delete_and_rewrite_are_rebased_over_an_append
+    tests/namespace/test_pylance_facts.py::test_fact_stale_delete_and_rewrite_are_rebased_over_an_append
     and test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after.)
 
     ``operation_kind`` is recorded in the commit's properties (see ``history``).
@@ -469,7 +469,7 @@ def commit_change(
     rolled back. Otherwise (a pinned ``read_version``: no reader reads above it) that
     listing is not needed: a commit that lands above another version is not ``base + 1``,
     is never published, and is rolled back by the next attempt like any unpublished
-    version (pinned by tests/test_leaf_commit_reuse.py::
+    version (pinned by tests/namespace/write/test_leaf_commit_reuse.py::
     test_a_change_on_a_pinned_leaf_commits_without_listing_its_versions and
     test_a_change_rebased_above_a_version_is_rolled_back_not_published).
     """

@@ -424,7 +424,7 @@ class Stager:
         right above the version it was written against: then it holds exactly that
         version's rows plus these (or these alone, replacing). Lance rebases the write onto
         versions made meanwhile (an unpublished one of a crashed writer, a racing writer's:
-        pinned by tests/test_pylance_facts.py, see :meth:`Storage.write_onto`), so the
+        pinned by tests/namespace/test_pylance_facts.py, see :meth:`Storage.write_onto`), so the
         version number tells. That base is the published version (a new leaf: none;
         a later flush: the version the previous one committed). Anything else (a race lost,
         a table found where a new partition goes) leaves staged files, and the leaf commit

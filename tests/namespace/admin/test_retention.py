@@ -42,7 +42,7 @@ WEEK_AND_A_DAY = 8 * 24 * 3600
 
 
 @pytest.fixture
-def ns(tmp_path: Path) -> PartitionedNamespace:
+def with_history(tmp_path: Path) -> PartitionedNamespace:
     ns = PartitionedNamespace.create(
         tmp_path / "ns", schema=TAGGED, partition_fields=[PartitionField("part", "part")]
     )
@@ -97,59 +97,59 @@ def churn_and_clean(ns: PartitionedNamespace) -> None:
 
 # -- A. retention and live transactions -----------------------------------------------------
 def test_retention_keeps_the_files_of_a_transaction_staged_for_a_week(
-    ns: PartitionedNamespace,
+    with_history: PartitionedNamespace,
 ) -> None:
-    before = ids(ns)
-    txn = ns.begin("append", txn_id="weekly")
+    before = ids(with_history)
+    txn = with_history.begin("append", txn_id="weekly")
     stage = txn.stage(tagged_rows("staged", [1], 3, first_id=100), stage_id="s1")
-    age(staged_files(ns, stage))
-    ns.write(tagged_rows("later", [1], 1, first_id=200))
+    age(staged_files(with_history, stage))
+    with_history.write(tagged_rows("later", [1], 1, first_id=200))
 
-    report = ns.maintain(older_than=dt.timedelta(0))
+    report = with_history.maintain(older_than=dt.timedelta(0))
 
     staged_leaf = next(iter(stage.partitions))
     assert report.leaves_skipped_by_reason.get(SkipReason.STAGED) == [staged_leaf]
     assert report.leaf_versions_removed > 0  # partition 2 was cleaned as before
-    assert all(path.exists() for path in staged_files(ns, stage))
-    ns.commit("weekly")
-    assert ids(ns) == before + Counter([100, 101, 102, 200])
+    assert all(path.exists() for path in staged_files(with_history, stage))
+    with_history.commit("weekly")
+    assert ids(with_history) == before + Counter([100, 101, 102, 200])
 
 
 def test_a_stage_recorded_while_the_manifest_is_cleaned_is_honoured(
-    ns: PartitionedNamespace,
+    with_history: PartitionedNamespace,
 ) -> None:
     """maintain reads the live stages after the __manifest cleanup: a stage recorded
     before that read (here: while maintain is parked just before it) is kept."""
-    before = ids(ns)
-    txn = ns.begin("append", txn_id="late")
+    before = ids(with_history)
+    txn = with_history.begin("append", txn_id="late")
     stage = txn.stage(tagged_rows("staged", [1], 2, first_id=100), record=False)
-    age(staged_files(ns, stage))
-    ns.write(tagged_rows("later", [1], 1, first_id=200))
+    age(staged_files(with_history, stage))
+    with_history.write(tagged_rows("later", [1], 1, first_id=200))
     with hold("maintain.before_live_stages") as point:
-        worker, out = in_thread(lambda: ns.maintain(older_than=dt.timedelta(0)))
+        worker, out = in_thread(lambda: with_history.maintain(older_than=dt.timedelta(0)))
         point.wait_reached()
         txn.record(stage)
     worker.join()
     assert "error" not in out, out
     assert out["result"].leaves_skipped_by_reason.get(SkipReason.STAGED) == list(stage.partitions)
-    ns.commit("late")
-    assert ids(ns) == before + Counter([100, 101, 200])
+    with_history.commit("late")
+    assert ids(with_history) == before + Counter([100, 101, 200])
 
 
 def test_a_stage_recorded_after_maintain_read_the_live_stages_is_never_published_broken(
-    ns: PartitionedNamespace,
+    with_history: PartitionedNamespace,
 ) -> None:
     """The interleaving maintain cannot see: a stage of week-old files recorded after it
     read the live stages loses its files; its commit then refuses, typed and for good,
     and publishes nothing (before the fix it published rows no read could return)."""
-    before = ids(ns)
-    txn = ns.begin("append", txn_id="unseen")
+    before = ids(with_history)
+    txn = with_history.begin("append", txn_id="unseen")
     stage = txn.stage(tagged_rows("staged", [1], 2, first_id=100), record=False)
-    files = staged_files(ns, stage)
+    files = staged_files(with_history, stage)
     age(files)
-    ns.write(tagged_rows("later", [1], 1, first_id=200))
+    with_history.write(tagged_rows("later", [1], 1, first_id=200))
     with hold("maintain.live_stages_read") as point:
-        worker, out = in_thread(lambda: ns.maintain(older_than=dt.timedelta(0)))
+        worker, out = in_thread(lambda: with_history.maintain(older_than=dt.timedelta(0)))
         point.wait_reached()
         txn.record(stage)
     worker.join()
@@ -157,54 +157,57 @@ def test_a_stage_recorded_after_maintain_read_the_live_stages_is_never_published
     assert not any(path.exists() for path in files)  # Lance's cleanup took them
 
     with pytest.raises(StagedFilesMissing) as raised:
-        ns.commit("unseen")
+        with_history.commit("unseen")
     assert not is_retryable(raised.value)
     assert "abort" in str(raised.value)
     assert "'unseen'" in str(raised.value)
     assert files[0].name in str(raised.value)
     assert list(raised.value.missing) == list(stage.partitions)
     with pytest.raises(StagedFilesMissing):  # a retry finds the same
-        ns.commit("unseen")
-    assert ids(ns) == before + Counter([200])  # nothing of it published; all readable
+        with_history.commit("unseen")
+    assert ids(with_history) == before + Counter([200])  # nothing of it published; all readable
 
-    ns.abort("unseen")
-    again = ns.begin("append", txn_id="unseen")
+    with_history.abort("unseen")
+    again = with_history.begin("append", txn_id="unseen")
     again.stage(tagged_rows("staged", [1], 2, first_id=100), stage_id="s2")
-    ns.commit("unseen")
-    assert ids(ns) == before + Counter([100, 101, 200])
+    with_history.commit("unseen")
+    assert ids(with_history) == before + Counter([100, 101, 200])
 
 
-def test_a_commit_refuses_staged_files_deleted_by_hand(ns: PartitionedNamespace) -> None:
-    before = ids(ns)
-    txn = ns.begin("append", txn_id="gone")
+def test_a_commit_refuses_staged_files_deleted_by_hand(with_history: PartitionedNamespace) -> None:
+    before = ids(with_history)
+    txn = with_history.begin("append", txn_id="gone")
     stage = txn.stage(tagged_rows("staged", [1, 2], 2, first_id=100), stage_id="s1")
-    files = staged_files(ns, stage)
+    files = staged_files(with_history, stage)
     files[0].unlink()
     with pytest.raises(StagedFilesMissing, match=files[0].name) as raised:
-        ns.commit("gone")
+        with_history.commit("gone")
     assert not raised.value.retryable
     assert sum(len(v) for v in raised.value.missing.values()) == 1
-    assert ids(ns) == before
-    ns.abort("gone")
-    assert ids(ns) == before
+    assert ids(with_history) == before
+    with_history.abort("gone")
+    assert ids(with_history) == before
 
 
 def test_a_direct_write_never_publishes_files_that_are_gone(
-    ns: PartitionedNamespace, monkeypatch: pytest.MonkeyPatch
+    with_history: PartitionedNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A write without a txn id that finds a crashed writer's version above the published
     one stages files and commits its leaf at publish time: it checks the files first (it
     used to publish them gone, acknowledged). Its failure is retryable: writing again
     stages the rows anew."""
-    before = ids(ns)
+    before = ids(with_history)
     monkeypatch.setenv(ENV, "direct.staged=raise")  # a crash after the leaf commit
     with pytest.raises(FailpointError):
-        ns.write(tagged_rows("crashed", [1], 1, first_id=900))
+        with_history.write(tagged_rows("crashed", [1], 1, first_id=900))
     monkeypatch.delenv(ENV)
-    leaf_dir = Path(ns.uri.removeprefix("file://")) / ns.partition({"part": 1}).directory
+    leaf_dir = (
+        Path(with_history.uri.removeprefix("file://"))
+        / with_history.partition({"part": 1}).directory
+    )
     known = set((leaf_dir / "data").iterdir())
     with hold("direct.staged") as point:
-        worker, out = in_thread(lambda: ns.write(tagged_rows("d", [1], 2, first_id=100)))
+        worker, out = in_thread(lambda: with_history.write(tagged_rows("d", [1], 2, first_id=100)))
         point.wait_reached()
         written = set((leaf_dir / "data").iterdir()) - known
         assert written
@@ -215,9 +218,9 @@ def test_a_direct_write_never_publishes_files_that_are_gone(
     assert isinstance(error, CommitConflict), out
     assert is_retryable(error)
     assert any(p.name in str(error) for p in written), str(error)
-    assert ids(ns) == before  # nothing of it was published, and everything reads
-    ns.write(tagged_rows("d", [1], 2, first_id=100))
-    assert ids(ns) == before + Counter([100, 101])
+    assert ids(with_history) == before  # nothing of it was published, and everything reads
+    with_history.write(tagged_rows("d", [1], 2, first_id=100))
+    assert ids(with_history) == before + Counter([100, 101])
 
 
 def _attempt(fn: Callable[..., Any], *args: Any) -> Any:
@@ -229,14 +232,14 @@ def _attempt(fn: Callable[..., Any], *args: Any) -> Any:
 
 # -- B. readers outrun by retention ---------------------------------------------------------
 def test_a_reader_of_the_latest_state_whose_manifest_version_went_may_retry(
-    ns: PartitionedNamespace,
+    with_history: PartitionedNamespace,
 ) -> None:
-    version, before = ns.version, ids(ns)
-    reader = PartitionedNamespace.open(ns.uri)  # its state's rows are not read yet
+    version, before = with_history.version, ids(with_history)
+    reader = PartitionedNamespace.open(with_history.uri)  # its state's rows are not read yet
     with hold("read.resolved") as point:
         worker, out = in_thread(lambda: reader.to_table())
         point.wait_reached()
-        churn_and_clean(ns)
+        churn_and_clean(with_history)
     worker.join()
     error = out.get("error")
     assert isinstance(error, LatestVersionCleanedUp), error
@@ -244,19 +247,19 @@ def test_a_reader_of_the_latest_state_whose_manifest_version_went_may_retry(
     assert f"__manifest version {version} " in str(error)
     assert "retention" in str(error)
     assert "kept:" in str(error)
-    assert ids(ns) == before + Counter([500, 501])  # a retry reads the new latest
+    assert ids(with_history) == before + Counter([500, 501])  # a retry reads the new latest
 
 
 def test_a_prune_whose_rows_load_beside_its_parse_reports_the_version_that_went(
-    ns: PartitionedNamespace,
+    with_history: PartitionedNamespace,
 ) -> None:
     """A filter not parsed yet is parsed while the (small) ``__manifest`` rows load on a
     storage thread: the load's failure is the prune's, typed as ever (not pylance's "Not
     found" from another thread, and not lost behind the parse)."""
-    reader = PartitionedNamespace.open(ns.uri)
+    reader = PartitionedNamespace.open(with_history.uri)
     state = reader.state()  # resolved, its rows not read yet
     version = state.version
-    churn_and_clean(ns)
+    churn_and_clean(with_history)
     filter = "part = 1 OR part = 31337"  # parsed by no other test
     assert not is_parsed(filter, state.schema)
     with pytest.raises(LatestVersionCleanedUp, match=f"__manifest version {version} "):
@@ -267,21 +270,21 @@ def test_a_prune_whose_rows_load_beside_its_parse_reports_the_version_that_went(
 
 @pytest.mark.parametrize("which", ["latest", "older"])
 def test_an_as_of_reader_whose_version_went_gets_a_permanent_error(
-    ns: PartitionedNamespace, which: str
+    with_history: PartitionedNamespace, which: str
 ) -> None:
     """``as_of`` the handle's own (latest) version, or an older one it opens."""
-    version = ns.version if which == "latest" else ns.version - 1
+    version = with_history.version if which == "latest" else with_history.version - 1
     with hold("read.resolved") as point:
-        worker, out = in_thread(lambda: ns.to_table(as_of=version))
+        worker, out = in_thread(lambda: with_history.to_table(as_of=version))
         point.wait_reached()
-        churn_and_clean(ns)
+        churn_and_clean(with_history)
     worker.join()
     error = out.get("error")
     assert isinstance(error, VersionCleanedUp), error
     assert not is_retryable(error)
     assert f"__manifest version {version} " in str(error)
     # the same handle asked again (its cached state is that version) and a fresh one
-    for reader in (ns, PartitionedNamespace.open(ns.uri)):
+    for reader in (with_history, PartitionedNamespace.open(with_history.uri)):
         with pytest.raises(VersionCleanedUp) as again:
             reader.to_table(as_of=version)
         assert not is_retryable(again.value)
@@ -289,33 +292,33 @@ def test_an_as_of_reader_whose_version_went_gets_a_permanent_error(
 
 
 def test_as_of_the_cached_version_after_cleanup_is_a_typed_error(
-    ns: PartitionedNamespace,
+    with_history: PartitionedNamespace,
 ) -> None:
     """The handle's cached state is the version asked for; pylance raised ``ValueError:
     Not found: .../__manifest/_versions/...manifest`` from it."""
-    version = ns.version
-    churn_and_clean(ns)
+    version = with_history.version
+    churn_and_clean(with_history)
     with pytest.raises(VersionCleanedUp, match=f"__manifest version {version} ") as raised:
-        ns.to_table(as_of=version)
+        with_history.to_table(as_of=version)
     assert not is_retryable(raised.value)
 
 
 @pytest.mark.parametrize("how", ["to_reader", "to_batches", "count_rows"])
 def test_a_read_whose_leaf_version_went_gets_a_typed_error(
-    ns: PartitionedNamespace, how: str
+    with_history: PartitionedNamespace, how: str
 ) -> None:
     """Partitions were resolved (the reader is open) and are read lazily: retention
     removed the leaf versions they name before they were opened."""
-    before = ids(ns)
+    before = ids(with_history)
     if how == "count_rows":
-        partitions = ns.partitions()
-        churn_and_clean(ns)
+        partitions = with_history.partitions()
+        churn_and_clean(with_history)
 
         def read() -> object:
-            return sum(ns.count_rows_of(p) for p in partitions)
+            return sum(with_history.count_rows_of(p) for p in partitions)
     else:
-        opened = getattr(ns, how)()
-        churn_and_clean(ns)
+        opened = getattr(with_history, how)()
+        churn_and_clean(with_history)
 
         def read() -> object:
             return opened.read_all() if how == "to_reader" else list(opened)
@@ -326,18 +329,20 @@ def test_a_read_whose_leaf_version_went_gets_a_typed_error(
     text = str(raised.value)
     assert "version 3 of the table of partition" in text
     assert "kept: " in text
-    assert ids(ns) == before + Counter([500, 501])
+    assert ids(with_history) == before + Counter([500, 501])
 
 
-def test_a_read_error_that_is_not_retention_is_left_alone(ns: PartitionedNamespace) -> None:
+def test_a_read_error_that_is_not_retention_is_left_alone(
+    with_history: PartitionedNamespace,
+) -> None:
     """A leaf version that still exists but whose data file is missing (deleted by hand)
     is not called a retention error."""
-    partition = ns.partition({"part": 1})
+    partition = with_history.partition({"part": 1})
     data = Path(partition.location.removeprefix("file://")) / "data"
     for path in data.iterdir():
         path.unlink()
     with pytest.raises(ValueError, match="Not found") as raised:  # pylance's own, as before
-        ns.to_table()
+        with_history.to_table()
     assert not isinstance(raised.value, VersionCleanedUp)
 
 

@@ -22,15 +22,18 @@ from airflow_provider_lance.namespace.format.manifest import (
     ManifestView,
 )
 from airflow_provider_lance.namespace.testing import hold
-from tests.namespace.txn.test_direct_write_attacks import (
+from tests.support import (
+    Worker,
+    claims,
     fill_to_15_fragments,
     manifest_fragments,
+    no_duplicates,
+    other,
     published_files_exist,
     settle,
+    tagged_rows,
     while_a_fold_is_parked,
 )
-from tests.namespace.txn.test_interleavings import BY_PART, Worker, claims, other
-from tests.support import TAGGED, no_duplicates, tagged_rows
 
 
 def mpath(ns: PartitionedNamespace) -> str:
@@ -68,92 +71,87 @@ def txn_states(ns: PartitionedNamespace) -> dict[str, str]:
 
 
 # -- 1. named transactions racing the fold ------------------------------------------------
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
-    ns.write(tagged_rows("seed", [1, 2], 2, first_id=0))
-    return ns
 
 
 @pytest.mark.parametrize(
     "point", ["commit.after_claim", "commit.before_seal", "manifest.before_swap"]
 )
-def test_named_commit_parked_while_a_fold_rewrites_its_rows(ns, point) -> None:
+def test_named_commit_parked_while_a_fold_rewrites_its_rows(seeded, point) -> None:
     """T1 (partitions 1, 2 and new 5) parks at ``point``; an anonymous write makes the 16th
     fragment and folds every unindexed fragment (T1's txn row and claims among them). T1
     then goes on. Rows exactly once, T1 committed, no claim left, txn rows findable."""
-    base = fill_to_15_fragments(ns)
-    txn = ns.begin("append", "T1")
+    base = fill_to_15_fragments(seeded)
+    txn = seeded.begin("append", "T1")
     txn.stage(tagged_rows("t1", [1, 2, 5], 1, first_id=500), stage_id="s")
     when = lambda: threading.current_thread().name == "T1"  # noqa: E731
     with hold(point, when=when) as parked:
-        w = Worker(other(ns).commit, "T1")
+        w = Worker(other(seeded).commit, "T1")
         w.name = "T1"
         w.start()
         parked.wait_reached()
-        before = manifest_fragments(ns)
-        other(ns).write(tagged_rows("x", [77], 1, first_id=400))
-        other(ns).write(tagged_rows("y", [78], 1, first_id=401))
-        folded = manifest_fragments(ns)
+        before = manifest_fragments(seeded)
+        other(seeded).write(tagged_rows("x", [77], 1, first_id=400))
+        other(seeded).write(tagged_rows("y", [78], 1, first_id=401))
+        folded = manifest_fragments(seeded)
     _, err = settle(w)
     assert err is None or is_retryable(err), err
     if err is not None:
-        ns.commit("T1")
+        seeded.commit("T1")
     assert folded < before + 2, (before, folded)  # a fold did happen meanwhile
-    assert no_duplicates(ns) == sorted([*base, 400, 401, 500, 501, 502])
-    assert claims(ns) == []
-    assert txn_states(ns)["T1"] == "published", txn_states(ns)
-    published_files_exist(ns)
-    prefix_rows_agree(ns)
+    assert no_duplicates(seeded) == sorted([*base, 400, 401, 500, 501, 502])
+    assert claims(seeded) == []
+    assert txn_states(seeded)["T1"] == "published", txn_states(seeded)
+    published_files_exist(seeded)
+    prefix_rows_agree(seeded)
 
 
-def test_fold_parked_while_named_commit_claims_and_publishes(ns) -> None:
+def test_fold_parked_while_named_commit_claims_and_publishes(seeded) -> None:
     """The fold reads (parked at before_fold), then T1 claims, seals and publishes (its
     rows in the fragments the fold will rewrite), then the fold commits (or loses)."""
-    base = fill_to_15_fragments(ns)
-    txn = ns.begin("append", "T1")
+    base = fill_to_15_fragments(seeded)
+    txn = seeded.begin("append", "T1")
     txn.stage(tagged_rows("t1", [1, 2, 5], 1, first_id=500), stage_id="s")
-    while_a_fold_is_parked(ns, lambda: other(ns).commit("T1"))
-    assert no_duplicates(ns) == sorted([*base, 400, 500, 501, 502])
-    assert claims(ns) == []
-    assert txn_states(ns)["T1"] == "published", txn_states(ns)
-    published_files_exist(ns)
-    prefix_rows_agree(ns)
+    while_a_fold_is_parked(seeded, lambda: other(seeded).commit("T1"))
+    assert no_duplicates(seeded) == sorted([*base, 400, 500, 501, 502])
+    assert claims(seeded) == []
+    assert txn_states(seeded)["T1"] == "published", txn_states(seeded)
+    published_files_exist(seeded)
+    prefix_rows_agree(seeded)
 
 
-def test_fold_parked_while_txn_begins_and_stages(ns) -> None:
+def test_fold_parked_while_txn_begins_and_stages(seeded) -> None:
     """A txn row inserted (begin) and updated (stage) between the fold's read and commit
     must survive the fold and be listed."""
-    base = fill_to_15_fragments(ns)
+    base = fill_to_15_fragments(seeded)
 
     def begin_and_stage() -> None:
-        t = other(ns).begin("append", "T2")
+        t = other(seeded).begin("append", "T2")
         t.stage(tagged_rows("t2", [1], 1, first_id=600), stage_id="s")
 
-    while_a_fold_is_parked(ns, begin_and_stage)
-    assert "T2" in txn_states(ns)
-    ns.commit("T2")
-    assert no_duplicates(ns) == sorted([*base, 400, 600])
-    assert claims(ns) == []
-    prefix_rows_agree(ns)
+    while_a_fold_is_parked(seeded, begin_and_stage)
+    assert "T2" in txn_states(seeded)
+    seeded.commit("T2")
+    assert no_duplicates(seeded) == sorted([*base, 400, 600])
+    assert claims(seeded) == []
+    prefix_rows_agree(seeded)
 
 
 # -- 3. fold vs maintain / fold vs fold / fold vs evolve / REINDEX_ROWS ------------------
-def test_fold_parked_while_maintain_compacts(ns) -> None:
-    base = fill_to_15_fragments(ns)
-    while_a_fold_is_parked(ns, lambda: other(ns).maintain(older_than=dt.timedelta(0)))
-    assert no_duplicates(ns) == sorted([*base, 400])
-    assert_object_ids_unique(ns)
-    published_files_exist(ns)
-    ns.write(tagged_rows("after", [1, 77], 1, first_id=900))
-    assert no_duplicates(ns) == sorted([*base, 400, 900, 901])
+def test_fold_parked_while_maintain_compacts(seeded) -> None:
+    base = fill_to_15_fragments(seeded)
+    while_a_fold_is_parked(seeded, lambda: other(seeded).maintain(older_than=dt.timedelta(0)))
+    assert no_duplicates(seeded) == sorted([*base, 400])
+    assert_object_ids_unique(seeded)
+    published_files_exist(seeded)
+    seeded.write(tagged_rows("after", [1, 77], 1, first_id=900))
+    assert no_duplicates(seeded) == sorted([*base, 400, 900, 901])
 
 
-def test_two_folds_from_two_handles(ns) -> None:
-    base = fill_to_15_fragments(ns)
+def test_two_folds_from_two_handles(seeded) -> None:
+    base = fill_to_15_fragments(seeded)
     with hold("manifest.before_fold", times=2) as parked:
-        a = Worker(other(ns).write, tagged_rows("x", [77], 1, first_id=400))
-        b = Worker(other(ns).write, tagged_rows("y", [78], 1, first_id=401))
+        a = Worker(other(seeded).write, tagged_rows("x", [77], 1, first_id=400))
+        b = Worker(other(seeded).write, tagged_rows("y", [78], 1, first_id=401))
         a.start()
         parked.wait_reached()
         b.start()
@@ -163,40 +161,40 @@ def test_two_folds_from_two_handles(ns) -> None:
             threading.Event().wait(0.05)
     a.outcome()
     b.outcome()
-    assert no_duplicates(ns) == sorted([*base, 400, 401])
-    assert_object_ids_unique(ns)
-    prefix_rows_agree(ns)
+    assert no_duplicates(seeded) == sorted([*base, 400, 401])
+    assert_object_ids_unique(seeded)
+    prefix_rows_agree(seeded)
 
 
-def test_fold_parked_while_spec_evolves(ns) -> None:
-    base = fill_to_15_fragments(ns)
+def test_fold_parked_while_spec_evolves(seeded) -> None:
+    base = fill_to_15_fragments(seeded)
     while_a_fold_is_parked(
-        ns,
-        lambda: other(ns).evolve_partition_spec(
+        seeded,
+        lambda: other(seeded).evolve_partition_spec(
             [PartitionField("part", "part"), PartitionField("tag", "tag")]
         ),
     )
-    assert no_duplicates(ns) == sorted([*base, 400])
-    t = ns.begin("append", "T3")
+    assert no_duplicates(seeded) == sorted([*base, 400])
+    t = seeded.begin("append", "T3")
     t.stage(tagged_rows("t3", [1, 9], 1, first_id=700), stage_id="s")
-    ns.commit("T3")
+    seeded.commit("T3")
     for i in range(20):
-        ns.write(tagged_rows(f"g{i}", [200 + i], 1, first_id=2000 + i))
-    assert "T3" in txn_states(ns)
-    assert no_duplicates(ns) == sorted([*base, 400, 700, 701, *range(2000, 2020)])
-    assert sorted(ns.to_table(filter="tag = 't3'").column("id").to_pylist()) == [700, 701]
-    assert {p.values.get("tag") for p in ns.prune("tag = 't3'")} <= {"t3", None}
-    assert claims(ns) == []
-    prefix_rows_agree(ns)
+        seeded.write(tagged_rows(f"g{i}", [200 + i], 1, first_id=2000 + i))
+    assert "T3" in txn_states(seeded)
+    assert no_duplicates(seeded) == sorted([*base, 400, 700, 701, *range(2000, 2020)])
+    assert sorted(seeded.to_table(filter="tag = 't3'").column("id").to_pylist()) == [700, 701]
+    assert {p.values.get("tag") for p in seeded.prune("tag = 't3'")} <= {"t3", None}
+    assert claims(seeded) == []
+    prefix_rows_agree(seeded)
 
 
 @pytest.mark.parametrize("reindex_rows", [6, 1 << 20])
-def test_concurrent_writers_with_small_reindex_rows(ns, monkeypatch, reindex_rows) -> None:
+def test_concurrent_writers_with_small_reindex_rows(seeded, monkeypatch, reindex_rows) -> None:
     monkeypatch.setattr(manifest_compaction, "REINDEX_ROWS", reindex_rows)
     errors: list[BaseException] = []
 
     def writer(k: int) -> None:
-        h = other(ns)
+        h = other(seeded)
         for i in range(30):
             try:
                 if i % 5 == 0:
@@ -226,19 +224,21 @@ def test_concurrent_writers_with_small_reindex_rows(ns, monkeypatch, reindex_row
     for w in ws:
         w.join(300)
     assert errors == [], errors
-    got = no_duplicates(ns)
+    got = no_duplicates(seeded)
     assert len(got) == 4 + 2 * (24 + 6 * 2)
-    assert claims(ns) == []
-    states = txn_states(ns)
+    assert claims(seeded) == []
+    states = txn_states(seeded)
     assert sorted(t for t, s in states.items() if t.startswith("W") and s == "published") == sorted(
         f"W{k}-{i}" for k in range(2) for i in range(0, 30, 5)
     ), states
-    ns.maintain(older_than=dt.timedelta(0))
-    assert no_duplicates(ns) == got
-    prefix_rows_agree(ns)
+    seeded.maintain(older_than=dt.timedelta(0))
+    assert no_duplicates(seeded) == got
+    prefix_rows_agree(seeded)
     for part in (1, 2, 305, 410):
-        want = sorted(ns.to_table().filter(pc.equal(ns.to_table()["part"], part))["id"].to_pylist())
-        assert sorted(ns.to_table(filter=f"part = {part}")["id"].to_pylist()) == want
+        want = sorted(
+            seeded.to_table().filter(pc.equal(seeded.to_table()["part"], part))["id"].to_pylist()
+        )
+        assert sorted(seeded.to_table(filter=f"part = {part}")["id"].to_pylist()) == want
 
 
 # -- 2 / 4. _with_prefix invariant across partition types, two fields, evolution ---------
@@ -352,22 +352,22 @@ def test_two_fields_and_evolution_keep_bookkeeping_rows_null(root: Path) -> None
     assert claims(ns) == []
 
 
-def test_fold_parked_while_two_handles_create_the_same_partition(ns) -> None:
+def test_fold_parked_while_two_handles_create_the_same_partition(seeded) -> None:
     """Two inserts of one new partition row (insert-if-absent, one winner) around a fold's
     read and commit: the __manifest must hold that object_id once."""
-    base = fill_to_15_fragments(ns)
+    base = fill_to_15_fragments(seeded)
 
     def create_partition_88_twice() -> None:
-        b = Worker(other(ns).write, tagged_rows("b", [88], 1, first_id=410))
-        c = Worker(other(ns).write, tagged_rows("c", [88], 1, first_id=420))
+        b = Worker(other(seeded).write, tagged_rows("b", [88], 1, first_id=410))
+        c = Worker(other(seeded).write, tagged_rows("c", [88], 1, first_id=420))
         b.start()
         c.start()
         for w in (b, c):
             _, err = settle(w)
             assert err is None, err
 
-    while_a_fold_is_parked(ns, create_partition_88_twice)
-    assert_object_ids_unique(ns)
-    assert no_duplicates(ns) == sorted([*base, 400, 410, 420])
-    assert claims(ns) == []
-    published_files_exist(ns)
+    while_a_fold_is_parked(seeded, create_partition_88_twice)
+    assert_object_ids_unique(seeded)
+    assert no_duplicates(seeded) == sorted([*base, 400, 410, 420])
+    assert claims(seeded) == []
+    published_files_exist(seeded)

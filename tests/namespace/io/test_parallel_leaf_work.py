@@ -11,8 +11,7 @@ import pytest
 
 from airflow_provider_lance.namespace import InvalidArgumentError, PartitionedNamespace
 from airflow_provider_lance.namespace.io.storage import Storage, default_concurrency
-from tests.namespace.txn.test_interleavings import BY_PART
-from tests.support import TAGGED, tagged_rows
+from tests.support import BY_PART, TAGGED, tagged_rows
 
 
 def test_default_concurrency_suits_the_store() -> None:

@@ -30,30 +30,25 @@ from airflow_provider_lance.namespace import (
     TransactionAborted,
 )
 from airflow_provider_lance.namespace.format.manifest import row as manifest_row
-from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.testing import FailpointError, hold
 from airflow_provider_lance.namespace.txn.spec_fence import INTENT_PREFIX, fence_id, new_intent_id
-from tests.namespace.txn.test_interleavings import (
+from tests.support import (
     BY_PART,
+    TAGGED,
     Worker,
+    by_id,
     claims,
     crashing,
     ids,
+    no_duplicates,
     other,
+    read_latest,
     state_of,
+    tagged_rows,
 )
-from tests.support import TAGGED, by_id, no_duplicates, tagged_rows
 
 NOW = dt.timedelta(0)
 Rows = Counter[tuple[Any, ...]]
-
-
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    """Partitions 1, 2, 3 by ``part``, ids 0-11 (four rows each), tagged ``seed``."""
-    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
-    ns.write(tagged_rows("seed", [1, 2, 3], 4, first_id=0))
-    return ns
 
 
 def upserts(pairs: list[tuple[int, int]], tag: str) -> pa.Table:
@@ -109,52 +104,44 @@ def healthy(ns: PartitionedNamespace, *parts: int) -> None:
 
 # == findings ==================================================================================
 # -- 1. a foreign commit to a "read the latest" partition rolled back -------------------------
-def read_latest(ns: PartitionedNamespace, part: int) -> str:
-    """Publish partition ``part`` with a NULL read_version, as a foreign Directory Namespace
-    writer leaves it (readers read its leaf's latest version); its leaf location."""
-    state = ns.state()
-    p = ns.partition({"part": part})
-    row = state.full_rows([p.object_id]).to_pylist()[0]
-    row["read_version"] = None
-    ns._manifest.commit(Swap(state.view, [row]))
-    return p.location
 
 
 @pytest.mark.parametrize("kind", ["delete", "merge", "optimize"])
 def test_an_operation_never_rolls_back_a_foreign_commit_to_a_read_latest_partition(
-    ns, kind
+    three_parts, kind
 ) -> None:
     """Partition 2 reads its leaf's latest version. The operation computes its change on
     that version and parks; a foreign writer appends rows 700-701 straight to the leaf
     (for such a partition that commit is the publish: readers see the rows at once). The
     operation used to take the foreign version for an unpublished one of a crashed
     writer, roll it back and publish its own: rows 700-701 were lost. It must compute
-    again on the foreign version instead. Fixed in ``operations.still_base``."""
-    ns.write(tagged_rows("more", [2], 1, first_id=50))  # a second fragment, for optimize
-    location = read_latest(ns, 2)
+    again on the foreign version instead. Fixed in the roll-back guard of
+    ``leaf_commit.commit_change`` (``LeafMoved``)."""
+    three_parts.write(tagged_rows("more", [2], 1, first_id=50))  # a second fragment, for optimize
+    location = read_latest(three_parts, 2)
     calls: dict[str, Callable[[PartitionedNamespace], Any]] = {
         "delete": lambda h: h.delete("id % 2 = 0"),
         "merge": lambda h: h.merge(upserts([(5, 2)], "m"), ["id", "part"]),
         "optimize": lambda h: h.optimize("part = 2"),
     }
     with hold(f"{kind}.computed") as parked:
-        operation = Worker(calls[kind], other(ns))
+        operation = Worker(calls[kind], other(three_parts))
         operation.start()
         parked.wait_reached()
         lance.write_dataset(tagged_rows("foreign", [2], 2, first_id=700), location, mode="append")
-        assert {700, 701} <= set(ids(ns))  # published: readers see them
+        assert {700, 701} <= set(ids(three_parts))  # published: readers see them
     operation.outcome()
-    got = no_duplicates(ns)
+    got = no_duplicates(three_parts)
     assert 701 in got
     assert (700 in got) == (kind != "delete")
-    published_readable(ns)
-    assert claims(ns) == []
+    published_readable(three_parts)
+    assert claims(three_parts) == []
 
 
 # -- 2. maintain removing the version an operation computed on --------------------------------
 @pytest.mark.parametrize("point", ["delete.selected", "delete.computed", "leaf.before_commit"])
 def test_an_operation_whose_base_was_published_over_and_cleaned_up_computes_again(
-    ns, point
+    three_parts, point
 ) -> None:
     """The delete read partition 1 at read_version R and parks (before computing, with
     its change computed, or about to commit it on R); an append publishes R' over it and
@@ -162,22 +149,22 @@ def test_an_operation_whose_base_was_published_over_and_cleaned_up_computes_agai
     must compute again on R' and publish, not fail with a raw ``OSError`` (it did: reading
     R to check the content after the change, "…/_versions/1.manifest was not found") or a
     ``StorageError`` from committing on a removed version. Fixed in
-    ``leaves.commit_change`` and ``OperationRunner._attempt``."""
-    since = ns.version
-    seed = rows_at(ns)
+    ``leaf_commit.commit_change`` and ``OperationRunner``."""
+    since = three_parts.version
+    seed = rows_at(three_parts)
     with hold(point) as parked:  # the delete reaches it first: the append passes it
-        deleter = Worker(other(ns).delete, "id IN (0, 5, 100)")
+        deleter = Worker(other(three_parts).delete, "id IN (0, 5, 100)")
         deleter.start()
         parked.wait_reached()
-        other(ns).write(tagged_rows("a", [1], 1, first_id=100))
-        other(ns).maintain(older_than=NOW)
+        other(three_parts).write(tagged_rows("a", [1], 1, first_id=100))
+        other(three_parts).maintain(older_than=NOW)
     result = deleter.outcome()
     assert result.rows_removed == 3
-    assert sorted(ids(ns)) == [1, 2, 3, 4, *range(6, 12)]
+    assert sorted(ids(three_parts)) == [1, 2, 3, 4, *range(6, 12)]
     appended = seed + Counter({(100, 1, "a"): 1})
     final = Counter({r: n for r, n in appended.items() if r[0] not in (0, 5, 100)})
-    serial_only(ns, since, seed, appended, final)
-    healthy(ns, 1, 2, 3)
+    serial_only(three_parts, since, seed, appended, final)
+    healthy(three_parts, 1, 2, 3)
 
 
 # -- 3. a change computed under an older schema reused after a schema change -------------------
@@ -240,16 +227,16 @@ def test_a_merge_computed_before_a_schema_change_is_not_reused_after_it(root) ->
 
 # -- 4. an unknown swap outcome of a merge that only creates partitions -----------------------
 def test_a_merge_creating_partitions_whose_swap_reported_a_failure_but_committed(
-    ns, monkeypatch
+    three_parts, monkeypatch
 ) -> None:
     """The swap of a merge that only inserts into new partitions commits, then reports a
     storage error. Its own leaf versions name the publish: it is a success (it was
     reported as the error, although every row was there)."""
     with crashing(monkeypatch, "manifest.after_swap", "error"):
-        result = ns.merge(upserts([(100, 8), (101, 9)], "m"), ["id", "part"])
-    assert result.manifest_version == ns.version
+        result = three_parts.merge(upserts([(100, 8), (101, 9)], "m"), ["id", "part"])
+    assert result.manifest_version == three_parts.version
     assert result.rows_inserted == 2
-    assert ids(ns) == [*range(12), 100, 101]
+    assert ids(three_parts) == [*range(12), 100, 101]
 
 
 # -- 5. a partition spec change between a merge's routing and its swap (fixed: spec_fence) ---
@@ -281,105 +268,111 @@ def across_a_spec_change(ns: PartitionedNamespace, *, seed_tag_m: bool) -> Any:
 
 
 @pytest.mark.parametrize("seed_tag_m", [False, True], ids=["new-partition", "existing"])
-def test_two_merges_of_a_new_key_across_a_spec_change_insert_it_once(ns, seed_tag_m) -> None:
+def test_two_merges_of_a_new_key_across_a_spec_change_insert_it_once(
+    three_parts, seed_tag_m
+) -> None:
     """The review found the key inserted twice: the swap was conditional on partition rows
     only, and the two merges' rows (one per spec) do not overlap. The evolution's fence
     now rewrites M1's intent row, M1's swap (which deletes that row) loses, and M1 computes
     again under v3: it finds M2's row and updates it."""
-    since = ns.version
-    first = across_a_spec_change(ns, seed_tag_m=seed_tag_m)
+    since = three_parts.version
+    first = across_a_spec_change(three_parts, seed_tag_m=seed_tag_m)
     assert (first.rows_inserted, first.rows_updated) == (0, 1)
-    assert ids(ns).count(500) == 1
-    assert ns.to_table(filter="id = 500").column("tag").to_pylist() == ["m"]
-    for version in manifest_versions(ns, since):  # never twice, at any version
-        assert ns.to_table(version=version, filter="id = 500").num_rows <= 1
-    assert intents(ns) == []
-    healthy(ns, 1, 9)
+    assert ids(three_parts).count(500) == 1
+    assert three_parts.to_table(filter="id = 500").column("tag").to_pylist() == ["m"]
+    for version in manifest_versions(three_parts, since):  # never twice, at any version
+        assert three_parts.to_table(version=version, filter="id = 500").num_rows <= 1
+    assert intents(three_parts) == []
+    healthy(three_parts, 1, 9)
 
 
-def test_a_merge_fences_the_spec_an_evolver_died_before_fencing(ns, monkeypatch) -> None:
+def test_a_merge_fences_the_spec_an_evolver_died_before_fencing(three_parts, monkeypatch) -> None:
     """The evolver dies between installing v3 and fencing it: M1 (computed under v2) is
     parked before its swap and no fence rewrote its intent. M2, the first merge under
     v3, fences v3 itself before it computes, so M1's swap still loses."""
-    ns.evolve_partition_spec([PartitionField("tag", "tag")])
+    three_parts.evolve_partition_spec([PartitionField("tag", "tag")])
     row = upserts([(500, 9)], "m")
     with hold("merge.before_publish") as parked:
-        first = Worker(other(ns).merge, row, ["id", "part", "tag"])
+        first = Worker(other(three_parts).merge, row, ["id", "part", "tag"])
         first.start()
         parked.wait_reached()
         with crashing(monkeypatch, "spec.before_fence"), pytest.raises(FailpointError):
-            other(ns).evolve_partition_spec([PartitionField("part", "part")])
-        assert ns.spec_version == 3
-        assert not other(ns).state().existing([fence_id(3)])
-        other(ns).merge(row, ["id", "part", "tag"])
-        assert other(ns).state().existing([fence_id(3)])
+            other(three_parts).evolve_partition_spec([PartitionField("part", "part")])
+        assert three_parts.spec_version == 3
+        assert not other(three_parts).state().existing([fence_id(3)])
+        other(three_parts).merge(row, ["id", "part", "tag"])
+        assert other(three_parts).state().existing([fence_id(3)])
     assert first.outcome().rows_updated == 1
-    assert ids(ns).count(500) == 1
-    assert intents(ns) == []
+    assert ids(three_parts).count(500) == 1
+    assert intents(three_parts) == []
 
 
-def test_a_merge_that_registers_its_intent_after_a_spec_change_computes_under_it(ns) -> None:
+def test_a_merge_that_registers_its_intent_after_a_spec_change_computes_under_it(
+    three_parts,
+) -> None:
     """M1 computes under v2 and parks before registering its intent; v3 is installed and
     fenced and M2 inserts the key under v3. M1's intent lands after the fence: it
     computes again on a version under v3 and updates M2's row."""
-    ns.evolve_partition_spec([PartitionField("tag", "tag")])
+    three_parts.evolve_partition_spec([PartitionField("tag", "tag")])
     row = upserts([(500, 9)], "m")
     with hold("merge.before_intent") as parked:
-        first = Worker(other(ns).merge, row, ["id", "part", "tag"])
+        first = Worker(other(three_parts).merge, row, ["id", "part", "tag"])
         first.start()
         parked.wait_reached()
-        changer = other(ns)
+        changer = other(three_parts)
         changer.evolve_partition_spec([PartitionField("part", "part")])
         changer.merge(row, ["id", "part", "tag"])
     assert first.outcome().rows_updated == 1
-    assert ids(ns).count(500) == 1
+    assert ids(three_parts).count(500) == 1
 
 
-def test_merge_intents_are_removed_whatever_the_merge_ends_in(ns, monkeypatch) -> None:
+def test_merge_intents_are_removed_whatever_the_merge_ends_in(three_parts, monkeypatch) -> None:
     """A published merge's swap deletes its intent; a refused, failed or crashed one
     withdraws it; bad input writes none (the manifest version does not move); what a
     killed process leaves is removed by ``maintain`` once stale, and ``maintain`` leaves
     a live merge's intent alone."""
-    ns.merge(upserts([(0, 1), (600, 4)], "m"), ["id", "part"])
-    assert intents(ns) == []
-    version = ns.version
+    three_parts.merge(upserts([(0, 1), (600, 4)], "m"), ["id", "part"])
+    assert intents(three_parts) == []
+    version = three_parts.version
     with pytest.raises(LanceNamespaceError):
-        ns.merge(upserts([(0, 1)], "m"), ["id"])  # the key lacks the partition column
-    assert (intents(ns), ns.version) == ([], version)
+        three_parts.merge(upserts([(0, 1)], "m"), ["id"])  # the key lacks the partition column
+    assert (intents(three_parts), three_parts.version) == ([], version)
     with crashing(monkeypatch, "merge.before_publish"), pytest.raises(FailpointError):
-        ns.merge(upserts([(601, 4)], "m"), ["id", "part"])
-    assert intents(ns) == []
+        three_parts.merge(upserts([(601, 4)], "m"), ["id", "part"])
+    assert intents(three_parts) == []
     # A process killed after registering leaves its row: fresh, it is kept; stale, removed.
     with hold("merge.before_publish") as parked:
-        live = Worker(other(ns).merge, upserts([(602, 4)], "m"), ["id", "part"])
+        live = Worker(other(three_parts).merge, upserts([(602, 4)], "m"), ["id", "part"])
         live.start()
         parked.wait_reached()
-        assert len(intents(ns)) == 1
-        assert ns.maintain().merge_intents_removed == 0
-        assert len(intents(ns)) == 1
+        assert len(intents(three_parts)) == 1
+        assert three_parts.maintain().merge_intents_removed == 0
+        assert len(intents(three_parts)) == 1
     live.outcome()
-    assert intents(ns) == []
+    assert intents(three_parts) == []
     dead = manifest_row(new_intent_id(), "namespace", metadata='{"started_at":0}')
-    ns._manifest.insert_absent(ns.state().rows_table([dead]))
-    assert ns.maintain().merge_intents_removed == 1
-    assert intents(ns) == []
-    assert sorted(i for i in ids(ns) if i >= 600) == [600, 602]
+    three_parts._manifest.insert_absent(three_parts.state().rows_table([dead]))
+    assert three_parts.maintain().merge_intents_removed == 1
+    assert intents(three_parts) == []
+    assert sorted(i for i in ids(three_parts) if i >= 600) == [600, 602]
 
 
 # -- 6. a merge rewriting a partition column of an older spec's partition is refused ---------
-def test_a_merge_never_leaves_a_row_in_a_partition_its_values_do_not_name(ns) -> None:
+def test_a_merge_never_leaves_a_row_in_a_partition_its_values_do_not_name(three_parts) -> None:
     """Spec v1 partitions by ``part``; after evolving to v2 = [tag], a merge on [id, tag]
     would update row 0 in its part=1 partition with part=7: the row would sit where its
     values do not say (a read of ``part = 7`` would miss it, ``delete("part = 1")`` would
     drop it). The merge is refused with a clear error and nothing changes."""
-    ns.evolve_partition_spec([PartitionField("tag", "tag")])
-    before = rows_at(ns)
-    version = ns.version
+    three_parts.evolve_partition_spec([PartitionField("tag", "tag")])
+    before = rows_at(three_parts)
+    version = three_parts.version
     with pytest.raises(InvalidArgumentError, match="would move rows out of partition"):
-        ns.merge(upserts([(0, 7)], "seed"), ["id", "tag"])
-    assert (rows_at(ns), ns.version) == (before, version)
-    ns.merge(upserts([(0, 1)], "seed"), ["id", "tag"])  # the same partition: updated in place
-    assert ns.to_table(filter="part = 1 AND id = 0").num_rows == 1
+        three_parts.merge(upserts([(0, 7)], "seed"), ["id", "tag"])
+    assert (rows_at(three_parts), three_parts.version) == (before, version)
+    three_parts.merge(
+        upserts([(0, 1)], "seed"), ["id", "tag"]
+    )  # the same partition: updated in place
+    assert three_parts.to_table(filter="part = 1 AND id = 0").num_rows == 1
 
 
 # == races found sound ============================================================================
@@ -404,14 +397,21 @@ def fragmented(root: Path) -> PartitionedNamespace:
     return ns
 
 
+#: Serial orders already run, by their calls: they depend on nothing else, and the races
+#: below compare against the same few dozen of them hundreds of times.
+_SERIAL: dict[tuple[Callable[[PartitionedNamespace], Any], ...], list[Rows]] = {}
+
+
 def serially(tmp: Path, *calls: Callable[[PartitionedNamespace], Any]) -> list[Rows]:
     """The rows before and after each call, run one after the other on a fresh copy."""
-    ns = fragmented(tmp)
-    out = [rows_at(ns)]
-    for call in calls:
-        call(ns)
-        out.append(rows_at(ns))
-    return out
+    if calls not in _SERIAL:
+        ns = fragmented(tmp)
+        out = [rows_at(ns)]
+        for call in calls:
+            call(ns)
+            out.append(rows_at(ns))
+        _SERIAL[calls] = out
+    return [Counter(rows) for rows in _SERIAL[calls]]
 
 
 def points(kind: str) -> list[str]:
@@ -577,24 +577,26 @@ def test_an_operation_against_a_named_transaction_holding_its_claims(
 
 
 @pytest.mark.parametrize("kind", list(OPERATIONS))
-def test_a_crashed_operation_aborted_by_recover_then_retried(ns, monkeypatch, kind) -> None:
+def test_a_crashed_operation_aborted_by_recover_then_retried(
+    three_parts, monkeypatch, kind
+) -> None:
     """An operation with a ``txn_id`` crashes with its leaves committed, before its swap;
     ``recover(lease_seconds=0)`` aborts the id's record (nothing was published); a retry
     with the same id runs as its next incarnation and publishes; a different operation
     under that id is refused, changing nothing."""
-    before = rows_at(ns)
+    before = rows_at(three_parts)
     with crashing(monkeypatch, f"{kind}.before_publish"), pytest.raises(FailpointError):
-        OPERATIONS_WITH_ID[kind](ns, "op")
-    assert rows_at(ns) == before
-    assert other(ns).recover(lease_seconds=0) == ["op"]
-    assert state_of(ns, "op") == "aborted"
+        OPERATIONS_WITH_ID[kind](three_parts, "op")
+    assert rows_at(three_parts) == before
+    assert other(three_parts).recover(lease_seconds=0) == ["op"]
+    assert state_of(three_parts, "op") == "aborted"
     other_kind = "delete" if kind != "delete" else "merge"
     with pytest.raises(InvalidArgumentError, match="needs an id of its own"):
-        OPERATIONS_WITH_ID[other_kind](ns, "op")
-    result = OPERATIONS_WITH_ID[kind](ns, "op")
-    assert state_of(ns, "op") == "published"
-    assert OPERATIONS_WITH_ID[kind](ns, "op") == result
-    healthy(ns, 1, 2, 3)
+        OPERATIONS_WITH_ID[other_kind](three_parts, "op")
+    result = OPERATIONS_WITH_ID[kind](three_parts, "op")
+    assert state_of(three_parts, "op") == "published"
+    assert OPERATIONS_WITH_ID[kind](three_parts, "op") == result
+    healthy(three_parts, 1, 2, 3)
 
 
 DROP_POINTS = [
@@ -609,32 +611,34 @@ DROP_POINTS = [
 
 @pytest.mark.parametrize("point", DROP_POINTS)
 def test_a_crashed_drop_is_all_or_nothing_and_its_retry_returns_the_first_result(
-    ns, monkeypatch, point
+    three_parts, monkeypatch, point
 ) -> None:
     """A named drop of partitions 1 and 2 crashes at each step. Before its swap nothing
     is gone, after it both are; the retry completes it (or returns the first result,
     its manifest version found again), drops nothing a later write created, and the
     partitions can be written again."""
     with crashing(monkeypatch, point), pytest.raises(FailpointError):
-        ns.drop_partitions("part <= 2", txn_id="drop")
+        three_parts.drop_partitions("part <= 2", txn_id="drop")
     published = point in ("manifest.after_swap", "drop_partitions.after_publish")
-    assert ids(ns) == (list(range(8, 12)) if published else list(range(12)))
-    published_readable(ns)
-    result = ns.drop_partitions("part <= 2", txn_id="drop")
+    assert ids(three_parts) == (list(range(8, 12)) if published else list(range(12)))
+    published_readable(three_parts)
+    result = three_parts.drop_partitions("part <= 2", txn_id="drop")
     assert result.rows_removed == 8
     # (a result read back from its record carries partition values in their string form)
     assert sorted(str(p.values["part"]) for p in result.dropped) == ["1", "2"]
     assert result.manifest_version is not None
-    assert sorted(ns.to_table(version=result.manifest_version).column("id").to_pylist()) == [
+    assert sorted(
+        three_parts.to_table(version=result.manifest_version).column("id").to_pylist()
+    ) == [
         8,
         9,
         10,
         11,
     ]
-    ns.write(tagged_rows("again", [1], 1, first_id=100))
-    assert ns.drop_partitions("part <= 2", txn_id="drop") == result
-    assert ids(ns) == [8, 9, 10, 11, 100]
-    healthy(ns, 1, 2, 3)
+    three_parts.write(tagged_rows("again", [1], 1, first_id=100))
+    assert three_parts.drop_partitions("part <= 2", txn_id="drop") == result
+    assert ids(three_parts) == [8, 9, 10, 11, 100]
+    healthy(three_parts, 1, 2, 3)
 
 
 OPERATIONS_WITH_ID: dict[str, Callable[[PartitionedNamespace, str], Any]] = {
@@ -694,7 +698,7 @@ def data_files(root: Path) -> set[Path]:
 @pytest.mark.parametrize(
     "point", ["merge.computed", "merge.leaf_committed", "merge.before_publish"]
 )
-def test_the_default_sweep_keeps_an_operation_in_flight_whole(ns, root, point) -> None:
+def test_the_default_sweep_keeps_an_operation_in_flight_whole(three_parts, root, point) -> None:
     """A merge (an update to partition 1, a new partition 9) parks with its files written
     (uncommitted, committed, or before its swap); ``maintain(older_than=0,
     sweep_orphans=True)`` runs with the default safety age. Its files are young: nothing
@@ -702,22 +706,22 @@ def test_the_default_sweep_keeps_an_operation_in_flight_whole(ns, root, point) -
     change not yet committed are swept and the merge publishes a version that cannot be
     read: the age is what protects writes in flight, as Delta's VACUUM retention.)"""
     with hold(point) as parked:
-        merger = Worker(other(ns).merge, upserts([(0, 1), (500, 9)], "m"), ["id", "part"])
+        merger = Worker(other(three_parts).merge, upserts([(0, 1), (500, 9)], "m"), ["id", "part"])
         merger.start()
         parked.wait_reached()
         before = data_files(root)
-        report = other(ns).maintain(older_than=NOW, sweep_orphans=True)
+        report = other(three_parts).maintain(older_than=NOW, sweep_orphans=True)
         assert report.orphans is not None
         assert report.orphans["files_removed"] == 0
         assert data_files(root) == before
     merger.outcome()
-    assert ids(ns) == [*range(12), 500]
-    published_readable(ns)
-    healthy(ns, 1, 9)
+    assert ids(three_parts) == [*range(12), 500]
+    published_readable(three_parts)
+    healthy(three_parts, 1, 9)
 
 
 def test_a_zero_age_sweep_keeps_what_committed_versions_and_live_transactions_name(
-    ns, monkeypatch
+    three_parts, monkeypatch
 ) -> None:
     """With ``orphan_min_age=0``: X is staged (its files named only by its stage records),
     Y is sealed holding its claims (its plan names them), a direct append to partition 1
@@ -726,75 +730,81 @@ def test_a_zero_age_sweep_keeps_what_committed_versions_and_live_transactions_na
     it, and each publishes whole afterwards. (A write parked before its swap that creates
     a partition is not safe from a zero-age sweep: its leaf table is read by no manifest
     version yet, exactly like a crashed write's, and only the age tells them apart.)"""
-    ns.tag("old")
-    ns.drop_partitions("part = 3")
-    ns.delete("id = 5")  # a deletion file in partition 2's published version
-    ns.begin("append", "X").stage(tagged_rows("x", [1, 5], 1, first_id=100))
-    ns.begin("append", "Y").stage(tagged_rows("y", [2, 6], 1, first_id=200))
+    three_parts.tag("old")
+    three_parts.drop_partitions("part = 3")
+    three_parts.delete("id = 5")  # a deletion file in partition 2's published version
+    three_parts.begin("append", "X").stage(tagged_rows("x", [1, 5], 1, first_id=100))
+    three_parts.begin("append", "Y").stage(tagged_rows("y", [2, 6], 1, first_id=200))
     with crashing(monkeypatch, "commit.after_claim"), pytest.raises(FailpointError):
-        ns.commit("Y")
+        three_parts.commit("Y")
     with hold("direct.before_publish") as parked:
-        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=300))
+        writer = Worker(other(three_parts).write, tagged_rows("w", [1], 2, first_id=300))
         writer.start()
         parked.wait_reached()
-        other(ns).maintain(
+        other(three_parts).maintain(
             older_than=NOW, sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False
         )
     writer.outcome()
-    assert sorted(ns.to_table(version="old").column("id").to_pylist()) == list(range(12))
-    ns.commit("X")
-    ns.commit("Y")
-    assert ids(ns) == [0, 1, 2, 3, 4, 6, 7, 100, 101, 200, 201, 300, 301]
-    published_readable(ns)
-    healthy(ns, 1, 2, 5, 6)
+    assert sorted(three_parts.to_table(version="old").column("id").to_pylist()) == list(range(12))
+    three_parts.commit("X")
+    three_parts.commit("Y")
+    assert ids(three_parts) == [0, 1, 2, 3, 4, 6, 7, 100, 101, 200, 201, 300, 301]
+    published_readable(three_parts)
+    healthy(three_parts, 1, 2, 5, 6)
 
 
-def test_a_dropped_partition_recreated_under_a_tag_and_swept(ns) -> None:
+def test_a_dropped_partition_recreated_under_a_tag_and_swept(three_parts) -> None:
     """Partition 1 is tagged, dropped and written again (its leaf directory is the same:
     the new rows go into a new leaf version replacing the old ones), then compacted,
     cleaned with ``older_than=0`` and swept with ``orphan_min_age=0``. The tag still reads
     the dropped rows, the latest state only the new ones, and neither ever shows both."""
-    ns.tag("before-drop")
-    location = ns.partition({"part": 1}).location
-    ns.drop_partitions("part = 1")
-    ns.write(tagged_rows("again", [1], 2, first_id=100))
-    assert ns.partition({"part": 1}).location == location
-    ns.optimize()
-    ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
-    assert sorted(ns.to_table(version="before-drop").column("id").to_pylist()) == list(range(12))
-    assert ids(ns) == [*range(4, 12), 100, 101]
-    published_readable(ns)
-    ns.untag("before-drop")
-    ns.maintain(older_than=NOW, sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
-    assert ids(ns) == [*range(4, 12), 100, 101]
-    healthy(ns, 1, 2)
+    three_parts.tag("before-drop")
+    location = three_parts.partition({"part": 1}).location
+    three_parts.drop_partitions("part = 1")
+    three_parts.write(tagged_rows("again", [1], 2, first_id=100))
+    assert three_parts.partition({"part": 1}).location == location
+    three_parts.optimize()
+    three_parts.maintain(
+        older_than=NOW, sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False
+    )
+    assert sorted(three_parts.to_table(version="before-drop").column("id").to_pylist()) == list(
+        range(12)
+    )
+    assert ids(three_parts) == [*range(4, 12), 100, 101]
+    published_readable(three_parts)
+    three_parts.untag("before-drop")
+    three_parts.maintain(
+        older_than=NOW, sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False
+    )
+    assert ids(three_parts) == [*range(4, 12), 100, 101]
+    healthy(three_parts, 1, 2)
 
 
-def test_a_reader_holding_an_old_state_across_a_drop_and_recreation(ns) -> None:
+def test_a_reader_holding_an_old_state_across_a_drop_and_recreation(three_parts) -> None:
     """A reader holds the state before the drop; partition 1 is dropped and created again
     in the same directory. Inside the retention window the old state still reads the old
     rows (its read_version is an older version of the same leaf), the new state the new."""
-    held = ns.state()
-    ns.drop_partitions("part = 1")
-    ns.write(tagged_rows("again", [1], 1, first_id=100))
-    ns.maintain(
+    held = three_parts.state()
+    three_parts.drop_partitions("part = 1")
+    three_parts.write(tagged_rows("again", [1], 1, first_id=100))
+    three_parts.maintain(
         older_than=dt.timedelta(hours=1),
         sweep_orphans=True,
         orphan_min_age=NOW,
         enforce_min_age=False,
     )
-    old = ns.to_table(version=held.version)
+    old = three_parts.to_table(version=held.version)
     assert sorted(old.column("id").to_pylist()) == list(range(12))
-    assert ids(ns) == [*range(4, 12), 100]
-    healthy(ns, 1)
+    assert ids(three_parts) == [*range(4, 12), 100]
+    healthy(three_parts, 1)
 
 
 # -- schema and data edge cases ----------------------------------------------------------------
-def test_a_delete_on_partitions_older_than_a_column(ns) -> None:
+def test_a_delete_on_partitions_older_than_a_column(three_parts) -> None:
     """Partitions 1-3 predate ``note``: it reads NULL there. A delete on ``note`` decides
     their rows by that NULL, as a read does."""
-    ns.add_column(pa.field("note", pa.utf8()))
-    ns.write(
+    three_parts.add_column(pa.field("note", pa.utf8()))
+    three_parts.write(
         pa.table(
             {
                 "id": pa.array([100, 101], pa.int64()),
@@ -804,33 +814,35 @@ def test_a_delete_on_partitions_older_than_a_column(ns) -> None:
             }
         )
     )
-    assert ns.delete("note = 'x'").rows_removed == 1
-    assert ids(ns) == [*range(12), 101]
-    assert ns.delete("note IS NULL AND part = 2").rows_removed == 4
-    assert ns.delete("note IS NULL").rows_removed == 9
-    assert ids(ns) == []
-    healthy(ns, 1, 4)
+    assert three_parts.delete("note = 'x'").rows_removed == 1
+    assert ids(three_parts) == [*range(12), 101]
+    assert three_parts.delete("note IS NULL AND part = 2").rows_removed == 4
+    assert three_parts.delete("note IS NULL").rows_removed == 9
+    assert ids(three_parts) == []
+    healthy(three_parts, 1, 4)
 
 
-def test_a_merge_with_a_renamed_column_is_refused_changing_nothing(ns) -> None:
-    ns.rename_column("tag", "label")
-    before, version = rows_at(ns), ns.version
+def test_a_merge_with_a_renamed_column_is_refused_changing_nothing(three_parts) -> None:
+    three_parts.rename_column("tag", "label")
+    before, version = rows_at(three_parts), three_parts.version
     with pytest.raises(LanceNamespaceError, match="'tag' is not in the namespace schema"):
-        ns.merge(upserts([(0, 1)], "m"), ["id", "part"])
-    assert (rows_at(ns), ns.version) == (before, version)
+        three_parts.merge(upserts([(0, 1)], "m"), ["id", "part"])
+    assert (rows_at(three_parts), three_parts.version) == (before, version)
 
 
 @pytest.mark.parametrize("kind", list(OPERATIONS))
-def test_an_operation_next_to_a_dead_claim_on_a_partition_never_created(ns, monkeypatch, kind):
+def test_an_operation_next_to_a_dead_claim_on_a_partition_never_created(
+    three_parts, monkeypatch, kind
+):
     """X sealed (claiming partition 1 and creating partition 4: a row with no
     read_version) and crashed; ``recover`` aborts it, leaving partition 4's row with a dead
     claim. Every operation ignores it or takes it over, and the partition can be written."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1, 4], 2, first_id=600))
+    three_parts.begin("append", "X").stage(tagged_rows("x", [1, 4], 2, first_id=600))
     with crashing(monkeypatch, "commit.after_claim"), pytest.raises(FailpointError):
-        ns.commit("X")
-    assert other(ns).recover(lease_seconds=0) == ["X"]
-    before = ids(ns)
-    OPERATIONS[kind](ns)
-    assert not {600, 601, 602, 603} & set(ids(ns))
-    assert (ids(ns) == before) == (kind == "optimize")
-    healthy(ns, 1, 2, 4)
+        three_parts.commit("X")
+    assert other(three_parts).recover(lease_seconds=0) == ["X"]
+    before = ids(three_parts)
+    OPERATIONS[kind](three_parts)
+    assert not {600, 601, 602, 603} & set(ids(three_parts))
+    assert (ids(three_parts) == before) == (kind == "optimize")
+    healthy(three_parts, 1, 2, 4)

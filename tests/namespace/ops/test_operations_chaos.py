@@ -7,14 +7,14 @@ merge half applied, a write torn by a compaction, or a deleted batch coming back
 show. Acknowledged writes are visible from their version on until a delete takes them;
 acknowledged deletes hold from their version on; an acknowledged merge's tag (or a later
 one) is what its batches show from its version on; merge generations never go back.
-``CHAOS_SEED`` seeds the randomness.
+Each run picks a seed for every random choice and prints it; ``LANCE_CHAOS_SEED=<seed>``
+replays a run.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
 import random
 import time
 from collections import defaultdict
@@ -27,14 +27,12 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from tests import table_op_workers as workers
-from tests.namespace.txn.test_chaos import Slot, _stop, _supervise, _wait_until_up
-from tests.support import TAGGED
+from tests.support import TAGGED, Slot, chaos_seed, stop_slots, supervise, wait_until_up
 from tests.workers import chaos_lines, chaos_save
 
 CHAOS_SECONDS = 25.0
 #: How long a run may go on past CHAOS_SECONDS until the operations a test counts happened.
 CHAOS_CAP_SECONDS = 150.0
-DEFAULT_SEED = 20251124
 KILL_DELAY = (0.3, 3.0)
 
 
@@ -46,8 +44,7 @@ def _versions(ns: PartitionedNamespace, since: int) -> list[int]:
 def _namespace(tmp_path: Path) -> tuple[int, str, Path, int, dict[str, Any]]:
     """The seed, a fresh namespace (its root and first version), the run directory and
     the arguments every process gets."""
-    seed = int(os.environ.get("CHAOS_SEED", DEFAULT_SEED))
-    print(f"\nCHAOS_SEED={seed} namespace={tmp_path / 'ns'}")
+    seed = chaos_seed(tmp_path / "ns")
     root, run = str(tmp_path / "ns"), tmp_path / "run"
     run.mkdir()
     first = PartitionedNamespace.create(
@@ -81,10 +78,10 @@ def _run(
     try:
         for slot in slots:
             slot.spawn(ctx)
-        _wait_until_up(slots, run)
+        wait_until_up(slots, run)
         start = time.time()
         chaos_save(run / "go.json", {"start": start})
-        _supervise(
+        supervise(
             slots,
             ctx,
             run,
@@ -93,7 +90,7 @@ def _run(
             enough,
             start + CHAOS_CAP_SECONDS,
         )
-        return _stop(slots, run, "stop")
+        return stop_slots(slots, run, "stop")
     finally:
         for slot in slots:
             if slot.proc is not None and slot.proc.is_alive():

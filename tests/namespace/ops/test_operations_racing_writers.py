@@ -11,8 +11,6 @@ with raw pylance and no claim is left behind.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import lance
 import pyarrow as pa
 import pytest
@@ -20,24 +18,18 @@ from lance import LanceOperation
 
 from airflow_provider_lance.namespace import CommitConflict, PartitionedNamespace
 from airflow_provider_lance.namespace.testing import hold
-from tests.namespace.txn.test_interleavings import (
-    BY_PART,
+from tests.support import (
+    TAGGED,
     Worker,
     all_readable,
+    by_id,
     claims,
     ids,
+    no_duplicates,
     other,
     state_of,
+    tagged_rows,
 )
-from tests.support import TAGGED, by_id, no_duplicates, tagged_rows
-
-
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    """Partitions 1, 2, 3 by ``part``, ids 0-11 (four rows each), tagged ``seed``."""
-    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
-    ns.write(tagged_rows("seed", [1, 2, 3], 4, first_id=0))
-    return ns
 
 
 def versions_since(ns: PartitionedNamespace, since: int) -> list[int]:
@@ -74,153 +66,155 @@ FILTER = "id % 2 = 0"  # even ids: seed 0,2,...,10 and the even ids of later wri
 @pytest.mark.parametrize(
     "point", ["delete.selected", "leaf.before_commit", "delete.before_publish"]
 )
-def test_a_delete_parked_while_an_append_publishes_deletes_the_appended_rows_too(ns, point) -> None:
+def test_a_delete_parked_while_an_append_publishes_deletes_the_appended_rows_too(
+    three_parts, point
+) -> None:
     """The delete parks (having read S, before its leaf commit, or with its leaves
     committed right before its swap); an append of rows 100-103 into partitions 1 and 2
     publishes. The delete's swap fails (their rows changed since S) and it computes again
     on the append's versions: serially it comes after the append, so its even ids go too.
     Relies on the swap against S and on ``commit_change`` committing on exactly the
     published version (rolling back the delete's own first versions)."""
-    since = ns.version
+    since = three_parts.version
     with hold(point) as parked:
-        deleter = Worker(other(ns).delete, FILTER)
+        deleter = Worker(other(three_parts).delete, FILTER)
         deleter.start()
         parked.wait_reached()
-        other(ns).write(tagged_rows("a", [1, 2], 2, first_id=100))
+        other(three_parts).write(tagged_rows("a", [1, 2], 2, first_id=100))
     result = deleter.outcome()
-    assert no_duplicates(ns) == [1, 3, 5, 7, 9, 11, 101, 103]
+    assert no_duplicates(three_parts) == [1, 3, 5, 7, 9, 11, 101, 103]
     assert result.rows_removed == 8
     seed = set(range(12))
     appended = seed | {100, 101, 102, 103}
-    serial_states_only(ns, since, seed, appended, {i for i in appended if i % 2})
-    healthy(ns)
+    serial_states_only(three_parts, since, seed, appended, {i for i in appended if i % 2})
+    healthy(three_parts)
 
 
-def test_a_delete_parked_while_an_overwrite_publishes_applies_to_the_overwrite(ns) -> None:
+def test_a_delete_parked_while_an_overwrite_publishes_applies_to_the_overwrite(three_parts) -> None:
     with hold("delete.before_publish") as parked:
-        deleter = Worker(other(ns).delete, FILTER)
+        deleter = Worker(other(three_parts).delete, FILTER)
         deleter.start()
         parked.wait_reached()
-        other(ns).write(tagged_rows("o", [1], 3, first_id=200), "overwrite")
+        other(three_parts).write(tagged_rows("o", [1], 3, first_id=200), "overwrite")
     deleter.outcome()
-    assert no_duplicates(ns) == [5, 7, 9, 11, 201]
-    healthy(ns)
+    assert no_duplicates(three_parts) == [5, 7, 9, 11, 201]
+    healthy(three_parts)
 
 
-def test_an_append_parked_before_its_swap_lands_after_a_delete(ns) -> None:
+def test_an_append_parked_before_its_swap_lands_after_a_delete(three_parts) -> None:
     """The append commits its leaf version and parks before its swap; a delete runs
     whole (rolling the append's unpublished version back). The append's swap fails, it
     commits again on the delete's version and publishes: serially after the delete, so
     its even ids stay."""
-    since = ns.version
+    since = three_parts.version
     with hold("direct.before_publish") as parked:
-        writer = Worker(other(ns).write, tagged_rows("a", [1, 2], 2, first_id=100))
+        writer = Worker(other(three_parts).write, tagged_rows("a", [1, 2], 2, first_id=100))
         writer.start()
         parked.wait_reached()
-        other(ns).delete(FILTER)
+        other(three_parts).delete(FILTER)
     writer.outcome()
-    assert no_duplicates(ns) == [1, 3, 5, 7, 9, 11, 100, 101, 102, 103]
+    assert no_duplicates(three_parts) == [1, 3, 5, 7, 9, 11, 100, 101, 102, 103]
     seed = set(range(12))
     deleted = {i for i in seed if i % 2}
-    serial_states_only(ns, since, seed, deleted, deleted | {100, 101, 102, 103})
-    healthy(ns)
+    serial_states_only(three_parts, since, seed, deleted, deleted | {100, 101, 102, 103})
+    healthy(three_parts)
 
 
-def test_two_deletes_racing_both_apply(ns) -> None:
-    since = ns.version
+def test_two_deletes_racing_both_apply(three_parts) -> None:
+    since = three_parts.version
     with hold("delete.before_publish") as parked:
-        first = Worker(other(ns).delete, FILTER)
+        first = Worker(other(three_parts).delete, FILTER)
         first.start()
         parked.wait_reached()
-        other(ns).delete("id IN (1, 3, 4)")
+        other(three_parts).delete("id IN (1, 3, 4)")
     first.outcome()
-    assert no_duplicates(ns) == [5, 7, 9, 11]
+    assert no_duplicates(three_parts) == [5, 7, 9, 11]
     seed = set(range(12))
-    serial_states_only(ns, since, seed, seed - {1, 3, 4}, {5, 7, 9, 11})
-    healthy(ns)
+    serial_states_only(three_parts, since, seed, seed - {1, 3, 4}, {5, 7, 9, 11})
+    healthy(three_parts)
 
 
-def test_a_delete_waits_for_a_transaction_committing_its_partition(ns) -> None:
+def test_a_delete_waits_for_a_transaction_committing_its_partition(three_parts) -> None:
     """X (named append to partition 1) holds its claim, parked before its publish: the
     delete waits instead of publishing over it, then runs after X, deleting X's even
     rows too."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    three_parts.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     with hold("commit.before_publish") as parked:
-        committer = Worker(other(ns).commit, "X")
+        committer = Worker(other(three_parts).commit, "X")
         committer.start()
         parked.wait_reached()
-        deleter = Worker(other(ns).delete, FILTER)
+        deleter = Worker(other(three_parts).delete, FILTER)
         deleter.start()
         deleter.join(1.0)
         assert deleter.is_alive()  # waiting for X's claim
     committer.outcome()
     deleter.outcome()
-    assert no_duplicates(ns) == [1, 3, 5, 7, 9, 11, 101]
-    assert state_of(ns, "X") == "published"
-    healthy(ns)
+    assert no_duplicates(three_parts) == [1, 3, 5, 7, 9, 11, 101]
+    assert state_of(three_parts, "X") == "published"
+    healthy(three_parts)
 
 
-def test_a_transaction_sealing_while_a_delete_is_parked_wins_the_race(ns) -> None:
+def test_a_transaction_sealing_while_a_delete_is_parked_wins_the_race(three_parts) -> None:
     """The delete parks before its swap; X seals (claims partition 1), commits its leaf
     (rolling the delete's unpublished version back) and publishes. The delete's swap
     fails on the changed row and it runs again after X."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    three_parts.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     with hold("delete.before_publish") as parked:
-        deleter = Worker(other(ns).delete, FILTER)
+        deleter = Worker(other(three_parts).delete, FILTER)
         deleter.start()
         parked.wait_reached()
-        assert other(ns).commit("X").rows == 2
+        assert other(three_parts).commit("X").rows == 2
     deleter.outcome()
-    assert no_duplicates(ns) == [1, 3, 5, 7, 9, 11, 101]
-    healthy(ns)
+    assert no_duplicates(three_parts) == [1, 3, 5, 7, 9, 11, 101]
+    healthy(three_parts)
 
 
 # -- drop_partitions against writers ---------------------------------------------------------------
-def test_a_drop_parked_while_an_append_publishes_drops_the_appended_rows_too(ns) -> None:
-    since = ns.version
+def test_a_drop_parked_while_an_append_publishes_drops_the_appended_rows_too(three_parts) -> None:
+    since = three_parts.version
     with hold("drop_partitions.before_publish") as parked:
-        dropper = Worker(other(ns).drop_partitions, "part = 1")
+        dropper = Worker(other(three_parts).drop_partitions, "part = 1")
         dropper.start()
         parked.wait_reached()
-        other(ns).write(tagged_rows("a", [1, 2], 1, first_id=100))
+        other(three_parts).write(tagged_rows("a", [1, 2], 1, first_id=100))
     result = dropper.outcome()
     assert result.rows_removed == 5  # the seed's 4 and the append's 1
-    assert no_duplicates(ns) == [*range(4, 12), 101]
+    assert no_duplicates(three_parts) == [*range(4, 12), 101]
     seed = set(range(12))
-    serial_states_only(ns, since, seed, seed | {100, 101}, set(range(4, 12)) | {101})
-    healthy(ns)
+    serial_states_only(three_parts, since, seed, seed | {100, 101}, set(range(4, 12)) | {101})
+    healthy(three_parts)
 
 
-def test_an_append_to_a_partition_dropped_meanwhile_fails_cleanly(ns) -> None:
+def test_an_append_to_a_partition_dropped_meanwhile_fails_cleanly(three_parts) -> None:
     """The append was staged into partition 1 and parks before its swap; the partition is
     dropped. Appending to a partition that no longer exists would bring rows into a new
     partition the writer never saw: it fails, publishing nothing. The same rule as a
     commit's (``check_staged_against``), but retryable: the write's retry stages afresh,
     and the error says to write again."""
     with hold("direct.before_publish") as parked:
-        writer = Worker(other(ns).write, tagged_rows("a", [1], 1, first_id=100))
+        writer = Worker(other(three_parts).write, tagged_rows("a", [1], 1, first_id=100))
         writer.start()
         parked.wait_reached()
-        other(ns).drop_partitions("part = 1")
+        other(three_parts).drop_partitions("part = 1")
     with pytest.raises(CommitConflict, match=r"no longer exist.*part=1.*write again") as info:
         writer.outcome()
     assert info.value.retryable
-    assert no_duplicates(ns) == list(range(4, 12))
-    ns.write(tagged_rows("again", [1], 1, first_id=100))  # a retry creates it afresh
-    assert no_duplicates(ns) == [*range(4, 12), 100]
-    healthy(ns)
+    assert no_duplicates(three_parts) == list(range(4, 12))
+    three_parts.write(tagged_rows("again", [1], 1, first_id=100))  # a retry creates it afresh
+    assert no_duplicates(three_parts) == [*range(4, 12), 100]
+    healthy(three_parts)
 
 
-def test_a_delete_and_a_drop_of_the_same_partition(ns) -> None:
+def test_a_delete_and_a_drop_of_the_same_partition(three_parts) -> None:
     with hold("delete.before_publish") as parked:
-        deleter = Worker(other(ns).delete, FILTER)
+        deleter = Worker(other(three_parts).delete, FILTER)
         deleter.start()
         parked.wait_reached()
-        other(ns).drop_partitions("part = 2")
+        other(three_parts).drop_partitions("part = 2")
     result = deleter.outcome()
-    assert no_duplicates(ns) == [1, 3, 9, 11]
+    assert no_duplicates(three_parts) == [1, 3, 9, 11]
     assert sorted(p.values["part"] for p in result.partitions) == [1, 3]
-    healthy(ns)
+    healthy(three_parts)
 
 
 # -- merge against writers -------------------------------------------------------------------
@@ -243,18 +237,18 @@ MERGE = upserts([(0, 1), (5, 2), (100, 2), (101, 8)], "m")  # 2 updates, 2 inser
 
 
 @pytest.mark.parametrize("point", ["merge.selected", "merge.before_publish"])
-def test_a_merge_parked_while_an_append_publishes_applies_after_it(ns, point) -> None:
-    since = ns.version
+def test_a_merge_parked_while_an_append_publishes_applies_after_it(three_parts, point) -> None:
+    since = three_parts.version
     with hold(point) as parked:
-        merger = Worker(other(ns).merge, MERGE, ["id", "part"])
+        merger = Worker(other(three_parts).merge, MERGE, ["id", "part"])
         merger.start()
         parked.wait_reached()
-        other(ns).write(tagged_rows("a", [1, 2], 1, first_id=200))
+        other(three_parts).write(tagged_rows("a", [1, 2], 1, first_id=200))
     result = merger.outcome()
     assert result.rows_updated == 2
     assert result.rows_inserted == 2
-    assert no_duplicates(ns) == [*range(12), 100, 101, 200, 201]
-    assert {i: t for i, t in tags(ns).items() if t != "seed"} == {
+    assert no_duplicates(three_parts) == [*range(12), 100, 101, 200, 201]
+    assert {i: t for i, t in tags(three_parts).items() if t != "seed"} == {
         0: "m",
         5: "m",
         100: "m",
@@ -263,78 +257,78 @@ def test_a_merge_parked_while_an_append_publishes_applies_after_it(ns, point) ->
         201: "a",
     }
     seed = set(range(12))
-    serial_states_only(ns, since, seed, seed | {200, 201}, seed | {100, 101, 200, 201})
-    healthy(ns)
+    serial_states_only(three_parts, since, seed, seed | {200, 201}, seed | {100, 101, 200, 201})
+    healthy(three_parts)
 
 
-def test_a_merge_creating_a_partition_a_write_creates_first(ns) -> None:
+def test_a_merge_creating_a_partition_a_write_creates_first(three_parts) -> None:
     """Both create partition 8: the write publishes first, the merge's swap fails on the
     inserted row and it merges into the partition the write created."""
     with hold("merge.before_publish") as parked:
-        merger = Worker(other(ns).merge, MERGE, ["id", "part"])
+        merger = Worker(other(three_parts).merge, MERGE, ["id", "part"])
         merger.start()
         parked.wait_reached()
-        other(ns).write(tagged_rows("w", [8], 2, first_id=300))
+        other(three_parts).write(tagged_rows("w", [8], 2, first_id=300))
     merger.outcome()
-    assert no_duplicates(ns) == [*range(12), 100, 101, 300, 301]
-    p8 = ns.partition({"part": 8})
+    assert no_duplicates(three_parts) == [*range(12), 100, 101, 300, 301]
+    p8 = three_parts.partition({"part": 8})
     leaf = lance.dataset(p8.location, version=p8.read_version)
     assert sorted(leaf.to_table().column("id").to_pylist()) == [101, 300, 301]
-    healthy(ns)
+    healthy(three_parts)
 
 
-def test_a_merge_parked_while_an_overwrite_replaces_its_partition(ns) -> None:
+def test_a_merge_parked_while_an_overwrite_replaces_its_partition(three_parts) -> None:
     """The overwrite removes row 0, which the merge updated: computed again on the
     overwrite's version, row 0 is an insert."""
     with hold("merge.before_publish") as parked:
-        merger = Worker(other(ns).merge, MERGE, ["id", "part"])
+        merger = Worker(other(three_parts).merge, MERGE, ["id", "part"])
         merger.start()
         parked.wait_reached()
-        other(ns).write(tagged_rows("o", [1], 1, first_id=400), "overwrite")
+        other(three_parts).write(tagged_rows("o", [1], 1, first_id=400), "overwrite")
     result = merger.outcome()
     assert result.rows_updated == 1
     assert result.rows_inserted == 3
-    assert no_duplicates(ns) == [0, *range(4, 12), 100, 101, 400]
-    healthy(ns)
+    assert no_duplicates(three_parts) == [0, *range(4, 12), 100, 101, 400]
+    healthy(three_parts)
 
 
-def test_two_merges_of_the_same_keys_serialise(ns) -> None:
+def test_two_merges_of_the_same_keys_serialise(three_parts) -> None:
     with hold("merge.before_publish") as parked:
-        first = Worker(other(ns).merge, MERGE, ["id", "part"])
+        first = Worker(other(three_parts).merge, MERGE, ["id", "part"])
         first.start()
         parked.wait_reached()
-        other(ns).merge(upserts([(0, 1), (100, 2)], "second"), ["id", "part"])
+        other(three_parts).merge(upserts([(0, 1), (100, 2)], "second"), ["id", "part"])
     result = first.outcome()
     assert result.rows_updated == 3  # 0, 5 and the second's 100
-    assert no_duplicates(ns) == [*range(12), 100, 101]
-    assert tags(ns)[0] == "m"
-    assert tags(ns)[100] == "m"
-    healthy(ns)
+    assert no_duplicates(three_parts) == [*range(12), 100, 101]
+    assert tags(three_parts)[0] == "m"
+    assert tags(three_parts)[100] == "m"
+    healthy(three_parts)
 
 
-def test_a_merge_waits_for_a_transaction_committing_its_partition(ns) -> None:
-    ns.begin("append", "X").stage(tagged_rows("x", [2], 1, first_id=500))
+def test_a_merge_waits_for_a_transaction_committing_its_partition(three_parts) -> None:
+    three_parts.begin("append", "X").stage(tagged_rows("x", [2], 1, first_id=500))
     with hold("commit.before_publish") as parked:
-        committer = Worker(other(ns).commit, "X")
+        committer = Worker(other(three_parts).commit, "X")
         committer.start()
         parked.wait_reached()
-        merger = Worker(other(ns).merge, MERGE, ["id", "part"])
+        merger = Worker(other(three_parts).merge, MERGE, ["id", "part"])
         merger.start()
         merger.join(1.0)
         assert merger.is_alive()
     committer.outcome()
     merger.outcome()
-    assert no_duplicates(ns) == [*range(12), 100, 101, 500]
-    healthy(ns)
+    assert no_duplicates(three_parts) == [*range(12), 100, 101, 500]
+    healthy(three_parts)
 
 
 # -- optimize against writers ----------------------------------------------------------------
 @pytest.fixture
-def fragmented(ns) -> PartitionedNamespace:
+def fragmented(three_parts) -> PartitionedNamespace:
     """Four fragments per leaf."""
     for k in range(1, 4):
-        ns.write(tagged_rows(f"day{k}", [1, 2, 3], 1, first_id=100 * k))
-    return ns
+        three_parts.write(tagged_rows(f"day{k}", [1, 2, 3], 1, first_id=100 * k))
+    return three_parts
 
 
 def fragment_counts(ns: PartitionedNamespace) -> dict[int, int]:
@@ -426,21 +420,21 @@ def restored(ns: PartitionedNamespace, part: int) -> list[int]:
     return out
 
 
-def test_a_delete_never_rolls_back_a_version_a_transaction_is_publishing(ns) -> None:
+def test_a_delete_never_rolls_back_a_version_a_transaction_is_publishing(three_parts) -> None:
     """The delete has computed its change on read_version R (no claim then) and parks;
     X seals partition 1 and commits its leaf version R+1, parked before its publish.
     The delete's commit on R lands above X's version (Lance rebases it: R+2, never
     published) and its next attempt finds the row claimed: it does not roll X's version
     back (X is about to publish it), loses the attempt, waits for X, then applies on X's
     version (rolling back only its own R+2)."""
-    base = ns.partition({"part": 1}).read_version
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    base = three_parts.partition({"part": 1}).read_version
+    three_parts.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     with hold("delete.computed") as deleting:
-        deleter = Worker(other(ns).delete, FILTER)
+        deleter = Worker(other(three_parts).delete, FILTER)
         deleter.start()
         deleting.wait_reached()
         with hold("commit.before_publish") as publishing:
-            committer = Worker(other(ns).commit, "X")
+            committer = Worker(other(three_parts).commit, "X")
             committer.start()
             publishing.wait_reached()
             deleting.release()
@@ -448,6 +442,6 @@ def test_a_delete_never_rolls_back_a_version_a_transaction_is_publishing(ns) -> 
             assert deleter.is_alive()  # waiting for X's claim
         committer.outcome()
     deleter.outcome()
-    assert all(version > base for version in restored(ns, 1))  # X's R+1 never undone
-    assert no_duplicates(ns) == [1, 3, 5, 7, 9, 11, 101]
-    healthy(ns)
+    assert all(version > base for version in restored(three_parts, 1))  # X's R+1 never undone
+    assert no_duplicates(three_parts) == [1, 3, 5, 7, 9, 11, 101]
+    healthy(three_parts)

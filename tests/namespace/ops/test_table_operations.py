@@ -26,20 +26,19 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.testing import FailpointError
-from tests.namespace.txn.test_interleavings import BY_PART, all_readable, claims, crashing, ids
-from tests.support import EVENTS_SCHEMA, TAGGED, by_id, events, tagged_rows, tree
-
-
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    """Partitions 1, 2, 3 by ``part`` (identity), ids 0-11, four rows each."""
-    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
-    ns.write(tagged_rows("seed", [1, 2, 3], 4, first_id=0))
-    return ns
-
-
-def local(uri: str) -> Path:
-    return Path(uri.removeprefix("file://"))
+from tests.support import (
+    EVENTS_SCHEMA,
+    TAGGED,
+    all_readable,
+    by_id,
+    claims,
+    crashing,
+    events,
+    ids,
+    local,
+    tagged_rows,
+    tree,
+)
 
 
 def leaf_rows(ns: PartitionedNamespace, part: int) -> list[int]:
@@ -69,19 +68,19 @@ def published_files_exist(ns: PartitionedNamespace) -> None:
 
 
 # -- drop_partitions --------------------------------------------------------------------------
-def test_drop_partitions_removes_whole_partitions_in_one_commit(ns, root) -> None:
-    before, files = ns.version, data_files(root)
-    result = ns.drop_partitions("part >= 2")
-    assert result.manifest_version == ns.version == before + 1
+def test_drop_partitions_removes_whole_partitions_in_one_commit(three_parts, root) -> None:
+    before, files = three_parts.version, data_files(root)
+    result = three_parts.drop_partitions("part >= 2")
+    assert result.manifest_version == three_parts.version == before + 1
     assert sorted(p.values["part"] for p in result.dropped) == [2, 3]
     assert result.rows_removed == 8
     assert result.rewritten == []
-    assert ids(ns) == [0, 1, 2, 3]
-    assert [p.values["part"] for p in ns.partitions()] == [1]
+    assert ids(three_parts) == [0, 1, 2, 3]
+    assert [p.values["part"] for p in three_parts.partitions()] == [1]
     assert data_files(root) == files  # metadata only: the leaf files stay
     # the version before still reads the dropped partitions (time travel)
-    assert sorted(ns.to_table(version=before).column("id").to_pylist()) == list(range(12))
-    assert ns.drop_partitions("part >= 2").manifest_version is None  # nothing left to drop
+    assert sorted(three_parts.to_table(version=before).column("id").to_pylist()) == list(range(12))
+    assert three_parts.drop_partitions("part >= 2").manifest_version is None  # nothing left to drop
 
 
 def test_drop_partitions_filters_partition_fields_of_each_spec_version(root) -> None:
@@ -106,16 +105,16 @@ def test_drop_partitions_filters_partition_fields_of_each_spec_version(root) -> 
     assert ns.count_rows() == 12
 
 
-def test_a_dropped_partition_written_again_has_only_the_new_rows(ns, root) -> None:
+def test_a_dropped_partition_written_again_has_only_the_new_rows(three_parts, root) -> None:
     """The new leaf lands where the dropped one's files still are; none of its rows come
     back, even when the old leaf's latest version is one no writer of ours tagged (a
     roll-back's restore): see ``commit_leaf`` for partitions without a row."""
-    p = ns.partition({"part": 1})
+    p = three_parts.partition({"part": 1})
     lance.dataset(p.location).restore()  # an untagged latest version, as a roll-back makes
-    ns.drop_partitions("part = 1")
-    ns.write(tagged_rows("again", [1], 2, first_id=100))
-    assert leaf_rows(ns, 1) == [100, 101]
-    assert ids(ns) == [*range(4, 12), 100, 101]
+    three_parts.drop_partitions("part = 1")
+    three_parts.write(tagged_rows("again", [1], 2, first_id=100))
+    assert leaf_rows(three_parts, 1) == [100, 101]
+    assert ids(three_parts) == [*range(4, 12), 100, 101]
 
 
 @pytest.mark.parametrize(
@@ -127,59 +126,61 @@ def test_a_dropped_partition_written_again_has_only_the_new_rows(ns, root) -> No
         ("", InvalidArgumentError),
     ],
 )
-def test_drop_partitions_rejects_filters_it_cannot_decide(ns, root, bad, error) -> None:
+def test_drop_partitions_rejects_filters_it_cannot_decide(three_parts, root, bad, error) -> None:
     before = disk(root)
     with pytest.raises(error):
-        ns.drop_partitions(bad, txn_id="drop-bad")
+        three_parts.drop_partitions(bad, txn_id="drop-bad")
     assert disk(root) == before
-    assert ns.transactions() == []
+    assert three_parts.transactions() == []
 
 
 # -- delete -------------------------------------------------------------------------------------
-def test_delete_drops_covered_partitions_and_writes_deletion_files_elsewhere(ns, root) -> None:
-    before, files = ns.version, data_files(root)
-    result = ns.delete("part = 3 OR id IN (0, 5)")
-    assert result.manifest_version == ns.version == before + 1
+def test_delete_drops_covered_partitions_and_writes_deletion_files_elsewhere(
+    three_parts, root
+) -> None:
+    before, files = three_parts.version, data_files(root)
+    result = three_parts.delete("part = 3 OR id IN (0, 5)")
+    assert result.manifest_version == three_parts.version == before + 1
     assert [p.values["part"] for p in result.dropped] == [3]
     assert sorted(p.values["part"] for p in result.rewritten) == [1, 2]
     assert result.rows_removed == 6
-    assert ids(ns) == [1, 2, 3, 4, 6, 7]
-    assert leaf_rows(ns, 1) == [1, 2, 3]
-    assert leaf_rows(ns, 2) == [4, 6, 7]
+    assert ids(three_parts) == [1, 2, 3, 4, 6, 7]
+    assert leaf_rows(three_parts, 1) == [1, 2, 3]
+    assert leaf_rows(three_parts, 2) == [4, 6, 7]
     assert data_files(root) == files  # deletion files only: no data rewritten
     assert any("/_deletions/" in f for f in tree(root))
-    published_files_exist(ns)
-    assert sorted(ns.to_table(version=before).column("id").to_pylist()) == list(range(12))
+    published_files_exist(three_parts)
+    assert sorted(three_parts.to_table(version=before).column("id").to_pylist()) == list(range(12))
 
 
-def test_delete_of_nothing_publishes_nothing(ns) -> None:
-    before = ns.version
-    result = ns.delete("id > 1000")
+def test_delete_of_nothing_publishes_nothing(three_parts) -> None:
+    before = three_parts.version
+    result = three_parts.delete("id > 1000")
     assert result.manifest_version is None
     assert result.partitions == []
-    assert ns.version == before
+    assert three_parts.version == before
 
 
-def test_delete_of_every_row_of_a_partition_by_rows_keeps_it_empty(ns) -> None:
-    result = ns.delete("tag = 'seed' AND part = 2 AND id >= 0")
+def test_delete_of_every_row_of_a_partition_by_rows_keeps_it_empty(three_parts) -> None:
+    result = three_parts.delete("tag = 'seed' AND part = 2 AND id >= 0")
     # ``id >= 0`` is undecided per partition: a row-level delete empties the leaf
     assert result.dropped == []
     assert result.rows_removed == 4
-    assert leaf_rows(ns, 2) == []
-    ns.write(tagged_rows("later", [2], 1, first_id=50))
-    assert leaf_rows(ns, 2) == [50]
+    assert leaf_rows(three_parts, 2) == []
+    three_parts.write(tagged_rows("later", [2], 1, first_id=50))
+    assert leaf_rows(three_parts, 2) == [50]
 
 
-def test_delete_evaluates_filters_lance_cannot_on_the_namespace_schema(ns) -> None:
+def test_delete_evaluates_filters_lance_cannot_on_the_namespace_schema(three_parts) -> None:
     """A renamed column (the leaf keeps its old name) and ``hash()`` (which Lance lacks)
     are evaluated here, on rows conformed to the namespace schema; rows go by address."""
-    ns.rename_column("tag", "label")
-    result = ns.delete("label = 'seed' AND id % 4 = 1")
+    three_parts.rename_column("tag", "label")
+    result = three_parts.delete("label = 'seed' AND id % 4 = 1")
     assert result.rows_removed == 3
-    assert ids(ns) == [0, 2, 3, 4, 6, 7, 8, 10, 11]
-    result = ns.delete("hash(id) = hash(CAST(2 AS BIGINT))")
+    assert ids(three_parts) == [0, 2, 3, 4, 6, 7, 8, 10, 11]
+    result = three_parts.delete("hash(id) = hash(CAST(2 AS BIGINT))")
     assert result.rows_removed == 1
-    assert 2 not in ids(ns)
+    assert 2 not in ids(three_parts)
 
 
 def test_delete_across_spec_versions(root) -> None:
@@ -206,36 +207,36 @@ def test_delete_across_spec_versions(root) -> None:
     ("bad", "error"),
     [("nope = 1", FilterError), ("id >", FilterError), ("id + 1", FilterError)],
 )
-def test_delete_rejects_bad_filters_changing_nothing(ns, root, bad, error) -> None:
+def test_delete_rejects_bad_filters_changing_nothing(three_parts, root, bad, error) -> None:
     before = disk(root)
     with pytest.raises(error):
-        ns.delete(bad, txn_id="delete-bad")
+        three_parts.delete(bad, txn_id="delete-bad")
     assert disk(root) == before
 
 
 # -- idempotence under a txn_id ----------------------------------------------------------------
-def test_a_retried_delete_returns_the_first_result_and_changes_nothing(ns) -> None:
-    first = ns.delete("id % 2 = 0", txn_id="cleanup-1")
-    version = ns.version
-    ns.write(tagged_rows("later", [1], 2, first_id=100))  # even id 100 matches the filter
-    again = ns.delete("id % 2 = 0", txn_id="cleanup-1")
+def test_a_retried_delete_returns_the_first_result_and_changes_nothing(three_parts) -> None:
+    first = three_parts.delete("id % 2 = 0", txn_id="cleanup-1")
+    version = three_parts.version
+    three_parts.write(tagged_rows("later", [1], 2, first_id=100))  # even id 100 matches the filter
+    again = three_parts.delete("id % 2 = 0", txn_id="cleanup-1")
     assert again == first
-    assert ns.version == version + 1  # only the write's commit
-    assert 100 in ids(ns)
-    assert [(t.txn_id, t.mode, t.state) for t in ns.transactions()] == [
+    assert three_parts.version == version + 1  # only the write's commit
+    assert 100 in ids(three_parts)
+    assert [(t.txn_id, t.mode, t.state) for t in three_parts.transactions()] == [
         ("cleanup-1", "delete", "published")
     ]
 
 
-def test_a_table_operation_id_is_not_a_write_id(ns) -> None:
-    ns.drop_partitions("part = 3", txn_id="op")
+def test_a_table_operation_id_is_not_a_write_id(three_parts) -> None:
+    three_parts.drop_partitions("part = 3", txn_id="op")
     with pytest.raises(InvalidArgumentError, match="exists with mode 'drop_partitions'"):
-        ns.write(tagged_rows("w", [1], 1, first_id=100), txn_id="op")
+        three_parts.write(tagged_rows("w", [1], 1, first_id=100), txn_id="op")
     with pytest.raises(InvalidArgumentError, match="belongs to a drop_partitions"):
-        ns.delete("id = 1", txn_id="op")
-    ns.write(tagged_rows("w", [1], 1, first_id=100), txn_id="w")
+        three_parts.delete("id = 1", txn_id="op")
+    three_parts.write(tagged_rows("w", [1], 1, first_id=100), txn_id="w")
     with pytest.raises(InvalidArgumentError, match="belongs to a append"):
-        ns.delete("id = 1", txn_id="w")
+        three_parts.delete("id = 1", txn_id="w")
 
 
 DELETE_POINTS = [
@@ -252,91 +253,97 @@ AFTER_DELETE = [1, 2, 3, 4, 6, 7]
 
 @pytest.mark.parametrize("point", DELETE_POINTS)
 def test_a_crashed_delete_is_all_or_nothing_and_its_retry_completes_it(
-    ns, monkeypatch, point
+    three_parts, monkeypatch, point
 ) -> None:
     with crashing(monkeypatch, point), pytest.raises(FailpointError):
-        ns.delete("part = 3 OR id IN (0, 5)", txn_id="del")
+        three_parts.delete("part = 3 OR id IN (0, 5)", txn_id="del")
     published = point in ("manifest.after_swap", "delete.after_publish")
-    assert ids(ns) == (AFTER_DELETE if published else list(range(12)))
-    all_readable(ns)
-    result = ns.delete("part = 3 OR id IN (0, 5)", txn_id="del")
-    assert ids(ns) == AFTER_DELETE
+    assert ids(three_parts) == (AFTER_DELETE if published else list(range(12)))
+    all_readable(three_parts)
+    result = three_parts.delete("part = 3 OR id IN (0, 5)", txn_id="del")
+    assert ids(three_parts) == AFTER_DELETE
     assert result.rows_removed == 6
     assert len(result.partitions) == 3
     assert result.manifest_version is not None  # the version of the one swap, found again
-    at = sorted(ns.to_table(version=result.manifest_version).column("id").to_pylist())
-    before = sorted(ns.to_table(version=result.manifest_version - 1).column("id").to_pylist())
+    at = sorted(three_parts.to_table(version=result.manifest_version).column("id").to_pylist())
+    before = sorted(
+        three_parts.to_table(version=result.manifest_version - 1).column("id").to_pylist()
+    )
     assert at == AFTER_DELETE
     assert before == list(range(12))
-    assert ns.delete("part = 3 OR id IN (0, 5)", txn_id="del") == result
-    published_files_exist(ns)
-    ns.write(tagged_rows("later", [1, 2, 3], 1, first_id=100))  # every partition writable
-    assert ids(ns) == sorted([*AFTER_DELETE, 100, 101, 102])
+    assert three_parts.delete("part = 3 OR id IN (0, 5)", txn_id="del") == result
+    published_files_exist(three_parts)
+    three_parts.write(tagged_rows("later", [1, 2, 3], 1, first_id=100))  # every partition writable
+    assert ids(three_parts) == sorted([*AFTER_DELETE, 100, 101, 102])
 
 
 @pytest.mark.parametrize("point", ["delete.leaf_committed", "delete.before_publish"])
 def test_a_crashed_anonymous_delete_leaves_no_record_and_nothing_visible(
-    ns, root, monkeypatch, point
+    three_parts, root, monkeypatch, point
 ) -> None:
     with crashing(monkeypatch, point), pytest.raises(FailpointError):
-        ns.delete("id IN (0, 5)")
-    assert ids(ns) == list(range(12))
+        three_parts.delete("id IN (0, 5)")
+    assert ids(three_parts) == list(range(12))
     assert not [f for f in tree(root) if f.startswith("_transactions/")]
-    ns.delete("id IN (0, 5)")  # rolls the dead attempt's leaf versions back
-    assert ids(ns) == [1, 2, 3, 4, *range(6, 12)]
-    published_files_exist(ns)
+    three_parts.delete("id IN (0, 5)")  # rolls the dead attempt's leaf versions back
+    assert ids(three_parts) == [1, 2, 3, 4, *range(6, 12)]
+    published_files_exist(three_parts)
 
 
-def test_a_delete_whose_swap_reported_a_failure_but_committed_is_a_success(ns, monkeypatch) -> None:
+def test_a_delete_whose_swap_reported_a_failure_but_committed_is_a_success(
+    three_parts, monkeypatch
+) -> None:
     with crashing(monkeypatch, "manifest.after_swap", "error"):
-        result = ns.delete("id IN (0, 5)")
-    assert result.manifest_version == ns.version
+        result = three_parts.delete("id IN (0, 5)")
+    assert result.manifest_version == three_parts.version
     assert result.rows_removed == 2
-    assert ids(ns) == [1, 2, 3, 4, *range(6, 12)]
+    assert ids(three_parts) == [1, 2, 3, 4, *range(6, 12)]
 
 
-def test_a_delete_waits_for_a_claim_and_names_the_holder_after_the_timeout(ns, monkeypatch) -> None:
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 1, first_id=100))
+def test_a_delete_waits_for_a_claim_and_names_the_holder_after_the_timeout(
+    three_parts, monkeypatch
+) -> None:
+    three_parts.begin("append", "X").stage(tagged_rows("x", [1], 1, first_id=100))
     with crashing(monkeypatch, "commit.after_claim"), pytest.raises(FailpointError):
-        ns.commit("X")  # X holds partition 1's claim, its committer gone
+        three_parts.commit("X")  # X holds partition 1's claim, its committer gone
     with pytest.raises(CommitConflict, match=r"X#1 \(committing for"):
-        ns.delete("id = 0", claim_timeout=0.3)
-    assert ids(ns) == list(range(12))
-    ns.delete("part = 2 AND id = 4", claim_timeout=0.3)  # partition 2 is not held
-    assert 4 not in ids(ns)
-    ns.recover(lease_seconds=0)  # X aborted, its claim released
-    ns.delete("id = 0")
-    assert 0 not in ids(ns)
-    assert claims(ns) == []
+        three_parts.delete("id = 0", claim_timeout=0.3)
+    assert ids(three_parts) == list(range(12))
+    three_parts.delete("part = 2 AND id = 4", claim_timeout=0.3)  # partition 2 is not held
+    assert 4 not in ids(three_parts)
+    three_parts.recover(lease_seconds=0)  # X aborted, its claim released
+    three_parts.delete("id = 0")
+    assert 0 not in ids(three_parts)
+    assert claims(three_parts) == []
 
 
-def test_a_dead_claim_is_cleared_by_the_delete(ns, monkeypatch) -> None:
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 1, first_id=100))
+def test_a_dead_claim_is_cleared_by_the_delete(three_parts, monkeypatch) -> None:
+    three_parts.begin("append", "X").stage(tagged_rows("x", [1], 1, first_id=100))
     with crashing(monkeypatch, "commit.after_claim"), pytest.raises(FailpointError):
-        ns.commit("X")
+        three_parts.commit("X")
     # X aborted by hand: its row is ABORTED, the claim on partition 1 dead but set
     from airflow_provider_lance.namespace.txn.lifecycle import aborted, load_records
 
-    state = ns.state()
+    state = three_parts.state()
     record = load_records(state, ["X"])["X"]
-    ns._manifest.commit(Swap(state.view, moves=aborted(record, "test")))
-    assert claims(ns) == ["X#1"]
-    ns.delete("id = 0", claim_timeout=0.3)
-    assert claims(ns) == []
-    assert ids(ns) == list(range(1, 12))
+    three_parts._manifest.commit(Swap(state.view, moves=aborted(record, "test")))
+    assert claims(three_parts) == ["X#1"]
+    three_parts.delete("id = 0", claim_timeout=0.3)
+    assert claims(three_parts) == []
+    assert ids(three_parts) == list(range(1, 12))
 
 
-def test_errors_are_project_errors(ns) -> None:
+def test_errors_are_project_errors(three_parts) -> None:
     with pytest.raises(LanceNamespaceError):
-        ns.delete("nope")
+        three_parts.delete("nope")
 
 
 def _json_roundtrip(result) -> dict:
     return json.loads(json.dumps(result.to_dict()))
 
 
-def test_results_are_small_and_json_friendly(ns) -> None:
-    result = ns.delete("part = 3 OR id = 0", txn_id="d")
+def test_results_are_small_and_json_friendly(three_parts) -> None:
+    result = three_parts.delete("part = 3 OR id = 0", txn_id="d")
     raw = _json_roundtrip(result)
     assert raw["rows_removed"] == 5
     assert raw["partitions_dropped"] == 1
@@ -360,42 +367,46 @@ def upserts(pairs: list[tuple[int, int]], tag: str) -> pa.Table:
     )
 
 
-def test_merge_updates_matches_and_inserts_the_rest_in_one_commit(ns, root) -> None:
-    before, rows_before = ns.version, rows_by_id(ns)
-    result = ns.merge(upserts([(0, 1), (5, 2), (100, 2), (101, 7)], "m"), on=["id", "part"])
+def test_merge_updates_matches_and_inserts_the_rest_in_one_commit(three_parts, root) -> None:
+    before, rows_before = three_parts.version, rows_by_id(three_parts)
+    result = three_parts.merge(
+        upserts([(0, 1), (5, 2), (100, 2), (101, 7)], "m"), on=["id", "part"]
+    )
     # Two commits: the merge's intent (bookkeeping, no row changes: see spec_fence), then
     # the one publish of all of it.
-    assert result.manifest_version == ns.version == before + 2
-    assert rows_by_id(ns, version=before + 1) == rows_before
+    assert result.manifest_version == three_parts.version == before + 2
+    assert rows_by_id(three_parts, version=before + 1) == rows_before
     assert result.rows_updated == 2
     assert result.rows_inserted == 2
     assert [p.values["part"] for p in result.partitions if p.created] == [7]
-    rows = rows_by_id(ns)
+    rows = rows_by_id(three_parts)
     assert sorted(rows) == [*range(12), 100, 101]
     assert {i for i, r in rows.items() if r["tag"] == "m"} == {0, 5, 100, 101}
-    assert leaf_rows(ns, 2) == [4, 5, 6, 7, 100]
-    assert leaf_rows(ns, 7) == [101]
-    published_files_exist(ns)
+    assert leaf_rows(three_parts, 2) == [4, 5, 6, 7, 100]
+    assert leaf_rows(three_parts, 7) == [101]
+    published_files_exist(three_parts)
     # a second merge of the same rows updates them again: nothing is duplicated
-    again = ns.merge(upserts([(0, 1), (5, 2), (100, 2), (101, 7)], "m2"), on=["id", "part"])
+    again = three_parts.merge(
+        upserts([(0, 1), (5, 2), (100, 2), (101, 7)], "m2"), on=["id", "part"]
+    )
     assert again.rows_updated == 4
     assert again.rows_inserted == 0
-    assert sorted(rows_by_id(ns)) == [*range(12), 100, 101]
+    assert sorted(rows_by_id(three_parts)) == [*range(12), 100, 101]
 
 
-def test_merge_with_delete_of_unmatched_rows_makes_the_namespace_the_source(ns) -> None:
-    result = ns.merge(
+def test_merge_with_delete_of_unmatched_rows_makes_the_namespace_the_source(three_parts) -> None:
+    result = three_parts.merge(
         upserts([(0, 1), (1, 1), (50, 2)], "m"),
         on=["id", "part"],
         when_not_matched_by_source_delete=True,
     )
-    assert sorted(rows_by_id(ns)) == [0, 1, 50]
+    assert sorted(rows_by_id(three_parts)) == [0, 1, 50]
     assert [p.values["part"] for p in result.dropped] == [3]
     assert result.rows_removed == 2 + 4 + 4  # 2 unmatched in 1, all of 2 but 50, all of 3
 
 
-def test_merge_into_a_leaf_older_than_a_column_rewrites_it(ns) -> None:
-    ns.add_column(pa.field("score", pa.float64()))
+def test_merge_into_a_leaf_older_than_a_column_rewrites_it(three_parts) -> None:
+    three_parts.add_column(pa.field("score", pa.float64()))
     data = pa.table(
         {
             "id": pa.array([1, 200], pa.int64()),
@@ -404,20 +415,20 @@ def test_merge_into_a_leaf_older_than_a_column_rewrites_it(ns) -> None:
             "score": [1.5, 2.5],
         }
     )
-    result = ns.merge(data, on=["id", "part"])
+    result = three_parts.merge(data, on=["id", "part"])
     assert result.rows_updated == 1
     assert result.rows_inserted == 1
-    rows = rows_by_id(ns)
+    rows = rows_by_id(three_parts)
     assert rows[1]["score"] == 1.5
     assert rows[200]["score"] == 2.5
     assert rows[0]["score"] is None
     assert rows[0]["tag"] == "seed"
     assert sorted(rows) == [*range(12), 200]
-    published_files_exist(ns)
+    published_files_exist(three_parts)
 
 
-def test_merge_on_a_renamed_key_column(ns) -> None:
-    ns.rename_column("id", "key")
+def test_merge_on_a_renamed_key_column(three_parts) -> None:
+    three_parts.rename_column("id", "key")
     data = pa.table(
         {
             "key": pa.array([2, 300], pa.int64()),
@@ -425,10 +436,10 @@ def test_merge_on_a_renamed_key_column(ns) -> None:
             "tag": ["r", "r"],
         }
     )
-    result = ns.merge(data, on=["key", "part"])
+    result = three_parts.merge(data, on=["key", "part"])
     assert result.rows_updated == 1
     assert result.rows_inserted == 1
-    tags = by_id(ns.to_table(), "tag", key="key")
+    tags = by_id(three_parts.to_table(), "tag", key="key")
     assert tags[2] == "r"
     assert tags[300] == "r"
     assert len(tags) == 13
@@ -465,10 +476,12 @@ def test_merge_updates_keys_where_an_older_spec_version_holds_them(root) -> None
         (upserts([(0, 1)], "m"), [], InvalidArgumentError, "key columns"),
     ],
 )
-def test_merge_rejects_bad_input_changing_nothing(ns, root, data, on, error, match) -> None:
+def test_merge_rejects_bad_input_changing_nothing(
+    three_parts, root, data, on, error, match
+) -> None:
     before = disk(root)
     with pytest.raises(error, match=match):
-        ns.merge(data, on=on, txn_id="merge-bad")
+        three_parts.merge(data, on=on, txn_id="merge-bad")
     assert disk(root) == before
 
 
@@ -484,22 +497,22 @@ MERGED = upserts([(0, 1), (100, 2), (101, 8)], "m")
 
 @pytest.mark.parametrize("point", MERGE_POINTS)
 def test_a_crashed_merge_is_all_or_nothing_and_its_retry_completes_it(
-    ns, monkeypatch, point
+    three_parts, monkeypatch, point
 ) -> None:
     with crashing(monkeypatch, point), pytest.raises(FailpointError):
-        ns.merge(MERGED, on=["id", "part"], txn_id="m")
+        three_parts.merge(MERGED, on=["id", "part"], txn_id="m")
     published = point in ("manifest.after_swap", "merge.after_publish")
     expected = [*range(12), 100, 101]
-    assert ids(ns) == (expected if published else list(range(12)))
-    result = ns.merge(MERGED, on=["id", "part"], txn_id="m")
-    assert ids(ns) == expected
-    assert rows_by_id(ns)[0]["tag"] == "m"
+    assert ids(three_parts) == (expected if published else list(range(12)))
+    result = three_parts.merge(MERGED, on=["id", "part"], txn_id="m")
+    assert ids(three_parts) == expected
+    assert rows_by_id(three_parts)[0]["tag"] == "m"
     assert result.rows_updated == 1
     assert result.rows_inserted == 2
-    assert ns.merge(MERGED, on=["id", "part"], txn_id="m") == result
-    published_files_exist(ns)
-    ns.write(tagged_rows("later", [2, 8], 1, first_id=200))
-    assert ids(ns) == [*expected, 200, 201]
+    assert three_parts.merge(MERGED, on=["id", "part"], txn_id="m") == result
+    published_files_exist(three_parts)
+    three_parts.write(tagged_rows("later", [2, 8], 1, first_id=200))
+    assert ids(three_parts) == [*expected, 200, 201]
 
 
 # -- optimize ------------------------------------------------------------------------------------
@@ -516,13 +529,13 @@ def all_rows(ns: PartitionedNamespace) -> list[dict]:
 
 
 @pytest.fixture
-def appended(ns) -> PartitionedNamespace:
+def appended(three_parts) -> PartitionedNamespace:
     """Five more appends to every partition, then a delete: six fragments per leaf, some
     with deletion files."""
     for k in range(1, 6):
-        ns.write(tagged_rows(f"day{k}", [1, 2, 3], 2, first_id=100 * k))
-    ns.delete("id % 3 = 0")
-    return ns
+        three_parts.write(tagged_rows(f"day{k}", [1, 2, 3], 2, first_id=100 * k))
+    three_parts.delete("id % 3 = 0")
+    return three_parts
 
 
 def test_optimize_compacts_every_leaf_in_one_commit_without_changing_a_row(appended) -> None:
@@ -594,20 +607,20 @@ def test_optimize_rejects_bad_input(appended, root) -> None:
     assert disk(root) == before
 
 
-def test_operations_on_a_partition_published_as_read_the_latest(ns) -> None:
+def test_operations_on_a_partition_published_as_read_the_latest(three_parts) -> None:
     """A foreign writer may publish a partition with a NULL read_version ("read the
     latest"): a delete builds on its latest version no writer of ours made, and
     publishes a read_version."""
-    state = ns.state()
-    p = ns.partition({"part": 2})
+    state = three_parts.state()
+    p = three_parts.partition({"part": 2})
     row = state.full_rows([p.object_id]).to_pylist()[0]
     row["read_version"] = None
-    ns._manifest.commit(Swap(state.view, [row]))
-    assert ns.partition({"part": 2}).read_version is None
-    result = ns.delete("id IN (4, 8)")
+    three_parts._manifest.commit(Swap(state.view, [row]))
+    assert three_parts.partition({"part": 2}).read_version is None
+    result = three_parts.delete("id IN (4, 8)")
     assert result.rows_removed == 2
-    assert ns.partition({"part": 2}).read_version is not None
-    assert leaf_rows(ns, 2) == [5, 6, 7]
-    merged = ns.merge(upserts([(5, 2)], "m"), on=["id", "part"])
+    assert three_parts.partition({"part": 2}).read_version is not None
+    assert leaf_rows(three_parts, 2) == [5, 6, 7]
+    merged = three_parts.merge(upserts([(5, 2)], "m"), on=["id", "part"])
     assert merged.rows_updated == 1
-    assert ids(ns) == [0, 1, 2, 3, 5, 6, 7, 9, 10, 11]
+    assert ids(three_parts) == [0, 1, 2, 3, 5, 6, 7, 9, 10, 11]

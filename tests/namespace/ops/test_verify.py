@@ -20,8 +20,7 @@ from airflow_provider_lance.namespace import PartitionedNamespace, PartitionFiel
 from airflow_provider_lance.namespace.format.hashing import hash_array
 from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.testing import hold
-from tests.namespace.txn.test_interleavings import Worker
-from tests.support import no_duplicates
+from tests.support import Worker, no_duplicates
 
 SCHEMA = pa.schema(
     [
@@ -45,7 +44,7 @@ def people(n: int, first_id: int = 0) -> pa.Table:
 
 
 @pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
+def bucketed(root: Path) -> PartitionedNamespace:
     """Partitioned by the first letter of ``name`` and a 4-way hash bucket of ``id``;
     20,000 rows in one write (more than DataFusion's 8,192-row batches)."""
     ns = PartitionedNamespace.create(
@@ -73,88 +72,91 @@ def misplace(ns: PartitionedNamespace, initial: str, rows: pa.Table) -> str:
     return target.object_id
 
 
-def test_a_namespace_written_through_the_api_verifies(ns: PartitionedNamespace) -> None:
-    report = ns.verify()
+def test_a_namespace_written_through_the_api_verifies(bucketed: PartitionedNamespace) -> None:
+    report = bucketed.verify()
     assert report.ok
     assert report.rows_checked == 20_000
-    assert report.partitions_checked == len(ns.partitions()) == 5 * 4
+    assert report.partitions_checked == len(bucketed.partitions()) == 5 * 4
     assert report.to_dict()["misplaced"] == []
 
 
 def test_misplaced_rows_are_found_and_named_and_a_rewrite_puts_them_right(
-    ns: PartitionedNamespace,
+    bucketed: PartitionedNamespace,
 ) -> None:
     wrong = people(3, first_id=100_000).set_column(
         1, "name", pa.array(["zed", "zoe", "zed"], pa.utf8())
     )
-    victim = misplace(ns, "a", wrong)
-    assert ns.to_table(filter="name = 'zed'").num_rows == 0  # pruned away: why it matters
-    report = ns.verify()
+    victim = misplace(bucketed, "a", wrong)
+    assert bucketed.to_table(filter="name = 'zed'").num_rows == 0  # pruned away: why it matters
+    report = bucketed.verify()
     assert not report.ok
     (found,) = report.misplaced
     assert found.object_id == victim
     assert (found.misplaced, found.values["initial"]) == (3, "a")
     assert found.example["initial"] == "z"
     assert report.misplaced_rows == 3
-    assert ns.verify("name = 'bob'").ok  # only the partitions the filter selects
-    before = sorted(ns.to_table(columns=["id"]).column("id").to_pylist())
-    version = ns.version
-    assert ns.relocate("name = 'bob'").partitions == []  # nothing misplaced there
-    assert ns.version == version
-    result = ns.relocate()
-    assert ns.version == result.manifest_version == version + 1  # one commit
-    assert ns.verify().ok
-    assert sorted(ns.to_table(columns=["id"]).column("id").to_pylist()) == before
-    assert sorted(ns.to_table(filter="name = 'zed'").column("id").to_pylist()) == [100_000, 100_002]
-    assert ns.to_table(filter="name = 'zoe'").column("id").to_pylist() == [100_001]
+    assert bucketed.verify("name = 'bob'").ok  # only the partitions the filter selects
+    before = sorted(bucketed.to_table(columns=["id"]).column("id").to_pylist())
+    version = bucketed.version
+    assert bucketed.relocate("name = 'bob'").partitions == []  # nothing misplaced there
+    assert bucketed.version == version
+    result = bucketed.relocate()
+    assert bucketed.version == result.manifest_version == version + 1  # one commit
+    assert bucketed.verify().ok
+    assert sorted(bucketed.to_table(columns=["id"]).column("id").to_pylist()) == before
+    assert sorted(bucketed.to_table(filter="name = 'zed'").column("id").to_pylist()) == [
+        100_000,
+        100_002,
+    ]
+    assert bucketed.to_table(filter="name = 'zoe'").column("id").to_pylist() == [100_001]
     moved = {p.object_id: p for p in result.partitions}
     assert moved[victim].rows_removed == 3
     assert sum(p.rows_inserted for p in result.partitions) == 3
     assert {p.values["initial"] for p in result.partitions if p.created} == {"z"}
-    for p in ns.partitions():  # raw pylance reads every leaf at its read_version
+    for p in bucketed.partitions():  # raw pylance reads every leaf at its read_version
         lance.dataset(p.location, version=p.read_version).to_table()
-    assert ns.relocate().partitions == []  # idempotent: nothing left to move
-    assert ns.history(limit=1)[0].operation == "relocate"
+    assert bucketed.relocate().partitions == []  # idempotent: nothing left to move
+    assert bucketed.history(limit=1)[0].operation == "relocate"
 
 
-def test_relocate_against_a_concurrent_append_loses_nothing(ns: PartitionedNamespace) -> None:
+def test_relocate_against_a_concurrent_append_loses_nothing(bucketed: PartitionedNamespace) -> None:
     """An append publishes to the partition being rewritten while the relocation is parked
     before its swap: the swap fails, the relocation selects again on the new version and
     keeps the appended rows."""
     strays = people(2, first_id=300_000).set_column(1, "name", pa.array(["al", "al"]))
-    victim = misplace(ns, "c", strays)
+    victim = misplace(bucketed, "c", strays)
     candidates = pa.array(range(400_000, 400_100), pa.int64())
     buckets = pc.remainder(pc.abs(hash_array(candidates)), 4)
     in_bucket_0 = candidates.filter(pc.equal(buckets, 0)).to_pylist()[:5]
     extra = pa.table({"id": in_bucket_0, "name": ["carol"] * 5, "score": [1.0] * 5}, schema=SCHEMA)
     with hold("relocate.before_publish") as parked:
-        worker = Worker(PartitionedNamespace.open(ns.uri).relocate)
+        worker = Worker(PartitionedNamespace.open(bucketed.uri).relocate)
         worker.start()
         parked.wait_reached()
-        appended = PartitionedNamespace.open(ns.uri).write(extra)
+        appended = PartitionedNamespace.open(bucketed.uri).write(extra)
         assert [p.object_id for p in appended.partitions] == [victim]
     result = worker.outcome()
     assert result.manifest_version > appended.manifest_version
-    assert ns.verify().ok
-    ids = no_duplicates(ns)
+    assert bucketed.verify().ok
+    ids = no_duplicates(bucketed)
     assert {300_000, 300_001} | set(in_bucket_0) <= set(ids)
     assert len(ids) == 20_000 + 2 + 5
 
 
-def test_verify_of_a_past_version_and_the_cli(ns: PartitionedNamespace, capsys) -> None:
-    clean = ns.version
-    misplace(ns, "b", people(1, first_id=500_000).set_column(1, "name", pa.array(["amy"])))
-    assert ns.verify(as_of=clean).ok
-    assert cli.main(["verify", ns.uri]) == 4
+def test_verify_of_a_past_version_and_the_cli(bucketed: PartitionedNamespace, capsys) -> None:
+    clean = bucketed.version
+    misplace(bucketed, "b", people(1, first_id=500_000).set_column(1, "name", pa.array(["amy"])))
+    assert bucketed.verify(as_of=clean).ok
+    assert cli.main(["verify", bucketed.uri]) == 4
     out, err = capsys.readouterr()
     payload = json.loads(out)
     assert (payload["ok"], payload["misplaced_rows"]) == (False, 1)
     assert "verify --fix" in err
-    assert cli.main(["verify", ns.uri, "name = 'carol'"]) == 0
+    assert cli.main(["verify", bucketed.uri, "name = 'carol'"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
-    assert cli.main(["verify", ns.uri, "--fix"]) == 0
-    assert ns.verify().ok
-    assert ns.to_table(filter="name = 'amy'").column("id").to_pylist() == [500_000]
+    assert cli.main(["verify", bucketed.uri, "--fix"]) == 0
+    assert bucketed.verify().ok
+    assert bucketed.to_table(filter="name = 'amy'").column("id").to_pylist() == [500_000]
 
 
 def test_null_and_nan_partitions_verify(root: Path) -> None:

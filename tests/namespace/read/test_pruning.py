@@ -26,6 +26,7 @@ from airflow_provider_lance.namespace.read.pruning import (
     parse_filter,
 )
 from airflow_provider_lance.namespace.write.splitting import partition_values
+from tests.support import examples
 
 SCHEMA = pa.schema(
     [
@@ -364,9 +365,8 @@ def datasets(draw: st.DrawFn) -> pa.Table:
     )
 
 
-@pytest.mark.slow
 @settings(
-    max_examples=100,
+    max_examples=examples(100),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

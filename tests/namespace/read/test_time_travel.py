@@ -27,14 +27,7 @@ from airflow_provider_lance.namespace import (
     VersionNotFoundError,
 )
 from airflow_provider_lance.namespace.format.manifest_compaction import AUTO_COMPACT_FRAGMENTS
-from tests.support import TAGGED, tagged_rows, tree
-
-
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    return PartitionedNamespace.create(
-        root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
-    )
+from tests.support import TAGGED, examples, tagged_rows, tree
 
 
 def rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -82,16 +75,16 @@ def local_zone(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 # -- history -------------------------------------------------------------------------------
-def test_history_says_what_each_version_did(ns: PartitionedNamespace, root: Path) -> None:
-    first = ns.write(tagged_rows("a", [1, 2], 2, first_id=0))
-    replaced = ns.write(tagged_rows("b", [2, 3], 1, first_id=10), mode="overwrite")
-    ns.create_partitions([{"part": 7}, {"part": 8}])
-    ns.add_column(pa.field("note", pa.utf8()))
-    named = ns.write(noted(tagged_rows("n", [3], 3, first_id=20), "x"), txn_id="load-1")
-    ns.evolve_partition_spec([PartitionField("part", "part"), PartitionField("tag", "tag")])
-    last = ns.write(noted(tagged_rows("c", [1], 1, first_id=30), "y"))
+def test_history_says_what_each_version_did(tagged: PartitionedNamespace, root: Path) -> None:
+    first = tagged.write(tagged_rows("a", [1, 2], 2, first_id=0))
+    replaced = tagged.write(tagged_rows("b", [2, 3], 1, first_id=10), mode="overwrite")
+    tagged.create_partitions([{"part": 7}, {"part": 8}])
+    tagged.add_column(pa.field("note", pa.utf8()))
+    named = tagged.write(noted(tagged_rows("n", [3], 3, first_id=20), "x"), txn_id="load-1")
+    tagged.evolve_partition_spec([PartitionField("part", "part"), PartitionField("tag", "tag")])
+    last = tagged.write(noted(tagged_rows("c", [1], 1, first_id=30), "y"))
 
-    entries = ns.history()
+    entries = tagged.history()
 
     assert [(e.operation, e.mode) for e in entries] == [
         ("write", "append"),
@@ -132,11 +125,11 @@ def test_history_says_what_each_version_did(ns: PartitionedNamespace, root: Path
     assert changes(newest) == {((("part", 1), ("tag", "c")), 1, True, 1)}
     assert entries[-1].details == {"spec_version": 1, "partition_fields": ["part"]}
 
-    everything = ns.history(include_internal=True)
-    assert [e.version for e in everything] == list(range(ns.version, 0, -1))
+    everything = tagged.history(include_internal=True)
+    assert [e.version for e in everything] == list(range(tagged.version, 0, -1))
     assert {e.version for e in everything if not e.internal} == set(by_version)
     assert {e.operation for e in everything if e.internal} >= {"create_table", "seal", "index"}
-    assert [e.version for e in ns.history(limit=3)] == [e.version for e in entries[:3]]
+    assert [e.version for e in tagged.history(limit=3)] == [e.version for e in entries[:3]]
     as_json = [e.to_dict() for e in entries]
     assert json.loads(json.dumps(as_json)) == as_json
     # a new handle (nothing cached) describes the same history
@@ -145,17 +138,17 @@ def test_history_says_what_each_version_did(ns: PartitionedNamespace, root: Path
 
 
 def test_history_tells_appends_that_rewrote_old_partitions_from_overwrites(
-    ns: PartitionedNamespace,
+    tagged: PartitionedNamespace,
 ) -> None:
     """After add_column an append rewrites a partition whole (old rows and new); the
     history counts only the new rows, and tells it from an overwrite of such a partition."""
-    ns.write(tagged_rows("old", [1, 2, 3], 4, first_id=0))
-    ns.add_column(pa.field("note", pa.utf8()))
-    appended = ns.write(noted(tagged_rows("a", [1], 2, first_id=100), "a"))
-    replaced = ns.write(noted(tagged_rows("o", [2], 3, first_id=200), "o"), mode="overwrite")
-    mixed = ns.write(noted(tagged_rows("m", [1, 3], 1, first_id=300), "m"))
+    tagged.write(tagged_rows("old", [1, 2, 3], 4, first_id=0))
+    tagged.add_column(pa.field("note", pa.utf8()))
+    appended = tagged.write(noted(tagged_rows("a", [1], 2, first_id=100), "a"))
+    replaced = tagged.write(noted(tagged_rows("o", [2], 3, first_id=200), "o"), mode="overwrite")
+    mixed = tagged.write(noted(tagged_rows("m", [1, 3], 1, first_id=300), "m"))
 
-    by_version = {e.version: e for e in ns.history()}
+    by_version = {e.version: e for e in tagged.history()}
     rewrite, overwrite = (
         by_version[appended.manifest_version],
         by_version[replaced.manifest_version],
@@ -167,18 +160,20 @@ def test_history_tells_appends_that_rewrote_old_partitions_from_overwrites(
         ((("part", 1),), 1, False, 3),
         ((("part", 3),), 1, False, 2),
     }
-    assert ns.count_rows() == 12 + 2 - 4 + 3 + 2
+    assert tagged.count_rows() == 12 + 2 - 4 + 3 + 2
 
 
-def test_history_after_maintain_lists_the_retained_versions(ns: PartitionedNamespace) -> None:
-    ns.write(tagged_rows("a", [1], 1, first_id=0))
-    kept = ns.write(tagged_rows("b", [1, 2], 1, first_id=10))
-    ns.tag("kept")
-    ns.write(tagged_rows("c", [2], 1, first_id=20))
-    ns.maintain(older_than=dt.timedelta(0))
+def test_history_after_maintain_lists_the_retained_versions(tagged: PartitionedNamespace) -> None:
+    tagged.write(tagged_rows("a", [1], 1, first_id=0))
+    kept = tagged.write(tagged_rows("b", [1, 2], 1, first_id=10))
+    tagged.tag("kept")
+    tagged.write(tagged_rows("c", [2], 1, first_id=20))
+    tagged.maintain(older_than=dt.timedelta(0))
 
-    everything = ns.history(include_internal=True)
-    retained = sorted(int(v["version"]) for v in lance.dataset(ns.uri + "/__manifest").versions())
+    everything = tagged.history(include_internal=True)
+    retained = sorted(
+        int(v["version"]) for v in lance.dataset(tagged.uri + "/__manifest").versions()
+    )
     assert sorted(e.version for e in everything) == retained
     (entry,) = [e for e in everything if e.version == kept.manifest_version]
     # the version before it is gone: created is judged from the leaves (2's was new)
@@ -192,17 +187,17 @@ def test_history_after_maintain_lists_the_retained_versions(ns: PartitionedNames
 
 
 def test_history_of_transactions_committed_together_and_aborted(
-    ns: PartitionedNamespace,
+    tagged: PartitionedNamespace,
 ) -> None:
-    ns.write(tagged_rows("a", [1], 1, first_id=0))
+    tagged.write(tagged_rows("a", [1], 1, first_id=0))
     for txn_id, part in (("load.0", 1), ("load.1", 2)):
-        ns.begin("append", txn_id).stage(tagged_rows(txn_id, [part], 2, first_id=10 * part))
-    both = ns.commit(["load.0", "load.1"], txn_id="publish")
-    doomed = ns.begin("overwrite", "doomed")
+        tagged.begin("append", txn_id).stage(tagged_rows(txn_id, [part], 2, first_id=10 * part))
+    both = tagged.commit(["load.0", "load.1"], txn_id="publish")
+    doomed = tagged.begin("overwrite", "doomed")
     doomed.stage(tagged_rows("doomed", [1], 5, first_id=100))
-    ns.abort("doomed")
+    tagged.abort("doomed")
 
-    (latest, *_) = ns.history()
+    (latest, *_) = tagged.history()
     assert (latest.version, latest.operation, latest.txn_id) == (
         both.manifest_version,
         "write",
@@ -213,48 +208,48 @@ def test_history_of_transactions_committed_together_and_aborted(
         (1, 2, False),
         (2, 2, True),
     }
-    everything = ns.history(include_internal=True)
+    everything = tagged.history(include_internal=True)
     assert [(e.operation, e.txn_id) for e in everything if e.version > both.manifest_version] == [
         ("abort", "doomed"),
         ("stage", "doomed"),
     ]
-    assert ns.count_rows() == 5
+    assert tagged.count_rows() == 5
 
 
-def test_history_lists_compactions_as_bookkeeping(ns: PartitionedNamespace) -> None:
+def test_history_lists_compactions_as_bookkeeping(tagged: PartitionedNamespace) -> None:
     """Publishes compact __manifest now and then (pylance cannot describe a compaction that
     rewrote the index: it is still named one)."""
     for i in range(AUTO_COMPACT_FRAGMENTS + 2):
-        ns.write(tagged_rows(f"t{i}", [i], 1, first_id=i))  # new rows: new fragments
-    everything = ns.history(include_internal=True)
-    assert [e.version for e in everything] == list(range(ns.version, 0, -1))
+        tagged.write(tagged_rows(f"t{i}", [i], 1, first_id=i))  # new rows: new fragments
+    everything = tagged.history(include_internal=True)
+    assert [e.version for e in everything] == list(range(tagged.version, 0, -1))
     bookkeeping = {e.operation for e in everything if e.internal}
     assert "compact" in bookkeeping
     assert "other" not in bookkeeping
-    writes = [e for e in ns.history() if e.operation == "write"]
+    writes = [e for e in tagged.history() if e.operation == "write"]
     assert len(writes) == AUTO_COMPACT_FRAGMENTS + 2
     assert all(e.rows == 1 and e.mode == "append" for e in writes)
 
 
 def test_history_names_table_operations_with_and_without_a_txn_id(
-    ns: PartitionedNamespace,
+    tagged: PartitionedNamespace,
 ) -> None:
     """A table operation is listed under its own name (not as a write), whether a
     transaction row names it (``txn_id``) or only its leaf commits do; the partitions a
     publish dropped are in ``details``; a merge's intent and a spec's fence are
     bookkeeping."""
-    ns.write(tagged_rows("seed", [1, 2, 3, 4], 3, first_id=0))
-    ns.write(tagged_rows("more", [1], 1, first_id=100))  # a second fragment to compact
-    dropped = {p.values["part"]: p.object_id for p in ns.partitions()}
-    ns.merge(tagged_rows("m", [1, 5], 1, first_id=0), on=["id", "part"])
-    ns.delete("id = 1")
-    ns.drop_partitions("part = 2")
-    ns.optimize()
-    ns.delete("part = 3 OR id = 0")  # drops partition 3, deletes a row of partition 1
-    ns.merge(tagged_rows("m2", [1], 1, first_id=100), on=["id", "part"], txn_id="m-1")
-    ns.drop_partitions("part = 4", txn_id="d-1")
-    ns.evolve_partition_spec([PartitionField("tag", "tag")])
-    entries = ns.history()
+    tagged.write(tagged_rows("seed", [1, 2, 3, 4], 3, first_id=0))
+    tagged.write(tagged_rows("more", [1], 1, first_id=100))  # a second fragment to compact
+    dropped = {p.values["part"]: p.object_id for p in tagged.partitions()}
+    tagged.merge(tagged_rows("m", [1, 5], 1, first_id=0), on=["id", "part"])
+    tagged.delete("id = 1")
+    tagged.drop_partitions("part = 2")
+    tagged.optimize()
+    tagged.delete("part = 3 OR id = 0")  # drops partition 3, deletes a row of partition 1
+    tagged.merge(tagged_rows("m2", [1], 1, first_id=100), on=["id", "part"], txn_id="m-1")
+    tagged.drop_partitions("part = 4", txn_id="d-1")
+    tagged.evolve_partition_spec([PartitionField("tag", "tag")])
+    entries = tagged.history()
     named = [
         (e.operation, e.mode, e.txn_id if e.txn_id in ("m-1", "d-1") else None) for e in entries[:8]
     ]
@@ -275,201 +270,206 @@ def test_history_names_table_operations_with_and_without_a_txn_id(
     assert {p.values["part"] for p in entries[3].partitions} == {1}
     assert {(p.values["part"], p.created) for p in entries[7].partitions} == {(1, False), (5, True)}
     assert by_name[("merge", "m-1")].partitions[0].values == {"part": 1}
-    bookkeeping = {e.operation for e in ns.history(include_internal=True) if e.internal}
+    bookkeeping = {e.operation for e in tagged.history(include_internal=True) if e.internal}
     assert {"merge_intent", "fence_spec"} <= bookkeeping
 
 
 # -- reading the past ------------------------------------------------------------------------
-def test_reads_as_of_an_old_version_return_exactly_its_rows(ns: PartitionedNamespace) -> None:
-    snapshots: dict[int, list[dict[str, Any]]] = {ns.version: []}
+def test_reads_as_of_an_old_version_return_exactly_its_rows(tagged: PartitionedNamespace) -> None:
+    snapshots: dict[int, list[dict[str, Any]]] = {tagged.version: []}
 
     def snap() -> None:
-        snapshots[ns.version] = rows(ns.to_table())
+        snapshots[tagged.version] = rows(tagged.to_table())
 
-    ns.write(tagged_rows("a", [1, 2], 2, first_id=0))
+    tagged.write(tagged_rows("a", [1, 2], 2, first_id=0))
     snap()
-    ns.write(tagged_rows("b", [2], 1, first_id=10))
+    tagged.write(tagged_rows("b", [2], 1, first_id=10))
     snap()
-    ns.write(tagged_rows("c", [1], 3, first_id=20), mode="overwrite")
+    tagged.write(tagged_rows("c", [1], 3, first_id=20), mode="overwrite")
     snap()
-    before_column = ns.version
-    ns.add_column(pa.field("note", pa.utf8()))
+    before_column = tagged.version
+    tagged.add_column(pa.field("note", pa.utf8()))
     snap()
-    ns.write(noted(tagged_rows("d", [2, 3], 1, first_id=30), "d"))
+    tagged.write(noted(tagged_rows("d", [2, 3], 1, first_id=30), "d"))
     snap()
-    ns.rename_column("note", "remark")
+    tagged.rename_column("note", "remark")
     snap()
-    ns.write(tagged_rows("e", [1], 1, first_id=40), mode="overwrite")
+    tagged.write(tagged_rows("e", [1], 1, first_id=40), mode="overwrite")
     snap()
 
     for version, expected in snapshots.items():
-        assert rows(ns.to_table(as_of=version)) == expected
-        assert rows(ns.to_table(version=version)) == expected  # the older name
-        assert rows(ns.to_reader(as_of=version).read_all()) == expected
-        batches = list(ns.to_batches(as_of=version, batch_size=2))
+        assert rows(tagged.to_table(as_of=version)) == expected
+        assert rows(tagged.to_table(version=version)) == expected  # the older name
+        assert rows(tagged.to_reader(as_of=version).read_all()) == expected
+        batches = list(tagged.to_batches(as_of=version, batch_size=2))
         assert sorted(r["id"] for b in batches for r in b.to_pylist()) == [
             r["id"] for r in expected
         ]
-        assert ns.count_rows(as_of=version) == len(expected)
+        assert tagged.count_rows(as_of=version) == len(expected)
         in_one = [r for r in expected if r["part"] == 1]
-        assert ns.count_rows(filter="part = 1", as_of=version) == len(in_one)
-        assert rows(ns.to_table(filter="part = 1", as_of=version)) == in_one
-        state = ns.state(version)
+        assert tagged.count_rows(filter="part = 1", as_of=version) == len(in_one)
+        assert rows(tagged.to_table(filter="part = 1", as_of=version)) == in_one
+        state = tagged.state(version)
         assert state.version == version
-        assert ns.partitions(as_of=version) == state.partitions()
-        assert {p.values["part"] for p in ns.prune("part >= 2", as_of=version)} == {
+        assert tagged.partitions(as_of=version) == state.partitions()
+        assert {p.values["part"] for p in tagged.prune("part >= 2", as_of=version)} == {
             r["part"] for r in expected if r["part"] >= 2
         }
-    old = ns.to_table(as_of=before_column)
+    old = tagged.to_table(as_of=before_column)
     assert old.column_names == ["id", "part", "tag"]  # read without the column added later
-    assert ns.to_table(as_of=before_column + 1).column_names == ["id", "part", "tag", "note"]
-    assert ns.to_table().column_names == ["id", "part", "tag", "remark"]
-    assert rows(ns.to_table(columns=["id"], as_of=before_column)) == [
+    assert tagged.to_table(as_of=before_column + 1).column_names == ["id", "part", "tag", "note"]
+    assert tagged.to_table().column_names == ["id", "part", "tag", "remark"]
+    assert rows(tagged.to_table(columns=["id"], as_of=before_column)) == [
         {"id": r["id"]} for r in snapshots[before_column]
     ]
 
 
 @pytest.mark.usefixtures("local_zone")
-def test_as_of_a_moment_reads_the_version_current_then(ns: PartitionedNamespace) -> None:
+def test_as_of_a_moment_reads_the_version_current_then(tagged: PartitionedNamespace) -> None:
     moments = []
     for i in range(3):
-        ns.write(tagged_rows(f"t{i}", [i], 1, first_id=i))
+        tagged.write(tagged_rows(f"t{i}", [i], 1, first_id=i))
         time.sleep(0.02)
-        moments.append((dt.datetime.now(dt.timezone.utc), ns.version, ids(ns.to_table())))
+        moments.append((dt.datetime.now(dt.timezone.utc), tagged.version, ids(tagged.to_table())))
         time.sleep(0.02)
-    ns.write(tagged_rows("later", [9], 1, first_id=99))
+    tagged.write(tagged_rows("later", [9], 1, first_id=99))
 
     east = dt.timezone(dt.timedelta(hours=5, minutes=30))
     for moment, version, expected in moments:
         for form in (moment, moment.replace(tzinfo=None), moment.astimezone(east)):
-            assert ns.state(form).version == version
-            assert ids(ns.to_table(as_of=form)) == expected
-            assert ns.count_rows(as_of=form) == len(expected)
-    assert ns.state(dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)).version == ns.version
+            assert tagged.state(form).version == version
+            assert ids(tagged.to_table(as_of=form)) == expected
+            assert tagged.count_rows(as_of=form) == len(expected)
+    assert (
+        tagged.state(dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)).version
+        == tagged.version
+    )
     with pytest.raises(VersionNotFoundError, match=r"before .* was created"):
-        ns.to_table(as_of=dt.datetime(2000, 1, 1))
+        tagged.to_table(as_of=dt.datetime(2000, 1, 1))
     with pytest.raises(VersionNotFoundError, match="predates the namespace"):
-        ns.to_table(as_of=1)  # the table existed, its partition spec came a version later
+        tagged.to_table(as_of=1)  # the table existed, its partition spec came a version later
 
 
 @pytest.mark.usefixtures("local_zone")
-def test_as_of_a_versions_exact_commit_time_reads_that_version(ns: PartitionedNamespace) -> None:
+def test_as_of_a_versions_exact_commit_time_reads_that_version(
+    tagged: PartitionedNamespace,
+) -> None:
     """A moment equal to a version's commit time (as pylance reports it) names that
     version ("at or before"); a microsecond earlier names the one before."""
     for i in range(3):
         time.sleep(0.01)
-        ns.write(tagged_rows(f"t{i}", [i], 1, first_id=i))
-    manifest = lance.dataset(ns.uri + "/__manifest")
+        tagged.write(tagged_rows(f"t{i}", [i], 1, first_id=i))
+    manifest = lance.dataset(tagged.uri + "/__manifest")
     committed = [
         (int(v["version"]), v["timestamp"].astimezone(dt.timezone.utc))  # naive local
         for v in manifest.versions()
     ]
-    assert [v for v, _ in committed] == list(range(1, ns.version + 1))
+    assert [v for v, _ in committed] == list(range(1, tagged.version + 1))
     for version, at in committed[-3:]:  # the three writes
-        assert ns.state(at).version == version
-        assert ids(ns.to_table(as_of=at)) == ids(ns.to_table(as_of=version))
-        assert ns.state(at.replace(tzinfo=None)).version == version  # naive = UTC
-        assert ns.state(at - dt.timedelta(microseconds=1)).version == version - 1
+        assert tagged.state(at).version == version
+        assert ids(tagged.to_table(as_of=at)) == ids(tagged.to_table(as_of=version))
+        assert tagged.state(at.replace(tzinfo=None)).version == version  # naive = UTC
+        assert tagged.state(at - dt.timedelta(microseconds=1)).version == version - 1
 
 
 @pytest.mark.usefixtures("local_zone")
-def test_tags_pin_a_version_by_name(ns: PartitionedNamespace) -> None:
-    ns.write(tagged_rows("a", [1, 2], 1, first_id=0))
-    info = ns.tag("first")
-    first_version, first_rows = ns.version, rows(ns.to_table())
+def test_tags_pin_a_version_by_name(tagged: PartitionedNamespace) -> None:
+    tagged.write(tagged_rows("a", [1, 2], 1, first_id=0))
+    info = tagged.tag("first")
+    first_version, first_rows = tagged.version, rows(tagged.to_table())
     assert (info.name, info.version) == ("first", first_version)
     assert info.created_at is not None
     assert info.created_at.tzinfo is not None
     time.sleep(0.02)
     moment = dt.datetime.now(dt.timezone.utc)
-    ns.write(tagged_rows("b", [1], 5, first_id=10), mode="overwrite")
-    ns.add_column(pa.field("note", pa.utf8()))
+    tagged.write(tagged_rows("b", [1], 5, first_id=10), mode="overwrite")
+    tagged.add_column(pa.field("note", pa.utf8()))
 
-    assert rows(ns.to_table(as_of="first")) == first_rows
-    assert ns.state("first").version == first_version
-    assert ns.tag("at-moment", moment).version == first_version
-    assert ns.tag("empty", version=2).version == 2
-    assert ns.to_table(as_of="empty").num_rows == 0
-    assert ns.tags() == [
-        TagInfo("empty", 2, ns.tags()[0].created_at),
-        TagInfo("at-moment", first_version, ns.tags()[1].created_at),
-        TagInfo("first", first_version, ns.tags()[2].created_at),
+    assert rows(tagged.to_table(as_of="first")) == first_rows
+    assert tagged.state("first").version == first_version
+    assert tagged.tag("at-moment", moment).version == first_version
+    assert tagged.tag("empty", version=2).version == 2
+    assert tagged.to_table(as_of="empty").num_rows == 0
+    assert tagged.tags() == [
+        TagInfo("empty", 2, tagged.tags()[0].created_at),
+        TagInfo("at-moment", first_version, tagged.tags()[1].created_at),
+        TagInfo("first", first_version, tagged.tags()[2].created_at),
     ]
-    tagged = {e.version: e.tags for e in ns.history()}
-    assert tagged[first_version] == ("at-moment", "first")
+    tags_of = {e.version: e.tags for e in tagged.history()}
+    assert tags_of[first_version] == ("at-moment", "first")
 
-    ns.untag("first")
-    assert [t.name for t in ns.tags()] == ["empty", "at-moment"]
+    tagged.untag("first")
+    assert [t.name for t in tagged.tags()] == ["empty", "at-moment"]
     with pytest.raises(VersionNotFoundError, match="no tag 'first'"):
-        ns.to_table(as_of="first")
-    assert rows(ns.to_table(as_of=first_version)) == first_rows  # the version itself stays
+        tagged.to_table(as_of="first")
+    assert rows(tagged.to_table(as_of=first_version)) == first_rows  # the version itself stays
 
 
 # -- maintain and tags -------------------------------------------------------------------------
 def test_maintain_keeps_tagged_versions_and_the_leaf_versions_they_read(
-    ns: PartitionedNamespace,
+    tagged: PartitionedNamespace,
 ) -> None:
-    ns.write(tagged_rows("a", [1, 2], 1, first_id=0))  # part 1 and 2: leaf v1
-    ns.write(tagged_rows("b", [1], 1, first_id=10))  # part 1: leaf v2
-    tagged, tagged_rows_ = ns.version, rows(ns.to_table())
-    ns.tag("keep")
-    ns.write(tagged_rows("c", [1], 2, first_id=20), mode="overwrite")  # part 1: leaf v3
-    untagged = ns.version
-    ns.write(tagged_rows("d", [2], 1, first_id=30))  # part 2: leaf v2
-    latest_rows = rows(ns.to_table())
-    one, two = location_of(ns, 1), location_of(ns, 2)
-    object_ids = {p.values["part"]: p.object_id for p in ns.partitions()}
+    tagged.write(tagged_rows("a", [1, 2], 1, first_id=0))  # part 1 and 2: leaf v1
+    tagged.write(tagged_rows("b", [1], 1, first_id=10))  # part 1: leaf v2
+    kept, tagged_rows_ = tagged.version, rows(tagged.to_table())
+    tagged.tag("keep")
+    tagged.write(tagged_rows("c", [1], 2, first_id=20), mode="overwrite")  # part 1: leaf v3
+    untagged = tagged.version
+    tagged.write(tagged_rows("d", [2], 1, first_id=30))  # part 2: leaf v2
+    latest_rows = rows(tagged.to_table())
+    one, two = location_of(tagged, 1), location_of(tagged, 2)
+    object_ids = {p.values["part"]: p.object_id for p in tagged.partitions()}
 
-    report = ns.maintain(older_than=dt.timedelta(0))
+    report = tagged.maintain(older_than=dt.timedelta(0))
 
-    assert report.tagged_manifest_versions == {"keep": tagged}
+    assert report.tagged_manifest_versions == {"keep": kept}
     assert report.leaves_kept_for_tags == {object_ids[1]: [2], object_ids[2]: [1]}
     assert leaf_versions(one) == [2, 3]  # v1 went: nothing retained reads it
     assert leaf_versions(two) == [1, 2]
-    assert rows(ns.to_table(as_of="keep")) == tagged_rows_
-    assert rows(ns.to_table(as_of=tagged)) == tagged_rows_
-    assert rows(ns.to_table()) == latest_rows
+    assert rows(tagged.to_table(as_of="keep")) == tagged_rows_
+    assert rows(tagged.to_table(as_of=kept)) == tagged_rows_
+    assert rows(tagged.to_table()) == latest_rows
     with pytest.raises(VersionNotFoundError, match="cleaned up"):
-        ns.to_table(as_of=untagged)
+        tagged.to_table(as_of=untagged)
     assert report.to_dict() == json.loads(json.dumps(report.to_dict()))
 
-    ns.untag("keep")
-    report = ns.maintain(older_than=dt.timedelta(0))
+    tagged.untag("keep")
+    report = tagged.maintain(older_than=dt.timedelta(0))
     assert report.tagged_manifest_versions == {}
     assert report.leaves_kept_for_tags == {}
     assert leaf_versions(one) == [3]
     assert leaf_versions(two) == [2]
     with pytest.raises(VersionNotFoundError, match="cleaned up"):
-        ns.to_table(as_of=tagged)
-    assert rows(ns.to_table()) == latest_rows
+        tagged.to_table(as_of=kept)
+    assert rows(tagged.to_table()) == latest_rows
 
 
 @pytest.mark.usefixtures("local_zone")
-def test_a_moment_whose_version_was_cleaned_up_is_refused(ns: PartitionedNamespace) -> None:
-    ns.write(tagged_rows("a", [1], 1, first_id=0))
-    ns.tag("early")
+def test_a_moment_whose_version_was_cleaned_up_is_refused(tagged: PartitionedNamespace) -> None:
+    tagged.write(tagged_rows("a", [1], 1, first_id=0))
+    tagged.tag("early")
     time.sleep(0.02)
-    ns.write(tagged_rows("b", [1], 1, first_id=10))
+    tagged.write(tagged_rows("b", [1], 1, first_id=10))
     time.sleep(0.02)
     in_the_gap = dt.datetime.now(dt.timezone.utc)
     time.sleep(0.02)
-    ns.write(tagged_rows("c", [1], 1, first_id=20))
-    ns.maintain(older_than=dt.timedelta(0))
+    tagged.write(tagged_rows("c", [1], 1, first_id=20))
+    tagged.maintain(older_than=dt.timedelta(0))
 
     with pytest.raises(VersionNotFoundError, match="which were cleaned up"):
-        ns.to_table(as_of=in_the_gap)
+        tagged.to_table(as_of=in_the_gap)
     with pytest.raises(VersionNotFoundError, match="was cleaned up: the oldest retained"):
-        ns.to_table(as_of=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
-    assert ids(ns.to_table(as_of="early")) == [0]
-    assert ids(ns.to_table(as_of=dt.datetime.now(dt.timezone.utc))) == [0, 10, 20]
+        tagged.to_table(as_of=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
+    assert ids(tagged.to_table(as_of="early")) == [0]
+    assert ids(tagged.to_table(as_of=dt.datetime.now(dt.timezone.utc))) == [0, 10, 20]
 
 
 # -- bad input -------------------------------------------------------------------------------
 @pytest.fixture
-def populated(ns: PartitionedNamespace) -> PartitionedNamespace:
-    ns.write(tagged_rows("a", [1, 2], 2, first_id=0))
-    ns.tag("there")
-    return ns
+def populated(tagged: PartitionedNamespace) -> PartitionedNamespace:
+    tagged.write(tagged_rows("a", [1, 2], 2, first_id=0))
+    tagged.tag("there")
+    return tagged
 
 
 BAD_AS_OF = [
@@ -625,7 +625,7 @@ STEP = st.one_of(
 
 
 @settings(
-    max_examples=12,
+    max_examples=examples(12),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

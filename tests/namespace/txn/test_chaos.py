@@ -18,19 +18,16 @@ complete and was acknowledged or published, and nothing was ever seen half-done.
 ``__manifest`` version is then read again for the direct writes: each is whole or absent
 at every version, first visible at the version its acknowledgement names, and a direct
 write that raised is visible at none.
-``CHAOS_SEED`` seeds the randomness (default :data:`DEFAULT_SEED`).
+Each run picks a seed for every random choice and prints it; ``LANCE_CHAOS_SEED=<seed>``
+replays a run.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import random
-import signal
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +36,7 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from tests import workers
-from tests.support import TAGGED
+from tests.support import TAGGED, Slot, chaos_seed, stop_slots, supervise, wait_until_up
 from tests.workers import (
     CHAOS_OVERWRITE_PARTS,
     chaos_dealt,
@@ -52,7 +49,6 @@ from tests.workers import (
 #: Seconds of chaos (writers killed and restarted); starting the processes (~6-25 s on
 #: two cores), stopping them and the checks come on top.
 CHAOS_SECONDS = 50.0
-DEFAULT_SEED = 20251123
 WRITERS = 3
 #: Transaction ids per generation (``pool-<generation>-<k>``): small, so writers collide.
 POOL = 4
@@ -70,127 +66,11 @@ OPERATOR_PAUSE = 0.3
 WRITER_KILL_DELAY = (0.05, 1.5)
 #: ... and the operator this long after it is up (mid-recover or mid-abort, sometimes).
 OPERATOR_KILL_DELAY = (2.0, 8.0)
-#: How long the spawned processes may take to start (imports) before the chaos begins.
-STARTUP_TIMEOUT = 120.0
-#: How long stopping processes may take before the test gives up on them: a process may be
-#: waiting out the lease (60 s) of a write killed while it held partitions, then finishing
-#: its own operation on a loaded machine (one that does not stop prints its stacks).
-STOP_TIMEOUT = 150.0
-
-
-@dataclass
-class Slot:
-    """One role played by a sequence of processes (a new one after each kill)."""
-
-    name: str
-    target: Any
-    kwargs: dict[str, Any]
-    kill_delay: tuple[float, float] | None = None
-    restart: bool = True
-    life: int = 0
-    proc: Any = None
-    kill_at: float | None = None
-    kills: int = 0
-    exits: list[str] = field(default_factory=list)
-
-    def spawn(self, ctx: Any) -> None:
-        self.life += 1
-        self.kill_at = None
-        self.proc = ctx.Process(
-            target=self.target,
-            kwargs={**self.kwargs, "name": self.name, "life": self.life},
-            name=f"{self.name}-{self.life}",
-            daemon=True,
-        )
-        self.proc.start()
-
-
-def _supervise(
-    slots: list[Slot],
-    ctx: Any,
-    run: Path,
-    rng: random.Random,
-    until: float,
-    enough: Callable[[], bool] | None = None,
-    cap: float | None = None,
-) -> None:
-    """Kill killable processes at random moments after they are up, restart them; until
-    ``until``, and then on while ``enough()`` is false, up to ``cap`` (on a loaded machine
-    the processes need longer for the operations a test counts on)."""
-    while time.time() < until or (
-        enough is not None and cap is not None and time.time() < cap and not enough()
-    ):
-        now = time.time()
-        for slot in slots:
-            if slot.proc is None:
-                continue
-            if not slot.proc.is_alive():
-                slot.proc.join()
-                if slot.restart or slot.proc.exitcode != 0:
-                    slot.exits.append(f"life {slot.life} exited with {slot.proc.exitcode}")
-                if slot.restart:
-                    slot.spawn(ctx)
-                else:
-                    slot.proc = None
-                continue
-            if slot.kill_delay is None:
-                continue
-            if slot.kill_at is None:
-                if (run / f"ready-{slot.name}-{slot.life}").exists():
-                    slot.kill_at = now + rng.uniform(*slot.kill_delay)
-            elif now >= slot.kill_at:
-                slot.proc.kill()
-                slot.proc.join()
-                slot.kills += 1
-                slot.spawn(ctx)
-        time.sleep(0.01)
-
-
-def _wait_until_up(slots: list[Slot], run: Path) -> None:
-    """Wait until every first process is up (spawned interpreters import pyarrow and lance)."""
-    deadline = time.time() + STARTUP_TIMEOUT
-    while not all((run / f"ready-{s.name}-{s.life}").exists() for s in slots):
-        dead = [s.name for s in slots if not s.proc.is_alive()]
-        assert not dead, f"processes died while starting: {dead}"
-        assert time.time() < deadline, "processes did not start in time"
-        time.sleep(0.05)
-
-
-def _report_stacks(slot: Slot, run: Path) -> None:
-    """Print where a process that did not stop is (its threads' stacks), or that it never
-    got past its imports."""
-    stacks = run / f"stacks-{slot.name}-{slot.life}.txt"
-    if not stacks.exists():
-        print(f"{slot.name} life {slot.life} did not stop: still starting (no stacks file)")
-        return
-    os.kill(slot.proc.pid, signal.SIGUSR1)
-    time.sleep(1.0)
-    print(f"{slot.name} life {slot.life} did not stop; its stacks:\n{stacks.read_text()}")
-
-
-def _stop(slots: list[Slot], run: Path, flag: str) -> list[str]:
-    """Ask the slots' processes to stop; kill (and name) those that do not in time."""
-    (run / flag).touch()
-    deadline = time.time() + STOP_TIMEOUT
-    stuck = []
-    for slot in slots:
-        if slot.proc is None:
-            continue
-        slot.proc.join(max(0.1, deadline - time.time()))
-        if slot.proc.is_alive():
-            stuck.append(slot.name)
-            _report_stacks(slot, run)
-            slot.proc.kill()
-            slot.proc.join()
-        elif slot.proc.exitcode != 0:
-            slot.exits.append(f"life {slot.life} exited with {slot.proc.exitcode} at stop")
-    return stuck
 
 
 @pytest.mark.slow
 def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: Path) -> None:
-    seed = int(os.environ.get("CHAOS_SEED", DEFAULT_SEED))
-    print(f"\nCHAOS_SEED={seed} namespace={tmp_path / 'ns'}")
+    seed = chaos_seed(tmp_path / "ns")
     began = time.time()
     root, run = str(tmp_path / "ns"), tmp_path / "run"
     run.mkdir()
@@ -249,15 +129,15 @@ def test_chaos_killed_writers_operator_evolvers_and_a_checking_reader(tmp_path: 
     try:
         for slot in slots:
             slot.spawn(ctx)
-        _wait_until_up(slots, run)
+        wait_until_up(slots, run)
         start = time.time()
         chaos_save(run / "go.json", {"start": start})
         print(f"  processes up after {start - began:.1f}s")
-        _supervise(slots, ctx, run, rng, start + CHAOS_SECONDS)
+        supervise(slots, ctx, run, rng, start + CHAOS_SECONDS)
         # writers first (the operator keeps releasing what killed ones held), then the rest
-        stuck = _stop([*writers, *directs], run, "stop-writers")
+        stuck = stop_slots([*writers, *directs], run, "stop-writers")
         others = slots[WRITERS + DIRECT_WRITERS :]
-        stuck += [f"{n} (must stop by itself)" for n in _stop(others, run, "stop")]
+        stuck += [f"{n} (must stop by itself)" for n in stop_slots(others, run, "stop")]
     finally:
         for slot in slots:
             if slot.proc is not None and slot.proc.is_alive():

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.testing import ENV
-from tests.support import TAGGED, leaf_files, tagged_rows
+from tests.support import leaf_files, tagged_rows
 
 FAILPOINTS = [
     "stage.written",
@@ -50,15 +50,6 @@ def run(root: Path, mode: str, failpoint: str | None) -> subprocess.CompletedPro
 
 def ids(ns: PartitionedNamespace) -> list[int]:
     return sorted(ns.to_table().column("id").to_pylist())
-
-
-@pytest.fixture
-def seeded(root: Path) -> PartitionedNamespace:
-    ns = PartitionedNamespace.create(
-        root, schema=TAGGED, partition_fields=[PartitionField("part", "part")]
-    )
-    ns.write(tagged_rows("seed", [1, 2], 2, first_id=0))
-    return ns
 
 
 AFTER = sorted(SEED + NEW.column("id").to_pylist())

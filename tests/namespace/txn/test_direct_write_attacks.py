@@ -9,11 +9,11 @@ version references exists), and no claim is left behind by a finished operation.
 
 Found by this file and fixed (each test fails without its fix): an append committed onto a
 leaf rewritten under another schema (stages keep a digest of the schema their files were
-written against: ``leaves._check_schema``); a failure after the swap deleting the files it
-had just published (nothing is discarded once published; post-publish compaction is best
+written against: ``leaf_commit.check_append_schema``); a failure after the swap deleting the
+files it had just published (nothing is discarded once published; post-publish compaction is best
 effort); an operator's ``abort``/``recover`` of a write handed to the claim protocol not
 fencing it (only the writer's own abort skips the fence); ``maintain`` removing the files
-of a write that lost a race before it retried (``leaves.check_staged_files``); and a lost race
+of a write that lost a race before it retried (``leaf_commit.check_staged_files``); and a lost race
 against ``maintain`` reported as a non-retryable error (the swap's base version was
 cleaned up: a ``CommitConflict``).
 """
@@ -48,54 +48,32 @@ from airflow_provider_lance.namespace.format.manifest import Manifest
 from airflow_provider_lance.namespace.format.manifest_compaction import indexed_fragments
 from airflow_provider_lance.namespace.testing import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.txn.lifecycle import all_records
-from tests.namespace.txn.test_direct_publish import data_files, referenced_files
-from tests.namespace.txn.test_interleavings import (
+from tests.support import (
     BY_PART,
+    FOLD_X,
     Worker,
     all_readable,
+    by_id,
     claims,
     crashing,
+    data_files,
+    fill_to_15_fragments,
     ids,
+    manifest_fragments,
+    no_duplicates,
     other,
+    published_files_exist,
+    referenced_files,
+    settle,
     state_of,
+    tagged_rows,
+    while_a_fold_is_parked,
 )
-from tests.support import TAGGED, by_id, no_duplicates, tagged_rows
 
 SEED = tagged_rows("seed", [1, 2], 2, first_id=0)  # ids 0-3 in partitions 1 and 2
 
 
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
-    ns.write(SEED)
-    return ns
-
-
 # -- helpers -------------------------------------------------------------------------------
-def local(uri: str) -> Path:
-    return Path(uri.removeprefix("file://"))
-
-
-def published_files_exist(ns: PartitionedNamespace, version: int | None = None) -> None:
-    """Every data file that a published leaf version references is on disk (at the
-    manifest ``version``, default latest), and every published leaf reads whole."""
-    for p in ns.state(version).partitions():
-        leaf = lance.dataset(p.location, version=p.read_version)
-        for fragment in leaf.get_fragments():
-            for f in fragment.data_files():
-                path = local(p.location) / "data" / f.path
-                assert path.exists(), (
-                    f"partition {p.values} v{p.read_version} references a deleted file {f.path}"
-                )
-    all_readable(ns)
-
-
-def settle(worker: Worker) -> tuple[Any, LanceNamespaceError | None]:
-    """A worker's result and None, or None and the project error it raised."""
-    try:
-        return worker.outcome(), None
-    except LanceNamespaceError as exc:
-        return None, exc
 
 
 def tag_counts(ns: PartitionedNamespace, version: int | None = None) -> Counter[str]:
@@ -120,7 +98,7 @@ def assert_all_or_nothing(ns: PartitionedNamespace, expected: dict[str, int], si
 @contextmanager
 def failing_at(point: str, nth: int) -> Iterator[None]:
     """The ``nth`` thread that reaches ``point`` gets an ``OSError`` (a transient failure of
-    that one step); every other passes. Built on ``testing.hold`` (its ``when`` runs
+    that one step); every other passes. Built on ``failpoints.hold`` (its ``when`` runs
     under the point's lock, once per arrival), which has no counted ``=error`` of its own."""
     arrivals = 0
 
@@ -165,7 +143,7 @@ def abort_x(ns: PartitionedNamespace, operator: str) -> None:
     "w_point", ["direct.staged", "leaf.before_commit", "direct.before_publish"]
 )
 def test_a_direct_write_racing_the_abort_of_a_named_transaction(
-    ns, operator, x_point, w_point
+    seeded, operator, x_point, w_point
 ) -> None:
     """W (direct, partitions 1 and new 3) reads manifest version S and parks at
     ``w_point``; X (named, same partitions) then parks at ``x_point`` (before its seal,
@@ -177,33 +155,33 @@ def test_a_direct_write_racing_the_abort_of_a_named_transaction(
     Relies on: the swap conditional on rows unchanged since S (``Manifest.commit`` of the
     write's ``Swap``), the claim check of every attempt, ``commit_leaf``'s rollback of
     versions above the published one, and the fence before abort deletes X's files."""
-    ns.begin("append", "X").stage(X_ROWS)
+    seeded.begin("append", "X").stage(X_ROWS)
     with hold(w_point) as w_parked:
-        writer = Worker(other(ns).write, W_ROWS)
+        writer = Worker(other(seeded).write, W_ROWS)
         writer.start()
         w_parked.wait_reached()
         with hold(x_point) as x_parked:
-            committer = Worker(other(ns).commit, "X")
+            committer = Worker(other(seeded).commit, "X")
             committer.start()
             x_parked.wait_reached()
-            abort_x(ns, operator)
+            abort_x(seeded, operator)
         with pytest.raises(TransactionAborted):
             committer.outcome()
     result = writer.outcome()
     assert result.rows == 4
-    assert no_duplicates(ns) == [0, 1, 2, 3, 200, 201, 202, 203]
-    assert state_of(ns, "X") == "aborted"
-    assert [t.txn_id for t in ns.transactions()] == ["X"]  # W left no record
-    assert claims(ns) == []
-    published_files_exist(ns)
-    ns.write(tagged_rows("after", [1, 3], 1, first_id=500))  # both stay writable
-    assert ids(ns) == [0, 1, 2, 3, 200, 201, 202, 203, 500, 501]
-    assert claims(ns) == []
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == [0, 1, 2, 3, 200, 201, 202, 203]
+    assert state_of(seeded, "X") == "aborted"
+    assert [t.txn_id for t in seeded.transactions()] == ["X"]  # W left no record
+    assert claims(seeded) == []
+    published_files_exist(seeded)
+    seeded.write(tagged_rows("after", [1, 3], 1, first_id=500))  # both stay writable
+    assert ids(seeded) == [0, 1, 2, 3, 200, 201, 202, 203, 500, 501]
+    assert claims(seeded) == []
+    published_files_exist(seeded)
 
 
 @pytest.mark.parametrize("operator", ["abort", "recover"])
-def test_a_leaf_commit_rebased_onto_an_aborted_transactions_version(ns, operator) -> None:
+def test_a_leaf_commit_rebased_onto_an_aborted_transactions_version(seeded, operator) -> None:
     """W (direct, partition 1) reads leaf version P as its base and parks right before its
     Lance commit; X (named, partition 1) commits P+1 (P + X's files) and parks before its
     publish; X is aborted (its files deleted). W's Append at base P is silently rebased by
@@ -211,22 +189,22 @@ def test_a_leaf_commit_rebased_onto_an_aborted_transactions_version(ns, operator
     it. Two protections each suffice here: ``commit_leaf`` using a commit only if it
     landed at exactly base + 1, and W's swap against S failing (X's seal and fence changed
     the row), after which W commits again on the published version."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    seeded.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     with hold("leaf.before_commit") as w_parked:
-        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer = Worker(other(seeded).write, tagged_rows("w", [1], 2, first_id=200))
         writer.start()
         w_parked.wait_reached()
         with hold("commit.before_publish") as x_parked:
-            committer = Worker(other(ns).commit, "X")
+            committer = Worker(other(seeded).commit, "X")
             committer.start()
             x_parked.wait_reached()
-            abort_x(ns, operator)
+            abort_x(seeded, operator)
         with pytest.raises(TransactionAborted):
             committer.outcome()
     writer.outcome()
-    assert no_duplicates(ns) == [0, 1, 2, 3, 200, 201]
-    assert claims(ns) == []
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == [0, 1, 2, 3, 200, 201]
+    assert claims(seeded) == []
+    published_files_exist(seeded)
 
 
 # -- a direct overwrite racing a direct append and a named commit --------------------------
@@ -235,28 +213,28 @@ APPEND = tagged_rows("a", [1], 2, first_id=400)
 
 
 @pytest.mark.parametrize("point", ["direct.staged", "direct.before_publish"])
-def test_a_stale_direct_overwrite_never_replaces_a_direct_append(ns, point) -> None:
+def test_a_stale_direct_overwrite_never_replaces_a_direct_append(seeded, point) -> None:
     """The overwrite of partition 1 is staged against read_version P and parks (before its
     leaf commit, or with its Overwrite committed above P); a direct append publishes P'.
     The overwrite must fail (it would silently replace the appended rows) and delete its
     files. Relies on ``check_staged_against`` (read_version still the staged base) on every
     attempt after the swap against S lost."""
-    before = data_files(ns)
+    before = data_files(seeded)
     with hold(point) as parked:
-        overwriter = Worker(other(ns).write, OVERWRITE, "overwrite")
+        overwriter = Worker(other(seeded).write, OVERWRITE, "overwrite")
         overwriter.start()
         parked.wait_reached()
-        other(ns).write(APPEND)
+        other(seeded).write(APPEND)
     with pytest.raises(CommitConflict, match="published after it was staged"):
         overwriter.outcome()
-    assert no_duplicates(ns) == [0, 1, 2, 3, 400, 401]
-    assert len(data_files(ns) - before) == 1  # the append's file; the overwrite's are gone
-    assert claims(ns) == []
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == [0, 1, 2, 3, 400, 401]
+    assert len(data_files(seeded) - before) == 1  # the append's file; the overwrite's are gone
+    assert claims(seeded) == []
+    published_files_exist(seeded)
 
 
 @pytest.mark.parametrize("point", ["direct.staged", "direct.before_publish"])
-def test_a_direct_append_staged_before_an_overwrite_lands_on_top_of_it(ns, point) -> None:
+def test_a_direct_append_staged_before_an_overwrite_lands_on_top_of_it(seeded, point) -> None:
     """The append parks (before or after its leaf commit); a direct overwrite of partition 1
     publishes; the append's swap fails and it commits again on the overwritten version.
     Serial order: overwrite, then append; so partition 1 holds exactly the overwrite's and
@@ -265,55 +243,55 @@ def test_a_direct_append_staged_before_an_overwrite_lands_on_top_of_it(ns, point
     row's new read_version (the append's first leaf version is not reused: its content is
     not the new base plus its files)."""
     with hold(point) as parked:
-        appender = Worker(other(ns).write, APPEND)
+        appender = Worker(other(seeded).write, APPEND)
         appender.start()
         parked.wait_reached()
-        other(ns).write(OVERWRITE, "overwrite")
+        other(seeded).write(OVERWRITE, "overwrite")
     appender.outcome()
-    assert no_duplicates(ns) == [2, 3, 300, 301, 302, 400, 401]
-    assert claims(ns) == []
-    published_files_exist(ns)
-    ns.write(tagged_rows("after", [1], 1, first_id=500))
-    assert ids(ns) == [2, 3, 300, 301, 302, 400, 401, 500]
+    assert no_duplicates(seeded) == [2, 3, 300, 301, 302, 400, 401]
+    assert claims(seeded) == []
+    published_files_exist(seeded)
+    seeded.write(tagged_rows("after", [1], 1, first_id=500))
+    assert ids(seeded) == [2, 3, 300, 301, 302, 400, 401, 500]
 
 
 @pytest.mark.parametrize("overwrite_point", ["direct.staged", "direct.before_publish"])
-def test_a_stale_direct_overwrite_never_replaces_a_named_commit(ns, overwrite_point) -> None:
+def test_a_stale_direct_overwrite_never_replaces_a_named_commit(seeded, overwrite_point) -> None:
     """The overwrite parks (staged against P, before the seal of X); X (named append to
     partition 1) seals, commits its leaf (rolling back the overwrite's version, if any) and
     publishes. The overwrite's swap fails, it sees P moved and must fail: X's rows stay.
     Relies on ``check_staged_against`` after the lost swap."""
-    ns.begin("append", "X").stage(APPEND)
+    seeded.begin("append", "X").stage(APPEND)
     with hold(overwrite_point) as parked:
-        overwriter = Worker(other(ns).write, OVERWRITE, "overwrite")
+        overwriter = Worker(other(seeded).write, OVERWRITE, "overwrite")
         overwriter.start()
         parked.wait_reached()
-        x = other(ns).commit("X")
+        x = other(seeded).commit("X")
     with pytest.raises(CommitConflict, match="published after it was staged"):
         overwriter.outcome()
     assert x.rows == 2
-    assert no_duplicates(ns) == [0, 1, 2, 3, 400, 401]
-    assert claims(ns) == []
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == [0, 1, 2, 3, 400, 401]
+    assert claims(seeded) == []
+    published_files_exist(seeded)
 
 
 @pytest.mark.parametrize("start", ["before_seal", "after_seal"])
-def test_a_direct_overwrite_against_a_named_commit_holding_its_claim(ns, start) -> None:
+def test_a_direct_overwrite_against_a_named_commit_holding_its_claim(seeded, start) -> None:
     """X (named append to partition 1) is parked before its publish, claim held. The
     overwrite reads its state before X's seal (and commits an Overwrite on top of X's leaf
     version) or after it (it sees the claim and hands over to the claim protocol, which
     waits). X publishes; the overwrite was staged against the version X replaced, so it
     must fail, whichever path it took, and delete its files. Relies on the claim check,
     ``check_staged_against`` and the claim protocol's base check at the seal."""
-    ns.begin("append", "X").stage(APPEND)
-    overwriter_handle = other(ns)
+    seeded.begin("append", "X").stage(APPEND)
+    overwriter_handle = other(seeded)
     with hold("direct.staged") as staged:
         overwriter = Worker(overwriter_handle.write, OVERWRITE, "overwrite")
         if start == "before_seal":
             overwriter.start()
             staged.wait_reached()
         with hold("commit.before_publish") as x_parked:
-            committer = Worker(other(ns).commit, "X")
+            committer = Worker(other(seeded).commit, "X")
             committer.start()
             x_parked.wait_reached()
             if start == "after_seal":
@@ -324,13 +302,13 @@ def test_a_direct_overwrite_against_a_named_commit_holding_its_claim(ns, start) 
     committer.outcome()
     with pytest.raises(CommitConflict, match="published after it was staged"):
         overwriter.outcome()
-    assert no_duplicates(ns) == [0, 1, 2, 3, 400, 401]
-    assert state_of(ns, "X") == "published"
-    assert claims(ns) == []
-    assert [t.txn_id for t in ns.transactions()] == ["X"]
-    published_files_exist(ns)
-    ns.write(tagged_rows("after", [1], 1, first_id=500))
-    assert ids(ns) == [0, 1, 2, 3, 400, 401, 500]
+    assert no_duplicates(seeded) == [0, 1, 2, 3, 400, 401]
+    assert state_of(seeded, "X") == "published"
+    assert claims(seeded) == []
+    assert [t.txn_id for t in seeded.transactions()] == ["X"]
+    published_files_exist(seeded)
+    seeded.write(tagged_rows("after", [1], 1, first_id=500))
+    assert ids(seeded) == [0, 1, 2, 3, 400, 401, 500]
 
 
 # -- schema and spec changes between the stage and the swap --------------------------------
@@ -443,7 +421,7 @@ def test_a_retried_direct_append_after_a_rewrite_under_a_new_schema(
     would append its s1 data files onto that s2 version, whose field ids mean other
     columns: it must refuse (a retryable conflict, nothing of W visible), and W written
     again must read with its values and NULL in the column added after it staged.
-    Relies on the schema digest stages keep (``leaves._check_schema``)."""
+    Relies on the schema digest stages keep (``leaf_commit.check_append_schema``)."""
     ns = evolving
     dropped, added, other_row = REWRITES[outcome]
     part = 1 if partition == "existing" else 3
@@ -517,7 +495,7 @@ def anonymous_txn(ns: PartitionedNamespace) -> str:
 
 
 @pytest.mark.parametrize("operator", ["abort", "recover"])
-def test_a_handed_over_write_aborted_while_it_waits_for_a_claim(ns, operator) -> None:
+def test_a_handed_over_write_aborted_while_it_waits_for_a_claim(seeded, operator) -> None:
     """X (named, partition 1) is parked before its publish, claim held. W (direct,
     partitions 1 and new 3) sees the claim, hands its staged files to the claim protocol
     (an anonymous transaction) and waits at ``commit.claim_blocked``; an operator aborts
@@ -525,21 +503,21 @@ def test_a_handed_over_write_aborted_while_it_waits_for_a_claim(ns, operator) ->
     publishes and W goes on. W must either fail (retryably), nothing of it visible and its
     files deleted, or publish all its rows: never report success without its rows.
     Partitions 1 and 3 stay writable, no claim stays."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
-    before = data_files(ns)
+    seeded.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    before = data_files(seeded)
     with hold("commit.before_publish") as x_parked:
-        committer = Worker(other(ns).commit, "X")
+        committer = Worker(other(seeded).commit, "X")
         committer.start()
         x_parked.wait_reached()
         with hold("commit.claim_blocked") as blocked:
-            writer = Worker(other(ns).write, W_ROWS)
+            writer = Worker(other(seeded).write, W_ROWS)
             writer.start()
             blocked.wait_reached()
-            w_txn = anonymous_txn(ns)
+            w_txn = anonymous_txn(seeded)
             if operator == "abort":
-                other(ns).abort(w_txn)
+                other(seeded).abort(w_txn)
             else:  # X's committer is idle too: recovery aborts both
-                assert other(ns).recover(lease_seconds=0) == sorted([w_txn, "X"])
+                assert other(seeded).recover(lease_seconds=0) == sorted([w_txn, "X"])
     x_rows = [100, 101]
     if operator == "abort":
         committer.outcome()
@@ -551,20 +529,20 @@ def test_a_handed_over_write_aborted_while_it_waits_for_a_claim(ns, operator) ->
     if error is not None:
         assert isinstance(error, CommitConflict), error
         assert error.retryable
-        assert no_duplicates(ns) == [0, 1, 2, 3, *x_rows]
-        assert not (data_files(ns) - before) - referenced_files(ns)  # W's files are gone
+        assert no_duplicates(seeded) == [0, 1, 2, 3, *x_rows]
+        assert not (data_files(seeded) - before) - referenced_files(seeded)  # W's files are gone
     else:  # acknowledged: every row of it is published
-        published = (result.rows, no_duplicates(ns))
+        published = (result.rows, no_duplicates(seeded))
         assert published == (4, sorted([0, 1, 2, 3, *x_rows, 200, 201, 202, 203]))
-    assert claims(ns) == []
-    published_files_exist(ns)
-    ns.write(tagged_rows("after", [1, 3], 1, first_id=500))
-    assert {500, 501} <= set(no_duplicates(ns))
-    published_files_exist(ns)
+    assert claims(seeded) == []
+    published_files_exist(seeded)
+    seeded.write(tagged_rows("after", [1, 3], 1, first_id=500))
+    assert {500, 501} <= set(no_duplicates(seeded))
+    published_files_exist(seeded)
 
 
 @pytest.mark.parametrize("fail_at", ["commit.leaf_committed", "commit.before_publish"])
-def test_a_handed_over_write_that_fails_after_its_seal(ns, monkeypatch, fail_at) -> None:
+def test_a_handed_over_write_that_fails_after_its_seal(seeded, monkeypatch, fail_at) -> None:
     """W (direct, partitions 1 and new 3) first commits its leaves and parks before its
     swap; X (named, partition 1) seals, commits and parks before its publish; W's swap
     fails, it sees X's claim and hands over (its direct leaf versions are tagged like the
@@ -573,13 +551,13 @@ def test_a_handed_over_write_that_fails_after_its_seal(ns, monkeypatch, fail_at)
     published version deleted, partitions writable. Relies on the claim check handing W
     over (racing X's claim instead fails this test) and on ``writes.commit_staged`` aborting W
     (fence, claims released, then its files and pending rows deleted)."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    seeded.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     with hold("direct.before_publish") as w_parked:
-        writer = Worker(other(ns).write, W_ROWS)
+        writer = Worker(other(seeded).write, W_ROWS)
         writer.start()
         w_parked.wait_reached()
         with hold("commit.before_publish") as x_parked:
-            committer = Worker(other(ns).commit, "X")
+            committer = Worker(other(seeded).commit, "X")
             committer.start()
             x_parked.wait_reached()
             with hold("commit.claim_blocked") as blocked:
@@ -591,33 +569,31 @@ def test_a_handed_over_write_that_fails_after_its_seal(ns, monkeypatch, fail_at)
     with pytest.raises(OSError, match="injected"):
         writer.outcome()
     monkeypatch.delenv(ENV)
-    assert no_duplicates(ns) == [0, 1, 2, 3, 100, 101]
-    assert sorted(p.values["part"] for p in ns.partitions()) == [1, 2]
-    assert claims(ns) == []
-    assert [t.txn_id for t in ns.transactions()] == ["X"]
-    published_files_exist(ns)
-    ns.write(W_ROWS)
-    assert ids(ns) == [0, 1, 2, 3, 100, 101, 200, 201, 202, 203]
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == [0, 1, 2, 3, 100, 101]
+    assert sorted(p.values["part"] for p in seeded.partitions()) == [1, 2]
+    assert claims(seeded) == []
+    assert [t.txn_id for t in seeded.transactions()] == ["X"]
+    published_files_exist(seeded)
+    seeded.write(W_ROWS)
+    assert ids(seeded) == [0, 1, 2, 3, 100, 101, 200, 201, 202, 203]
+    published_files_exist(seeded)
 
 
 # -- failures after the swap ---------------------------------------------------------------
-def test_a_transient_failure_after_the_swap_never_deletes_published_files(ns, monkeypatch) -> None:
+def test_a_transient_failure_after_the_swap_never_deletes_published_files(
+    seeded, monkeypatch
+) -> None:
     """The swap publishes W (partitions 1 and new 3); right after it, a transient failure
     (``direct.after_publish=error``: what a storage error in the post-publish compaction
     is). Whatever W reports, every published partition must stay readable: no data file
     of a published version may be deleted."""
     with env_failpoint(monkeypatch, "direct.after_publish=error"):
-        writer = Worker(ns.write, W_ROWS)
+        writer = Worker(seeded.write, W_ROWS)
         writer.start()
         writer.join()
     outcome = writer.error or writer.result
-    assert ids_or_error(ns) in ([0, 1, 2, 3, 200, 201, 202, 203], [0, 1, 2, 3]), outcome
-    published_files_exist(ns)
-
-
-def manifest_fragments(ns: PartitionedNamespace) -> int:
-    return len(lance.dataset(ns.uri + "/__manifest").get_fragments())
+    assert ids_or_error(seeded) in ([0, 1, 2, 3, 200, 201, 202, 203], [0, 1, 2, 3]), outcome
+    published_files_exist(seeded)
 
 
 def ids_or_error(ns: PartitionedNamespace) -> list[int] | str:
@@ -628,23 +604,23 @@ def ids_or_error(ns: PartitionedNamespace) -> list[int] | str:
 
 
 def test_a_storage_error_in_the_compaction_after_the_swap_keeps_published_files(
-    ns, monkeypatch
+    seeded, monkeypatch
 ) -> None:
     """The manifest holds 15 fragments and a finished anonymous transaction row (from
     ``create_partitions``); W's swap makes the 16th fragment, so W's publish compacts and
     first collects that row: a swap of its own, which fails transiently (the store refused
     the request). W was published: the write succeeds (reported failed, it would be
     retried and written twice), and its files survive."""
-    ns.create_partitions([{"part": 8}])  # leaves a PUBLISHED anonymous transaction row
+    seeded.create_partitions([{"part": 8}])  # leaves a PUBLISHED anonymous transaction row
     for i in range(40):
-        if manifest_fragments(ns) >= 15:
+        if manifest_fragments(seeded) >= 15:
             break
-        ns.write(tagged_rows(f"f{i}", [100 + i], 1, first_id=1000 + i))  # an insert each
-    assert manifest_fragments(ns) == 15
-    assert [r.anonymous for r in all_records(ns.state())] == [True]
-    before = ids(ns)
+        seeded.write(tagged_rows(f"f{i}", [100 + i], 1, first_id=1000 + i))  # an insert each
+    assert manifest_fragments(seeded) == 15
+    assert [r.anonymous for r in all_records(seeded.state())] == [True]
+    before = ids(seeded)
     with hold("direct.after_publish") as parked:
-        writer = Worker(other(ns).write, W_ROWS)
+        writer = Worker(other(seeded).write, W_ROWS)
         writer.start()
         parked.wait_reached()  # published; the compaction check comes next
         monkeypatch.setenv(ENV, "manifest.before_swap=error")
@@ -652,102 +628,79 @@ def test_a_storage_error_in_the_compaction_after_the_swap_keeps_published_files(
     monkeypatch.delenv(ENV)
     assert error is None, error
     assert result.rows == 4
-    assert no_duplicates(ns) == sorted([*before, 200, 201, 202, 203])
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == sorted([*before, 200, 201, 202, 203])
+    published_files_exist(seeded)
 
 
 # -- the fold of unindexed __manifest fragments against a publish -------------------------
-def fill_to_15_fragments(ns: PartitionedNamespace) -> list[int]:
-    """New partitions written until ``__manifest`` holds 15 fragments (the next publish
-    compacts); the ids written, with the seed's. Partition 1's row, written by the seed,
-    lies in a fragment no index covers (create indexed only its own rows)."""
-    written = [0, 1, 2, 3]
-    for i in range(40):
-        if manifest_fragments(ns) >= 15:
-            break
-        ns.write(tagged_rows(f"f{i}", [100 + i], 1, first_id=1000 + i))
-        written.append(1000 + i)
-    assert manifest_fragments(ns) == 15
-    return written
 
 
 FOLD_W = tagged_rows("w", [1], 2, first_id=300)  # an append to partition 1
-FOLD_X = tagged_rows("x", [77], 1, first_id=400)  # a new partition: the 16th fragment
 
 
-def while_a_fold_is_parked(ns: PartitionedNamespace, action: Callable[[], object]) -> None:
-    """X (``FOLD_X``) publishes the 16th ``__manifest`` fragment and parks its fold before
-    the fold commits; ``action`` runs then, and the fold goes on. X's write succeeds
-    whatever becomes of its fold."""
-    with hold("manifest.before_fold") as parked:
-        folder = Worker(other(ns).write, FOLD_X)
-        folder.start()
-        parked.wait_reached()  # X is published; its fold is next
-        action()
-    folder.outcome()
-
-
-def test_a_fold_between_a_direct_writes_read_and_its_swap(ns: PartitionedNamespace) -> None:
+def test_a_fold_between_a_direct_writes_read_and_its_swap(seeded: PartitionedNamespace) -> None:
     """W (an append to partition 1, whose row lies in an unindexed fragment) parks before
     its swap; X's publish makes the 16th fragment and folds the unindexed fragments,
     partition 1's among them. W's swap, against the version before the fold, must not
     publish over it blindly: it conflicts, retries on the folded table and publishes."""
-    written = fill_to_15_fragments(ns)
-    indexed = indexed_fragments(lance.dataset(ns.uri + "/__manifest"))
+    written = fill_to_15_fragments(seeded)
+    indexed = indexed_fragments(lance.dataset(seeded.uri + "/__manifest"))
     with hold("direct.before_publish") as parked:
-        writer = Worker(other(ns).write, FOLD_W)
+        writer = Worker(other(seeded).write, FOLD_W)
         writer.start()
         parked.wait_reached()
-        other(ns).write(FOLD_X)  # publishes, then folds
-        folded = lance.dataset(ns.uri + "/__manifest")
+        other(seeded).write(FOLD_X)  # publishes, then folds
+        folded = lance.dataset(seeded.uri + "/__manifest")
         assert len(folded.get_fragments()) == len(indexed) + 1
     writer.outcome()
-    assert no_duplicates(ns) == sorted([*written, 300, 301, 400])
-    assert indexed_fragments(lance.dataset(ns.uri + "/__manifest")) == indexed
-    assert tag_counts(ns)["w"] == 2
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == sorted([*written, 300, 301, 400])
+    assert indexed_fragments(lance.dataset(seeded.uri + "/__manifest")) == indexed
+    assert tag_counts(seeded)["w"] == 2
+    published_files_exist(seeded)
 
 
-def test_a_direct_write_between_a_folds_read_and_its_commit(ns: PartitionedNamespace) -> None:
+def test_a_direct_write_between_a_folds_read_and_its_commit(seeded: PartitionedNamespace) -> None:
     """X's publish makes the 16th fragment; its fold parks before committing. W appends to
     partition 1 (its row is in a fragment the fold rewrites) and publishes. The fold then
     commits against the version before W's: Lance must refuse it (a conflict the publish
     ignores: the fold is best effort) or keep W's change; either way no row of W is lost
     and none is read twice."""
-    written = fill_to_15_fragments(ns)
-    while_a_fold_is_parked(ns, lambda: other(ns).write(FOLD_W))
-    assert no_duplicates(ns) == sorted([*written, 300, 301, 400])
-    assert tag_counts(ns)["w"] == 2
-    [one] = [p for p in ns.partitions() if p.values == {"part": 1}]
+    written = fill_to_15_fragments(seeded)
+    while_a_fold_is_parked(seeded, lambda: other(seeded).write(FOLD_W))
+    assert no_duplicates(seeded) == sorted([*written, 300, 301, 400])
+    assert tag_counts(seeded)["w"] == 2
+    [one] = [p for p in seeded.partitions() if p.values == {"part": 1}]
     assert sorted(
         lance.dataset(one.location, version=one.read_version).to_table()["id"].to_pylist()
     ) == [0, 1, 300, 301]
-    published_files_exist(ns)
+    published_files_exist(seeded)
 
 
 # -- maintain() while a direct write is parked before its swap ---------------------------
-def test_maintain_while_a_direct_write_is_parked_before_its_swap(ns) -> None:
+def test_maintain_while_a_direct_write_is_parked_before_its_swap(seeded) -> None:
     """W (partitions 1 and new 3) committed its leaves and parks before its swap;
     ``maintain(older_than=0)`` compacts ``__manifest`` and removes every older version,
     W's base S included. W must then publish (or fail retryably with nothing visible) and
     its partitions must be readable. Relies on maintain never touching leaf versions
     above the published one, and the swap conflicting with the compaction."""
     with hold("direct.before_publish") as parked:
-        writer = Worker(other(ns).write, W_ROWS)
+        writer = Worker(other(seeded).write, W_ROWS)
         writer.start()
         parked.wait_reached()
-        other(ns).maintain(older_than=dt.timedelta(0))
+        other(seeded).maintain(older_than=dt.timedelta(0))
     _, error = settle(writer)
     assert error is None or is_retryable(error), f"the write failed for good: {error}"
     published = error is None
-    assert no_duplicates(ns) == ([0, 1, 2, 3, 200, 201, 202, 203] if published else [0, 1, 2, 3])
-    assert claims(ns) == []
-    published_files_exist(ns)
-    ns.write(tagged_rows("after", [1, 3], 1, first_id=500))
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == (
+        [0, 1, 2, 3, 200, 201, 202, 203] if published else [0, 1, 2, 3]
+    )
+    assert claims(seeded) == []
+    published_files_exist(seeded)
+    seeded.write(tagged_rows("after", [1, 3], 1, first_id=500))
+    published_files_exist(seeded)
 
 
-def test_maintain_between_a_lost_swap_and_the_retry_keeps_the_writes_files(ns) -> None:
+def test_maintain_between_a_lost_swap_and_the_retry_keeps_the_writes_files(seeded) -> None:
     """W (direct, partition 1) commits leaf version P+1 (seed + its files) and parks before
     its swap; a direct append to partition 1 rolls P+1 back and publishes P+3 (manifest
     S1). W's swap fails; its retry, reading S1, parks before committing its files again on
@@ -757,57 +710,57 @@ def test_maintain_between_a_lost_swap_and_the_retry_keeps_the_writes_files(ns) -
     w_rows = tagged_rows("w", [1], 2, first_id=200)
     with ExitStack() as stack:
         parked = stack.enter_context(hold("direct.before_publish"))
-        writer = Worker(other(ns).write, w_rows)
+        writer = Worker(other(seeded).write, w_rows)
         writer.name = "W"
         writer.start()
         parked.wait_reached()  # W's leaf version P+1 is committed
-        other(ns).write(APPEND)  # rolls P+1 back, publishes P+3
+        other(seeded).write(APPEND)  # rolls P+1 back, publishes P+3
         again = stack.enter_context(
             hold("leaf.before_commit", when=lambda: threading.current_thread().name == "W")
         )
         parked.release()
         again.wait_reached()  # W's retry, about to commit its files again on P+3
-        other(ns).maintain(compact=False, older_than=dt.timedelta(0))
+        other(seeded).maintain(compact=False, older_than=dt.timedelta(0))
         again.release()
         outcome = settle(writer)
-    assert ids_or_error(ns) in (
+    assert ids_or_error(seeded) in (
         [0, 1, 2, 3, 200, 201, 400, 401],
         [0, 1, 2, 3, 400, 401],
     ), outcome
-    published_files_exist(ns)
+    published_files_exist(seeded)
 
 
 # -- two direct writes on overlapping partitions, all-or-nothing at every version ---------
-def test_overlapping_direct_writes_forced_order(ns) -> None:
+def test_overlapping_direct_writes_forced_order(seeded) -> None:
     """A ({1, 2}) commits both leaves and parks before its swap; B ({2, 3}) publishes; A's
     swap fails (row 2 changed), A reuses its leaf 1 version and commits leaf 2 again on
     B's. At every ``__manifest`` version each write is absent or whole."""
-    since = ns.version
+    since = seeded.version
     a_rows = tagged_rows("a", [1, 2], 2, first_id=100)
     b_rows = tagged_rows("b", [2, 3], 2, first_id=200)
     with hold("direct.before_publish") as parked:
-        first = Worker(other(ns).write, a_rows)
+        first = Worker(other(seeded).write, a_rows)
         first.start()
         parked.wait_reached()
-        other(ns).write(b_rows)
+        other(seeded).write(b_rows)
     first.outcome()
-    assert no_duplicates(ns) == [0, 1, 2, 3, 100, 101, 102, 103, 200, 201, 202, 203]
-    assert_all_or_nothing(ns, {"a": 4, "b": 4, "seed": 4}, since)
-    assert claims(ns) == []
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == [0, 1, 2, 3, 100, 101, 102, 103, 200, 201, 202, 203]
+    assert_all_or_nothing(seeded, {"a": 4, "b": 4, "seed": 4}, since)
+    assert claims(seeded) == []
+    published_files_exist(seeded)
 
 
-def test_overlapping_direct_writes_free_race_with_a_live_reader(ns) -> None:
+def test_overlapping_direct_writes_free_race_with_a_live_reader(seeded) -> None:
     """Two writers loop direct appends, one on {1, 2}, one on {2, 3}, while a reader reads
     the latest version again and again; afterwards every retained ``__manifest`` version is
     read too. Each write (a distinct tag) is absent or whole everywhere, every
     acknowledged write is there exactly once."""
-    since, rounds = ns.version, 6
+    since, rounds = seeded.version, 6
     done = threading.Event()
     seen: list[str] = []
 
     def writer(name: str, parts: list[int], first_id: int) -> list[str]:
-        handle, tags = other(ns), []
+        handle, tags = other(seeded), []
         for i in range(rounds):
             tag = f"{name}{i}"
             handle.write(tagged_rows(tag, parts, 2, first_id=first_id + 10 * i))
@@ -815,7 +768,7 @@ def test_overlapping_direct_writes_free_race_with_a_live_reader(ns) -> None:
         return tags
 
     def reader() -> int:
-        handle, reads = other(ns), 0
+        handle, reads = other(seeded), 0
         while not done.is_set():
             for tag, count in tag_counts(handle).items():
                 if tag != "seed" and count != 4:
@@ -833,46 +786,48 @@ def test_overlapping_direct_writes_free_race_with_a_live_reader(ns) -> None:
     done.set()
     assert looking.outcome() > 0
     assert seen == []
-    counts = tag_counts(ns)
+    counts = tag_counts(seeded)
     assert {t: counts[t] for t in acknowledged} == dict.fromkeys(acknowledged, 4)
-    no_duplicates(ns)
-    assert_all_or_nothing(ns, dict.fromkeys(acknowledged, 4), since)
-    assert claims(ns) == []
-    published_files_exist(ns)
+    no_duplicates(seeded)
+    assert_all_or_nothing(seeded, dict.fromkeys(acknowledged, 4), since)
+    assert claims(seeded) == []
+    published_files_exist(seeded)
 
 
-def test_a_leaf_commit_rebased_onto_another_direct_writes_version(ns) -> None:
+def test_a_leaf_commit_rebased_onto_another_direct_writes_version(seeded) -> None:
     """W2 (direct, partition 1) reads leaf version P as its base and parks right before
     its Lance commit; W1 (direct, partition 1) commits P+1 (P + W1's files) and parks
     before its swap. W2's Append at base P is rebased by Lance onto P+1 (P + W1 + W2) and
     W2's swap would succeed (W1 changed no manifest row): it must not publish W1's rows,
     which W1 publishes again later (a duplicate). Relies on ``commit_leaf`` using a commit
     only if it landed at exactly base + 1 (else rolling back to P and committing again)."""
-    since = ns.version
+    since = seeded.version
     with ExitStack() as stack:
         w2_parked = stack.enter_context(
             hold("leaf.before_commit", when=lambda: threading.current_thread().name == "W2")
         )
-        second = Worker(other(ns).write, tagged_rows("w2", [1], 2, first_id=300))
+        second = Worker(other(seeded).write, tagged_rows("w2", [1], 2, first_id=300))
         second.name = "W2"
         second.start()
         w2_parked.wait_reached()
         w1_parked = stack.enter_context(hold("direct.before_publish"))
-        first = Worker(other(ns).write, tagged_rows("w1", [1], 2, first_id=200))
+        first = Worker(other(seeded).write, tagged_rows("w1", [1], 2, first_id=200))
         first.start()
         w1_parked.wait_reached()  # W1's leaf version P+1 is committed, unpublished
         w2_parked.release()
         second.outcome()  # published
         w1_parked.release()
         first.outcome()
-    assert no_duplicates(ns) == [0, 1, 2, 3, 200, 201, 300, 301]
-    assert_all_or_nothing(ns, {"w1": 2, "w2": 2, "seed": 4}, since)
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == [0, 1, 2, 3, 200, 201, 300, 301]
+    assert_all_or_nothing(seeded, {"w1": 2, "w2": 2, "seed": 4}, since)
+    published_files_exist(seeded)
 
 
 # -- one leaf commit of a multi-partition direct write fails ------------------------------
 @pytest.mark.parametrize("nth", [1, 2, 3])
-def test_one_failed_leaf_commit_publishes_nothing_and_deletes_no_published_file(ns, nth) -> None:
+def test_one_failed_leaf_commit_publishes_nothing_and_deletes_no_published_file(
+    seeded, nth
+) -> None:
     """W touches partitions 1, 2 and new 3; the ``nth`` leaf commit to start fails
     transiently while the others commit. Nothing of W may be published, no data file a
     published version references may be deleted, and every partition stays readable and
@@ -881,18 +836,18 @@ def test_one_failed_leaf_commit_publishes_nothing_and_deletes_no_published_file(
     to the published version instead of building on them."""
     w_rows = tagged_rows("w", [1, 2, 3], 2, first_id=200)
     with failing_at("leaf.before_commit", nth), pytest.raises(OSError, match="injected"):
-        other(ns).write(w_rows)
-    assert no_duplicates(ns) == [0, 1, 2, 3]
-    assert sorted(p.values["part"] for p in ns.partitions()) == [1, 2]
-    assert claims(ns) == []
-    assert ns.transactions() == []
-    published_files_exist(ns)
-    ns.write(w_rows)
-    assert ids(ns) == [0, 1, 2, 3, *range(200, 206)]
-    published_files_exist(ns)
+        other(seeded).write(w_rows)
+    assert no_duplicates(seeded) == [0, 1, 2, 3]
+    assert sorted(p.values["part"] for p in seeded.partitions()) == [1, 2]
+    assert claims(seeded) == []
+    assert seeded.transactions() == []
+    published_files_exist(seeded)
+    seeded.write(w_rows)
+    assert ids(seeded) == [0, 1, 2, 3, *range(200, 206)]
+    published_files_exist(seeded)
 
 
-def test_a_leaf_commit_failing_on_the_retry_after_a_lost_swap(ns) -> None:
+def test_a_leaf_commit_failing_on_the_retry_after_a_lost_swap(seeded) -> None:
     """W ({1, 2, new 3}) commits all three leaves and parks before its swap; a direct
     append to partition 2 publishes; W's swap fails and its retry (reusing its version of
     leaf 1, committing leaf 2 again on the append's version, finding its leaf 3 created)
@@ -902,24 +857,24 @@ def test_a_leaf_commit_failing_on_the_retry_after_a_lost_swap(ns) -> None:
     w_rows = tagged_rows("w", [1, 2, 3], 2, first_id=200)
     with ExitStack() as stack:
         parked = stack.enter_context(hold("direct.before_publish"))
-        writer = Worker(other(ns).write, w_rows)
+        writer = Worker(other(seeded).write, w_rows)
         writer.start()
         parked.wait_reached()
-        other(ns).write(tagged_rows("a", [2], 1, first_id=400))
+        other(seeded).write(tagged_rows("a", [2], 1, first_id=400))
         stack.enter_context(failing_at("leaf.before_commit", 1))
         parked.release()
         with pytest.raises(OSError, match="injected"):
             writer.outcome()
-    assert no_duplicates(ns) == [0, 1, 2, 3, 400]
-    assert claims(ns) == []
-    published_files_exist(ns)
-    ns.write(w_rows)
-    assert ids(ns) == [0, 1, 2, 3, *range(200, 206), 400]
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == [0, 1, 2, 3, 400]
+    assert claims(seeded) == []
+    published_files_exist(seeded)
+    seeded.write(w_rows)
+    assert ids(seeded) == [0, 1, 2, 3, *range(200, 206), 400]
+    published_files_exist(seeded)
 
 
 # -- a claim holder's roll back racing a writer without a claim ------------------------------
-def test_a_roll_back_never_adopts_an_unclaimed_writers_version(ns, monkeypatch) -> None:
+def test_a_roll_back_never_adopts_an_unclaimed_writers_version(seeded, monkeypatch) -> None:
     """Partition 1 is published as "read the latest" (a foreign writer appended F), and a
     crashed write left an unpublished version above F. X, holding its claim, rolls the leaf
     back and is parked right after the restore; W, a direct write that read the rows
@@ -930,22 +885,22 @@ def test_a_roll_back_never_adopts_an_unclaimed_writers_version(ns, monkeypatch) 
     once more and commits on F. Found by the chaos test (then on a partition with a
     read_version: since the leaf guard, W no longer rolls back a claimed partition, and
     only a "read the latest" one gets here); relies on the content check after the restore
-    in ``leaves.commit_leaf``."""
-    p1 = ns.partition({"part": 1})
+    in ``leaf_commit.commit_leaf``."""
+    p1 = seeded.partition({"part": 1})
     foreign = pa.table(
         {"id": pa.array([300], pa.int64()), "part": pa.array([1], pa.int32()), "tag": ["foreign"]},
         schema=lance.dataset(p1.location).schema,
     )
     lance.write_dataset(foreign, p1.location, mode="append")
-    publish_latest(ns, p1.object_id)
+    publish_latest(seeded, p1.object_id)
     with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
-        ns.write(tagged_rows("crashed", [1], 2, first_id=50))
-    ns.begin("append", "X").stage(X_ROWS.filter(pc.equal(X_ROWS["part"], 1)))
+        seeded.write(tagged_rows("crashed", [1], 2, first_id=50))
+    seeded.begin("append", "X").stage(X_ROWS.filter(pc.equal(X_ROWS["part"], 1)))
     with hold("direct.staged") as w_staged:
-        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer = Worker(other(seeded).write, tagged_rows("w", [1], 2, first_id=200))
         writer.start()
         w_staged.wait_reached()  # W has read the rows: unclaimed
-        committer = Worker(other(ns).commit, "X")
+        committer = Worker(other(seeded).commit, "X")
         with hold("leaf.rolled_back", when=lambda: threading.current_thread() is committer) as x:
             committer.start()
             x.wait_reached()
@@ -955,11 +910,11 @@ def test_a_roll_back_never_adopts_an_unclaimed_writers_version(ns, monkeypatch) 
                 x.release()
                 committer.outcome()
     writer.outcome()
-    assert tag_counts(ns) == Counter({"seed": 4, "foreign": 1, "x": 2, "w": 2})
-    no_duplicates(ns)
-    assert claims(ns) == []
-    published_files_exist(ns)
-    all_readable(ns)
+    assert tag_counts(seeded) == Counter({"seed": 4, "foreign": 1, "x": 2, "w": 2})
+    no_duplicates(seeded)
+    assert claims(seeded) == []
+    published_files_exist(seeded)
+    all_readable(seeded)
 
 
 def leaf_restores(location: str) -> list[tuple[int, str | None]]:
@@ -976,7 +931,7 @@ def leaf_restores(location: str) -> list[tuple[int, str | None]]:
 
 @pytest.mark.parametrize("other_writer", ["committing", "foreign"])
 def test_a_direct_write_never_rolls_back_a_concurrent_publishers_or_a_foreign_version(
-    ns, monkeypatch, other_writer
+    seeded, monkeypatch, other_writer
 ) -> None:
     """A crashed write left an unpublished version above partition 1's published one P, so
     W (a direct append) stages files and parks before it reads the rows (at S: unclaimed,
@@ -988,18 +943,18 @@ def test_a_direct_write_never_rolls_back_a_concurrent_publishers_or_a_foreign_ve
     foreign rows): it loses the attempt and goes again on what is published now. Relies on
     the leaf guard (``may_roll_back``) of the kernel's leaf fan-out."""
     with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
-        ns.write(tagged_rows("crashed", [1], 2, first_id=50))
-    p1 = ns.partition({"part": 1})
+        seeded.write(tagged_rows("crashed", [1], 2, first_id=50))
+    p1 = seeded.partition({"part": 1})
     if other_writer == "committing":
-        ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+        seeded.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     with ExitStack() as stack:
         w_staged = stack.enter_context(hold("direct.staged"))
-        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer = Worker(other(seeded).write, tagged_rows("w", [1], 2, first_id=200))
         writer.start()
         w_staged.wait_reached()  # W staged files (a version lies above P) and read S
         if other_writer == "committing":
             x_parked = stack.enter_context(hold("commit.before_publish"))
-            committer = Worker(other(ns).commit, "X")
+            committer = Worker(other(seeded).commit, "X")
             committer.start()
             x_parked.wait_reached()  # X's leaf version is above P, X holds the claim
         else:
@@ -1013,7 +968,7 @@ def test_a_direct_write_never_rolls_back_a_concurrent_publishers_or_a_foreign_ve
                 schema=lance.dataset(p1.location).schema,
             )
             lance.write_dataset(foreign, p1.location, mode="append")
-            publish_latest(ns, p1.object_id)
+            publish_latest(seeded, p1.object_id)
         w_staged.release()
         if other_writer == "committing":
             writer.join(1.0)
@@ -1024,10 +979,10 @@ def test_a_direct_write_never_rolls_back_a_concurrent_publishers_or_a_foreign_ve
     rolled_back = leaf_restores(p1.location)
     assert [tag for _, tag in rolled_back if tag is None or tag.startswith("X#")] == []
     expected = {"committing": {"x": 2}, "foreign": {"foreign": 1}}[other_writer]
-    assert tag_counts(ns) == Counter({"seed": 4, "w": 2, **expected})
-    no_duplicates(ns)
-    assert claims(ns) == []
-    published_files_exist(ns)
+    assert tag_counts(seeded) == Counter({"seed": 4, "w": 2, **expected})
+    no_duplicates(seeded)
+    assert claims(seeded) == []
+    published_files_exist(seeded)
 
 
 def publish_latest(ns: PartitionedNamespace, object_id: str) -> None:
@@ -1039,38 +994,38 @@ def publish_latest(ns: PartitionedNamespace, object_id: str) -> None:
     manifest.merge_insert("object_id").when_matched_update_all().execute(rows)
 
 
-def test_a_swap_reported_failed_and_published_over_is_still_found(ns, monkeypatch) -> None:
+def test_a_swap_reported_failed_and_published_over_is_still_found(seeded, monkeypatch) -> None:
     """W's swap commits, but the store reports an error (``manifest.after_swap=error``),
     and before W reads the manifest back another writer has published partition 1 on top
     of W's version. W must find its own swap in the versions since it read (not only in
     the latest), report success and keep its files: the other writer's version holds
-    them too. Relies on ``direct._published_after_all`` walking every version."""
+    them too. Relies on ``kernel.published_after_all`` walking every version."""
     writer: Worker | None = None
     with hold("manifest.after_swap", when=lambda: threading.current_thread() is writer) as w:
-        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer = Worker(other(seeded).write, tagged_rows("w", [1], 2, first_id=200))
         writer.start()
         w.wait_reached()  # committed
-        ns.write(tagged_rows("a", [1], 2, first_id=300))
+        seeded.write(tagged_rows("a", [1], 2, first_id=300))
         monkeypatch.setenv(ENV, "manifest.after_swap=error")
         w.release()
         result = writer.outcome()
     monkeypatch.delenv(ENV)
     assert result.rows == 2
-    assert tag_counts(ns) == Counter({"seed": 4, "w": 2, "a": 2})
-    published_files_exist(ns)
-    all_readable(ns)
+    assert tag_counts(seeded) == Counter({"seed": 4, "w": 2, "a": 2})
+    published_files_exist(seeded)
+    all_readable(seeded)
 
 
 @pytest.mark.parametrize("publisher", ["direct", "delete", "commit"])
 def test_a_swap_whose_outcome_cannot_be_told_is_outcome_unknown_and_keeps_its_files(
-    ns, monkeypatch, publisher
+    seeded, monkeypatch, publisher
 ) -> None:
     """The publishing swap commits, the store reports an error, and ``__manifest`` cannot
     be read back (the store is down). Every publish path says the same (the kernel's
     ``published_after_all``): the outcome is unknown (not retryable: a retry could publish
     the rows twice), and the files the swap may have published are kept. A table
     operation used to raise the retryable storage error itself."""
-    before = data_files(ns)
+    before = data_files(seeded)
     broken = threading.Event()
     opened = Manifest.open
 
@@ -1081,11 +1036,11 @@ def test_a_swap_whose_outcome_cannot_be_told_is_outcome_unknown_and_keeps_its_fi
 
     monkeypatch.setattr(Manifest, "open", open_manifest)
     if publisher == "commit":
-        ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+        seeded.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     call = {
-        "direct": lambda: ns.write(tagged_rows("w", [1], 2, first_id=100)),
-        "delete": lambda: ns.delete("id = 0"),
-        "commit": lambda: ns.commit("X"),
+        "direct": lambda: seeded.write(tagged_rows("w", [1], 2, first_id=100)),
+        "delete": lambda: seeded.delete("id = 0"),
+        "commit": lambda: seeded.commit("X"),
     }[publisher]
 
     def arm() -> bool:  # the publishing swap fails (a commit's seal swap before it passes)
@@ -1108,51 +1063,51 @@ def test_a_swap_whose_outcome_cannot_be_told_is_outcome_unknown_and_keeps_its_fi
     assert not is_retryable(info.value)
     broken.clear()
     expected = {"direct": [0, 1, 2, 3, 100, 101], "delete": [1, 2, 3]}
-    assert no_duplicates(ns) == expected.get(publisher, [0, 1, 2, 3, 100, 101])
-    assert set(before) <= set(data_files(ns))
-    published_files_exist(ns)
+    assert no_duplicates(seeded) == expected.get(publisher, [0, 1, 2, 3, 100, 101])
+    assert set(before) <= set(data_files(seeded))
+    published_files_exist(seeded)
 
 
-def test_a_zombie_committer_never_rolls_back_the_next_claim_holders_version(ns) -> None:
+def test_a_zombie_committer_never_rolls_back_the_next_claim_holders_version(seeded) -> None:
     """Committer A seals X (claiming partition 1) and parks before its leaf commits; B
     takes X over and publishes it; Y then claims partition 1, commits its leaf version and
     parks before its publish. A, resumed, finds a version above the one it sealed on: it
     must not restore over Y's version (Y holds the claim and is about to publish it). It
     returns X's published result instead. Relies on the claim protocol's leaf guard
     (``kernel.HeldClaim``)."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    seeded.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
     with ExitStack() as stack:
         a_sealed = stack.enter_context(hold("commit.after_claim"))
-        zombie = Worker(other(ns).commit, "X")
+        zombie = Worker(other(seeded).commit, "X")
         zombie.start()
         a_sealed.wait_reached()
-        other(ns).commit("X")  # B: takes over, publishes
-        ns.begin("append", "Y").stage(tagged_rows("y", [1], 2, first_id=200))
+        other(seeded).commit("X")  # B: takes over, publishes
+        seeded.begin("append", "Y").stage(tagged_rows("y", [1], 2, first_id=200))
         y_parked = stack.enter_context(hold("commit.before_publish"))
-        committer = Worker(other(ns).commit, "Y")
+        committer = Worker(other(seeded).commit, "Y")
         committer.start()
         y_parked.wait_reached()  # Y's leaf version lies above X's published one
         a_sealed.release()
         assert zombie.outcome().rows == 2
         y_parked.release()
         committer.outcome()
-    p1 = ns.partition({"part": 1})
+    p1 = seeded.partition({"part": 1})
     assert [tag for _, tag in leaf_restores(p1.location) if tag == "Y#1"] == []
-    assert tag_counts(ns) == Counter({"seed": 4, "x": 2, "y": 2})
-    no_duplicates(ns)
-    assert claims(ns) == []
-    published_files_exist(ns)
+    assert tag_counts(seeded) == Counter({"seed": 4, "x": 2, "y": 2})
+    no_duplicates(seeded)
+    assert claims(seeded) == []
+    published_files_exist(seeded)
 
 
-def test_a_committer_taken_over_before_its_publish_waits_for_the_new_committer(ns) -> None:
+def test_a_committer_taken_over_before_its_publish_waits_for_the_new_committer(seeded) -> None:
     """Committer A commits X's leaf and parks before its publish; B takes X over (its token
     owns the row now), commits the leaf and parks before its own publish. A, resumed,
     reads a row another committer owns: it must send no publish of its own (it could only
     fail, or, were the token not checked, publish over B) and wait for B's outcome, which
     it returns. Relies on ``ClaimPublish.swap`` checking the owner before the swap (and,
     behind it, the owner check of ``Manifest.commit``)."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
-    before = ns.partition({"part": 1}).read_version
+    seeded.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    before = seeded.partition({"part": 1}).read_version
     arrived: list[str] = []
 
     def b_only(b: list[threading.Thread]) -> Callable[[], bool]:
@@ -1162,7 +1117,7 @@ def test_a_committer_taken_over_before_its_publish_waits_for_the_new_committer(n
 
         return when
 
-    a = Worker(other(ns).commit, "X")
+    a = Worker(other(seeded).commit, "X")
     b_thread: list[threading.Thread] = []
     with ExitStack() as stack:
         a_done = stack.enter_context(
@@ -1173,7 +1128,7 @@ def test_a_committer_taken_over_before_its_publish_waits_for_the_new_committer(n
         b_parked = stack.enter_context(
             hold("commit.before_publish", times=None, when=b_only(b_thread))
         )
-        b = Worker(other(ns).commit, "X")
+        b = Worker(other(seeded).commit, "X")
         b_thread.append(b)
         b.start()
         b_parked.wait_reached()  # B owns X's row and is about to publish
@@ -1181,27 +1136,27 @@ def test_a_committer_taken_over_before_its_publish_waits_for_the_new_committer(n
         a.join(timeout=2)  # A reads the row B owns: it waits, publishing nothing
         assert a.is_alive(), "A returned while B, which owns X, had not published"
         assert a.name not in arrived, "A sent a publish for a row B owns"
-        assert ns.partition({"part": 1}).read_version == before
+        assert seeded.partition({"part": 1}).read_version == before
         b_parked.release()
         b_result = b.outcome()
     assert a.outcome() == b_result
     assert a.name not in arrived
-    assert tag_counts(ns) == Counter({"seed": 4, "x": 2})
-    no_duplicates(ns)
-    assert claims(ns) == []
-    published_files_exist(ns)
+    assert tag_counts(seeded) == Counter({"seed": 4, "x": 2})
+    no_duplicates(seeded)
+    assert claims(seeded) == []
+    published_files_exist(seeded)
 
 
-def test_a_leaf_commit_rebased_onto_an_unpublished_version_is_made_again(ns) -> None:
+def test_a_leaf_commit_rebased_onto_an_unpublished_version_is_made_again(seeded) -> None:
     """X has sealed partition 1 and is about to commit its leaf on the published version
     P; W, a direct write, commits version P+1 while staging (then finds X's claim and
     waits for it). X's Append, made against P, is rebased by Lance onto P+1 (P + W + X):
     X must not publish it (W's rows would be visible before W published, and twice once W
     appends them again): it rolls P+1 back and commits on P. Relies on ``commit_leaf``
     using a commit only if it became exactly base + 1 (G1)."""
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
-    committer = Worker(other(ns).commit, "X")
-    writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+    seeded.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    committer = Worker(other(seeded).commit, "X")
+    writer = Worker(other(seeded).write, tagged_rows("w", [1], 2, first_id=200))
     with hold("leaf.before_commit", when=lambda: threading.current_thread() is committer) as x:
         committer.start()
         x.wait_reached()  # sealed: X holds partition 1's claim
@@ -1211,7 +1166,7 @@ def test_a_leaf_commit_rebased_onto_an_unpublished_version_is_made_again(ns) -> 
         x.release()
         committer.outcome()
     writer.outcome()
-    assert tag_counts(ns) == Counter({"seed": 4, "x": 2, "w": 2})
-    no_duplicates(ns)
-    assert claims(ns) == []
-    published_files_exist(ns)
+    assert tag_counts(seeded) == Counter({"seed": 4, "x": 2, "w": 2})
+    no_duplicates(seeded)
+    assert claims(seeded) == []
+    published_files_exist(seeded)

@@ -17,25 +17,19 @@ import pytest
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.format.manifest import Manifest, ManifestView
 from airflow_provider_lance.namespace.format.state import NamespaceState
-from tests.namespace.txn.test_direct_publish import referenced_files
-from tests.namespace.txn.test_interleavings import Worker
-from tests.namespace.txn.test_write_freshness import other, tags_by_part
-from tests.support import seeded_namespace, tagged_rows
+from tests.support import Worker, other, referenced_files, tagged_rows, tags_by_part
 
 
-@pytest.fixture
-def ns(tmp_path: Path) -> PartitionedNamespace:
-    return seeded_namespace(tmp_path / "ns")
-
-
-def test_two_writes_through_one_handle_leave_it_holding_the_newer_state(ns, monkeypatch) -> None:
+def test_two_writes_through_one_handle_leave_it_holding_the_newer_state(
+    seeded, monkeypatch
+) -> None:
     """Two threads write through one handle. The first to publish (A, version v+1) is
     parked in its ``_adopt`` after it found v+1 newer than the state held (v), while it
     builds the state of v+1; B then publishes v+2 and adopts it. A, released, must not
     replace the v+2 state B's write left with its own older v+1: the handle would hold a
     state older than one it already held (its next write, and every read, then reload:
     a listing and an open of ``__manifest`` the adoption exists to save)."""
-    start = ns.version
+    start = seeded.version
     real_load = NamespaceState.load.__func__  # type: ignore[attr-defined]
     parked, release = threading.Event(), threading.Event()
     a_thread: list[threading.Thread] = []
@@ -47,11 +41,11 @@ def test_two_writes_through_one_handle_leave_it_holding_the_newer_state(ns, monk
         return real_load(cls, root, view, **kw)
 
     monkeypatch.setattr(NamespaceState, "load", classmethod(load))
-    a = Worker(ns.write, tagged_rows("a", [3], 1, first_id=100))
+    a = Worker(seeded.write, tagged_rows("a", [3], 1, first_id=100))
     a_thread.append(a)
     a.start()
     assert parked.wait(30), "A never adopted its version"
-    b = ns.write(tagged_rows("b", [4], 1, first_id=200))
+    b = seeded.write(tagged_rows("b", [4], 1, first_id=200))
     assert b.manifest_version == start + 2
     release.set()
     a.join(30)
@@ -67,10 +61,10 @@ def test_two_writes_through_one_handle_leave_it_holding_the_newer_state(ns, monk
         return real_open(self, version)
 
     monkeypatch.setattr(Manifest, "open", open_)
-    assert ns.state().version == start + 2  # (a reload if it went back to v+1)
+    assert seeded.state().version == start + 2  # (a reload if it went back to v+1)
     assert opened == [], "the handle went back to an older state than it held"
     monkeypatch.undo()
-    assert tags_by_part(ns) == {1: ["seed"] * 2, 2: ["seed"] * 2, 3: ["a"], 4: ["b"]}
+    assert tags_by_part(seeded) == {1: ["seed"] * 2, 2: ["seed"] * 2, 3: ["a"], 4: ["b"]}
 
 
 # -- attacks that held (kept as regression guards) --------------------------------------------
@@ -86,7 +80,7 @@ def _leaf_data_files(ns: PartitionedNamespace) -> set[str]:
 @pytest.mark.parametrize("mode", ["append", "overwrite"])
 @pytest.mark.parametrize("shape", ["stream", "tables", "empty_first"])
 def test_a_restart_after_a_first_batch_above_flush_bytes_leaves_nothing_behind(
-    ns, mode, shape
+    seeded, mode, shape
 ) -> None:
     """Another handle overwrites partition 2 (its leaf moves to a new version) after this
     handle loaded its state; this handle then writes partitions 2 and 4 from several
@@ -94,7 +88,7 @@ def test_a_restart_after_a_first_batch_above_flush_bytes_leaves_nothing_behind(
     state happens before the first flush: exactly the rows written are published, every
     data file on disk is referenced by some leaf version, and no leaf has a version above
     its published one (nothing was committed on the held state's versions)."""
-    other(ns).write(tagged_rows("b", [2], 3, first_id=50), "overwrite")
+    other(seeded).write(tagged_rows("b", [2], 3, first_id=50), "overwrite")
     rows = tagged_rows("h", [2, 4], 2, first_id=1000)
     if shape == "stream":
         data: Any = pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches(max_chunksize=1))
@@ -102,10 +96,10 @@ def test_a_restart_after_a_first_batch_above_flush_bytes_leaves_nothing_behind(
         data = (rows.slice(i, 1) for i in range(rows.num_rows))
     else:
         data = iter([rows.slice(0, 0), rows])
-    result = ns.write(data, mode, flush_bytes=1)
+    result = seeded.write(data, mode, flush_bytes=1)
     expected_2 = ["h", "h"] if mode == "overwrite" else ["b", "b", "b", "h", "h"]
-    assert tags_by_part(ns) == {1: ["seed"] * 2, 2: expected_2, 4: ["h", "h"]}
-    assert result.manifest_version == other(ns).version
-    assert _leaf_data_files(ns) <= referenced_files(ns)
-    for p in other(ns).partitions():
+    assert tags_by_part(seeded) == {1: ["seed"] * 2, 2: expected_2, 4: ["h", "h"]}
+    assert result.manifest_version == other(seeded).version
+    assert _leaf_data_files(seeded) <= referenced_files(seeded)
+    for p in other(seeded).partitions():
         assert lance.dataset(p.location).version == p.read_version, p.values

@@ -1,6 +1,6 @@
 """Forced interleavings: one regression test per way the old protocol lost or duplicated data.
 
-Each test parks a thread at a named failpoint (``testing.hold``), runs the competing
+Each test parks a thread at a named failpoint (``failpoints.hold``), runs the competing
 operation at exactly that moment, releases the thread, and checks who won and that nothing
 published was lost, duplicated or made unreadable. Numbers refer to the review that found
 the interleavings (the issue "Transactions that never lose or duplicate published data").
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -35,62 +35,24 @@ from airflow_provider_lance.namespace.format.schema import field_id
 from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.testing import ENV, FailpointError, hold
 from airflow_provider_lance.namespace.txn import lifecycle
-from tests.support import TAGGED, leaf_files, no_duplicates, tagged_rows
-
-BY_PART = [PartitionField("part", "part")]
-
-
-@pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
-    return PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
-
-
-def other(ns: PartitionedNamespace) -> PartitionedNamespace:
-    """A second handle, as another process would have."""
-    return PartitionedNamespace.open(ns.uri)
-
-
-def ids(ns: PartitionedNamespace) -> list[int]:
-    return sorted(ns.to_table().column("id").to_pylist())
+from tests.support import (
+    BY_PART,
+    TAGGED,
+    Worker,
+    all_readable,
+    claims,
+    crashing,
+    ids,
+    leaf_files,
+    no_duplicates,
+    other,
+    state_of,
+    tagged_rows,
+)
 
 
 def row_ids(table: pa.Table) -> list[int]:
     return sorted(table.column("id").to_pylist())
-
-
-class Worker(threading.Thread):
-    """Runs one call in a thread and keeps its result or exception."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        super().__init__(daemon=True)
-        self._call = (fn, args, kwargs)
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        fn, args, kwargs = self._call
-        try:
-            self.result = fn(*args, **kwargs)
-        except BaseException as exc:
-            self.error = exc
-
-    def outcome(self, timeout: float = 120) -> Any:
-        self.join(timeout)
-        assert not self.is_alive(), "the worker never finished"
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
-@contextmanager
-def crashing(monkeypatch: pytest.MonkeyPatch, point: str, action: str = "raise") -> Iterator[None]:
-    """Make the next call die at ``point`` (``raise``: a crash, ``error``: a transient
-    failure)."""
-    monkeypatch.setenv(ENV, f"{point}={action}")
-    try:
-        yield
-    finally:
-        monkeypatch.delenv(ENV)
 
 
 def sealed(ns: PartitionedNamespace, monkeypatch, txn_id: str, rows: pa.Table) -> None:
@@ -102,128 +64,107 @@ def sealed(ns: PartitionedNamespace, monkeypatch, txn_id: str, rows: pa.Table) -
     assert state_of(ns, txn_id) == "committing"
 
 
-def state_of(ns: PartitionedNamespace, txn_id: str) -> str:
-    return {t.txn_id: t.state for t in ns.transactions()}[txn_id]
-
-
-def claims(ns: PartitionedNamespace) -> list[str]:
-    table = lance.dataset(ns.uri + "/__manifest").to_table(columns=[CLAIM])
-    return [c for c in table.column(CLAIM).to_pylist() if c is not None]
-
-
-def leaf_of(ns: PartitionedNamespace, part: int) -> tuple[str, int]:
-    """The location and published version of partition ``part``'s leaf table."""
-    (p,) = [p for p in ns.partitions() if p.values["part"] == part]
-    assert p.read_version is not None
-    return p.location, p.read_version
-
-
-def all_readable(ns: PartitionedNamespace) -> None:
-    for p in ns.partitions():
-        lance.dataset(p.location, version=p.read_version).to_table()
-
-
 SEED = tagged_rows("seed", [1, 2], 2, first_id=0)
 X = tagged_rows("x", [1, 2, 3], 2, first_id=100)  # two existing partitions and a new one
 
 
 # -- 1 and 11: abort or recover racing a live commit ---------------------------------------
-def test_1_abort_fences_a_commit_parked_before_its_publish(ns, monkeypatch) -> None:
-    ns.write(SEED)
-    ns.begin("append", "X").stage(X)
+def test_1_abort_fences_a_commit_parked_before_its_publish(tagged, monkeypatch) -> None:
+    tagged.write(SEED)
+    tagged.begin("append", "X").stage(X)
     with hold("commit.before_publish") as point:
-        committer = Worker(other(ns).commit, "X")
+        committer = Worker(other(tagged).commit, "X")
         committer.start()
         point.wait_reached()
-        ns.abort("X")  # the fence wins: X can never publish
+        tagged.abort("X")  # the fence wins: X can never publish
     with pytest.raises(TransactionAborted):
         committer.outcome()
-    assert ids(ns) == [0, 1, 2, 3]
-    assert state_of(ns, "X") == "aborted"
-    assert claims(ns) == []
-    all_readable(ns)
-    ns.write(tagged_rows("after", [1, 3], 1, first_id=500))  # the partitions stay writable
-    assert ids(ns) == [0, 1, 2, 3, 500, 501]
+    assert ids(tagged) == [0, 1, 2, 3]
+    assert state_of(tagged, "X") == "aborted"
+    assert claims(tagged) == []
+    all_readable(tagged)
+    tagged.write(tagged_rows("after", [1, 3], 1, first_id=500))  # the partitions stay writable
+    assert ids(tagged) == [0, 1, 2, 3, 500, 501]
 
 
 @pytest.mark.parametrize("operator", ["abort", "recover"])
-def test_1_11_a_publish_between_abort_read_and_fence_wins(ns, monkeypatch, operator) -> None:
-    ns.write(SEED)
-    sealed(ns, monkeypatch, "X", X)  # a committer died after its claim
+def test_1_11_a_publish_between_abort_read_and_fence_wins(tagged, monkeypatch, operator) -> None:
+    tagged.write(SEED)
+    sealed(tagged, monkeypatch, "X", X)  # a committer died after its claim
     act = (lambda h: h.abort("X")) if operator == "abort" else (lambda h: h.recover(0))
     with hold("abort.before_fence") as point:
-        aborter = Worker(act, other(ns))
+        aborter = Worker(act, other(tagged))
         aborter.start()
         point.wait_reached()  # it read X as committing, unpublished
-        result = ns.commit("X")  # the retry publishes first
+        result = tagged.commit("X")  # the retry publishes first
     if operator == "abort":
         with pytest.raises(InvalidArgumentError, match="published; it cannot be aborted"):
             aborter.outcome()
     else:
         assert aborter.outcome() == []
     assert result.rows == 6
-    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
-    assert state_of(ns, "X") == "published"
-    all_readable(ns)
-    for p in ns.partitions():  # 11: never rolled back below what is published
+    assert ids(tagged) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    assert state_of(tagged, "X") == "published"
+    all_readable(tagged)
+    for p in tagged.partitions():  # 11: never rolled back below what is published
         assert lance.dataset(p.location).version >= p.read_version
-    ns.add_column(pa.field("note", pa.utf8()))  # the rewrite path stages against the leaf
-    ns.write(tagged_rows("later", [1, 2, 3], 1, first_id=900))
-    assert len(ids(ns)) == 13
+    tagged.add_column(pa.field("note", pa.utf8()))  # the rewrite path stages against the leaf
+    tagged.write(tagged_rows("later", [1, 2, 3], 1, first_id=900))
+    assert len(ids(tagged)) == 13
 
 
 # -- 2: a transaction id reused after an abort --------------------------------------------
 def test_2_a_reused_id_after_a_failed_publish_never_publishes_deleted_files(
-    ns, monkeypatch
+    tagged, monkeypatch
 ) -> None:
-    ns.write(SEED)
+    tagged.write(SEED)
     with (
         crashing(monkeypatch, "commit.before_publish", "error"),
         pytest.raises(OSError, match="injected"),
     ):
-        ns.write(X, txn_id="X")  # fails transiently: write() aborts incarnation 1
-    assert state_of(ns, "X") == "aborted"
-    result = ns.write(X, txn_id="X")  # incarnation 2
+        tagged.write(X, txn_id="X")  # fails transiently: write() aborts incarnation 1
+    assert state_of(tagged, "X") == "aborted"
+    result = tagged.write(X, txn_id="X")  # incarnation 2
     assert result.rows == 6
-    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
-    all_readable(ns)
-    assert [t.incarnation for t in ns.transactions() if t.txn_id == "X"] == [2]
+    assert ids(tagged) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    all_readable(tagged)
+    assert [t.incarnation for t in tagged.transactions() if t.txn_id == "X"] == [2]
 
 
-def test_2_crash_recover_retry_with_the_same_id(ns, monkeypatch) -> None:
-    ns.write(SEED)
+def test_2_crash_recover_retry_with_the_same_id(tagged, monkeypatch) -> None:
+    tagged.write(SEED)
     with crashing(monkeypatch, "commit.leaf_committed"), pytest.raises(FailpointError):
-        ns.write(X, txn_id="X")  # dies with leaf versions committed, unpublished
-    assert ns.recover(lease_seconds=0) == ["X"]
-    assert ns.write(X, txn_id="X").rows == 6
-    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
-    all_readable(ns)
+        tagged.write(X, txn_id="X")  # dies with leaf versions committed, unpublished
+    assert tagged.recover(lease_seconds=0) == ["X"]
+    assert tagged.write(X, txn_id="X").rows == 6
+    assert ids(tagged) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    all_readable(tagged)
 
 
 # -- 3: a zombie committer and its retry ----------------------------------------------------
 @pytest.mark.parametrize("point", ["commit.before_seal", "commit.before_publish"])
-def test_3_a_zombie_and_its_retry_publish_once(ns, point) -> None:
-    ns.write(SEED)
-    ns.begin("append", "X").stage(X)
+def test_3_a_zombie_and_its_retry_publish_once(tagged, point) -> None:
+    tagged.write(SEED)
+    tagged.begin("append", "X").stage(X)
     with hold(point) as parked:
-        zombie = Worker(other(ns).commit, "X")
+        zombie = Worker(other(tagged).commit, "X")
         zombie.start()
         parked.wait_reached()  # the first committer stalls (lost heartbeat)
-        retried = other(ns).commit("X")  # its retry takes over and publishes
+        retried = other(tagged).commit("X")  # its retry takes over and publishes
     assert zombie.outcome() == retried  # the loser returns the result
-    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
-    assert ns.commit("X") == retried
+    assert ids(tagged) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    assert tagged.commit("X") == retried
 
 
-def test_3_a_leaf_commit_rebased_onto_a_zombie_append_is_not_published(ns) -> None:
-    ns.write(SEED)
-    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
-    part = ns.partition({"part": 1})
+def test_3_a_leaf_commit_rebased_onto_a_zombie_append_is_not_published(tagged) -> None:
+    tagged.write(SEED)
+    tagged.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    part = tagged.partition({"part": 1})
     stray = lance.fragment.write_fragments(
         tagged_rows("zombie", [1], 3, first_id=700), part.location, mode="append"
     )
     with hold("leaf.before_commit") as point:
-        committer = Worker(other(ns).commit, "X")
+        committer = Worker(other(tagged).commit, "X")
         committer.start()
         point.wait_reached()
         # a zombie appends to the leaf between the committer's restore and its commit:
@@ -233,21 +174,21 @@ def test_3_a_leaf_commit_rebased_onto_a_zombie_append_is_not_published(ns) -> No
             part.location, lance.Transaction(base, lance.LanceOperation.Append(stray))
         )
     committer.outcome()
-    assert ids(ns) == [0, 1, 2, 3, 100, 101]  # the zombie's rows were never published
+    assert ids(tagged) == [0, 1, 2, 3, 100, 101]  # the zombie's rows were never published
 
 
 # -- 4 and 12: concurrent schema and spec evolution --------------------------------------------
-def test_4_12_concurrent_add_columns_both_apply_with_distinct_field_ids(ns) -> None:
+def test_4_12_concurrent_add_columns_both_apply_with_distinct_field_ids(tagged) -> None:
     with hold("evolve.before_commit") as point:
-        first = Worker(other(ns).add_column, pa.field("a", pa.utf8()))
+        first = Worker(other(tagged).add_column, pa.field("a", pa.utf8()))
         first.start()
         point.wait_reached()  # computed from the old schema, not yet committed
-        second = other(ns)
+        second = other(tagged)
         second.add_column(pa.field("b", pa.utf8()))
         rows = tagged_rows("b", [1], 2, first_id=0).append_column("b", pa.array(["B0", "B1"]))
         second.write(rows)  # rows written under the schema with "b"
     first.outcome()  # no raw "Incompatible transaction", no lost update
-    fresh = other(ns)
+    fresh = other(tagged)
     assert fresh.schema.names == ["id", "part", "tag", "b", "a"]
     assert field_id(fresh.schema.field("a")) != field_id(fresh.schema.field("b"))
     table = fresh.to_table()
@@ -255,82 +196,82 @@ def test_4_12_concurrent_add_columns_both_apply_with_distinct_field_ids(ns) -> N
     assert table.column("a").to_pylist() == [None, None]
 
 
-def test_4_concurrent_spec_evolutions_get_distinct_versions(ns) -> None:
+def test_4_concurrent_spec_evolutions_get_distinct_versions(tagged) -> None:
     with hold("evolve.before_commit") as point:
-        first = Worker(other(ns).evolve_partition_spec, [PartitionField("tag", "tag")])
+        first = Worker(other(tagged).evolve_partition_spec, [PartitionField("tag", "tag")])
         first.start()
         point.wait_reached()
-        second = other(ns).evolve_partition_spec([PartitionField("id_bucket", "id", "col % 4")])
+        second = other(tagged).evolve_partition_spec([PartitionField("id_bucket", "id", "col % 4")])
     assert sorted([first.outcome(), second]) == [2, 3]
-    fresh = other(ns)
+    fresh = other(tagged)
     assert {v: [f.name for f in fresh.partition_spec(v)] for v in (1, 2, 3)} in (
         {1: ["part"], 2: ["id_bucket"], 3: ["tag"]},
         {1: ["part"], 2: ["tag"], 3: ["id_bucket"]},
     )
 
 
-def test_12_a_stale_metadata_commit_is_a_project_conflict(ns) -> None:
-    stale = ns.version
-    ns.add_column(pa.field("a", pa.utf8()))
+def test_12_a_stale_metadata_commit_is_a_project_conflict(tagged) -> None:
+    stale = tagged.version
+    tagged.add_column(pa.field("a", pa.utf8()))
     with pytest.raises(CommitConflict, match="concurrent change to the namespace metadata"):
-        Manifest(ns.storage).commit_metadata({"schema": ns.state().schema.to_json()}, stale)
+        Manifest(tagged.storage).commit_metadata({"schema": tagged.state().schema.to_json()}, stale)
 
 
 # -- 5: claims that stayed forever -----------------------------------------------------------
-def test_5_a_commit_waiting_for_a_claim_is_aborted_cleanly(ns, monkeypatch) -> None:
-    ns.write(SEED)
-    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
-    ns.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=200))
+def test_5_a_commit_waiting_for_a_claim_is_aborted_cleanly(tagged, monkeypatch) -> None:
+    tagged.write(SEED)
+    sealed(tagged, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
+    tagged.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=200))
     with hold("commit.claim_blocked") as point:
-        waiting = Worker(other(ns).commit, "Y", claim_timeout=60)
+        waiting = Worker(other(tagged).commit, "Y", claim_timeout=60)
         waiting.start()
         point.wait_reached()  # Y waits for X's claim
-        ns.abort("Y")
+        tagged.abort("Y")
     with pytest.raises(TransactionAborted):
         waiting.outcome()
-    assert claims(ns) == ["X#1"]  # Y claimed nothing on its way out
-    ns.commit("X")
-    assert claims(ns) == []
-    assert ids(ns) == [0, 1, 2, 3, 100]
+    assert claims(tagged) == ["X#1"]  # Y claimed nothing on its way out
+    tagged.commit("X")
+    assert claims(tagged) == []
+    assert ids(tagged) == [0, 1, 2, 3, 100]
 
 
-def test_5_a_failed_create_partitions_releases_its_claims(ns, monkeypatch) -> None:
-    ns.write(SEED)
+def test_5_a_failed_create_partitions_releases_its_claims(tagged, monkeypatch) -> None:
+    tagged.write(SEED)
     with (
         crashing(monkeypatch, "commit.leaf_committed", "error"),
         pytest.raises(OSError, match="injected"),
     ):
-        ns.create_partitions([{"part": 1}, {"part": 7}])
-    assert claims(ns) == []
-    ns.begin("append", "next").stage(tagged_rows("n", [1, 7], 1, first_id=300))
-    ns.commit("next", claim_timeout=0.5)  # nothing to wait for
-    assert ids(ns) == [0, 1, 2, 3, 300, 301]
+        tagged.create_partitions([{"part": 1}, {"part": 7}])
+    assert claims(tagged) == []
+    tagged.begin("append", "next").stage(tagged_rows("n", [1, 7], 1, first_id=300))
+    tagged.commit("next", claim_timeout=0.5)  # nothing to wait for
+    assert ids(tagged) == [0, 1, 2, 3, 300, 301]
 
 
-def test_5_recover_releases_claims_of_missing_and_finished_transactions(ns) -> None:
-    ns.write(SEED)
-    state = ns.state()
-    [row] = state.full_rows([ns.partition({"part": 1}).object_id]).to_pylist()
-    Manifest(ns.storage).commit(Swap(state.view, [dict(row, **{CLAIM: "vanished#1"})]))
-    assert claims(ns) == ["vanished#1"]
-    ns.recover(lease_seconds=3600)  # nothing idle, but the claim is dead
-    assert claims(ns) == []
-    ns.write(tagged_rows("z", [1], 1, first_id=400))
-    assert ids(ns) == [0, 1, 2, 3, 400]
+def test_5_recover_releases_claims_of_missing_and_finished_transactions(tagged) -> None:
+    tagged.write(SEED)
+    state = tagged.state()
+    [row] = state.full_rows([tagged.partition({"part": 1}).object_id]).to_pylist()
+    Manifest(tagged.storage).commit(Swap(state.view, [dict(row, **{CLAIM: "vanished#1"})]))
+    assert claims(tagged) == ["vanished#1"]
+    tagged.recover(lease_seconds=3600)  # nothing idle, but the claim is dead
+    assert claims(tagged) == []
+    tagged.write(tagged_rows("z", [1], 1, first_id=400))
+    assert ids(tagged) == [0, 1, 2, 3, 400]
 
 
 # -- 6: write(txn_id) resumes like commit(txn_id) ---------------------------------------------
 @pytest.mark.parametrize(
     "point", ["commit.after_claim", "commit.leaf_committed", "commit.after_publish"]
 )
-def test_6_write_with_the_same_id_resumes_after_a_crash(ns, monkeypatch, point) -> None:
-    ns.write(SEED)
+def test_6_write_with_the_same_id_resumes_after_a_crash(tagged, monkeypatch, point) -> None:
+    tagged.write(SEED)
     with crashing(monkeypatch, point), pytest.raises(FailpointError):
-        ns.write(X, txn_id="X")
-    first = ns.write(X, txn_id="X")  # resumes (or returns what was published)
+        tagged.write(X, txn_id="X")
+    first = tagged.write(X, txn_id="X")  # resumes (or returns what was published)
     assert first.rows == 6
-    assert ns.write(X, txn_id="X") == first
-    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    assert tagged.write(X, txn_id="X") == first
+    assert ids(tagged) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
 
 
 # -- 7: a crash inside create -----------------------------------------------------------------
@@ -425,31 +366,33 @@ def test_7_concurrent_creators_of_different_specs_agree_on_one(tmp_path: Path) -
 
 
 # -- 8: the claim timeout is honoured and names the holder --------------------------------------
-def test_8_claim_timeout_waits_the_full_time_and_names_the_holder(ns, monkeypatch) -> None:
-    ns.write(SEED)
-    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
-    ns.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=200))
+def test_8_claim_timeout_waits_the_full_time_and_names_the_holder(tagged, monkeypatch) -> None:
+    tagged.write(SEED)
+    sealed(tagged, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
+    tagged.begin("append", "Y").stage(tagged_rows("y", [1], 1, first_id=200))
     started = time.monotonic()
     with pytest.raises(CommitConflict, match=r"\['X#1 \(committing for \d+s\)'\]"):
-        ns.commit("Y", claim_timeout=2.0)
+        tagged.commit("Y", claim_timeout=2.0)
     assert time.monotonic() - started >= 2.0
-    assert claims(ns) == ["X#1"]
+    assert claims(tagged) == ["X#1"]
 
 
 @pytest.mark.parametrize("txn_id", [None, "W"])
-def test_8_write_honours_its_claim_timeout(ns, monkeypatch, txn_id) -> None:
+def test_8_write_honours_its_claim_timeout(tagged, monkeypatch, txn_id) -> None:
     """``write(claim_timeout=)``, direct (handed to the claim protocol at the claim) or
     named, waits that long for a partition X holds, then fails naming X, with nothing of
     it published and X's claim untouched."""
-    ns.write(SEED)
-    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
-    before = ids(ns)
+    tagged.write(SEED)
+    sealed(tagged, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
+    before = ids(tagged)
     started = time.monotonic()
     with pytest.raises(CommitConflict, match=r"\['X#1 \(committing for \d+s\)'\]"):
-        other(ns).write(tagged_rows("w", [1, 3], 1, first_id=200), txn_id=txn_id, claim_timeout=1.0)
+        other(tagged).write(
+            tagged_rows("w", [1, 3], 1, first_id=200), txn_id=txn_id, claim_timeout=1.0
+        )
     assert 1.0 <= time.monotonic() - started < 60  # its own timeout, not the default 120 s
-    assert (ids(ns), claims(ns)) == (before, ["X#1"])
-    assert {t.txn_id for t in ns.transactions()} == ({"X"} if txn_id is None else {"X", "W"})
+    assert (ids(tagged), claims(tagged)) == (before, ["X#1"])
+    assert {t.txn_id for t in tagged.transactions()} == ({"X"} if txn_id is None else {"X", "W"})
 
 
 def handed_over(
@@ -489,22 +432,22 @@ def abandoned_anonymous_commit(ns: PartitionedNamespace, monkeypatch) -> str:
     return w_txn
 
 
-def test_8_an_abandoned_anonymous_commit_says_how_it_is_released(ns, monkeypatch) -> None:
+def test_8_an_abandoned_anonymous_commit_says_how_it_is_released(tagged, monkeypatch) -> None:
     """A direct write handed to the claim protocol whose process died after its seal
     leaves an anonymous transaction committing, with no plan for others: committing it
     says so (not "committing without a plan"), and recovery releases its claims."""
-    ns.write(SEED)
-    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
-    other(ns).abort("X")
-    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    tagged.write(SEED)
+    sealed(tagged, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))
+    other(tagged).abort("X")
+    w_txn = abandoned_anonymous_commit(tagged, monkeypatch)
     with pytest.raises(InvalidArgumentError, match="anonymous write committing in its own process"):
-        other(ns).commit(w_txn)
-    assert claims(ns) == [f"{w_txn}#1"]
-    assert other(ns).recover(lease_seconds=0) == [w_txn]
-    assert claims(ns) == []
-    other(ns).write(tagged_rows("z", [1], 1, first_id=400))
-    assert 200 not in ids(ns)
-    assert {300, 400} <= set(no_duplicates(ns))
+        other(tagged).commit(w_txn)
+    assert claims(tagged) == [f"{w_txn}#1"]
+    assert other(tagged).recover(lease_seconds=0) == [w_txn]
+    assert claims(tagged) == []
+    other(tagged).write(tagged_rows("z", [1], 1, first_id=400))
+    assert 200 not in ids(tagged)
+    assert {300, 400} <= set(no_duplicates(tagged))
 
 
 WAITERS = {
@@ -518,7 +461,7 @@ Z_ROWS = tagged_rows("z", [1], 1, first_id=400)
 
 @pytest.mark.parametrize("waiter", sorted(WAITERS))
 def test_8_a_writer_waiting_for_an_abandoned_anonymous_commit_aborts_it_after_its_lease(
-    ns, monkeypatch, waiter
+    tagged, monkeypatch, waiter
 ) -> None:
     """Found by the table-operation chaos test: a direct write killed after its seal held
     its partitions until someone ran ``recover``, so every writer of them waited out its
@@ -526,14 +469,14 @@ def test_8_a_writer_waiting_for_an_abandoned_anonymous_commit_aborts_it_after_it
     commit, a table operation) aborts the dead anonymous transaction once it has been
     committing for longer than its lease, and goes on: W's row never appears."""
     monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
-    ns.write(SEED)
-    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    tagged.write(SEED)
+    w_txn = abandoned_anonymous_commit(tagged, monkeypatch)
     started = time.monotonic()
-    WAITERS[waiter](other(ns))
+    WAITERS[waiter](other(tagged))
     assert time.monotonic() - started >= 0.5  # waited for it first (the lease, since its seal)
-    assert state_of(ns, w_txn) == "aborted"
-    assert claims(ns) == []
-    found = no_duplicates(ns)
+    assert state_of(tagged, w_txn) == "aborted"
+    assert claims(tagged) == []
+    found = no_duplicates(tagged)
     assert 200 not in found
     assert (300 in found, 400 in found) == {
         "write": (True, True),
@@ -544,41 +487,43 @@ def test_8_a_writer_waiting_for_an_abandoned_anonymous_commit_aborts_it_after_it
 
 
 def test_8_recover_aborts_an_abandoned_anonymous_commit_after_its_own_lease(
-    ns, monkeypatch
+    tagged, monkeypatch
 ) -> None:
     """``recover()`` with its default lease (hours) aborts a dead anonymous commit once
     past the anonymous lease, and leaves a named transaction committing as long alone
     (its owner's retry may still finish it)."""
-    ns.write(SEED)
-    sealed(ns, monkeypatch, "X", tagged_rows("x", [2], 1, first_id=100))
-    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
-    assert other(ns).recover() == []  # within the anonymous lease (a minute)
+    tagged.write(SEED)
+    sealed(tagged, monkeypatch, "X", tagged_rows("x", [2], 1, first_id=100))
+    w_txn = abandoned_anonymous_commit(tagged, monkeypatch)
+    assert other(tagged).recover() == []  # within the anonymous lease (a minute)
     monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 0.0)
-    assert other(ns).recover() == [w_txn]
-    assert (state_of(ns, w_txn), state_of(ns, "X")) == ("aborted", "committing")
-    assert claims(ns) == ["X#1"]
+    assert other(tagged).recover() == [w_txn]
+    assert (state_of(tagged, w_txn), state_of(tagged, "X")) == ("aborted", "committing")
+    assert claims(tagged) == ["X#1"]
 
 
-def test_8_an_anonymous_commit_within_its_lease_is_waited_for_not_aborted(ns, monkeypatch) -> None:
+def test_8_an_anonymous_commit_within_its_lease_is_waited_for_not_aborted(
+    tagged, monkeypatch
+) -> None:
     """Within its lease, an anonymous commit's claims are a live writer's: a waiter gives
     up after its claim timeout, naming it, and leaves it alone."""
-    ns.write(SEED)
-    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    tagged.write(SEED)
+    w_txn = abandoned_anonymous_commit(tagged, monkeypatch)
     with pytest.raises(CommitConflict, match=rf"\['{w_txn}#1 \(committing for \d+s\)'\]"):
-        other(ns).write(Z_ROWS, claim_timeout=1.0)
-    assert state_of(ns, w_txn) == "committing"
-    assert claims(ns) == [f"{w_txn}#1"]
+        other(tagged).write(Z_ROWS, claim_timeout=1.0)
+    assert state_of(tagged, w_txn) == "committing"
+    assert claims(tagged) == [f"{w_txn}#1"]
 
 
 def test_8_a_live_anonymous_commit_aborted_past_its_lease_publishes_nothing(
-    ns, monkeypatch
+    tagged, monkeypatch
 ) -> None:
     """The lease is a guess about a process it cannot see: W, alive but parked after its
     seal past its lease, is aborted by a waiting write Z, which publishes. W, released,
     cannot publish (its fence is gone) and fails retryably; none of its rows appear, no
     claim stays, and partition 1 reads Y's and Z's rows once each."""
     monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
-    ns.write(SEED)
+    tagged.write(SEED)
     with ExitStack() as stack:
 
         def park_after_seal(writer: Worker) -> None:
@@ -586,16 +531,16 @@ def test_8_a_live_anonymous_commit_aborted_past_its_lease_publishes_nothing(
             sealed_points.append(stack.enter_context(hold("commit.after_claim", when=is_w)))
 
         sealed_points: list[Any] = []
-        writer = handed_over(ns, park_after_seal)
+        writer = handed_over(tagged, park_after_seal)
         sealed_points[0].wait_reached()  # W sealed: it holds partition 1, alive
-        [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing"]
-        other(ns).write(Z_ROWS)
-        assert state_of(ns, w_txn) == "aborted"
+        [w_txn] = [t.txn_id for t in tagged.transactions() if t.state == "committing"]
+        other(tagged).write(Z_ROWS)
+        assert state_of(tagged, w_txn) == "aborted"
     with pytest.raises(CommitConflict) as failed:
         writer.outcome()
     assert failed.value.retryable
-    assert claims(ns) == []
-    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400]
+    assert claims(tagged) == []
+    assert no_duplicates(tagged) == [0, 1, 2, 3, 300, 400]
 
 
 def wait_hits(point: Any, hits: int, timeout: float = 60.0) -> None:
@@ -606,41 +551,43 @@ def wait_hits(point: Any, hits: int, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def test_8_two_waiters_abort_the_same_abandoned_anonymous_commit_at_once(ns, monkeypatch) -> None:
+def test_8_two_waiters_abort_the_same_abandoned_anonymous_commit_at_once(
+    tagged, monkeypatch
+) -> None:
     """Attacked: a write and a delete, on two handles, both wait for the same dead
     anonymous commit W past its lease and abort it at the same moment (both parked before
     the fence, then both after it, so their clean-ups run together). Neither may fail (the
     loser of the fence finds W aborted), W's row never appears, no claim stays, and the
     write's rows are read once."""
     monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
-    ns.write(SEED)
-    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    tagged.write(SEED)
+    w_txn = abandoned_anonymous_commit(tagged, monkeypatch)
     with (
         hold("abort.before_fence", times=2) as fence,
         hold("abort.after_fence", times=2) as clean_up,
     ):
         waiters = [
-            Worker(other(ns).write, Z_ROWS),
-            Worker(other(ns).delete, "id = 300"),
+            Worker(other(tagged).write, Z_ROWS),
+            Worker(other(tagged).delete, "id = 300"),
         ]
         for waiter in waiters:
             waiter.start()
         wait_hits(fence, 2)  # both read W committing, both fence it now
-        assert state_of(ns, w_txn) == "committing"
+        assert state_of(tagged, w_txn) == "committing"
         fence.release()
         wait_hits(clean_up, 2)  # both past the fence (one lost it, and found W aborted)
-        assert state_of(ns, w_txn) == "aborted"
+        assert state_of(tagged, w_txn) == "aborted"
         clean_up.release()
     for waiter in waiters:
         waiter.outcome()
-    assert claims(ns) == []
-    assert no_duplicates(ns) == [0, 1, 2, 3, 400]
-    all_readable(ns)
+    assert claims(tagged) == []
+    assert no_duplicates(tagged) == [0, 1, 2, 3, 400]
+    all_readable(tagged)
 
 
 @pytest.mark.parametrize("waits_for", [1, 9])
 def test_8_an_abandoned_anonymous_commit_creating_a_partition_leaves_none(
-    ns, monkeypatch, waits_for
+    tagged, monkeypatch, waits_for
 ) -> None:
     """Attacked: W (rows in partition 1 and in new partition 9, handed to the claim
     protocol) died after committing a leaf, holding partition 1 and the invisible row it
@@ -648,33 +595,33 @@ def test_8_an_abandoned_anonymous_commit_creating_a_partition_leaves_none(
     lease: partition 9 never appears to readers with W's rows, W's row never appears, no
     claim stays, and writing partition 9 afresh creates it with only the new rows."""
     monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
-    ns.write(SEED)
+    tagged.write(SEED)
     w_rows = tagged_rows("w", [1, 9], 1, first_id=200)
     writer = handed_over(
-        ns, lambda _: monkeypatch.setenv(ENV, "commit.leaf_committed=raise"), w_rows
+        tagged, lambda _: monkeypatch.setenv(ENV, "commit.leaf_committed=raise"), w_rows
     )
     with pytest.raises(FailpointError):
         writer.outcome()
     monkeypatch.delenv(ENV)
-    [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing"]
-    assert sorted(claims(ns)) == [f"{w_txn}#1", f"{w_txn}#1"]
-    assert 9 not in {p.values["part"] for p in ns.partitions()}
-    other(ns).write(tagged_rows("z", [waits_for], 1, first_id=400))
-    assert state_of(ns, w_txn) == "aborted"
-    assert claims(ns) == []
-    assert (9 in {p.values["part"] for p in ns.partitions()}) == (waits_for == 9)
-    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400]
-    other(ns).write(tagged_rows("v", [9], 2, first_id=500))
-    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400, 500, 501]
-    assert sorted(ns.to_table(filter="part = 9").column("id").to_pylist()) == (
+    [w_txn] = [t.txn_id for t in tagged.transactions() if t.state == "committing"]
+    assert sorted(claims(tagged)) == [f"{w_txn}#1", f"{w_txn}#1"]
+    assert 9 not in {p.values["part"] for p in tagged.partitions()}
+    other(tagged).write(tagged_rows("z", [waits_for], 1, first_id=400))
+    assert state_of(tagged, w_txn) == "aborted"
+    assert claims(tagged) == []
+    assert (9 in {p.values["part"] for p in tagged.partitions()}) == (waits_for == 9)
+    assert no_duplicates(tagged) == [0, 1, 2, 3, 300, 400]
+    other(tagged).write(tagged_rows("v", [9], 2, first_id=500))
+    assert no_duplicates(tagged) == [0, 1, 2, 3, 300, 400, 500, 501]
+    assert sorted(tagged.to_table(filter="part = 9").column("id").to_pylist()) == (
         [400, 500, 501] if waits_for == 9 else [500, 501]
     )
-    all_readable(ns)
+    all_readable(tagged)
 
 
 @pytest.mark.parametrize("collect", [False, True])
 def test_8_a_live_anonymous_commit_aborted_after_its_leaf_commits_fails_retryably(
-    ns, monkeypatch, root: Path, collect
+    tagged, monkeypatch, root: Path, collect
 ) -> None:
     """Attacked: W, alive, past its lease, parked after committing its leaves (right
     before its publish). A waiting write Z fences it and parks before its clean-up; W,
@@ -683,75 +630,75 @@ def test_8_a_live_anonymous_commit_aborted_after_its_leaf_commits_fails_retryabl
     between). W fails retryably; Z publishes; W's rows never appear, no claim stays, and
     no data file of W is left behind."""
     monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
-    ns.write(SEED)
-    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))  # holds partition 1
+    tagged.write(SEED)
+    sealed(tagged, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))  # holds partition 1
     before = {f for f in leaf_files(root) if "/data/" in f}
     with hold("commit.before_publish") as w_parked:
-        writer = Worker(other(ns).write, tagged_rows("w", [1], 2, first_id=200))
+        writer = Worker(other(tagged).write, tagged_rows("w", [1], 2, first_id=200))
         with hold("commit.claim_blocked") as w_blocked:
             writer.start()
             w_blocked.wait_reached()  # handed to the claim protocol, waiting for X
-        other(ns).abort("X")
+        other(tagged).abort("X")
         w_parked.wait_reached()  # W sealed, its leaf committed: alive, holding partition 1
-        [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "committing"]
+        [w_txn] = [t.txn_id for t in tagged.transactions() if t.state == "committing"]
         with hold("abort.after_fence") as fenced:
-            waiter = Worker(other(ns).write, Z_ROWS)
+            waiter = Worker(other(tagged).write, Z_ROWS)
             waiter.start()
             fenced.wait_reached()  # Z fenced W (past its lease), its clean-up pending
-            assert state_of(ns, w_txn) == "aborted"
+            assert state_of(tagged, w_txn) == "aborted"
             w_parked.release()
             with pytest.raises(CommitConflict) as failed:
                 writer.outcome()
             assert failed.value.retryable
             if collect:
-                other(ns).maintain(compact=False)
+                other(tagged).maintain(compact=False)
     waiter.outcome()
-    assert claims(ns) == []
-    assert no_duplicates(ns) == [0, 1, 2, 3, 400]
-    all_readable(ns)
+    assert claims(tagged) == []
+    assert no_duplicates(tagged) == [0, 1, 2, 3, 400]
+    all_readable(tagged)
     z_files = {f for f in leaf_files(root) if "/data/" in f} - before
     assert len(z_files) == 1, z_files  # Z's file only: W's were deleted
 
 
 def test_8_an_abandoned_anonymous_commit_collected_between_fence_and_clean_up(
-    ns, monkeypatch, root: Path
+    tagged, monkeypatch, root: Path
 ) -> None:
     """Attacked: a waiter fences a dead anonymous commit W, and ``maintain`` collects the
     records of W (finished: aborted) before the waiter's clean-up reads them. The waiter
     must still publish, and W's staged data files must not be left behind."""
     monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
-    ns.write(SEED)
+    tagged.write(SEED)
     before = {f for f in leaf_files(root) if "/data/" in f}
-    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    w_txn = abandoned_anonymous_commit(tagged, monkeypatch)
     assert len({f for f in leaf_files(root) if "/data/" in f} - before) == 2  # Y's, W's
     with hold("abort.after_fence") as fenced:
-        waiter = Worker(other(ns).write, Z_ROWS)
+        waiter = Worker(other(tagged).write, Z_ROWS)
         waiter.start()
         fenced.wait_reached()
-        other(ns).maintain(compact=False)
-        assert w_txn not in {t.txn_id for t in ns.transactions()}
+        other(tagged).maintain(compact=False)
+        assert w_txn not in {t.txn_id for t in tagged.transactions()}
     waiter.outcome()
-    assert claims(ns) == []
-    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400]
+    assert claims(tagged) == []
+    assert no_duplicates(tagged) == [0, 1, 2, 3, 300, 400]
     assert len({f for f in leaf_files(root) if "/data/" in f} - before) == 2  # Y's, Z's
 
 
 def test_8_a_failed_clean_up_of_an_abandoned_anonymous_commit_does_not_fail_the_waiter(
-    ns, monkeypatch
+    tagged, monkeypatch
 ) -> None:
     """Attacked: the waiter's abort of a dead anonymous commit W fences it, then its
     clean-up fails (a transient storage error right after the fence). That is W's clean-up,
     not the waiter's write: the waiter goes on (W is aborted, its claim dead) and
     publishes, instead of failing with the storage error of someone else's abort."""
     monkeypatch.setattr(lifecycle, "ANONYMOUS_LEASE_SECONDS", 1.0)
-    ns.write(SEED)
-    w_txn = abandoned_anonymous_commit(ns, monkeypatch)
+    tagged.write(SEED)
+    w_txn = abandoned_anonymous_commit(tagged, monkeypatch)
     with crashing(monkeypatch, "abort.after_fence", "error"):
-        other(ns).write(Z_ROWS)
-    assert state_of(ns, w_txn) == "aborted"
-    assert claims(ns) == []
-    assert no_duplicates(ns) == [0, 1, 2, 3, 300, 400]
-    all_readable(ns)
+        other(tagged).write(Z_ROWS)
+    assert state_of(tagged, w_txn) == "aborted"
+    assert claims(tagged) == []
+    assert no_duplicates(tagged) == [0, 1, 2, 3, 300, 400]
+    all_readable(tagged)
 
 
 @pytest.mark.parametrize(
@@ -763,20 +710,20 @@ def test_8_a_failed_clean_up_of_an_abandoned_anonymous_commit_does_not_fail_the_
     ],
 )
 def test_an_anonymous_write_aborted_and_collected_while_committing_is_not_acknowledged(
-    ns, monkeypatch, abort_at, collect_at
+    tagged, monkeypatch, abort_at, collect_at
 ) -> None:
     """Found by the chaos test in CI: a direct write handed to the claim protocol is
     aborted by an operator, and the aborted row of its anonymous transaction collected,
     while it commits. Without a row, the header its process still held in memory made it
     look staged again, with no stages left (the abort deleted them): it published that
     empty plan and reported success with none of its rows."""
-    ns.write(SEED)
-    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))  # holds partition 1
-    operator = other(ns)
+    tagged.write(SEED)
+    sealed(tagged, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))  # holds partition 1
+    operator = other(tagged)
     aborted: list[str] = []
     with ExitStack() as stack:
         points = {p: stack.enter_context(hold(p)) for p in dict.fromkeys([abort_at, collect_at])}
-        writer = Worker(other(ns).write, tagged_rows("w", [1, 2], 1, first_id=200))
+        writer = Worker(other(tagged).write, tagged_rows("w", [1, 2], 1, first_id=200))
         writer.start()  # handed to the claim protocol: it records its stage, then commits
         for point, parked in points.items():
             parked.wait_reached()
@@ -790,133 +737,133 @@ def test_an_anonymous_write_aborted_and_collected_while_committing_is_not_acknow
     with pytest.raises(CommitConflict, match="aborted while this write ran") as info:
         writer.outcome()
     assert info.value.retryable
-    assert aborted[0] not in {t.txn_id for t in ns.transactions()}  # no PUBLISHED row of it
-    assert ids(ns) == [0, 1, 2, 3]
-    other(ns).abort("X")
-    assert other(ns).write(tagged_rows("w", [1, 2], 1, first_id=200)).rows == 2
-    assert ids(ns) == [0, 1, 2, 3, 200, 201]
-    all_readable(ns)
+    assert aborted[0] not in {t.txn_id for t in tagged.transactions()}  # no PUBLISHED row of it
+    assert ids(tagged) == [0, 1, 2, 3]
+    other(tagged).abort("X")
+    assert other(tagged).write(tagged_rows("w", [1, 2], 1, first_id=200)).rows == 2
+    assert ids(tagged) == [0, 1, 2, 3, 200, 201]
+    all_readable(tagged)
 
 
 def test_an_anonymous_write_aborted_and_collected_before_it_recorded_leaves_no_files(
-    ns, monkeypatch, root: Path
+    tagged, monkeypatch, root: Path
 ) -> None:
     """The same, before the write recorded its stage: the abort's clean-up had nothing to
     delete, so the write's own abort deletes the files of the stage it recorded late."""
-    ns.write(SEED)
-    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))  # holds partition 1
+    tagged.write(SEED)
+    sealed(tagged, monkeypatch, "X", tagged_rows("x", [1], 1, first_id=100))  # holds partition 1
     before = {f for f in leaf_files(root) if "/data/" in f}
     with hold("direct.handing_over") as parked:
-        writer = Worker(other(ns).write, tagged_rows("w", [1, 9], 1, first_id=200))
+        writer = Worker(other(tagged).write, tagged_rows("w", [1, 9], 1, first_id=200))
         writer.start()
         parked.wait_reached()  # its transaction begun, its stage not recorded yet
-        [w_txn] = [t.txn_id for t in ns.transactions() if t.state == "staged"]
-        operator = other(ns)
+        [w_txn] = [t.txn_id for t in tagged.transactions() if t.state == "staged"]
+        operator = other(tagged)
         operator.abort(w_txn, reason="chaos operator")
         operator.maintain(compact=False)
     with pytest.raises(CommitConflict, match="aborted while this write ran"):
         writer.outcome()
     assert {f for f in leaf_files(root) if "/data/" in f} == before
-    assert ids(ns) == [0, 1, 2, 3]
+    assert ids(tagged) == [0, 1, 2, 3]
 
 
 def test_a_collected_anonymous_transaction_this_process_published_is_not_called_aborted(
-    ns, monkeypatch
+    tagged, monkeypatch
 ) -> None:
     """Found by review: records of finished anonymous transactions are collected whether
     they were published or aborted. A commit retried after its publish (here one whose
     step after the swap failed: the commit still returns its result), once they are gone,
     must not say "aborted" (a caller would write the rows again): it says the outcome
     cannot be told."""
-    ns.write(SEED)
-    txn = ns.begin("append", anonymous=True)
+    tagged.write(SEED)
+    txn = tagged.begin("append", anonymous=True)
     txn.stage(tagged_rows("a", [1], 2, first_id=100))
     with crashing(monkeypatch, "commit.after_publish", "error"):
-        assert ns.commit(txn.txn_id).rows == 2  # published; the error after it is logged
-    assert ids(ns) == [0, 1, 2, 3, 100, 101]
-    other(ns).maintain(compact=False)  # collects it
+        assert tagged.commit(txn.txn_id).rows == 2  # published; the error after it is logged
+    assert ids(tagged) == [0, 1, 2, 3, 100, 101]
+    other(tagged).maintain(compact=False)  # collects it
     with pytest.raises(OutcomeUnknown, match="read the data") as info:
-        ns.commit(txn.txn_id)
+        tagged.commit(txn.txn_id)
     assert not info.value.retryable
-    assert ids(ns) == [0, 1, 2, 3, 100, 101]
+    assert ids(tagged) == [0, 1, 2, 3, 100, 101]
 
 
 # -- 10: a read sees one manifest version ---------------------------------------------------
-def test_10_a_read_during_add_column_uses_one_manifest_version(ns) -> None:
-    ns.write(SEED)
-    before = ns.to_table()
+def test_10_a_read_during_add_column_uses_one_manifest_version(tagged) -> None:
+    tagged.write(SEED)
+    before = tagged.to_table()
     with hold("read.resolved") as point:
-        reader = Worker(other(ns).to_table)
+        reader = Worker(other(tagged).to_table)
         reader.start()
         point.wait_reached()  # the read resolved its manifest version
-        writer = other(ns)
+        writer = other(tagged)
         writer.add_column(pa.field("extra", pa.utf8()))
         writer.write(tagged_rows("e", [1], 1, first_id=50).append_column("extra", pa.array(["E"])))
     assert reader.outcome().equals(before)
 
 
 # -- staging against a commit (the stager fence) -------------------------------------------------
-def test_a_stage_recorded_while_a_commit_seals_is_in_its_plan(ns) -> None:
-    txn = ns.begin("append", "S")
+def test_a_stage_recorded_while_a_commit_seals_is_in_its_plan(tagged) -> None:
+    txn = tagged.begin("append", "S")
     txn.stage(tagged_rows("s0", [1], 1, first_id=0), stage_id="first")
     with hold("stage.recorded") as point:
         stager = Worker(
-            other(ns).transaction("S").stage, tagged_rows("s1", [2], 1, first_id=10), "late"
+            other(tagged).transaction("S").stage, tagged_rows("s1", [2], 1, first_id=10), "late"
         )
         stager.start()
         point.wait_reached()  # its record is written, its epoch bump not yet
-        result = ns.commit("S")
+        result = tagged.commit("S")
     stager.outcome()  # included: the seal listed it, so the stager returns normally
     assert result.rows == 2
-    assert ids(ns) == [0, 10]
+    assert ids(tagged) == [0, 10]
 
 
-def test_a_stage_recorded_after_the_seal_is_refused_and_removed(ns, root: Path) -> None:
-    txn = ns.begin("append", "S")
+def test_a_stage_recorded_after_the_seal_is_refused_and_removed(tagged, root: Path) -> None:
+    txn = tagged.begin("append", "S")
     txn.stage(tagged_rows("s0", [1], 1, first_id=0), stage_id="first")
     with hold("stage.written") as point:
         stager = Worker(
-            other(ns).transaction("S").stage, tagged_rows("s1", [2], 1, first_id=10), "late"
+            other(tagged).transaction("S").stage, tagged_rows("s1", [2], 1, first_id=10), "late"
         )
         stager.start()
         point.wait_reached()  # its data files are written, its record not yet
-        result = ns.commit("S")
+        result = tagged.commit("S")
     with pytest.raises(TransactionClosed, match="not part of it"):
         stager.outcome()
     assert result.rows == 1
-    assert ids(ns) == [0]
-    assert [p.values["part"] for p in ns.partitions()] == [1]
-    kept = ns.partition({"part": 1}).directory
+    assert ids(tagged) == [0]
+    assert [p.values["part"] for p in tagged.partitions()] == [1]
+    kept = tagged.partition({"part": 1}).directory
     data = [f for f in leaf_files(root) if "/data/" in f]
     assert data
     assert all(f.startswith(kept + "/") for f in data)  # the late files are gone
 
 
-def test_a_write_aborted_by_recovery_meanwhile_is_a_retryable_conflict(ns) -> None:
-    ns.write(SEED)
+def test_a_write_aborted_by_recovery_meanwhile_is_a_retryable_conflict(tagged) -> None:
+    tagged.write(SEED)
     with hold("commit.before_publish") as point:
-        writer = Worker(other(ns).write, X, txn_id="W")
+        writer = Worker(other(tagged).write, X, txn_id="W")
         writer.start()
         point.wait_reached()
-        assert ns.recover(lease_seconds=0) == ["W"]  # an aggressive operator
+        assert tagged.recover(lease_seconds=0) == ["W"]  # an aggressive operator
     with pytest.raises(CommitConflict, match="aborted while this write ran") as info:
         writer.outcome()
     assert info.value.retryable
-    assert ids(ns) == [0, 1, 2, 3]
-    assert ns.write(X, txn_id="W").rows == 6  # the retry: a new incarnation
-    assert ids(ns) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
+    assert ids(tagged) == [0, 1, 2, 3]
+    assert tagged.write(X, txn_id="W").rows == 6  # the retry: a new incarnation
+    assert ids(tagged) == sorted([0, 1, 2, 3, *X.column("id").to_pylist()])
 
 
-def test_a_stage_recorded_while_its_transaction_is_merged_is_in_the_combined_plan(ns) -> None:
-    ns.begin("append", "S").stage(tagged_rows("s0", [1], 1, first_id=0), stage_id="first")
-    ns.begin("append", "T").stage(tagged_rows("t0", [2], 1, first_id=10))
+def test_a_stage_recorded_while_its_transaction_is_merged_is_in_the_combined_plan(tagged) -> None:
+    tagged.begin("append", "S").stage(tagged_rows("s0", [1], 1, first_id=0), stage_id="first")
+    tagged.begin("append", "T").stage(tagged_rows("t0", [2], 1, first_id=10))
     with hold("stage.recorded") as point:
         stager = Worker(
-            other(ns).transaction("S").stage, tagged_rows("s1", [3], 1, first_id=20), "late"
+            other(tagged).transaction("S").stage, tagged_rows("s1", [3], 1, first_id=20), "late"
         )
         stager.start()
         point.wait_reached()  # its record is written, its epoch bump not yet
-        result = ns.commit(["S", "T"], txn_id="ST")  # the seal merges S, taking "late"
+        result = tagged.commit(["S", "T"], txn_id="ST")  # the seal merges S, taking "late"
     stager.outcome()  # included through the combined transaction's plan
     assert result.rows == 3
-    assert ids(ns) == [0, 10, 20]
+    assert ids(tagged) == [0, 10, 20]

@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import lance
 import pyarrow as pa
@@ -55,7 +54,7 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace.testing import ENV, FailpointError, Hold, hold
 from airflow_provider_lance.namespace.write.leaf_commit import schema_digest
-from tests.support import TAGGED, tagged_rows
+from tests.support import TAGGED, examples, tagged_rows
 
 #: The pool of transaction ids. Aborted ids are begun again (a new incarnation); a published
 #: id is final, so a ``begin`` may move its slot on to a new id (``t0.2``, ...).
@@ -65,9 +64,10 @@ MODES = ("append", "overwrite")
 #: Commits blocked by a partition another (crashed) transaction keeps claimed fail fast.
 CLAIM_TIMEOUT = 0.2
 CLAIM = "__txn_id"
-#: Examples and steps per example: ~10 s on 2 cores. Explore deeper with, e.g.,
+#: Examples (25 under scripts/test.sh, a quarter in the everyday tier) and steps per
+#: example: ~10 s on 2 cores at 25. Explore deeper with, e.g.,
 #: PNS_MODEL_EXAMPLES=500 PNS_MODEL_STEPS=25 (about 6 minutes).
-MAX_EXAMPLES = int(os.environ.get("PNS_MODEL_EXAMPLES", "25"))
+MAX_EXAMPLES = int(os.environ.get("PNS_MODEL_EXAMPLES", examples(25)))
 STEPS = int(os.environ.get("PNS_MODEL_STEPS", "12"))
 
 COMMIT_POINTS = (
@@ -1199,7 +1199,6 @@ class TransactionModel(RuleBasedStateMachine):
             )
 
 
-@pytest.mark.slow
 def test_transaction_model() -> None:
     run_state_machine_as_test(
         TransactionModel,
@@ -1214,13 +1213,6 @@ def test_transaction_model() -> None:
 
 
 # -- failures the model found, as plain tests ----------------------------------------------
-@pytest.fixture
-def tagged(tmp_path: Path) -> PartitionedNamespace:
-    return PartitionedNamespace.create(
-        tmp_path / "ns", schema=TAGGED, partition_fields=[PartitionField("part", "part")]
-    )
-
-
 def test_two_stages_rewriting_one_partition_publish_its_rows_once(
     tagged: PartitionedNamespace,
 ) -> None:

@@ -1,10 +1,11 @@
 """A table operation opens each leaf once: its commit reuses the table its change was
-computed on, and the checks of ``leaves.commit_change`` read the same fields faster.
+computed on, and the checks of ``leaf_commit.commit_change`` read the same fields faster.
 
-What the shortcuts must keep (module docstrings of ``operations`` and ``leaves``): a change
-is committed as exactly ``base + 1``; a version above ``base`` is rolled back first; a
-version of ours holding exactly what the change makes of ``base`` is reused; Lance rebases
-a commit on a stale table onto the versions above it, whether given a URI or a table.
+What the shortcuts must keep (module docstrings of ``ops/runner.py`` and
+``write/leaf_commit.py``): a change is committed as exactly ``base + 1``; a version above
+``base`` is rolled back first; a version of ours holding exactly what the change makes of
+``base`` is reused; Lance rebases a commit on a stale table onto the versions above it,
+whether given a URI or a table.
 """
 
 from __future__ import annotations
@@ -33,9 +34,7 @@ from airflow_provider_lance.namespace.write.leaf_commit import (
     commit_change,
     content_after,
 )
-from tests.namespace.ops.test_operation_interleavings import read_latest
-from tests.namespace.txn.test_interleavings import BY_PART, leaf_of
-from tests.support import TAGGED, tagged_rows
+from tests.support import BY_PART, TAGGED, leaf_of, read_latest, tagged_rows
 
 OWNER = "op-1#1"
 
@@ -60,7 +59,7 @@ def counted(root: Path) -> tuple[PartitionedNamespace, CountingStorage]:
 
 
 @pytest.fixture
-def ns(root: Path) -> PartitionedNamespace:
+def four_parts(root: Path) -> PartitionedNamespace:
     """Partitions 1-4 by ``part``, ids 0-39 (ten rows each)."""
     ns = PartitionedNamespace.create(root, schema=TAGGED, partition_fields=BY_PART)
     ns.write(tagged_rows("seed", [1, 2, 3, 4], 10, first_id=0))
@@ -87,11 +86,11 @@ def old_signature(fragment: FragmentMetadata) -> str:
     return json.dumps([files, deletion and [deletion.get("id"), deletion.get("read_version")]])
 
 
-def test_signatures_and_live_rows_equal_what_to_json_gives(ns) -> None:
+def test_signatures_and_live_rows_equal_what_to_json_gives(four_parts) -> None:
     """Fragments without deletions, with a deletion file, and with two data files (a
     column added by ``add_columns``): the attribute reads give exactly the ``to_json``
     values, and the dictionary form gives the same signature."""
-    uri, base = leaf_of(ns, 1)
+    uri, base = leaf_of(four_parts, 1)
     table = lance.dataset(uri, version=base)
     table.delete("id = 3")
     table = lance.dataset(uri)
@@ -109,8 +108,8 @@ def test_signatures_and_live_rows_equal_what_to_json_gives(ns) -> None:
 
 
 # -- the commit on the table the change was computed on -----------------------------------------
-def test_a_change_commits_on_its_table_without_opening_it_again(ns, root) -> None:
-    uri, base = leaf_of(ns, 1)
+def test_a_change_commits_on_its_table_without_opening_it_again(four_parts, root) -> None:
+    uri, base = leaf_of(four_parts, 1)
     storage = CountingStorage(str(root))
     leaf, operation = delete_change(uri, base, "id < 3")
     version = commit_change(storage, uri, operation, base=base, owner=OWNER, opened=leaf)
@@ -124,31 +123,37 @@ def test_a_change_commits_on_its_table_without_opening_it_again(ns, root) -> Non
     )
 
 
-def test_a_version_above_the_table_is_rolled_back_before_the_commit(ns) -> None:
+def test_a_version_above_the_table_is_rolled_back_before_the_commit(four_parts) -> None:
     """A crashed writer's unpublished version lies above the base the change was computed
     on: the table held since then is not committed on; the version is rolled back and the
     change committed as the version after the restore, holding base minus the deleted
     rows (the crashed writer's rows gone)."""
-    uri, base = leaf_of(ns, 2)
+    uri, base = leaf_of(four_parts, 2)
     leaf, operation = delete_change(uri, base, "id = 10")
     lance.write_dataset(tagged_rows("junk", [2], 2, first_id=900), uri, mode="append")
-    version = commit_change(ns.storage, uri, operation, base=base, owner=OWNER, opened=leaf)
+    version = commit_change(four_parts.storage, uri, operation, base=base, owner=OWNER, opened=leaf)
     assert version == base + 3  # base+1 the junk, base+2 the restore, base+3 the change
     assert ids_at(uri, version) == list(range(11, 20))
     assert committed_by(lance.dataset(uri), version) == OWNER
 
 
-def test_a_change_rebased_above_a_version_is_rolled_back_not_published(ns) -> None:
+def test_a_change_rebased_above_a_version_is_rolled_back_not_published(four_parts) -> None:
     """A pinned leaf (no reader reads above its read_version): the first commit is made on
     the table the change was computed on without listing the versions first. A crashed
     writer's version above the base makes Lance rebase that commit above it: base+2, not
     base+1, so it is never returned; the next attempt rolls both back and commits the
     change on the restored base, holding base minus the deleted row."""
-    uri, base = leaf_of(ns, 2)
+    uri, base = leaf_of(four_parts, 2)
     leaf, operation = delete_change(uri, base, "id = 10")
     lance.write_dataset(tagged_rows("junk", [2], 2, first_id=900), uri, mode="append")
     version = commit_change(
-        ns.storage, uri, operation, base=base, owner=OWNER, opened=leaf, latest_is_read=False
+        four_parts.storage,
+        uri,
+        operation,
+        base=base,
+        owner=OWNER,
+        opened=leaf,
+        latest_is_read=False,
     )
     assert version == base + 4  # +1 the junk, +2 the rebased change, +3 the restore, +4
     assert ids_at(uri, version) == list(range(11, 20))
@@ -157,7 +162,9 @@ def test_a_change_rebased_above_a_version_is_rolled_back_not_published(ns) -> No
     assert {900, 901} <= set(ids_at(uri, base + 2))  # the rebased commit, never taken
 
 
-def test_a_change_on_a_pinned_leaf_commits_without_listing_its_versions(ns, monkeypatch) -> None:
+def test_a_change_on_a_pinned_leaf_commits_without_listing_its_versions(
+    four_parts, monkeypatch
+) -> None:
     """The listing of a leaf's versions before its commit (one request per leaf on an
     object store) is made only for a partition whose readers read its latest version."""
     listed: list[str] = []
@@ -168,27 +175,29 @@ def test_a_change_on_a_pinned_leaf_commits_without_listing_its_versions(ns, monk
 
     real = leaf_commit._still_latest
     monkeypatch.setattr(leaf_commit, "_still_latest", still_latest)
-    assert ns.delete("id % 10 = 1").rows_removed == 4
+    assert four_parts.delete("id % 10 = 1").rows_removed == 4
     assert listed == []
-    location = read_latest(ns, 3)
-    assert ns.delete("id % 10 = 2").rows_removed == 4
+    location = read_latest(four_parts, 3)
+    assert four_parts.delete("id % 10 = 2").rows_removed == 4
     assert [uri.rstrip("/") for uri in listed] == [location.rstrip("/")]
-    assert sorted(ns.to_table()["id"].to_pylist()) == [i for i in range(40) if i % 10 not in (1, 2)]
+    assert sorted(four_parts.to_table()["id"].to_pylist()) == [
+        i for i in range(40) if i % 10 not in (1, 2)
+    ]
 
 
-def test_a_version_of_ours_holding_the_change_is_reused(ns) -> None:
+def test_a_version_of_ours_holding_the_change_is_reused(four_parts) -> None:
     """The commit went through but the caller did not learn it (a retry): called again
     with the same table, the version is found and reused, nothing committed twice."""
-    uri, base = leaf_of(ns, 3)
+    uri, base = leaf_of(four_parts, 3)
     leaf, operation = delete_change(uri, base, "id = 20")
-    first = commit_change(ns.storage, uri, operation, base=base, owner=OWNER, opened=leaf)
-    again = commit_change(ns.storage, uri, operation, base=base, owner=OWNER, opened=leaf)
+    first = commit_change(four_parts.storage, uri, operation, base=base, owner=OWNER, opened=leaf)
+    again = commit_change(four_parts.storage, uri, operation, base=base, owner=OWNER, opened=leaf)
     assert again == first == base + 1
     assert int(lance.dataset(uri).version) == first
 
 
-def test_a_table_at_another_version_than_the_base_is_not_committed_on(ns, root) -> None:
-    uri, base = leaf_of(ns, 4)
+def test_a_table_at_another_version_than_the_base_is_not_committed_on(four_parts, root) -> None:
+    uri, base = leaf_of(four_parts, 4)
     storage = CountingStorage(str(root))
     _, operation = delete_change(uri, base, "id = 30")
     lance.dataset(uri, version=base).delete("id = 31")  # base+1: not ours
@@ -199,12 +208,12 @@ def test_a_table_at_another_version_than_the_base_is_not_committed_on(ns, root) 
     assert sum(storage.opened.values()) >= 1
 
 
-def test_a_commit_on_a_stale_table_is_rebased_as_one_by_uri_is(ns) -> None:
+def test_a_commit_on_a_stale_table_is_rebased_as_one_by_uri_is(four_parts) -> None:
     """What ``Storage.commit(on=...)`` relies on (pylance 14.0.2): Lance looks up the
     latest version at the commit whether it is given a URI or a table, so a commit on a
     table older than the latest lands above it (rebased), and ``_commit_on`` refuses it
     (not ``base + 1``)."""
-    uri, _ = leaf_of(ns, 1)
+    uri, _ = leaf_of(four_parts, 1)
     for via_table in (True, False):
         for refused in (False, True):
             start = int(lance.dataset(uri).version)
@@ -212,25 +221,25 @@ def test_a_commit_on_a_stale_table_is_rebased_as_one_by_uri_is(ns) -> None:
             lance.write_dataset(tagged_rows("x", [1], 1, first_id=800 + start), uri, mode="append")
             on = leaf if via_table else None
             if refused:
-                assert _commit_on(ns.storage, uri, start, operation, {}, on=on) is None
+                assert _commit_on(four_parts.storage, uri, start, operation, {}, on=on) is None
             else:
-                committed = ns.storage.commit(
+                committed = four_parts.storage.commit(
                     uri, Transaction(start, operation), conflict="lost", on=on
                 )
                 assert int(committed.version) == start + 2  # above the append: rebased
 
 
 # -- whole operations --------------------------------------------------------------------------
-def test_a_delete_opens_each_leaf_once(ns, root) -> None:
+def test_a_delete_opens_each_leaf_once(four_parts, root) -> None:
     counting, storage = counted(root)
     result = counting.delete("id % 10 = 0")
     assert result.rows_removed == 4
     leaves = {p.location.rstrip("/") for p in counting.partitions()}
     assert {uri: storage.opened[uri] for uri in leaves} == dict.fromkeys(leaves, 1)
-    assert sorted(ns.to_table()["id"].to_pylist()) == [i for i in range(40) if i % 10]
+    assert sorted(four_parts.to_table()["id"].to_pylist()) == [i for i in range(40) if i % 10]
 
 
-def test_a_merge_opens_each_leaf_it_changes_once(ns, root) -> None:
+def test_a_merge_opens_each_leaf_it_changes_once(four_parts, root) -> None:
     counting, storage = counted(root)
     updates = pa.table(
         {"id": [1, 11, 21], "part": pa.array([1, 2, 3], pa.int32()), "tag": ["m"] * 3},
@@ -242,12 +251,14 @@ def test_a_merge_opens_each_leaf_it_changes_once(ns, root) -> None:
     changed = {uri for uri in changed if storage.opened[uri]}
     assert len(changed) == 3
     assert all(storage.opened[uri] == 1 for uri in changed)
-    tags = dict(zip(*ns.to_table().select(["id", "tag"]).to_pydict().values(), strict=True))
+    tags = dict(zip(*four_parts.to_table().select(["id", "tag"]).to_pydict().values(), strict=True))
     assert [tags[i] for i in (1, 11, 21, 31)] == ["m", "m", "m", "seed"]
 
 
 @pytest.mark.parametrize("kind", ["delete", "merge", "optimize", "drop_partitions"])
-def test_a_table_operation_looks_up_the_latest_manifest_version_once(ns, monkeypatch, kind) -> None:
+def test_a_table_operation_looks_up_the_latest_manifest_version_once(
+    four_parts, monkeypatch, kind
+) -> None:
     """On an object store each lookup of ``__manifest``'s latest version is a listing, one
     sequential round trip: an operation makes one (its input checked and its first attempt
     computed on the same state), and its swap finds out whether that is still the latest.
@@ -265,7 +276,7 @@ def test_a_table_operation_looks_up_the_latest_manifest_version_once(ns, monkeyp
         return real_is_latest(self)
 
     real_open, real_is_latest = Manifest.open, ManifestView.is_latest
-    handle = PartitionedNamespace.open(ns.uri)
+    handle = PartitionedNamespace.open(four_parts.uri)
     monkeypatch.setattr(Manifest, "open", open_)
     monkeypatch.setattr(ManifestView, "is_latest", is_latest)
     calls = {

@@ -1,4 +1,4 @@
-"""``leaves.schema_digest`` decides whether staged files may join a leaf (their columns are
+"""``leaf_commit.schema_digest`` decides whether staged files may join a leaf (their columns are
 named by field id). It remembers digests by Lance's rendering of the schema; these tests
 check that the rendering tells apart every difference the digest itself does, so a
 remembered digest is never one of another schema."""

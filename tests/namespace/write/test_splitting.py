@@ -31,6 +31,7 @@ from airflow_provider_lance.namespace.write.splitting import (
     partition_values,
     split,
 )
+from tests.support import examples
 
 ROW = "row"
 
@@ -226,7 +227,7 @@ def tables_and_keys(draw: st.DrawFn) -> tuple[pa.Table, list[pa.Array]]:
     return pa.concat_tables(batches), keys
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tables_and_keys())
 def test_group_rows_matches_the_oracles(case: tuple[pa.Table, list[pa.Array]]) -> None:
     table, keys = case
@@ -250,7 +251,7 @@ def clustered_tables_and_keys(draw: st.DrawFn) -> tuple[pa.Table, list[pa.Array]
     return rows, [k.take(positions) for k in keys]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clustered_tables_and_keys())
 def test_clustered_input_matches_the_oracles(case: tuple[pa.Table, list[pa.Array]]) -> None:
     table, keys = case
@@ -302,7 +303,7 @@ LOOKALIKES = {
 }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.data())
 def test_lookalike_float_keys(data: st.DataObject) -> None:
     n = data.draw(st.integers(1, 20))
