@@ -8,19 +8,30 @@ Each test names the rule it pins (``publish.py``, ``kernel.py``, ``commit.py``,
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import lance
+import pyarrow as pa
 import pytest
 
-from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField, StorageError
-from airflow_provider_lance.namespace.testing import ENV, hold
-from tests.namespace.txn.test_interleavings import Worker, other, state_of
+from airflow_provider_lance.namespace import (
+    ManifestError,
+    PartitionedNamespace,
+    PartitionField,
+    StorageError,
+    TransactionAborted,
+)
+from airflow_provider_lance.namespace.format.manifest import CLAIM, Manifest
+from airflow_provider_lance.namespace.format.swap import Swap
+from airflow_provider_lance.namespace.testing import ENV, FailpointError, hold
+from tests.namespace.txn.test_interleavings import Worker, crashing, other, sealed, state_of
 from tests.support import TAGGED, no_duplicates, tagged_rows
 
 BY_PART = [PartitionField("part", "part")]
@@ -151,3 +162,124 @@ def test_an_empty_publish_reported_failed_is_found_by_its_transaction_rows(
     assert (state_of(ns, "E"), state_of(ns, "S")) == ("published", "merged")
     assert ns.commit("E") == result
     assert tags(ns) == Counter({"seed": 4})
+
+
+# -- the claim publish's swap: against the row as it is now ------------------------------------
+def test_a_commit_fenced_by_an_abort_after_its_seal_publishes_nothing(
+    ns: PartitionedNamespace,
+) -> None:
+    """X seals and parks; an abort fences X (ABORTED, claims released) and parks before
+    deleting its files. The committer goes on: the staged files are still there, so its
+    leaf commits succeed, but its swap reads X's row again (``__manifest`` moved since the
+    seal: the rows the seal wrote are stale) and finds it ABORTED: nothing is published
+    (TransactionAborted). A swap built on the sealed rows would publish over the fence,
+    and the abort would then delete the files of a published partition."""
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    with hold("commit.after_claim") as sealed, hold("abort.after_fence") as fenced:
+        committer = Worker(other(ns).commit, "X")
+        committer.start()
+        sealed.wait_reached()
+        aborter = Worker(other(ns).abort, "X")
+        aborter.start()
+        fenced.wait_reached()
+        sealed.release()
+        with pytest.raises(TransactionAborted):
+            committer.outcome()
+        fenced.release()
+        aborter.outcome()
+    assert state_of(ns, "X") == "aborted"
+    assert tags(ns) == Counter({"seed": 4})
+    assert no_duplicates(ns) == [0, 1, 2, 3]
+
+
+def test_a_committer_whose_claim_another_tool_removed_stops(ns: PartitionedNamespace) -> None:
+    """X seals and parks; another tool rewrites ``__manifest``, clearing X's claim on
+    partition 1 while X is COMMITTING. The committer, still the row's owner, finds at its
+    swap that it does not hold its claims: a ManifestError that names the partition, at
+    once (the swap's ClaimedBy requirement alone would lose the race again and again until
+    the swap timeout)."""
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    with hold("commit.after_claim") as sealed:
+        committer = Worker(other(ns).commit, "X")
+        committer.start()
+        sealed.wait_reached()
+        state = ns.state()
+        part = ns.partition({"part": 1}).object_id
+        [row] = state.full_rows([part]).to_pylist()
+        assert row[CLAIM] == "X#1"
+        Manifest(ns.storage).commit(Swap(state.view, [dict(row, **{CLAIM: None})]))
+    with pytest.raises(ManifestError, match=re.escape(f"lost its claim on {part}")):
+        committer.outcome(timeout=60)
+    assert state_of(ns, "X") == "committing"
+    assert tags(ns) == Counter({"seed": 4})
+
+
+# -- a table operation with a txn_id: its row through the lifecycle -----------------------------
+def test_a_named_operation_aborted_while_it_runs_publishes_nothing(
+    ns: PartitionedNamespace,
+) -> None:
+    """A delete with ``txn_id`` D commits its leaf and parks before its swap;
+    ``recover(lease_seconds=0)`` aborts D meanwhile (its row: ABORTED, incarnation 1). The
+    delete's swap loses (D's row was written since its base) and its next attempt finds
+    its own incarnation aborted: TransactionAborted, nothing deleted
+    (``OperationRunner._published``). Its swap alone would not refuse: it writes D's row
+    PUBLISHED as "sealed and published at once", whatever row is there now."""
+    with hold("delete.before_publish") as parked:
+        deleting = Worker(other(ns).delete, "id = 0", txn_id="D")
+        deleting.start()
+        parked.wait_reached()
+        assert other(ns).recover(lease_seconds=0) == ["D"]
+    with pytest.raises(TransactionAborted, match="aborted while it ran"):
+        deleting.outcome()
+    assert state_of(ns, "D") == "aborted"
+    assert no_duplicates(ns) == [0, 1, 2, 3]
+
+
+# -- taking over: the claims are read after the steal -----------------------------------------
+def test_a_committer_whose_take_over_was_taken_over_returns_the_result(
+    ns: PartitionedNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """X's committer died after its seal. T takes X over (its steal committed) and parks
+    before it reads the claimed rows; B takes X over from T and publishes it. T then finds
+    the claims released by a publish that is not its own: it waits for the outcome
+    (TAKEN_OVER) and returns B's result, committing nothing (``ClaimPublish._check_claims``:
+    neither a ManifestError nor a second leaf version of X's files)."""
+    sealed(ns, monkeypatch, "X", tagged_rows("x", [1], 2, first_id=100))
+    thief: list[threading.Thread] = []
+    with hold("manifest.after_swap", when=lambda: threading.current_thread() in thief) as stole:
+        t = Worker(other(ns).commit, "X")
+        thief.append(t)
+        t.start()
+        stole.wait_reached()
+        b = other(ns).commit("X")
+    assert t.outcome() == b
+    published = ns.partition({"part": 1})
+    assert int(lance.dataset(published.location).version) == published.read_version
+    assert tags(ns) == Counter({"seed": 4, "x": 2})
+    assert no_duplicates(ns) == [0, 1, 2, 3, 100, 101]
+
+
+# -- leaf commits: a roll-back is used only if nothing landed on it ----------------------------
+def test_a_roll_back_another_commit_landed_on_is_made_again(
+    ns: PartitionedNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed direct write left a version above partition 1's published one. X's
+    committer rolls it back (restores the published version on top) and parks right after
+    the restore; a foreign writer (plain Lance, none of ours) appends to the leaf, on the
+    restored version. X must roll back again, not commit on it (``_roll_back`` checks the
+    restored content): the foreign rows were never published and must not be by X."""
+    with crashing(monkeypatch, "direct.before_publish"), pytest.raises(FailpointError):
+        ns.write(tagged_rows("killed", [1], 2, first_id=50))
+    location = ns.partition({"part": 1}).location
+    ns.begin("append", "X").stage(tagged_rows("x", [1], 2, first_id=100))
+    with hold("leaf.rolled_back") as rolled:
+        committer = Worker(other(ns).commit, "X")
+        committer.start()
+        rolled.wait_reached()
+        leaf = lance.dataset(location)
+        foreign = pa.Table.from_pylist([{"id": 300, "tag": "foreign"}], schema=leaf.schema)
+        lance.write_dataset(foreign, location, mode="append")
+        rolled.release()
+        committer.outcome()
+    assert tags(ns) == Counter({"seed": 4, "x": 2})
+    assert no_duplicates(ns) == [0, 1, 2, 3, 100, 101]
