@@ -92,9 +92,11 @@ def publish_stage(
         return publish(ctx, strategy, budgets)
     except (Spent, OutcomeUnknown):
         raise  # handed over (files kept), or maybe published: nothing may delete its files
-    except (Exception, KeyboardInterrupt):
-        # once published, its files are the partitions' data
-        if strategy is None or not strategy.published:
+    except (Exception, KeyboardInterrupt) as exc:
+        # Once published, its files are the partitions' data. An interrupt once a swap was
+        # built may have come while it committed (raised when Lance returns): kept too.
+        maybe = strategy is not None and strategy.swapped and not isinstance(exc, Exception)
+        if strategy is None or not (strategy.published or maybe):
             discard_stage(stage, ctx.storage)
         raise
 
@@ -128,6 +130,8 @@ class DirectWrite:
         self.requirements = staged_requirements(self.parts, overwrite=self.overwrite)
         self.retried = False
         self.last: Prepared[_Read] | None = None
+        #: A swap was built (and may have been sent).
+        self.swapped = False
 
     @property
     def published(self) -> bool:
@@ -165,6 +169,7 @@ class DirectWrite:
         return self.last
 
     def swap(self, prepared: Prepared[_Read]) -> Swap:
+        self.swapped = True
         versions = prepared.versions
         if self.retried:
             # A lost race's winner rolled back the leaf versions of the first attempt, and
