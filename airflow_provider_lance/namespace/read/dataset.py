@@ -13,8 +13,9 @@ Engines call ``schema`` and ``scanner(columns=, filter=)`` then ``to_reader()`` 
 batch_size=)`` (DataFusion's ``register_dataset``: a fragment is a partition).
 
 DataFusion calls these from inside its async runtime, where the DataFusion this package
-plans filters with cannot run (it would start a runtime inside one): planning and reading
-run on threads of their own (:func:`apart`).
+plans filters with cannot run (it would start a runtime inside one): planning runs on
+threads of this module (:func:`apart`), and so does reading a fragment (what DataFusion
+reads; a read of a whole dataset stays on the engine's thread).
 
 Like pylance's ``LanceDataset``, the classes subclass pyarrow's (engines test for them)
 without a C++ object behind them, so every public method pyarrow defines is defined here;
@@ -121,6 +122,7 @@ class NamespaceDataset(pads.Dataset):  # type: ignore[misc]
         options: dict[str, Any],
         partitions: Sequence[Partition] | None,
     ) -> NamespaceScanner:
+        """The scan (of ``partitions``: a fragment's, read apart; None: those it keeps)."""
         _check_options(options)
         if columns is not None and not isinstance(columns, list | tuple):
             raise InvalidArgumentError(
@@ -137,7 +139,9 @@ class NamespaceDataset(pads.Dataset):  # type: ignore[misc]
             kept = partitions if partitions is not None else self._prune(sql)
             return plan_scan(self._storage, self._state, kept, filter=sql, columns=read)
 
-        return NamespaceScanner(self, planned, output, residual, batch_size)
+        scanner = NamespaceScanner(self, planned, output, residual, batch_size)
+        scanner.apart = partitions is not None
+        return scanner
 
     def _translate(self, filter: Filter) -> tuple[str | None, ArrowFilter | None]:
         """The SQL a scan plans with, and the expression it applies after (if the SQL
@@ -291,6 +295,8 @@ class NamespaceScanner(pads.Scanner):  # type: ignore[misc]
         self._output = output
         self._residual = residual
         self._batch_size = batch_size
+        #: Whether batches are read on this module's threads (see the module docstring).
+        self.apart = False
 
     @property
     def plan(self) -> ScanPlan:
@@ -308,10 +314,20 @@ class NamespaceScanner(pads.Scanner):  # type: ignore[misc]
         return self._dataset.schema
 
     def to_batches(self) -> Generator[pa.RecordBatch, None, None]:
-        batches: Iterator[pa.RecordBatch] = self.plan.to_batches(self._batch_size)
+        batches: Iterator[pa.RecordBatch]
+        if not self._output.names and self._residual is None:  # a count (DataFusion's)
+            batches = self._counted()
+        else:
+            batches = self.plan.to_batches(self._batch_size)
         if self._residual is not None:
             batches = self._residual.filter(batches, self._output)
-        return pulled_apart(batches)
+        return pulled_apart(batches) if self.apart else _generator(batches)
+
+    def _counted(self) -> Iterator[pa.RecordBatch]:
+        """The rows as a batch of no column, counted as :meth:`count_rows` counts."""
+        rows = self.plan.count_rows()
+        if rows:
+            yield pa.record_batch([pa.nulls(rows)], names=["_"]).select([])
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self._output, self.to_batches())
@@ -366,6 +382,10 @@ class NamespaceScanner(pads.Scanner):  # type: ignore[misc]
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("a namespace scan is not pickled: pickle its plan (scanner.plan)")
+
+
+def _generator(items: Iterator[R]) -> Generator[R, None, None]:
+    yield from items
 
 
 #: pyarrow's scan options: a namespace scan takes them and needs none.

@@ -65,6 +65,11 @@ def to_polars(dataset: NamespaceDataset) -> pl.LazyFrame:
     return frame
 
 
+#: Rows gathered into one frame when Polars gives no batch size (a frame per leaf would
+#: cost Polars' per-frame work once per partition read).
+FRAME_ROWS = 65_536
+
+
 def _frames(
     dataset: NamespaceDataset,
     schema: pl.Schema,
@@ -82,12 +87,13 @@ def _frames(
         needed = predicate.meta.root_names()
         read = columns + [c for c in needed if c not in columns]
         pushed = polars_predicate(predicate, schema)
-    scanner = dataset.scanner(read, pushed, batch_size)
+    scanner = dataset.scanner(read, pushed)
     left = n_rows
     batches = scanner.to_batches()
     try:
-        for batch in batches:
-            frame = polars.from_arrow(batch)
+        gather = min(batch_size or FRAME_ROWS, n_rows or FRAME_ROWS)  # a limit stops early
+        for table in _gathered(batches, scanner.projected_schema, gather):
+            frame = polars.from_arrow(table)
             assert isinstance(frame, polars.DataFrame)
             if predicate is not None:
                 frame = frame.filter(predicate).select(columns)
@@ -100,6 +106,22 @@ def _frames(
                 return
     finally:
         batches.close()
+
+
+def _gathered(
+    batches: Iterator[pa.RecordBatch], schema: pa.Schema, rows: int
+) -> Iterator[pa.Table]:
+    """``batches`` as tables of at least ``rows`` rows (the last one smaller)."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(held, schema)
+            held, count = [], 0
+    if held:
+        yield pa.Table.from_batches(held, schema)
 
 
 def polars_predicate(predicate: pl.Expr, schema: pl.Schema) -> pc.Expression | None:

@@ -140,6 +140,21 @@ def test_projections_and_aggregates(daily: PartitionedNamespace) -> None:
     assert daily.to_polars().select(pl.len()).collect().item() == 320
 
 
+def test_counts_read_no_column(daily: PartitionedNamespace) -> None:
+    """DataFusion counts through a scan of no column; a read of no column keeps its rows."""
+    daily.write(rows())
+    sql = "event_date >= DATE '2025-12-01' AND amount > 100"
+    want = len(expected(daily, sql))
+    ctx = SessionContext()
+    ctx.register_dataset("events", daily.to_pyarrow_dataset())
+    counted = ctx.sql(f"SELECT count(*) AS n FROM events WHERE {sql}").to_arrow_table()
+    assert counted.column("n").to_pylist() == [want]
+    everything = ctx.sql("SELECT count(*) AS n FROM events").to_arrow_table()
+    assert everything.column("n").to_pylist() == [320]
+    assert daily.to_table(columns=[], filter=sql).num_rows == want
+    assert daily.to_table(columns=[]).num_rows == 320
+
+
 # -- pruning: the query succeeds although a leaf it must not touch is unreadable ----------
 def break_leaf(ns: PartitionedNamespace, sql: str) -> None:
     """Delete the data files of the one partition ``sql`` selects (its reads fail now)."""
@@ -231,6 +246,7 @@ def test_head_stops_once_it_has_its_rows(daily: PartitionedNamespace) -> None:
         where = "event_date IS NULL" if values is None else f"event_date = DATE '{values}'"
         break_leaf(daily, where)
     assert ds.head(5).num_rows == 5
+    assert daily.to_polars().head(5).collect().height == 5  # Polars' limit reaches the scan
     assert ds.scanner(columns=["id"]).head(5).to_pylist() == first.head(5, ["id"]).to_pylist()
 
 
