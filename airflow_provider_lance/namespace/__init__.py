@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         DataValidationError,
         ExpressionError,
         FilterError,
+        InstallationError,
         InvalidArgumentError,
         InvalidLiteralError,
         LanceNamespaceError,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from .ops.compaction import DEFAULT_TARGET_ROWS
     from .ops.verification import MisplacedRows, VerifyReport
     from .progress import Progress, ProgressCallback
+    from .read.dataset import NamespaceDataset, NamespaceFragment, NamespaceScanner
     from .read.plan import FragmentInfo, RowFilter, Scan, ScanPlan, ScanTask
     from .read.timetravel import AsOf, check_tag_name
     from .results import (
@@ -97,6 +99,10 @@ _EXPORTS = {
     "Scan": "read.plan",
     "FragmentInfo": "read.plan",
     "RowFilter": "read.plan",
+    # reads by query engines (DuckDB, Polars, DataFusion, pyarrow)
+    "NamespaceDataset": "read.dataset",
+    "NamespaceScanner": "read.dataset",
+    "NamespaceFragment": "read.dataset",
     # writes from many processes, transactions
     "Transaction": "txn.transactions",
     "TransactionInfo": "txn.transactions",
@@ -157,6 +163,7 @@ _EXPORTS = {
     "ExpressionError": "errors",
     "InvalidLiteralError": "errors",
     "InvalidArgumentError": "errors",
+    "InstallationError": "errors",
     "PartitionSpecError": "errors",
     "ManifestError": "errors",
     "NamespaceExistsError": "errors",
@@ -184,14 +191,18 @@ __all__ = [
     "FilterError",
     "FragmentInfo",
     "HistoryEntry",
+    "InstallationError",
     "InvalidArgumentError",
     "InvalidLiteralError",
     "LanceNamespaceError",
     "ManifestError",
     "MisplacedRows",
     "MissingPartitionSourceError",
+    "NamespaceDataset",
     "NamespaceExistsError",
+    "NamespaceFragment",
     "NamespaceNotFoundError",
+    "NamespaceScanner",
     "NamespaceState",
     "OperationResult",
     "OutcomeUnknown",

@@ -9,7 +9,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -60,7 +60,9 @@ from airflow_provider_lance.namespace.ops.verification import (
     VerifyReport,
     verify_partitions,
 )
+from airflow_provider_lance.namespace.read import engines
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
+from airflow_provider_lance.namespace.read.dataset import NamespaceDataset
 from airflow_provider_lance.namespace.read.history import History
 from airflow_provider_lance.namespace.read.plan import ScanPlan, plan_scan
 from airflow_provider_lance.namespace.read.scan import open_leaf
@@ -105,6 +107,10 @@ from .failpoints import failpoint
 from .progress import ProgressCallback, check_callback, iterate_reporting, reporting
 from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
 from .types import ArrowData, WriteMode
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -577,6 +583,32 @@ class PartitionedNamespace:
         """The number of rows matching ``filter`` (from table metadata where no filter
         applies), as of ``as_of`` (see :meth:`state`)."""
         return self._plan(filter, None, as_of, version).count_rows()
+
+    # -- query engines ---------------------------------------------------------------------
+    def to_pyarrow_dataset(self, as_of: AsOf | None = None) -> NamespaceDataset:
+        """A ``pyarrow.dataset.Dataset`` of the namespace as of ``as_of`` (see :meth:`state`;
+        default: the latest, now): DuckDB (``FROM ds``), Polars (``pl.scan_pyarrow_dataset``),
+        DataFusion (``ctx.register_dataset``) and pyarrow push their filters and projections
+        into its scans, which prune partitions (see :mod:`~.read.dataset`)."""
+        return NamespaceDataset(self._storage, self.state(as_of))
+
+    def to_polars(self, as_of: AsOf | None = None) -> pl.LazyFrame:
+        """A lazy Polars frame of the namespace as of ``as_of`` (pinned now, as
+        :meth:`to_pyarrow_dataset`); its queries push projection, predicate and limit into
+        the scan. Needs the ``polars`` extra."""
+        return engines.to_polars(self.to_pyarrow_dataset(as_of))
+
+    def to_duckdb(
+        self,
+        table_name: str,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        *,
+        as_of: AsOf | None = None,
+    ) -> duckdb.DuckDBPyConnection:
+        """``connection`` (a new in-memory one for None) with the namespace as of ``as_of``
+        registered as the view ``table_name`` (pyiceberg's ``to_duckdb``). Needs the
+        ``duckdb`` extra."""
+        return engines.to_duckdb(self.to_pyarrow_dataset(as_of), table_name, connection)
 
     # -- table operations: each one __manifest swap (see operations) ------------------------
     def drop_partitions(

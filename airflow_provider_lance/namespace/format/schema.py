@@ -433,6 +433,8 @@ class ReadPlan:
                 arrays.append(pa.nulls(batch.num_rows, f.type))
             else:
                 arrays.append(_cast_column(batch.column(src), f.type, f.name, reading=True))
+        if not arrays:  # no column read: the rows are still counted
+            return pa.Table.from_arrays([pa.nulls(batch.num_rows)], names=["_"]).select([])
         return pa.Table.from_arrays(arrays, schema=self.target)
 
 

@@ -151,7 +151,8 @@ def output_batches(
         except ExpressionError as exc:
             raise FilterError(str(exc)) from exc
     if table.num_rows:
-        yield from table.select(output.names).cast(output).to_batches()
+        selected = table.select(output.names)  # (a cast to no column would drop the rows)
+        yield from (selected.cast(output) if output.names else selected).to_batches()
 
 
 _HASH_CALL = re.compile(r"\bhash\s*\(", re.IGNORECASE)
