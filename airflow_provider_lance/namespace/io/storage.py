@@ -165,8 +165,7 @@ _RUST_LOCATION = re.compile(r",?\s*/[^\s,;]*\.rs:\d+:\d+")
 
 
 def first_line(exc: BaseException) -> str:
-    """The part of a library error worth showing: its first line without Rust source
-    locations, bounded."""
+    """A library error's first line, without Rust source locations, bounded."""
     text = _RUST_LOCATION.sub("", str(exc)).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
