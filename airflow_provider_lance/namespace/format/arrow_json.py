@@ -2,10 +2,9 @@
 
 Type names follow the lance-namespace reference converter (``int64``, ``utf8``, ``date32``,
 ``bool``, ``list``, ``struct``, decimals as ``length = precision * 1000 + scale``), so other
-implementations read what we write. The reference converter drops the unit and time zone of
-``timestamp``/``time``/``duration``; we keep them in two extra keys, ``unit`` (``s``, ``ms``,
-``us``, ``ns``) and ``timezone``, which readers that do not know them ignore (they then read
-the reference default: microseconds, no zone).
+implementations read what we write. The unit and time zone of ``timestamp``/``time``/
+``duration``, which the reference drops, are kept in extra keys ``unit`` and ``timezone``
+(readers that ignore them read its default: microseconds, no zone).
 """
 
 from __future__ import annotations
@@ -45,12 +44,8 @@ _DEFAULT_UNIT = {"timestamp": "us", "duration": "us", "time32": "ms", "time64": 
 
 
 def normalize_type(dtype: pa.DataType) -> pa.DataType:
-    """The storable form of a type: view and dictionary types become their plain value type.
-
-    DataFusion returns ``Utf8View`` for many string functions and users hand in
-    dictionary-encoded columns; neither has a JsonArrowDataType name, and both read back as
-    their plain type, so the namespace only ever records the plain one.
-    """
+    """The storable form of a type: view and dictionary types (which have no
+    JsonArrowDataType name and read back as their plain type) become their plain type."""
     if pa.types.is_dictionary(dtype):
         return normalize_type(dtype.value_type)
     if dtype == pa.string_view():

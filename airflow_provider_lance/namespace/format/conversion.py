@@ -1,8 +1,5 @@
-"""The one rule by which a write converts values to a column's type: every value kept
-exactly, or the conversion refused naming a value.
-
-Every path that takes data (``write``, ``Transaction.stage``, ``merge``, the Spark writer
-and data source, ``create_partition``'s values) converts through :func:`cast_losslessly`.
+"""The one rule by which every path that takes data converts values to a column's type
+(:func:`cast_losslessly`): every value kept exactly, or the conversion refused naming a value.
 
 * Within a kind, a value is converted when it comes back unchanged: numbers (integers,
   floats, decimals) into any number type that holds them exactly (``2**53 + 1`` is no
@@ -30,11 +27,8 @@ _UINT_ORDER = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
 
 
 def is_widening(source: pa.DataType, target: pa.DataType) -> bool:
-    """True if every value of ``source`` is exactly representable in ``target``.
-
-    This is the spec's type promotion rule (no narrowing) and also the rule for casting a
-    partition expression's result to its declared ``result_type``.
-    """
+    """True if every value of ``source`` is exactly representable in ``target``: the
+    spec's type promotion rule (no narrowing)."""
     source, target = normalize_type(source), normalize_type(target)
     if source == target:
         return True

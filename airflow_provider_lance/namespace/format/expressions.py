@@ -1,10 +1,9 @@
 """DataFusion SQL expressions: partition expressions and filters, with the ``hash`` UDF.
 
-Everything here is evaluated by DataFusion itself (never re-implemented), in a session whose
-time zone is pinned to UTC. DataFusion's Python UDFs have one exact signature and silently
-*coerce* other argument types to it (an int32 passed to a utf8 ``hash`` would be hashed as
-its decimal string), so each expression is first planned in a probe session to learn the
-argument type of every ``hash(...)`` call, then bound to a session whose ``hash`` takes
+Evaluated by DataFusion itself, in a session pinned to UTC. A Python UDF has one signature
+and DataFusion coerces other argument types to it (an int32 given to a utf8 ``hash`` would
+be hashed as its decimal text), so an expression is planned in a probe session to learn the
+argument type of its ``hash(...)`` calls, then bound to a session whose ``hash`` takes
 exactly that type.
 """
 
@@ -31,14 +30,9 @@ _FRAME_IDS = itertools.count()
 
 @contextmanager
 def registered(session: SessionContext, data: pa.Table) -> Iterator[DataFrame]:
-    """``data`` as a frame of ``session`` for the ``with`` block, then deregistered.
-
-    ``from_arrow`` registers its input in the session under a name; left registered, a
-    long-lived session keeps every table ever evaluated alive (measured: a Spark task's
-    whole input, as batches read over IPC share one buffer). The registration is pinned by
-    tests/namespace/test_pylance_facts.py::
-    test_fact_datafusion_from_arrow_registers_its_input_until_deregistered.
-    """
+    """``data`` as a frame of ``session`` for the ``with`` block, then deregistered, so a
+    long-lived session keeps no input alive (pylance fact:
+    test_fact_datafusion_from_arrow_registers_its_input_until_deregistered)."""
     name = f"__input_{next(_FRAME_IDS)}"
     frame = session.from_arrow(data, name)
     try:
@@ -79,18 +73,10 @@ _FORBIDDEN_VARIANTS = frozenset(
 
 
 def new_session(hash_input: pa.DataType | None = None) -> SessionContext:
-    """A DataFusion session pinned to UTC, with ``hash`` bound to ``hash_input`` if given.
-
-    One target partition: with more, DataFusion deals the input's 8,192-row batches out
-    round-robin to parallel projections and collects them in whatever order they finish,
-    so an expression's values no longer lined up with the rows they were computed from
-    (rows of more than one batch were routed to partitions of other rows' values). One
-    partition keeps the input order, and measured faster as well (no repartitioning).
-
-    The DataFusion behaviour relied on here is pinned by tests/namespace/test_pylance_facts.py:
-    test_fact_datafusion_with_one_target_partition_keeps_the_input_order (the speed is not
-    tested), test_fact_datafusion_coerces_udf_arguments_to_its_one_signature (why ``hash``
-    is bound to the input's type) and
+    """A DataFusion session pinned to UTC, with ``hash`` bound to ``hash_input`` if given,
+    and one target partition, so that values come out in the order of the input rows.
+    pylance facts: test_fact_datafusion_with_one_target_partition_keeps_the_input_order,
+    test_fact_datafusion_coerces_udf_arguments_to_its_one_signature,
     test_fact_datafusion_evaluates_zoned_timestamps_in_their_zone_and_naive_ones_in_utc.
     """
     config = (
@@ -164,8 +150,7 @@ class BoundExpression:
     hash_input: pa.DataType | None
     _session: SessionContext = field(repr=False)
     _expr: Expr = field(repr=False)
-    #: ``schema`` with no rows, registered in the session by :func:`bind` (kept for
-    #: :meth:`unplannable`: one registration fewer, ~1 ms the first time in a process).
+    #: ``schema`` with no rows, as :func:`bind` registered it (for :meth:`unplannable`).
     _empty: DataFrame | None = field(default=None, repr=False)
 
     @property
@@ -186,36 +171,29 @@ class BoundExpression:
         """The expression's value for every row of ``data`` (schema must match)."""
         if data.num_rows == 0:
             return pa.chunked_array([], self.output_type)
-        with self.frame(data) as frame:
-            try:
-                result = frame.select(self._reparse(frame).alias("__value")).to_arrow_table()
-            except Exception as exc:
-                raise ExpressionError(
-                    f"evaluating {self.sql!r} failed: {_first_line(exc)}"
-                ) from exc
+        with self.frame(data) as frame, self._failures():
+            result = frame.select(self._reparse(frame).alias("__value")).to_arrow_table()
         return result.column("__value")
 
     def filter(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
         """The rows of ``data`` for which the (boolean) expression is true."""
         if data.num_rows == 0:
             return data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
-        with self.frame(data) as frame:
-            try:
-                out = frame.filter(self._reparse(frame)).to_arrow_table()
-            except Exception as exc:
-                raise ExpressionError(
-                    f"evaluating {self.sql!r} failed: {_first_line(exc)}"
-                ) from exc
+        with self.frame(data) as frame, self._failures():
+            out = frame.filter(self._reparse(frame)).to_arrow_table()
         return out.cast(data.schema) if out.schema != data.schema else out
+
+    @contextmanager
+    def _failures(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            raise ExpressionError(f"evaluating {self.sql!r} failed: {_first_line(exc)}") from exc
 
     def unplannable(self) -> tuple[Any, str] | None:
         """The smallest part of the expression DataFusion cannot plan, and why; None if it
-        plans.
-
-        Planning folds constants, coercing each literal to the type it is compared with,
-        so a literal that is no value of its type (``DATE '2025-13-45'``, ``'abc'`` against
-        an integer column) fails here, on no rows, and a read would fail the same way.
-        """
+        plans. Planning coerces literals, so one that is no value of its type (``DATE
+        '2025-13-45'``) fails here, on no rows, as a read would."""
         if self._empty is not None:  # the expression was parsed against it
             return _unplannable_in(self._empty, raw(self._expr))
         empty = pa.table({f.name: pa.array([], f.type) for f in self.schema})
@@ -354,9 +332,7 @@ def _first_line(exc: BaseException) -> str:
 
 _CONSTANTS: list[SessionContext] = []
 #: Constants evaluated in the shared session, by DataFusion's canonical name of the
-#: expression (type and value: ``CAST(Utf8("2025-12-10") AS Date32)``). A read's filter has
-#: its constants evaluated when it is translated and again, three ways rounded, when the
-#: pruner checks what it projected: each a DataFusion query (~0.3 ms).
+#: expression (type and value: ``CAST(Utf8("2025-12-10") AS Date32)``).
 _CONSTANT_VALUES: dict[str, pa.Scalar] = {}
 _CONSTANT_VALUES_MAX = 1024
 

@@ -7,8 +7,8 @@ as int64 days, timestamps as int64 microseconds since the epoch (UTC), all littl
 bytes; strings as UTF-8 bytes, binary as raw bytes, booleans as one byte. The unsigned 64-bit
 digest is reinterpreted as a two's-complement int64. NULL hashes to NULL.
 
-Eight-byte inputs are hashed with a vectorised NumPy transcription of XXH64 (checked against
-the ``xxhash`` package in the tests); variable-length inputs go through ``xxhash`` itself.
+Eight-byte inputs are hashed by a vectorised NumPy XXH64 (checked against ``xxhash`` in the
+tests); variable-length inputs by ``xxhash`` itself.
 """
 
 from __future__ import annotations

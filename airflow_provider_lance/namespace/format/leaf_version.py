@@ -1,7 +1,6 @@
 """Who wrote a leaf version: the transaction properties every commit of this project puts
 on the Lance versions it makes (a transaction and its incarnation, and for a table operation
-its kind), and reading them back. ``history`` names publishes by them; roll-backs use them to
-tell the project's own versions from a foreign writer's."""
+its kind), and reading them back (``history``, roll-backs)."""
 
 from __future__ import annotations
 
@@ -10,15 +9,13 @@ import lance
 #: Leaf-commit properties naming the transaction (and its incarnation) that made a version.
 TXN_PROPERTY = "partitioned-namespace.txn_id"
 INCARNATION_PROPERTY = "partitioned-namespace.incarnation"
-#: The table operation (``merge``, ``delete``, ``optimize``) a leaf version was made by:
-#: what ``history()`` names a publish without a transaction row after.
+#: The table operation (``merge``, ``delete``, ``optimize``) a leaf version was made by.
 OPERATION_PROPERTY = "partitioned-namespace.operation"
 
 
 def committed_by(ds: lance.LanceDataset, version: int) -> str | None:
-    """The tag (``txn_id#incarnation``) recorded on a leaf version (None: not ours, as a
-    restore is: pinned by tests/namespace/test_pylance_facts.py::
-    test_fact_transaction_properties_are_read_back_per_version_and_restore_has_none)."""
+    """The tag (``txn_id#incarnation``) recorded on a leaf version; None: not ours (pylance
+    fact: test_fact_transaction_properties_are_read_back_per_version_and_restore_has_none)."""
     txn = ds.read_transaction(version)
     props = (txn.transaction_properties or {}) if txn is not None else {}
     txn_id = props.get(TXN_PROPERTY)

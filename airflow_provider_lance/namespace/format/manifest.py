@@ -1,15 +1,13 @@
 """The ``__manifest`` Lance table: its columns, table metadata, and atomic row commits.
 
-Base columns are exactly those pylance's ``DirectoryNamespace`` writes (so it reads what we
-write); extensions are ``read_version`` and one nullable column per partition field. Rows are
-only ever changed through ``merge_insert`` keyed on ``object_id`` (which carries Lance's
-primary-key field metadata, without which concurrent inserts duplicate rows; the facts
-about ``merge_insert`` this module rests on are pinned by tests/namespace/test_pylance_facts.py):
+Base columns are exactly those pylance's ``DirectoryNamespace`` writes; extensions are
+``read_version``, the claim column and one column per partition field. Rows change only
+through ``merge_insert`` keyed on ``object_id``, which carries Lance's primary-key metadata
+(pylance facts: ``test_fact_merge_insert_*``, ``test_fact_insert_if_absent_*``):
 
 * :meth:`Manifest.insert_absent`: insert-if-absent, exactly one winner per ``object_id``;
-* :meth:`Manifest.commit`: a :class:`~.swap.Swap` (rows upserted and deleted, transaction
-  rows moved, against the version they were read at), failing with :class:`CommitConflict`
-  if any of them changed since.
+* :meth:`Manifest.commit`: a :class:`~.swap.Swap` against the version its rows were read
+  at, failing with :class:`CommitConflict` if any of them changed since.
 
 Table metadata (``schema``, ``partition_spec_v<N>``) is its own commit (Lance cannot change
 rows and metadata together), always written before any row depends on it.
@@ -23,7 +21,7 @@ import logging
 import operator
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, Literal, Protocol
 from urllib.parse import urlparse
@@ -95,14 +93,10 @@ READ_VERSION_FIELD = pa.field(READ_VERSION, pa.uint64())
 #: Bookkeeping (reserved ``__`` prefix): the transaction holding a partition's commit claim.
 CLAIM = "__txn_id"
 CLAIM_FIELD = pa.field(CLAIM, pa.utf8())
-#: ``object_id`` prefix of transaction rows (``__txn$<txn_id>``, object_type ``namespace``):
-#: each holds the state of one transaction, the arbiter of its fate (see ``lifecycle``).
-#: Foreign DirectoryNamespace writers keep such rows (and their ``metadata``) when they
-#: rewrite ``__manifest``; listings of the spec-version namespaces never show them.
+#: ``object_id`` prefixes of reserved rows (object_type ``namespace``, outside every
+#: spec-version namespace, so no partition listing shows them): a transaction's state
+#: (``__txn$<txn_id>``, see ``lifecycle``) and a running merge's intent (see ``spec_fence``).
 TXN_PREFIX = "__txn$"
-#: ``object_id`` prefix of a running merge's intent row (object_type ``namespace``, like
-#: transaction rows: outside every spec-version namespace, so no partition listing shows
-#: it; see ``spec_fence``).
 INTENT_PREFIX = "__merge$"
 #: ``object_id`` prefix of the fence row of a spec version (``__fence$v3``, see ``spec_fence``).
 FENCE_PREFIX = "__fence$v"
@@ -115,16 +109,14 @@ ManifestRow = dict[str, Any]
 #: Ids looked up by an ``object_id IN (...)`` filter, at most, before
 #: :meth:`ManifestView.existing` reads every id instead.
 POINT_LOOKUP_IDS = 64
-#: Rows of ``__manifest`` read whole in about the time of a filtered scan (~0.2 us a row,
-#: locally: 1 ms; measured with pylance 14.0.2, a timing no test pins).
+#: Rows of ``__manifest`` read whole in about the time of a filtered scan.
 CHEAP_WHOLE_ROWS = 5000
 _LEAVES = f"{OBJECT_TYPE} = '{TABLE}'"
 _CLAIMED = f"{CLAIM} IS NOT NULL"
 
 
 def partition_ids(ids: Sequence[object]) -> list[str]:
-    """The ids among ``ids`` that name namespace objects (not the reserved ``__`` rows of
-    transactions, merges and fences): what a conflict error lists."""
+    """The ids among ``ids`` of namespace objects, not reserved rows: what a conflict lists."""
     return [i for i in ids if isinstance(i, str) and not i.startswith("__")]
 
 
@@ -134,13 +126,8 @@ def manifest_schema(partition_columns: list[pa.Field]) -> pa.Schema:
 
 #: Versions of ``__manifest`` a :class:`Manifest` keeps open for its commits.
 OPENED_KEPT = 4
-#: Lance's I/O block size for ``__manifest`` on an object store (Lance's default there is
-#: 64 KiB). A data file no larger is read whole in one request; a larger one is read in
-#: three sequential rounds (its tail, its column metadata, its pages), so every scan of a
-#: namespace of 1,000 partitions (a 106 KB compacted file) took three round trips for what
-#: one request of 106 KB gives. Measured on S3 at 20 ms a request (moto behind the
-#: benchmarks' latency proxy): planning one date 163 -> 117 ms. A file is transferred
-#: in far less than a round trip up to this size (a local directory keeps Lance's default).
+#: Lance's I/O block size for ``__manifest`` on an object store: a data file no larger is
+#: read in one request (a local directory keeps Lance's default).
 MANIFEST_BLOCK_SIZE = 1 << 20
 
 
@@ -159,14 +146,11 @@ class Manifest:
         self.storage = storage
         self.root = storage.root
         self.uri = storage.uri(MANIFEST_NAME)
-        #: One Lance session for every version opened: fragment and file metadata read once
-        #: (a commit opens several versions; most of their fragments are the same files).
+        #: One Lance session for every version opened: their metadata is read once.
         self._session = Session()
-        #: The table as this handle's last compare-and-swap left it (None before one):
-        #: what the compaction check after a publish looks at, without opening it again.
+        #: The table as this handle's last compare-and-swap left it (None before one).
         self.last_swapped: lance.LanceDataset | None = None
-        #: The versions opened last, by number: a compare-and-swap against one of them
-        #: commits on a copy (no request) instead of opening it again (one per commit).
+        #: The versions opened last, by number: a swap on one commits on a copy.
         self._opened: dict[int, lance.LanceDataset] = {}
         self._lock = threading.Lock()
 
@@ -205,31 +189,26 @@ class Manifest:
         return ds
 
     def _keep(self, ds: lance.LanceDataset) -> None:
-        """Keep a copy of ``ds`` as the version it is: callers commit on (advance) what
-        they are given."""
+        """Keep a copy of ``ds``: callers commit on (advance) what they are given."""
         with self._lock:
             self._opened[int(ds.version)] = copy.copy(ds)
             while len(self._opened) > OPENED_KEPT:
                 del self._opened[min(self._opened)]
 
     def _copy_of(self, version: int) -> lance.LanceDataset | None:
-        """A copy of the table at ``version`` if this handle holds it open (opened, or
-        made by its own compare-and-swap): no request. A copy, as a commit advances the
-        table it runs on in place."""
+        """A copy of the table at ``version`` if this handle holds it open (no request)."""
         with self._lock:
             ds = self._opened.get(version)
         return None if ds is None else copy.copy(ds)
 
     def held(self, version: int) -> ManifestView | None:
-        """The table at ``version``, to query without a request, if this handle holds it
-        open; None otherwise."""
+        """The table at ``version`` to query, if this handle holds it open (no request)."""
         ds = self._copy_of(version)
         return None if ds is None else ManifestView(ds)
 
     def _base(self, base_version: int, ids: Sequence[str]) -> tuple[lance.LanceDataset, bool]:
-        """The table at ``base_version`` to commit on, and whether it is a copy of one
-        opened before. A commit advances the table it runs on in place, so never the
-        opened one itself (a :class:`ManifestView` may be reading it)."""
+        """A table at ``base_version`` of its own to commit on (a commit advances it in
+        place), and whether it is a copy of one opened before."""
         opened = self._copy_of(base_version)
         if opened is not None:
             return opened, True
@@ -256,10 +235,9 @@ class Manifest:
     def create(self, metadata: Mapping[str, str], first_rows: pa.Table) -> lance.LanceDataset:
         """Create the table with ``first_rows``, its metadata and scalar indices.
 
-        Crash-safe and idempotent: creating takes three Lance commits (table, metadata,
-        index), so a ``__manifest`` with our first rows but no metadata is an interrupted
-        create and is finished, and one that already holds exactly ``metadata`` is returned
-        as it is. Anything else at the root raises :class:`NamespaceExistsError`.
+        Crash-safe and idempotent (three Lance commits: table, metadata, indices): an
+        interrupted create (our first rows, no metadata) is finished, one that holds exactly
+        ``metadata`` is returned as it is; anything else raises :class:`NamespaceExistsError`.
         """
 
         def attempt(_: int) -> lance.LanceDataset | Outcome:
@@ -281,9 +259,7 @@ class Manifest:
                     f"{self.root} already holds a namespace with a different schema or "
                     "partition spec; open it instead of creating, or pick another location"
                 )
-            if not ds.schema.equals(first_rows.schema):
-                # A create of another partition spec began here (its manifest columns
-                # differ) and has not set its metadata yet: still running, or killed.
+            if not ds.schema.equals(first_rows.schema):  # another spec's create began here
                 raise NamespaceExistsError(
                     f"{self.root} holds the start of a namespace with another partition "
                     "spec (a concurrent or interrupted create); open it once created, or "
@@ -305,8 +281,7 @@ class Manifest:
         return retry_until(attempt, {Outcome.AGAIN: racing})
 
     def _check_empty_root(self) -> None:
-        """A local root must be empty or missing; a ``__manifest`` without a table (the
-        data files of a concurrent or killed create, before its commit) does not count."""
+        """A local root must be empty or missing (but for a ``__manifest`` being created)."""
         path = local_path(self.root)
         if path is not None and (
             os.path.isfile(path)
@@ -326,26 +301,13 @@ class Manifest:
         return types <= {NAMESPACE}
 
     def ensure_indices(self, ds: lance.LanceDataset | None = None) -> None:
-        """Index what ``__manifest`` reads filter on, so that they read the rows they
-        want and not every row (two million at a million partitions):
-
-        * a BTREE on every partition column: a prune's predicate is pushed into the scan,
-          and the index answers it (planning one date: 3 ms, against 450 ms);
-        * a BLOOMFILTER on ``object_id``: lookups by id (a write finding its partitions:
-          5 ms, against 145 ms). Not a BTREE: that index makes ``merge_insert`` miss
-          concurrent inserts of the same key (duplicate partitions; pinned by
-          tests/namespace/test_pylance_facts.py::
-          test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts), a
-          bloom filter or a BTREE on another column does not (::
-          test_fact_other_indices_keep_merge_insert_conflicts). A BTREE on the key is the
-          only index ``merge_insert``'s join uses, so without it every publish reads the
-          ``object_id`` of every row (a million partitions: 145-200 ms of a daily append).
-          Once Lance records inserted keys on that path too (lance-format/lance#9238), the
-          fact test fails and a BTREE can replace the bloom filter;
-        * a BITMAP on ``object_type``.
-
-        Best effort: an index is only ever a speed-up, so one a concurrent creator made
-        first, or a type Lance cannot index, is skipped.
+        """Index what ``__manifest`` reads filter on: a BTREE on every partition column
+        (prunes), a BLOOMFILTER on ``object_id`` (lookups by id) and a BITMAP on
+        ``object_type``. Never a BTREE on ``object_id``: ``merge_insert`` would miss
+        concurrent inserts of the same key (pylance facts:
+        test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts,
+        test_fact_other_indices_keep_merge_insert_conflicts). Best effort: an index that
+        cannot be made (made concurrently, a type Lance cannot index) is skipped.
         """
         ds = ds if ds is not None else self.open()
         for column, kind in self.missing_indices(ds):
@@ -391,13 +353,9 @@ class Manifest:
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def insert_absent(self, rows: pa.Table) -> int:
-        """Insert the rows whose ``object_id`` is absent; present ones are left untouched.
-
-        Returns the number of rows inserted. Under concurrency exactly one writer inserts
-        each ``object_id`` (the others see it as present: pinned by
-        tests/namespace/test_pylance_facts.py::
-        test_fact_insert_if_absent_with_primary_key_metadata_has_one_winner).
-        """
+        """Insert the rows whose ``object_id`` is absent (present ones are left untouched);
+        how many were inserted. Of concurrent writers exactly one inserts each id (pylance
+        fact: test_fact_insert_if_absent_with_primary_key_metadata_has_one_winner)."""
         if rows.num_rows == 0:
             return 0
         ds = self.open()
@@ -408,42 +366,18 @@ class Manifest:
 
     def commit(self, swap: SwapToCommit) -> int:
         """Apply ``swap`` (see :mod:`.swap`): its moves and requirements checked, then its
-        rows upserted and its drops deleted in ONE commit that fails with
-        :class:`CommitConflict` if any of them changed (or was inserted) after its base
-        version. Returns the new version (the base version for an empty swap).
-
-        One ``merge_insert``: matched rows updated, unmatched inserted, and target rows whose
-        id is in ``drops`` deleted (``when_not_matched_by_source_delete``). With
-        ``conflict_retries(0)`` a concurrent change to any of those rows makes it fail; a
-        change to any other row is rebased (pinned by the ``test_fact_merge_insert_*``
-        tests of tests/namespace/test_pylance_facts.py).
+        rows upserted and its drops deleted in ONE ``merge_insert`` without conflict
+        retries, which fails with :class:`CommitConflict` if any of those rows changed (or
+        was inserted) after its base version; changes to other rows are rebased (pylance
+        facts: ``test_fact_merge_insert_*``). Returns the new version (the base version for
+        an empty swap).
         """
         swap.check()
         if swap.is_empty:
             return swap.base_version
         rows = swap.table()
         ids = [*rows.column(OBJECT_ID).to_pylist(), *swap.drops]
-        drops = list(swap.drops)
-
-        def build(base: lance.LanceDataset) -> Any:
-            builder = base.merge_insert(OBJECT_ID).when_matched_update_all()
-            builder = builder.when_not_matched_insert_all()
-            return (
-                builder.when_not_matched_by_source_delete(ids_filter(drops)) if drops else builder
-            )
-
-        return self._swap(build, rows, swap.base_version, ids)
-
-    def _swap(
-        self,
-        build: Callable[[lance.LanceDataset], Any],
-        rows: pa.Table,
-        base_version: int,
-        ids: Sequence[str],
-    ) -> int:
-        """Run the ``merge_insert`` ``build`` makes on the table at ``base_version`` with
-        no conflict retries: the new version, or :class:`CommitConflict` if a row it
-        depends on changed (or ``base_version`` was cleaned up) since."""
+        drops, base_version = list(swap.drops), swap.base_version
         base, copied = self._base(base_version, ids)
         try:
             with self.storage.failures(
@@ -453,11 +387,14 @@ class Manifest:
                 partitions=partition_ids(ids),
             ):
                 failpoint("manifest.before_swap")
-                build(base).conflict_retries(0).execute(self.conform(rows, base))
+                builder = base.merge_insert(OBJECT_ID).when_matched_update_all()
+                builder = builder.when_not_matched_insert_all()
+                if drops:
+                    builder = builder.when_not_matched_by_source_delete(ids_filter(drops))
+                builder.conflict_retries(0).execute(self.conform(rows, base))
                 failpoint("manifest.after_swap")  # committed: "=error" makes it unknown
         except (StorageError, TableNotFoundError) as exc:
-            # Committing on a copy skipped the check that the version still exists: a
-            # version cleaned up meanwhile is a lost race, as when opening it fails.
+            # On a copy, a version cleaned up meanwhile is found only now: a lost race too.
             if copied and self._gone(base_version):
                 raise _cleaned_up(base_version, ids) from exc
             raise
@@ -467,8 +404,7 @@ class Manifest:
 
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:
         """Set table metadata keys, failing if a concurrent commit set any of them since
-        ``base_version`` (Lance reports same-key ``UpdateConfig`` races as conflicts: pinned
-        by tests/namespace/test_pylance_facts.py::
+        ``base_version`` (pylance fact:
         test_fact_update_config_races_conflict_on_the_same_key_only)."""
         operation = LanceOperation.UpdateConfig(
             table_metadata_updates=LanceOperation.UpdateMap(dict(values))
@@ -499,13 +435,10 @@ class Manifest:
 
 
 class ManifestView:
-    """One version of the ``__manifest`` table, queried by what the caller wants to know.
-
-    The only code that writes a filter over ``__manifest`` rows: every module asks one of
-    these named questions instead, so what a row kind is (a leaf, a transaction, a claim)
-    is spelled out once. The version never changes, so rows looked up by id, the row count
-    and the ids are read once. Reads raise Lance's own errors (a
-    :class:`~.state.NamespaceState` says when retention removed its version).
+    """One version of the ``__manifest`` table, queried by named questions: the only code
+    that writes a filter over its rows. Rows looked up by id, the row count and the ids are
+    read once. Reads raise Lance's own errors (a :class:`~.state.NamespaceState` says when
+    retention removed its version).
     """
 
     def __init__(self, dataset: lance.LanceDataset) -> None:
@@ -531,8 +464,7 @@ class ManifestView:
 
     @property
     def has_claim_column(self) -> bool:
-        """Whether this version has the claim column (namespaces from before transactions
-        lack it until their first transaction adds it)."""
+        """Whether this version has the claim column (added by the first transaction)."""
         return CLAIM in self.column_types
 
     def is_latest(self) -> bool:
@@ -555,17 +487,10 @@ class ManifestView:
     def rows_by_id(
         self, object_ids: Sequence[str], where: pc.Expression | None = None
     ) -> dict[str, ManifestRow]:
-        """The rows with these ids (every column), by an ``object_id IN (...)`` filter, or
-        by reading the whole table when it is small next to the ids (measured with pylance
-        14.0.2, a timing that no test pins: an ``IN`` list costs ~5 us an id to plan, a scan
-        ~0.2 us a row; 1,000 ids of a new namespace's load took 4.9 ms by an ``IN`` list,
-        0.5 ms by a scan; either reads the same rows). Each id is read once per version
-        (a write looks up its partitions, their parents, commits).
-
-        ``where``, a predicate on partition columns that every row with one of these ids
-        satisfies, finds them instead, through the partition columns' BTREE: in a fresh
-        process the ``object_id`` bloom filter is loaded whole first (60 ms at two million
-        rows, against 12 ms)."""
+        """The rows with these ids (every column), each read once per version: by an
+        ``object_id IN (...)`` filter, by reading the whole table when that is cheaper, or
+        through ``where``, a predicate on partition columns that every such row satisfies
+        (answered by their BTREEs)."""
         wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
         if wanted:
             if self.scan_is_cheaper(len(wanted)):
@@ -588,9 +513,7 @@ class ManifestView:
 
     def scan_is_cheaper(self, ids: int) -> bool:
         """Whether reading the whole table finds ``ids`` rows faster than an ``IN`` list
-        (or an index): always when it is read in one round (:attr:`_read_whole`; on S3
-        a daily append to 3,000 partitions looked its partition up through the partition
-        column's index in three sequential rounds: page lookup, page, rows)."""
+        or an index: always when it is read in one round (:attr:`_read_whole`)."""
         return self._read_whole or self._row_count <= 20 * ids + 2000
 
     @cached_property
@@ -627,9 +550,7 @@ class ManifestView:
     def leaf_rows(self, columns: Sequence[str], where: pc.Expression | None = None) -> pa.Table:
         """These columns of every table row (published, being created, or foreign), or of
         those ``where`` (a predicate on partition columns, answered by their indices)
-        selects. The row kind is then checked on the rows found: combined with the
-        ``object_type`` index in one scan filter it read every row (358 ms at two million
-        rows, against 3 ms)."""
+        selects; the row kind is checked on the rows found, not in the scan filter."""
         whole = self._read_whole
         late = False if whole else None
         if where is None:
@@ -649,9 +570,8 @@ class ManifestView:
 
     @property
     def loads_whole_cheaply(self) -> bool:
-        """Whether reading every leaf row costs about what a filtered scan does: the data
-        files are read whole anyway (:attr:`_read_whole`), or the table holds at most
-        :data:`CHEAP_WHOLE_ROWS` rows (counted from fragment metadata: no request)."""
+        """Whether reading every leaf row costs about what a filtered scan does
+        (:attr:`_read_whole`, or at most :data:`CHEAP_WHOLE_ROWS` rows; no request)."""
         if self._read_whole:
             return True
         rows = sum(f.metadata.physical_rows or 0 for f in self._ds.get_fragments())
@@ -659,14 +579,9 @@ class ManifestView:
 
     @cached_property
     def _read_whole(self) -> bool:
-        """Whether a scan for a filter reads the data files whole, every column at once,
-        instead of through the indices: when this version is on an object store and its
-        data files together are no bigger than one I/O block (:data:`MANIFEST_BLOCK_SIZE`).
-        They are then read in one round of parallel requests, where an index takes two
-        (the index, then the rows it names) and Lance's late materialization one more (the
-        other columns of the rows found). On S3 at 20 ms a request, planning one date of
-        1,000 took 3 sequential round trips instead of 4 (the floor's: 3). Locally (no
-        round trips) the indices stay."""
+        """Whether a filtered scan reads the data files whole instead of through the
+        indices: on an object store, when they fit in one I/O block
+        (:data:`MANIFEST_BLOCK_SIZE`), so one round of requests reads them."""
         if urlparse(str(self._ds.uri)).scheme in ("", "file"):
             return False
         sizes = [f.file_size_bytes for g in self._ds.get_fragments() for f in g.data_files()]
@@ -688,12 +603,9 @@ class ManifestView:
         return {loc for loc in rows.column(LOCATION).to_pylist() if loc}
 
     def published_leaves(self) -> dict[str, tuple[str, int | None]]:
-        """Leaf object id -> (stored location, read_version) of the published table rows.
-
-        Rows a transaction is still creating (claimed, no ``read_version``) are not
-        published. Without a ``read_version`` column (a clobbered version) every leaf
-        reads its latest.
-        """
+        """Leaf object id -> (stored location, read_version) of the published table rows
+        (not those a transaction is still creating: claimed, no ``read_version``). Without
+        a ``read_version`` column (a clobbered version) every leaf reads its latest."""
         names = self.column_types
         columns = [c for c in (OBJECT_ID, LOCATION, READ_VERSION, CLAIM) if c in names]
         return {
@@ -715,12 +627,8 @@ class ManifestView:
         return self._with_prefix(INTENT_PREFIX)
 
     def _with_prefix(self, prefix: str) -> list[ManifestRow]:
-        """The rows whose id starts with ``prefix`` (bookkeeping rows: transactions, merge
-        intents). Those have no partition values, so where the partition columns are
-        indexed they are found through the indices, as the rows with every partition
-        column NULL, and then by prefix: a prefix has no index, and at a million
-        partitions reading every id took 150 ms, against 4 ms. (Not where the table is
-        read whole anyway, in one round: see :attr:`_read_whole`.)"""
+        """The rows whose id starts with ``prefix`` (transactions, merge intents): found
+        through the partition columns' indices (all NULL), then by prefix."""
         nulls = [pc.field(name).is_null() for name in btree_columns(self._ds.schema)]
         if not nulls or self._read_whole:
             table = self._ds.to_table(filter=f"starts_with({OBJECT_ID}, {_sql_literal(prefix)})")
@@ -751,16 +659,14 @@ class ManifestView:
 
 
 def btree_columns(schema: pa.Schema) -> list[str]:
-    """The partition columns of a ``__manifest`` schema that have a BTREE (see
-    :meth:`Manifest.ensure_indices`): those a prune's predicate is pushed into the scan on."""
+    """The partition columns of a ``__manifest`` schema that have a BTREE."""
     return [f.name for f in schema if f.name not in RESERVED_COLUMNS and prunes_in_scan(f.type)]
 
 
 def prunes_in_scan(dtype: pa.DataType) -> bool:
     """Whether a prune's predicate on a partition column of this type is pushed into the
-    ``__manifest`` scan (and the column indexed): Lance evaluates it as Arrow does. Not
-    floating point: Lance orders NaN above every number and equal to itself, where every
-    Arrow comparison with NaN is false, so the two disagree on which partitions match."""
+    ``__manifest`` scan (and the column indexed): where Lance evaluates it as Arrow does
+    (not floating point: Lance orders NaN, Arrow compares it false)."""
     return bool(
         pa.types.is_integer(dtype)
         or pa.types.is_temporal(dtype)
@@ -777,10 +683,7 @@ def _sql_literal(text: str) -> str:
 
 
 def ids_filter(object_ids: Iterable[str]) -> str:
-    """A Lance filter selecting the rows with these ids (answered by the bloom filter on
-    ``object_id``: see :meth:`Manifest.ensure_indices`). Public only for the publish
-    paths that still query ``__manifest`` themselves (commit, direct, operations), until
-    the kernel asks a :class:`ManifestView` instead."""
+    """A Lance filter selecting the rows with these ids (answered by the bloom filter)."""
     return f"{OBJECT_ID} IN ({', '.join(map(_sql_literal, object_ids))})"
 
 

@@ -2,14 +2,10 @@
 it once it holds :data:`AUTO_COMPACT_FRAGMENTS` fragments (best effort, after the publish),
 and ``maintain`` does it on demand.
 
-A publish's compaction folds only the fragments no index covers (the rows publishes added
-since the table was last indexed) into one, and leaves the indexed ones and their indices
-alone: rewriting an indexed fragment makes Lance remap every index over it, which at a
-million partitions (two million rows) cost 220 ms, and re-indexing 110 ms more, against
-6 ms for the fragments the publishes added (measured with pylance 14.0.2; a timing no
-test pins). The rows outside the indices are scanned by every query, so once they reach
-:data:`REINDEX_ROWS` (or an index is missing or covers nothing) the whole table is
-compacted and re-indexed instead, as ``maintain`` always does.
+A publish's compaction folds only the fragments no index covers into one, leaving the
+indexed ones and their indices alone; once the rows outside the indices reach
+:data:`REINDEX_ROWS` (or an index is missing or covers nothing) it compacts and re-indexes
+the whole table, as ``maintain`` always does.
 """
 
 from __future__ import annotations
@@ -29,8 +25,8 @@ log = logging.getLogger(__name__)
 
 #: Compact ``__manifest`` after a publish once it has this many fragments.
 AUTO_COMPACT_FRAGMENTS = 16
-#: Rows outside the indices (scanned by every query, ~0.2 us a row) at which a publish's
-#: compaction re-indexes the whole table instead of folding them into one fragment.
+#: Rows outside the indices (scanned by every query) at which a publish's compaction
+#: re-indexes the whole table instead of folding them into one fragment.
 REINDEX_ROWS = 8192
 #: Fragments of at most this many rows (Lance's default file size, as ``maintain`` makes).
 TARGET_ROWS_PER_FRAGMENT = 1 << 20
@@ -86,12 +82,10 @@ def maybe_compact(
     threshold: int = AUTO_COMPACT_FRAGMENTS,
     then: Callable[[lance.LanceDataset], object] | None = None,
 ) -> None:
-    """Best-effort compaction after a publish (a concurrent commit just makes it skip);
-    ``then`` runs after it when compaction is due, on the table as the compaction left it
-    (e.g. to drop rows that decide nothing any more: read from the one fragment the fold
-    made, not the many the publishes left; on S3 at 15 fragments, 15 requests fewer).
-    The fragments are counted as the publish left them (other writers' publishes since
-    then are counted by their own check)."""
+    """Best-effort compaction after a publish, when the table as the publish left it has
+    ``threshold`` fragments; ``then`` runs after it, on the table as the compaction left it.
+    Never raises a storage error or a conflict: the publish is committed already, and a
+    caller told it failed would retry it."""
     try:
         latest = manifest.last_swapped or manifest.open()
         if len(latest.get_fragments()) < threshold:
@@ -104,7 +98,5 @@ def maybe_compact(
             log.info("skipped __manifest compaction (concurrent commit or storage error): %s", exc)
         if then is not None:
             then(table)
-    except (OSError, ValueError, LanceNamespaceError) as exc:
-        # Never an error of the publish that called it: that is committed already, and a
-        # caller told it failed would retry it (and duplicate an anonymous write).
+    except (OSError, ValueError, LanceNamespaceError) as exc:  # see the docstring
         log.info("skipped what follows a publish (concurrent commit or storage error): %s", exc)

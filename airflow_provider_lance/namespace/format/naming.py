@@ -1,13 +1,11 @@
 """Object ids, partition namespace names and leaf locations.
 
-Partition namespace names are 16-character base36 strings, as the spec requires. They are
-drawn from a BLAKE2b digest of the parent object id and the partition values rather than from
-a random generator: the names are just as opaque and uniformly spread, but two writers that
-create the same partition at the same time pick the same name, so the ``__manifest``
-insert-if-absent on ``object_id`` lets exactly one of them win instead of publishing two
-partitions with equal values. Leaf directories (``<8 hex>_<object_id>``) are derived the same
-way, so every writer stages a new partition's data files in the one directory that will hold
-its table.
+Partition namespace names are 16-character base36 strings (as the spec requires) drawn
+from a BLAKE2b digest of the parent object id and the partition value, not at random: two
+writers creating the same partition pick the same name, so the ``__manifest``
+insert-if-absent on ``object_id`` lets exactly one win. Leaf directories (``<8
+hex>_<object_id>``) are derived the same way, so every writer stages a new partition's files
+in the one directory that will hold its table.
 """
 
 from __future__ import annotations
@@ -45,8 +43,7 @@ def spec_version_of(object_id: str) -> int:
 
 @functools.lru_cache(maxsize=1 << 16)
 def partition_name(parent_id: str, field_id: int, value_text: str | None) -> str:
-    """The 16-char base36 name of the child of ``parent_id`` holding one partition value
-    (remembered: a write names each partition when routing and again when publishing)."""
+    """The 16-char base36 name of the child of ``parent_id`` holding one partition value."""
     key = json.dumps([parent_id, field_id, value_text], separators=(",", ":"))
     number = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=11).digest(), "big")
     chars = []

@@ -30,14 +30,13 @@ from .conversion import ConversionRefused, cast_losslessly, is_widening, values_
 
 FIELD_ID_KEY = "lance:field_id"
 DEPRECATED_KEY = "lance:deprecated"
-#: Field-id key on leaf-table columns (Lance strips ``lance:``-prefixed field metadata:
-#: pinned by tests/namespace/test_pylance_facts.py::test_fact_lance_strips_lance_prefixed_field_metadata).
+#: Field-id key on leaf-table columns (pylance fact: Lance strips ``lance:`` keys,
+#: test_fact_lance_strips_lance_prefixed_field_metadata).
 LEAF_FIELD_ID_KEY = "partitioned-namespace:field_id"
 
 
 class SourcedField(Protocol):
-    """What the partition-source check of :meth:`NamespaceSchema.conform_input` needs of a
-    partition field (a :class:`~.spec.PartitionField`, which imports this module)."""
+    """What :meth:`NamespaceSchema.conform_input` needs of a :class:`~.spec.PartitionField`."""
 
     @property
     def name(self) -> str: ...
@@ -69,12 +68,8 @@ def _with_meta(field: pa.Field, **updates: str | None) -> pa.Field:
 
 @dataclass(frozen=True, eq=False)
 class NamespaceSchema:
-    """An immutable namespace schema; evolution methods return a new one.
-
-    Two are equal when their fields are, metadata included: a column's field id and its
-    ``lance:deprecated`` mark are what a drop changes. (``pa.Schema`` equality ignores
-    field metadata, so a filter parsed before a drop was served from the parse cache
-    after it, bound to the dropped column.)"""
+    """An immutable namespace schema; evolution methods return a new one. Two are equal
+    when their fields are, field metadata (ids, ``lance:deprecated``) included."""
 
     arrow: pa.Schema
 
@@ -129,8 +124,7 @@ class NamespaceSchema:
 
     @functools.cached_property
     def _by_id(self) -> dict[int | None, pa.Field]:
-        """Every field (deprecated ones too) by field id (computed once: each leaf a write
-        touches is mapped through it)."""
+        """Every field (deprecated ones too) by field id."""
         return {field_id(f): f for f in self.arrow}
 
     @property
@@ -139,17 +133,13 @@ class NamespaceSchema:
 
     def field(self, name: str) -> pa.Field:
         """The active field called ``name``; a clear error names the known columns."""
-        for f in self.arrow:
-            if f.name == name and not is_deprecated(f):
-                return f
+        found = _active_by_name(self.arrow, name)
+        if found is not None:
+            return found
         dropped = any(f.name == name for f in self.arrow)
-        hint = (
-            " (it was dropped; reads at a version before the drop, as_of, still have it)"
-            if dropped
-            else ""
-        )
+        hint = " (it was dropped; reads at a version before the drop, as_of, still have it)"
         raise SchemaError(
-            f"unknown column {name!r}{hint}; the namespace columns are "
+            f"unknown column {name!r}{hint if dropped else ''}; the namespace columns are "
             f"{', '.join(self.active.names)}"
         )
 
@@ -228,14 +218,10 @@ class NamespaceSchema:
 
     # -- consistency rules: the data a user hands to a write ---------------------------
     def conform_input(self, table: pa.Table, *, spec: Sequence[SourcedField]) -> pa.Table:
-        """Check and shape user data into the active namespace schema (before partitioning
-        by ``spec``, the partition fields the rows are routed by).
-
-        Unknown or dropped columns are errors; a missing source column of a ``spec`` field
-        is an error (as NULL it would route every row to the NULL partition); other missing
-        nullable columns become NULL (as pyiceberg fills optional fields); types are cast
-        when no value changes (:func:`cast_losslessly`, otherwise an error names the
-        column); NULLs in non-nullable columns are errors. Schema checks, once per table.
+        """Check and shape user data into the active namespace schema, before it is routed
+        by ``spec``. Errors: unknown or dropped columns, a missing source column of a
+        ``spec`` field, NULLs in a non-nullable column, a value :func:`cast_losslessly`
+        refuses. Other missing nullable columns become NULL.
         """
         active = self.active
         known = set(active.names)
@@ -311,20 +297,15 @@ class NamespaceSchema:
         return pa.schema([_leaf_field(f) for f in self.active])
 
     def to_leaf(self, table: pa.Table, leaf: pa.Schema) -> pa.Table:
-        """Shape conformed data (active namespace schema) into an existing leaf's schema.
-
-        Spec write rules: a namespace column the leaf lacks is an error (callers evolve the
-        leaf first, see :meth:`missing_in_leaf`); a leaf column the namespace does not know
-        gets NULL (an error if it is not nullable); a type difference is cast to the leaf's
-        type, an error if the values do not fit.
+        """Shape conformed data into an existing leaf's schema, by the spec's write rules:
+        a namespace column the leaf lacks is an error (evolve the leaf first:
+        :meth:`missing_in_leaf`); a leaf column the namespace does not know gets NULL (an
+        error if not nullable); other types are cast, an error if a value does not fit.
         """
         return self.leaf_shaper(leaf)(table)
 
     def leaf_shaper(self, leaf: pa.Schema) -> Callable[[pa.Table], pa.Table]:
-        """:meth:`to_leaf` into ``leaf``, the column mapping worked out once, for the many
-        tables a write shapes into leaves of one schema (measured: shaping rows in the
-        write's threads added 15-35% to writing 5,000 small partitions, the mapping worked
-        out again for each of them part of it)."""
+        """:meth:`to_leaf` into ``leaf``, the column mapping worked out once."""
         by_id = self._leaf_mapping(leaf)
         sources: list[tuple[pa.Field, str | None]] = []
         for lf in leaf:
@@ -337,9 +318,7 @@ class NamespaceSchema:
             sources.append((lf, None if ns_field is None else ns_field.name))
         covered = {name for _, name in sources if name is not None}
         # Every leaf column is the namespace column of its name: data laid out as the leaf
-        # is (no evolution since the leaf was made, the usual case) only takes its schema.
-        # Measured: the general path took 5% of a 1,000-partition load, run in the write's
-        # threads while they contend for the GIL.
+        # is (no evolution since the leaf was made) only takes its schema.
         names = [lf.name for lf in leaf]
         types = [lf.type for lf in leaf]
         plain = all(name == lf.name for lf, name in sources)
@@ -365,16 +344,11 @@ class NamespaceSchema:
         return shape
 
     def missing_in_leaf(self, leaf: pa.Schema) -> list[pa.Field]:
-        """Active namespace columns a leaf table cannot take rows of as they are (as leaf
-        fields): columns it does not have yet (added since), and columns it holds in a
-        narrower type than the namespace's (promoted since).
-
-        A write to such a leaf rewrites it in the namespace's leaf schema, so what
-        :attr:`active` shows can be written to every partition: after ``int32 -> int64``,
-        an int64 value beyond int32 is accepted by a partition made before the promotion
-        too (as Iceberg writes new files in the promoted type). A leaf column of another,
-        not narrower type (a foreign writer's) keeps the spec's rule: values are converted
-        to the leaf's type, an error if one does not fit.
+        """Active namespace columns (as leaf fields) a leaf table cannot take rows of as
+        they are: columns it lacks (added since) or holds in a narrower type (promoted
+        since). A write rewrites such a leaf in the leaf schema, so every partition takes
+        what :attr:`active` shows; a leaf column of another type (a foreign writer's)
+        keeps the spec's rule (:meth:`to_leaf`).
         """
         stored = {f.name: leaf.field(name).type for name, f in self._leaf_mapping(leaf).items()}
         return [
@@ -439,8 +413,8 @@ class ReadPlan:
 
 
 def _unknown_column_advice(name: str, active: pa.Schema) -> str:
-    """What to do about data naming no namespace column: the one it may mean (in another
-    case, or misspelled), else how to add or rename it."""
+    """What to do about data naming no namespace column: the one it may mean, else how
+    to add or rename it."""
     same_case = [c for c in active.names if c.lower() == name.lower()]
     close = same_case or difflib.get_close_matches(name, active.names, n=1)
     if close:
@@ -452,8 +426,7 @@ def _unknown_column_advice(name: str, active: pa.Schema) -> str:
 
 
 def pandas_index_columns(schema: pa.Schema) -> list[str]:
-    """The columns of ``schema`` that were a pandas DataFrame's index (pyarrow records them
-    in its ``pandas`` metadata); none for other data."""
+    """The columns of ``schema`` that were a pandas DataFrame's index (pyarrow's metadata)."""
     meta = (schema.metadata or {}).get(b"pandas")
     if meta is None:
         return []
@@ -472,10 +445,8 @@ def _active_by_name(schema: pa.Schema, name: str) -> pa.Field | None:
 
 
 def _narrower(stored: pa.DataType, wanted: pa.DataType) -> bool:
-    """A leaf column of type ``stored`` holds a narrower type than the namespace's
-    ``wanted`` (a promotion since the leaf was written). Compared normalized: a type Lance
-    hands back spelled otherwise is not a promotion (it would rewrite the leaf at every
-    write)."""
+    """A leaf column of type ``stored`` is narrower than the namespace's ``wanted`` (a
+    promotion since), compared normalized (a type Lance spells otherwise is not one)."""
     stored, wanted = normalize_type(stored), normalize_type(wanted)
     return stored != wanted and is_widening(stored, wanted)
 

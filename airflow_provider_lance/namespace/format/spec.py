@@ -28,16 +28,14 @@ from .schema import NamespaceSchema, field_id, is_deprecated
 
 SPEC_KEY_PREFIX = "partition_spec_v"
 FIRST_PARTITION_FIELD_ID = 1
+_FIELD_KEYS = ("field_id", "name", "source_id", "expression", "result_type")
 
 
 @dataclass(frozen=True)
 class PartitionField:
-    """One partition column: ``expression`` over the ``source`` column, typed ``result_type``.
-
-    ``source`` is a column name of the namespace schema (resolved to ``source_id``);
-    ``result_type`` may be omitted and is then inferred from the expression. ``field_id``
-    and ``source_id`` are filled in when the field becomes part of a spec.
-    """
+    """One partition column: ``expression`` over the ``source`` column (a namespace column
+    name), typed ``result_type`` (inferred when omitted). ``field_id`` and ``source_id``
+    are filled in when the field becomes part of a spec."""
 
     name: str
     source: str | None = None
@@ -61,11 +59,7 @@ class PartitionField:
     def from_json_obj(cls, obj: Any, schema: NamespaceSchema | None = None) -> PartitionField:
         if not isinstance(obj, Mapping):
             raise PartitionSpecError(f"a partition field must be a JSON object, got {obj!r}")
-        missing = [
-            k
-            for k in ("field_id", "name", "source_id", "expression", "result_type")
-            if k not in obj
-        ]
+        missing = [k for k in _FIELD_KEYS if k not in obj]
         if missing:
             raise PartitionSpecError(f"partition field {obj!r} lacks {', '.join(missing)}")
         try:
@@ -136,12 +130,9 @@ def _family(dtype: pa.DataType) -> str | None:
 
 
 def result_cast_allowed(inferred: pa.DataType, declared: pa.DataType) -> bool:
-    """Whether an expression producing ``inferred`` may declare ``declared`` as result type.
-
-    Casts stay within one family (integers of any width, floats, strings, dates and
-    timestamps, ...), plus integer -> float: such casts are monotone, so range pruning stays
-    sound, and values that do not fit fail loudly at write time instead of wrapping.
-    """
+    """Whether an expression producing ``inferred`` may declare ``declared`` as result type:
+    within one family, or integer -> float (monotone casts, so range pruning stays sound;
+    a value that does not fit fails the write)."""
     inferred, declared = normalize_type(inferred), normalize_type(declared)
     if inferred == declared or pa.types.is_null(inferred):
         return True
@@ -164,11 +155,8 @@ class FieldEvaluator:
 
     @cached_property
     def identity(self) -> bool:
-        """The expression is the source column itself (``col``): its values are the
-        column's, and DataFusion need not run (1 ms of a 15 ms daily append). Written
-        ``col``, as identity fields are, it is not even planned: the first plan of a
-        process starts DataFusion (6 ms of a daily append at a million partitions, a
-        fresh process each)."""
+        """The expression is the source column itself: its values are the column's, and
+        DataFusion need not run (written ``col``, it is not even planned)."""
         if self.field.expression.strip().lower() == "col":
             return True
         return bool(self.bound.expr.variant_name() == "Column")
@@ -192,8 +180,7 @@ class FieldEvaluator:
         return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
     def _failure(self, values: pa.Array | pa.ChunkedArray, exc: ExpressionError) -> Exception:
-        """The error of an expression that failed on ``values``, naming a value it fails
-        for (found by halving the distinct values: a row's value is its own)."""
+        """The error of an expression that failed on ``values``, naming a value it fails for."""
         try:
             distinct = pc.unique(values)
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
@@ -366,8 +353,7 @@ def _bind_checked(f: PartitionField, source_type: pa.DataType) -> BoundExpressio
     return bound
 
 
-#: Values an expression is tried on when it is defined, by the kind of its source type: one
-#: it fails for, every one of them (``col % 0``), would fail every write.
+#: Values an expression is tried on, by the kind of its source type (see _check_defined).
 _PROBES: dict[str, list[Any]] = {
     "number": [0, 1, -1],
     "truth value": [False, True],

@@ -62,17 +62,14 @@ PARTITION_PROPERTY_PREFIX = "partition."
 SPEC_COLUMN = "__spec_version"
 #: Lookups by scanning before NamespaceState.find builds an id index.
 _SCAN_LOOKUPS = 16
-#: Ids whose full rows a state's first lookup may read (NamespaceState.full_rows reads
-#: more than this many by one scan of its own).
+#: Ids whose full rows a lookup by id may read (more: one scan instead).
 _FULL_ROW_LOOKUPS = 1000
 
 
 @dataclass(frozen=True)
 class ReadAt:
     """The ``__manifest`` version a read resolved, and whether the reader named it
-    (``as_of``: a version, a moment or a tag) or asked for the latest state. A read that
-    finds a version removed by retention says which, and only a read of the latest can
-    succeed when tried again (:func:`removed_by_retention`)."""
+    (``as_of``) or asked for the latest state (see :func:`removed_by_retention`)."""
 
     version: int
     pinned: bool = False
@@ -80,13 +77,10 @@ class ReadAt:
 
 @dataclass(frozen=True)
 class Partition:
-    """One leaf table of the namespace and where to read it.
-
-    ``location`` is the absolute URI of the leaf table, ``values`` maps each partition field
-    of the partition's spec version to its (Python) value, ``read_version`` is the published
-    table version readers use (None: read the latest). ``read_at`` is the manifest version
-    it was read from (None: not from a :class:`NamespaceState`), for errors only.
-    """
+    """One leaf table of the namespace: ``location`` its absolute URI, ``values`` each
+    partition field of its spec version -> value, ``read_version`` the published version
+    readers use (None: the latest), ``read_at`` the manifest version it was read from
+    (None: not from a :class:`NamespaceState`), for errors only."""
 
     object_id: str
     location: str
@@ -113,36 +107,26 @@ class Partition:
 
 def version_ranges(versions: Iterable[int]) -> str:
     """``1-3, 7, 9-12``: a sorted set of versions, compactly."""
-    out: list[str] = []
-    run: list[int] = []
+    runs: list[list[int]] = []
     for v in sorted(versions):
-        if run and v == run[-1] + 1:
-            run.append(v)
-            continue
-        if run:
-            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [v]
-    if run:
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ", ".join(out) or "none"
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs) or "none"
 
 
 def is_missing(exc: BaseException) -> bool:
-    """Whether a Lance error says a file or version is not there (pylance 14 raises
-    ``ValueError``/``OSError``/``ArrowInvalid`` saying "Not found: <path>", or "Dataset at
-    path ... was not found"); project errors are never library errors."""
+    """Whether a Lance error (never a project error) says a file or version is not there."""
     return not isinstance(exc, LanceNamespaceError) and "not found" in str(exc).lower()
 
 
 def removed_by_retention(
     subject: str, kept: Iterable[int], what_kept: str, read_at: ReadAt | None
 ) -> VersionCleanedUp:
-    """The error of a read whose version (``subject``: what was removed) retention removed.
-
-    A read of the latest state (``read_at`` not pinned, or unknown: internal reads resolve
-    the latest) gets :class:`LatestVersionCleanedUp`, retryable: reading again resolves
-    the new latest version. A read that named its version gets :class:`VersionCleanedUp`:
-    the version is gone for good, and so is every retry."""
+    """The error of a read whose version (``subject``) retention removed: retryable
+    :class:`LatestVersionCleanedUp` for a read of the latest state (``read_at`` not pinned
+    or unknown), :class:`VersionCleanedUp` for one that named its version."""
     window = f"{what_kept} kept: {version_ranges(kept)}"
     if read_at is None or not read_at.pinned:
         return LatestVersionCleanedUp(
@@ -189,12 +173,10 @@ class NamespaceState:
             hint = (
                 " (it looks like an interrupted PartitionedNamespace.create(): call create() "
                 "again with the same schema and partition fields to finish it)"
-                if not metadata
-                else ""
             )
             raise NamespaceNotFoundError(
                 f"{root} has a __manifest table but no partition_spec_v<N> property, so it "
-                f"is not a partitioned namespace{hint}"
+                f"is not a partitioned namespace{'' if metadata else hint}"
             )
         if SCHEMA_KEY not in metadata:
             raise ManifestError(f"{root}: the __manifest metadata has no 'schema' property")
@@ -209,8 +191,7 @@ class NamespaceState:
     @contextmanager
     def _reading(self) -> Iterator[None]:
         """Reads of this ``__manifest`` version: one that finds it removed by retention
-        (``maintain``: its version file or its data files, compacted into later versions,
-        are gone) raises :class:`VersionCleanedUp` saying so, not pylance's "Not found"."""
+        raises :class:`VersionCleanedUp` saying so, not pylance's "Not found"."""
         try:
             yield
         except (OSError, ValueError) as exc:
@@ -245,11 +226,8 @@ class NamespaceState:
     # -- partitions --------------------------------------------------------------------
     @property
     def tables(self) -> pa.Table:
-        """The leaf-table rows of this version, narrowed to what pruning and reads need.
-
-        Columns: ``object_id``, ``location``, ``read_version``, every partition column, and a
-        derived ``__spec_version``. Loaded once per manifest version (the prune cache).
-        """
+        """The leaf-table rows of this version, loaded once: ``object_id``, ``location``,
+        ``read_version``, every partition column, and a derived ``__spec_version``."""
         if self._tables is None:
             with self._reading():
                 rows = self.view.leaf_rows(self._columns)
@@ -257,28 +235,20 @@ class NamespaceState:
         return self._tables
 
     def load_tables_beside(self) -> Future[pa.Table] | None:
-        """Start reading :attr:`tables` on a storage thread, for a caller about to spend
-        CPU before it scans (parsing a filter), when reading them whole costs about what
-        the filtered scan would (:attr:`~.manifest.ManifestView.loads_whole_cheaply`);
-        None when they are read already or a filtered scan reads far fewer rows.
-
-        The first query of a process spends ~10 ms starting DataFusion to parse its filter
-        and ~5 ms starting Lance's scan: side by side they overlap (planning one date of
-        1,000 in a fresh interpreter, with bind parsing once: 25.7 -> 16.0 ms), and on an
-        object store the parse hides behind the scan's round trips."""
+        """Start reading :attr:`tables` on a storage thread, for a caller about to parse a
+        filter, when reading them whole costs about what the filtered scan would
+        (:attr:`~.manifest.ManifestView.loads_whole_cheaply`); None otherwise or when they
+        are read already."""
         if self._tables is not None or not self.view.loads_whole_cheaply:
             return None
         return beside(lambda: self.tables)
 
     def candidates(self, where: pc.Expression | bool | None) -> pa.Table:
         """Rows of :attr:`tables` among which are all those ``where`` selects (every row
-        for None or True, none for False), and usually few more.
-
-        ``where`` is a predicate on partition columns that every row a prune keeps
-        satisfies (see :func:`~..read.coverage.pruned_rows`); it is pushed into the
-        ``__manifest`` scan, whose indices answer it, unless this state's rows are loaded
-        already. A scan Lance cannot plan (its planner is stricter than Arrow's) loads
-        every row instead: the caller filters them exactly either way.
+        for None or True, none for False), and usually few more: the caller filters them
+        exactly. ``where``, a predicate on partition columns, is pushed into the
+        ``__manifest`` scan unless the rows are loaded already; a scan Lance cannot plan
+        loads every row instead.
         """
         if where is False:  # nothing can match: no scan at all
             if self._tables is not None:
@@ -310,13 +280,8 @@ class NamespaceState:
         return [*wanted, CLAIM] if self.view.has_claim_column else wanted
 
     def _narrow(self, rows: pa.Table) -> pa.Table:
-        """Leaf rows of the partitioned dataset only, with their spec version.
-
-        Only tables under a spec-version namespace belong to it; a table some other tool
-        registered elsewhere in the directory is ignored, and so is a partition a
-        transaction is still creating (claimed, never published). (Prefix tests, one per
-        spec version: far cheaper than parsing every id.)
-        """
+        """Leaf rows of the partitioned dataset only (under a spec-version namespace, not
+        being created by a transaction), with their spec version."""
         ids = rows.column(OBJECT_ID)
         spec = pa.nulls(rows.num_rows, pa.int32())
         for version in sorted(self.specs):
@@ -333,7 +298,7 @@ class NamespaceState:
         return rows.append_column(SPEC_COLUMN, spec)
 
     def partitions_from_rows(self, rows: pa.Table) -> list[Partition]:
-        """Partition objects for rows of :attr:`tables` (column-wise: this is a hot path)."""
+        """Partition objects for rows of :attr:`tables` (column-wise: a hot path)."""
         ids = rows.column(OBJECT_ID).to_pylist()
         locations = rows.column(LOCATION).to_pylist()
         read_versions = rows.column(READ_VERSION).to_pylist()
@@ -373,8 +338,6 @@ class NamespaceState:
         if len(object_ids) <= _FULL_ROW_LOOKUPS:
             found = self._rows(object_ids)
             return self.rows_table([r for r in (found.get(i) for i in object_ids) if r])
-        # Many ids: one scan and a hash lookup beat a 1000-term IN list. Every row type
-        # (leaves, namespaces, transactions) may be asked for.
         with self._reading():
             return self.view.scan_by_id(object_ids)
 
@@ -388,9 +351,8 @@ class NamespaceState:
     def _chain_predicate(self, value_tuples: Sequence[Sequence[Any]]) -> pc.Expression | None:
         """A predicate on the first partition column that the rows of these partitions
         (values under the current spec), of their parent namespaces and of the spec's own
-        namespace all satisfy: each carries its own and its ancestors' values, the spec's
-        namespace none (``IS NULL``). Only with one spec version (the rows of another lack
-        the column, so ``IS NULL`` would select them all) and a column prunes push down."""
+        namespace all satisfy (``IS NULL`` or one of the values); None with more than one
+        spec version or a column prunes do not push down."""
         if len(self.specs) != 1:
             return None
         first = self.current_spec[0]
@@ -410,14 +372,8 @@ class NamespaceState:
         with self._reading():
             return self.view.scan_is_cheaper(ids)
 
-    @property
-    def object_ids(self) -> frozenset[str]:
-        with self._reading():
-            return self.view.object_ids
-
     def read_versions(self) -> list[tuple[str, int | None]]:
-        """``(object_id, read_version)`` of every partition of this version, in the order
-        of :attr:`tables`."""
+        """``(object_id, read_version)`` of every partition, in the order of :attr:`tables`."""
         ids = self.tables.column(OBJECT_ID).to_pylist()
         return list(zip(ids, self.tables.column(READ_VERSION).to_pylist(), strict=True))
 
@@ -429,17 +385,10 @@ class NamespaceState:
         self, object_ids: Sequence[str], values: Sequence[Sequence[Any]] | None = None
     ) -> dict[str, Partition]:
         """The existing partitions among ``object_ids`` (leaf table ids), by id; ``values``
-        (each id's partition values under the current spec, if the caller has them) let a
-        lookup by id use the partition columns' index.
-
-        Before the partition rows are loaded, a few ids are looked up by id (a daily
-        append to a namespace of 100k partitions materializes a few rows, not all of
-        them), and so are the ids of a state's first lookup when one scan of a small
-        ``__manifest`` finds them: the full rows it reads are the ones the write's commit
-        needs, and the parents those its new partitions need (measured: an overwrite of
-        100 of 1,000 partitions read the table twice otherwise). A state asked many times
-        (a write routing to thousands of partitions in batches) loads the partition rows
-        once and builds an id index.
+        (each id's partition values under the current spec, if known) let a lookup by id
+        use the partition columns' index. A few ids, or a first lookup a scan answers, are
+        looked up by id with their parents (the rows a commit needs); a state asked often
+        loads the partition rows once and indexes them.
         """
         self._lookups += 1
         few = len(object_ids) <= POINT_LOOKUP_IDS
@@ -470,13 +419,16 @@ class NamespaceState:
     # -- creating partitions -------------------------------------------------------------
     def leaf_id(self, values: Sequence[Any], spec_version: int | None = None) -> str:
         """The object id of the leaf table holding ``values`` (one per field, in order)."""
-        version = spec_version or self.spec_version
-        fields = self.specs[version]
-        parent = spec_namespace_id(version)
-        for f, v in zip(fields, values, strict=True):
+        return self._chain(spec_version or self.spec_version, [value_text(v) for v in values])[-1]
+
+    def _chain(self, version: int, texts: Sequence[str | None]) -> list[str]:
+        """The ids of the spec's namespace, of the partition namespaces holding these value
+        texts (one per field of spec ``version``) and of their leaf table."""
+        chain = [spec_namespace_id(version)]
+        for f, t in zip(self.specs[version], texts, strict=True):
             assert f.field_id is not None
-            parent = join_id(parent, partition_name(parent, f.field_id, value_text(v)))
-        return join_id(parent, LEAF_TABLE_NAME)
+            chain.append(join_id(chain[-1], partition_name(chain[-1], f.field_id, t)))
+        return [*chain, join_id(chain[-1], LEAF_TABLE_NAME)]
 
     def plan_partitions(
         self,
@@ -485,14 +437,11 @@ class NamespaceState:
         claim: str | None = None,
         spec_version: int | None = None,
     ) -> PartitionRows:
-        """Rows creating every missing partition among ``value_tuples`` (under
-        ``spec_version``, default the current spec: a transaction staged under an older
-        spec still creates its partitions there).
-
-        Each partition namespace row and its leaf row carry the values of themselves and
-        their ancestors; namespace rows mirror them as ``partition.<name>`` metadata so
-        foreign readers see them. Rows that already exist in this version are skipped.
-        Leaf rows carry ``claim`` (a transaction id) in the claim column when given.
+        """Rows creating every missing partition among ``value_tuples`` under
+        ``spec_version`` (default the current spec); rows that exist in this version are
+        skipped. Each namespace and leaf row carries its own and its ancestors' values,
+        mirrored in namespace rows as ``partition.<name>`` metadata for foreign readers;
+        leaf rows carry ``claim`` when given.
         """
         version = spec_version or self.spec_version
         fields = self.specs[version]
@@ -503,15 +452,10 @@ class NamespaceState:
                 raise PartitionSpecError(
                     f"expected {len(fields)} partition value(s), got {len(values)}"
                 )
-            chain = [spec_namespace_id(version)]
-            text = [value_text(v) for v in values]
-            for f, t in zip(fields, text, strict=True):
-                assert f.field_id is not None
-                chain.append(join_id(chain[-1], partition_name(chain[-1], f.field_id, t)))
-            chains.append([*chain, join_id(chain[-1], LEAF_TABLE_NAME)])
-            texts.append(text)
+            texts.append([value_text(v) for v in values])
+            chains.append(self._chain(version, texts[-1]))
         existing = self.existing(list({i for chain in chains for i in chain}))
-        keys = [_quoted(f"{PARTITION_PROPERTY_PREFIX}{f.name}") for f in fields]
+        keys = [encode_basestring(f"{PARTITION_PROPERTY_PREFIX}{f.name}") for f in fields]
         rows: dict[str, dict[str, Any]] = {}
         partitions: list[Partition] = []
         for values, text, chain in zip(value_tuples, texts, chains, strict=True):
@@ -523,7 +467,7 @@ class NamespaceState:
             for f, v, t, key, parent in zip(fields, values, text, keys, chain[1:], strict=False):
                 inherited[f.name] = v
                 if t is not None:  # NULL values have no entry (a property value is a string)
-                    props.append(f"{key}:{_quoted(t)}")
+                    props.append(f"{key}:{encode_basestring(t)}")
                 if parent not in existing and parent not in rows:
                     rows[parent] = row(
                         parent,
@@ -565,9 +509,3 @@ def _plain(location: str | None) -> bool:
     if not location or location in (".", ".."):
         return False
     return "/" not in location and ":" not in location
-
-
-def _quoted(text: str) -> str:
-    """``text`` as a JSON string, as ``json.dumps(..., ensure_ascii=False)`` writes it (a
-    namespace row's properties are built from these: a ``dumps`` each cost 3 us)."""
-    return encode_basestring(text)

@@ -1,11 +1,10 @@
 """One ``__manifest`` compare-and-swap as data (pyiceberg's updates + requirements).
 
-A :class:`Swap` says what one commit writes (partition rows upserted, rows dropped,
-transaction rows moved from one state to the next) and what it requires of the rows it
-read at its base version. :meth:`~.manifest.Manifest.commit` applies every swap the same
-way: the moves are checked against the transaction state machine, the requirements
-against the rows read, and the rows are written in one ``merge_insert`` that fails if any
-of them changed since the base version. Nothing else writes ``__manifest`` rows under a
+A :class:`Swap` says what one commit writes (rows upserted, rows dropped, transaction rows
+moved between states) and what it requires of the rows it read at its base version.
+:meth:`~.manifest.Manifest.commit` checks the moves against the state machine and the
+requirements against the rows read, then writes the rows in one ``merge_insert`` that
+fails if any of them changed since. Nothing else writes ``__manifest`` rows under a
 condition.
 """
 
@@ -85,8 +84,7 @@ def requirements_unmet(
 
 class TransitionRefused(Exception):
     """A transaction row's move is not a transition of the state machine from the state
-    read (``record`` says what was read); the caller decides what that means (a stager
-    whose transaction was sealed, a committer taken over)."""
+    read (``record``); the caller decides what that means."""
 
     def __init__(self, record: TxnRecord) -> None:
         super().__init__(f"transaction {record.incarnation_tag} is {record.state.value}")
@@ -164,15 +162,12 @@ class Swap:
         moved = [row_id(m.after.txn_id) for m in self.moves]
         return [*moved, *(str(r[OBJECT_ID]) for r in self.rows), *self.drops]
 
-    def unmet(self) -> list[Requirement]:
-        return requirements_unmet(self.requires, self.read, self.holders)
-
     def check(self) -> None:
         """Every move a transition, every requirement met: else :class:`TransitionRefused`
         or :class:`RequirementsUnmet`."""
         for move in self.moves:
             move.check()
-        unmet = self.unmet()
+        unmet = requirements_unmet(self.requires, self.read, self.holders)
         if unmet:
             raise RequirementsUnmet(unmet)
 
@@ -201,8 +196,7 @@ class Swap:
 
 
 class RequirementsUnmet(CommitConflict):
-    """A swap's requirements do not hold for the rows it read (``unmet``): nothing was
-    committed."""
+    """A swap's requirements do not hold for the rows it read (``unmet``): nothing committed."""
 
     def __init__(self, unmet: Sequence[Requirement]) -> None:
         super().__init__(

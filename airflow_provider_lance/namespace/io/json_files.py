@@ -1,8 +1,5 @@
-"""Small JSON documents at a local path or an object-store URI (job results, reports).
-
-Written and read through :class:`~.storage.Storage`, so the namespace's storage options
-(credentials, endpoint) are all it takes; each document is written whole in one PUT.
-"""
+"""Small JSON documents at a local path or an object-store URI (job results, reports),
+through :class:`~.storage.Storage`: each written whole in one PUT."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""Storage I/O of one namespace: every table it opens, writes or commits, every record file
-it reads or writes, every file it deletes.
+"""Storage I/O of one namespace: every table it opens, writes or commits, every file it
+reads, writes or deletes.
 
-One :class:`Storage` per namespace holds the root and the storage options (credentials,
-endpoint, region) and turns storage failures into project errors, so no other module threads
-storage options by hand or reads Lance's error strings. Small files (transaction records,
-job results) go through Lance's own object-store client: one PUT per document, atomic on
-object stores and (written to a temporary file, then renamed) on local disks.
+One :class:`Storage` per namespace holds the root and the storage options and turns storage
+failures into project errors, so no other module threads storage options or reads Lance's
+error strings. Small documents go through Lance's object-store client: one PUT each, atomic
+on object stores and (temporary file, then rename) on local disks.
 """
 
 from __future__ import annotations
@@ -57,39 +56,37 @@ log = logging.getLogger(__name__)
 READ_ATTEMPTS = 4
 #: Rows per data file written to a table.
 MAX_ROWS_PER_FILE = 1_048_576
-#: Leaf tables written, committed or opened at once. A local disk is saturated by a few
-#: threads; an object store is bound by request latency, so more requests are in flight.
+#: Leaf tables worked on at once: a local disk is saturated by a few threads, an object
+#: store is bound by latency.
 LOCAL_CONCURRENCY = 8
 REMOTE_CONCURRENCY = 32
-#: How long a thread waiting for a fan-out sleeps at a time. Python runs a signal handler
-#: (Ctrl-C's ``KeyboardInterrupt``) on the main thread only, and a signal the process gets
-#: may be taken by another thread (one of Lance's): the main thread, blocked on a lock,
-#: would run the handler only when the whole fan-out ended (measured: 4 to 23 s after
-#: Ctrl-C, for a write of 3,000 partitions). Waking up this often bounds that delay.
+#: How often a thread waiting for a fan-out wakes up, so that a signal handler (Ctrl-C)
+#: runs while it waits: Python runs handlers on the main thread only.
 POLL_SECONDS = 0.1
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-
 _worker = threading.local()
 _pools_lock = threading.Lock()
 _pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+_writing_sessions: dict[tuple[int, int], Session] = {}
 
 
-_writing_sessions: dict[int, Session] = {}
+def _per_process(cache: dict[tuple[int, int], R], key: int, make: Callable[[], R]) -> R:
+    """``cache``'s value for ``key`` in this process (a forked child makes its own)."""
+    with _pools_lock:
+        at = (os.getpid(), key)
+        if at not in cache:
+            cache[at] = make()
+        return cache[at]
 
 
 def _writing_session() -> Session:
-    """The process's cacheless session for tables opened to write (one per process: a
-    forked child makes its own)."""
-    with _pools_lock:
-        session = _writing_sessions.get(os.getpid())
-        if session is None:
-            session = _writing_sessions[os.getpid()] = Session(
-                index_cache_size_bytes=0, metadata_cache_size_bytes=0
-            )
-        return session
+    """The process's cacheless session for tables opened to write."""
+    return _per_process(
+        _writing_sessions, 0, lambda: Session(index_cache_size_bytes=0, metadata_cache_size_bytes=0)
+    )
 
 
 def _in_worker(fn: Callable[[T], R], item: T) -> R:
@@ -101,22 +98,17 @@ def _in_worker(fn: Callable[[T], R], item: T) -> R:
 
 
 def _shared_pool(concurrency: int) -> ThreadPoolExecutor:
-    """The process's threads for this concurrency (shared by every namespace opened: a
-    handle opened per task must not leave threads behind)."""
-    with _pools_lock:
-        key = (os.getpid(), concurrency)  # a forked child starts its own
-        pool = _pools.get(key)
-        if pool is None:
-            pool = _pools[key] = ThreadPoolExecutor(
-                concurrency, thread_name_prefix=f"lance-leaves-{concurrency}"
-            )
-        return pool
+    """The process's threads for this concurrency, shared by every namespace opened."""
+    return _per_process(
+        _pools,
+        concurrency,
+        lambda: ThreadPoolExecutor(concurrency, thread_name_prefix=f"lance-leaves-{concurrency}"),
+    )
 
 
 def beside(fn: Callable[[], R], concurrency: int = LOCAL_CONCURRENCY) -> Future[R]:
-    """``fn`` started on one of the process's storage threads, to run while the caller
-    works; run inline when called from one of those threads (which may all be waiting
-    for it)."""
+    """``fn`` started on a storage thread, to run while the caller works; run inline when
+    called from one of those threads (which may all be waiting for it)."""
     if getattr(_worker, "active", False):
         done: Future[R] = Future()
         try:
@@ -138,8 +130,7 @@ def _inline(fn: Callable[[T], R], items: Sequence[T], ticker: progress.Ticker) -
 
 
 def _result(future: Future[R]) -> R:
-    """``future``'s result, waited for in steps of :data:`POLL_SECONDS`, so that a signal
-    handler (Ctrl-C) runs while the caller waits (see :data:`POLL_SECONDS`)."""
+    """``future``'s result, waited for in steps of :data:`POLL_SECONDS`."""
     while True:
         try:
             return future.result(timeout=POLL_SECONDS)
@@ -155,8 +146,7 @@ def default_concurrency(root: str) -> int:
 
 def is_conflict(exc: BaseException) -> bool:
     """Whether a Lance commit failed because a concurrent commit won (retry after re-reading).
-
-    The words are Lance's (the conflict tests of ``tests/namespace/test_pylance_facts.py`` check them)."""
+    Lance's words: pinned by the conflict facts of tests/namespace/test_pylance_facts.py."""
     if isinstance(exc, CommitConflictError):
         return True
     text = str(exc).lower()
@@ -165,21 +155,17 @@ def is_conflict(exc: BaseException) -> bool:
 
 def is_not_found(exc: BaseException) -> bool:
     """Whether a Lance error says the dataset does not exist (rather than cannot be read).
-
-    Lance's wording: pinned by tests/namespace/test_pylance_facts.py::
-    test_fact_missing_table_error_is_recognised_as_not_found."""
+    pylance fact: test_fact_missing_table_error_is_recognised_as_not_found."""
     text = str(exc)
     return isinstance(exc, FileNotFoundError) or ("was not found" in text and "Dataset" in text)
 
 
-#: Where in Lance's Rust sources an error was raised (``, /home/.../object_store.rs:1576:42``):
-#: nothing a user can act on.
+#: Where in Lance's Rust sources an error was raised (``, /home/.../object_store.rs:1576:42``).
 _RUST_LOCATION = re.compile(r",?\s*/[^\s,;]*\.rs:\d+:\d+")
 
 
 def first_line(exc: BaseException) -> str:
-    """The part of a library error worth showing: its first line without Rust source
-    locations, bounded."""
+    """A library error's first line, without Rust source locations, bounded."""
     text = _RUST_LOCATION.sub("", str(exc)).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
@@ -209,14 +195,10 @@ def _user() -> str:
 
 
 def storage_error(action: str, uri: str, exc: BaseException, hint: str = "") -> StorageError:
-    """The project error for a storage call that failed with ``exc``: the one place where
-    Lance's, object_store's, pyarrow's and the OS's words for a failure decide its class.
-
-    :class:`StorageAccessError` (not retryable), saying what to fix, when the store's
-    answer cannot change (see :func:`_permanent`). Otherwise a retryable
-    :class:`StorageError` with Lance's first line and ``hint``. Lance's full text stays
-    the cause either way.
-    """
+    """The project error for a storage call that failed with ``exc`` (the one place where a
+    library's words for a failure decide its class): :class:`StorageAccessError`, saying
+    what to fix, when the store's answer cannot change; else a retryable
+    :class:`StorageError` with the first line and ``hint``. The caller chains ``exc``."""
     where = f"cannot {action} {uri}"
     reason = _permanent(exc, uri)
     if reason is not None:
@@ -225,10 +207,9 @@ def storage_error(action: str, uri: str, exc: BaseException, hint: str = "") -> 
 
 
 def permanent_failure(exc: BaseException) -> StorageAccessError | None:
-    """The :class:`StorageAccessError` a library's ``OSError`` that no call translated
-    amounts to, when it is a permanent failure (read-only, denied, ...); None otherwise.
-    The last line of defence (the command line, Airflow's error mapping) classifies such
-    an error here, as the core does."""
+    """The :class:`StorageAccessError` an untranslated library ``OSError`` amounts to when
+    it is permanent (read-only, denied, ...); None otherwise. For the last line of defence
+    (the command line, Airflow's error mapping)."""
     if isinstance(exc, LanceNamespaceError) or not isinstance(exc, OSError):
         return None
     reason = _permanent(exc, "")
@@ -238,10 +219,7 @@ def permanent_failure(exc: BaseException) -> StorageAccessError | None:
 
 
 def _permanent(exc: BaseException, uri: str) -> str | None:
-    """What to fix when the store's answer cannot change (None when it may): a path that
-    is not UTF-8, a scheme no object store serves, a path through a plain file, denied
-    access (file permissions, a read-only file system, credentials the store refuses), a
-    bucket that does not exist, an option the store cannot parse."""
+    """What to fix when the store's answer cannot change; None when it may."""
     text = str(exc)
     if isinstance(exc, UnicodeError):  # a path from bytes that are not UTF-8
         return "the path is not UTF-8 text; object stores and Lance take UTF-8 paths only"
@@ -291,8 +269,7 @@ def _permanent(exc: BaseException, uri: str) -> str | None:
 
 @dataclass(frozen=True)
 class FileEntry:
-    """A file under the root: its path relative to the root, size and modification time
-    (seconds since the epoch)."""
+    """A file under the root: path relative to the root, size, mtime (epoch seconds)."""
 
     path: str
     size: int
@@ -311,12 +288,10 @@ class Storage:
     ) -> None:
         self.root = root
         self._local_root = local_path(root)
-        #: The storage options as Lance takes them, text only (None: none given); every
-        #: namespace, reader and Spark task gets its options from here.
+        #: The storage options as Lance takes them (None: none given).
         self.options: dict[str, str] | None = normalize_options(options)
         if concurrency is not None and concurrency < 1:
             raise InvalidArgumentError(f"concurrency must be at least 1, got {concurrency}")
-        #: Leaf tables worked on at once (see :func:`default_concurrency`).
         self.concurrency = concurrency or default_concurrency(root)
         self._sessions: dict[str, LanceFileSession] = {}
 
@@ -335,25 +310,17 @@ class Storage:
     def map(self, fn: Callable[[T], R], items: Sequence[T], *, step: str | None = None) -> list[R]:
         """``fn`` over ``items``, at most :attr:`concurrency` at once, results in order.
 
-        For work on many leaf tables (Lance releases the GIL while it does I/O). Every call
-        runs, even after one failed: the first error is raised once all have finished, so
-        nothing is still writing when the caller cleans up. An interrupt of the waiting
-        thread (Ctrl-C's ``KeyboardInterrupt``, a task runner's termination) stops it at
-        once: no call starts any more, the running ones finish, and it is raised. The
-        operation's progress callback (see :mod:`~..progress`), if any, hears of it as
-        ``step``. The threads are kept for the next call (starting them costs more than a
-        small write); a call from one of them runs inline, so nested work never waits for
-        a thread that waits for it.
+        Every call runs, even after one failed: the first error is raised once all have
+        finished, so nothing is still writing when the caller cleans up. An interrupt of the
+        waiting thread (Ctrl-C) stops it at once: nothing more starts, the running calls
+        finish, and it is raised. Progress is reported as ``step`` (:mod:`~..progress`). A
+        call from a storage thread runs inline, so nested work never waits for itself.
         """
         items = items if isinstance(items, Sequence) else list(items)  # (a set, dict keys)
         reporter = progress.current()
         if len(items) <= 1 or self.concurrency == 1 or getattr(_worker, "active", False):
             return _inline(fn, items, progress.Ticker(reporter, len(items), step))
-        # Each thread takes the next item until none is left: a handful of futures, not
-        # one per item (measured: a future per leaf made a third of the objects a
-        # 1,000-partition load allocates, and its garbage collections came that much
-        # more often; in a process with a large heap, such as an Airflow worker, a full
-        # collection costs 80 ms).
+        # Each thread takes the next item until none is left: a few futures, not one per item.
         results: list[Any] = [None] * len(items)
         errors: dict[int, BaseException] = {}
         taken = iter(range(len(items)))
@@ -399,8 +366,7 @@ class Storage:
         self, fn: Callable[[T], R], items: Iterable[T], *, step: str | None = None
     ) -> Iterator[R]:
         """``fn`` over ``items`` in order, up to :attr:`concurrency` calls running ahead of
-        the one consumed (a streaming :meth:`map`: what is held ahead stays bounded; the
-        progress reported counts the results consumed)."""
+        the one consumed (a streaming :meth:`map`; progress counts the results consumed)."""
         total = len(items) if isinstance(items, Sized) else 0
         ticker = progress.Ticker(progress.current() if total > 1 else None, total, step)
         if self.concurrency == 1 or getattr(_worker, "active", False):
@@ -428,9 +394,7 @@ class Storage:
                 future.cancel()
 
     def beside(self, fn: Callable[[], R]) -> Future[R]:
-        """``fn`` started on a storage thread, to run while the caller works (a request
-        whose round trip then overlaps the caller's); run inline when called from one of
-        those threads."""
+        """The module's :func:`beside` with this storage's concurrency."""
         return beside(fn, self.concurrency)
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -445,15 +409,9 @@ class Storage:
         session: Session | None = None,
         block_size: int | None = None,
     ) -> lance.LanceDataset:
-        """The table at ``uri`` (at ``version``, default latest).
-
-        ``block_size``: Lance's I/O block size for this table (its default when None: 64
-        KiB on object stores). A file no larger is read whole in one request, a larger
-        one's tail read is that long, and reads closer than it are coalesced.
-
-        :class:`TableNotFoundError` if there is no such table or version,
-        :class:`StorageError` if it cannot be read.
-        """
+        """The table at ``uri`` (at ``version``, default latest); ``block_size``: Lance's
+        I/O block size (None: its default). :class:`TableNotFoundError` if there is no such
+        table or version, :class:`StorageError` if it cannot be read."""
         try:
             return lance.dataset(
                 uri,
@@ -471,11 +429,8 @@ class Storage:
             ) from exc
 
     def table_to_write(self, uri: str, version: int | None = None) -> lance.LanceDataset:
-        """:meth:`table`, opened only to write to: through a session without caches shared
-        by the process (measured: half the cost of an open with a session of its own, which
-        a write never reads from; readers keep their own, its caches serve their scans). The
-        figure is a timing, not tested; that such a session writes is pinned by
-        tests/namespace/test_pylance_facts.py::test_fact_a_cacheless_session_opens_tables_to_write."""
+        """:meth:`table`, opened only to write to, through the process's cacheless session.
+        pylance fact: test_fact_a_cacheless_session_opens_tables_to_write."""
         return self.table(uri, version, session=_writing_session())
 
     def table_or_none(self, uri: str) -> lance.LanceDataset | None:
@@ -489,16 +444,12 @@ class Storage:
         self, data: pa.Table, uri: str, properties: Mapping[str, str] | None = None
     ) -> bool:
         """Create the table at ``uri`` as version 1 holding exactly ``data``; False if a
-        table is there already (a concurrent creator won).
+        table is there already (a concurrent creator won; its files are deleted).
 
-        Exclusive: the data files are written first, then version 1 is committed only if
-        absent (Lance's conditional put, no retries), so of concurrent creators exactly
-        one succeeds (pinned by tests/namespace/test_pylance_facts.py::
-        test_fact_overwrite_at_read_version_0_without_retries_is_exclusive).
-        ``write_dataset(mode="create")`` is not: a creator that loses the race is rebased
-        into an overwrite on top of the winner's table, with its own schema (pinned by
-        test_fact_create_is_not_exclusive_a_losing_creator_lands_as_a_later_version).
-        A loser's files are deleted.
+        Exclusive, unlike ``write_dataset(mode="create")``: the files are written, then
+        version 1 is committed only if absent. pylance facts:
+        test_fact_overwrite_at_read_version_0_without_retries_is_exclusive,
+        test_fact_create_is_not_exclusive_a_losing_creator_lands_as_a_later_version.
         """
         fragments = self.write_fragments(data, uri, overwrite=True)
         failpoint("storage.before_create")
@@ -527,23 +478,17 @@ class Storage:
     def create_leaf(
         self, data: pa.Table, uri: str, properties: Mapping[str, str]
     ) -> tuple[int, lance.LanceDataset] | None:
-        """A new table at ``uri`` holding ``data``, files and version in one Lance call (a
-        write into a new partition skips a second pass of commits); None if a table was
-        there before the call (nothing was written).
+        """A new table at ``uri`` holding ``data``, files and version in one Lance call:
+        the version made and the table at it; None if a table was there before the call
+        (nothing written) or the commit lost as a conflict (files left for the sweep).
 
-        Not exclusive (pinned by tests/namespace/test_pylance_facts.py::
-        test_fact_create_is_not_exclusive_a_losing_creator_lands_as_a_later_version):
-        of concurrent creators at most one gets version 1, and each loser's call still
-        succeeds, as a later version holding exactly its own data on top of the winner's,
-        or fails as a conflict (then None too; its files are left for the orphan sweep).
-        Returns the version made and the table at it: only version 1 is known to be nobody
-        else's.
+        Not exclusive: a losing concurrent creator's call may succeed as a later version
+        holding its own data, so only version 1 is known to be nobody else's. pylance fact:
+        test_fact_create_is_not_exclusive_a_losing_creator_lands_as_a_later_version.
         """
         try:
             made = self._write_table(data, uri, "create", properties)
-        except StorageError:
-            # Lance refuses to create over a table (its message names no error kind to test
-            # for, and the URI may say anything): look for one instead.
+        except StorageError:  # Lance's refusal names no error kind: look for the table
             if self.table_or_none(uri) is not None:
                 return None
             raise
@@ -561,13 +506,11 @@ class Storage:
         version in one Lance call; the table at the version made, or None if a concurrent
         commit made the write impossible (its files are left for the orphan sweep).
 
-        Lance rebases the commit onto versions made after ``on`` was opened (an append over
-        an unrelated append succeeds one version higher, over an overwrite it fails as a
-        conflict; an overwrite wins over an append: pinned by tests/namespace/test_pylance_facts.py::
-        test_fact_stale_append_is_rebased_over_an_append_and_fails_over_an_overwrite
-        and test_fact_stale_overwrite_silently_wins_over_a_concurrent_append), so only a
+        Lance rebases the commit onto versions made since ``on`` was opened, so only a
         version ``on.version + 1`` holds exactly ``on``'s rows plus ``data`` (or ``data``
-        alone).
+        alone). pylance facts:
+        test_fact_stale_append_is_rebased_over_an_append_and_fails_over_an_overwrite,
+        test_fact_stale_overwrite_silently_wins_over_a_concurrent_append.
         """
         return self._write_table(data, on, "overwrite" if overwrite else "append", properties)
 
@@ -621,15 +564,10 @@ class Storage:
         conflict: str,
         on: lance.LanceDataset | None = None,
     ) -> lance.LanceDataset:
-        """Commit ``transaction`` to the table at ``uri`` exactly against its read version
-        (no rebase retries); :class:`CommitConflict` (saying ``conflict``) if another
-        commit won the race.
-
-        ``on``: the table at ``uri`` already opened (at the transaction's read version),
-        so that Lance does not open it again. The commit is the same either way: Lance
-        looks up the latest version at the commit in both (a handle on an older version is
-        rebased onto the versions above it exactly as a commit by URI is: pinned by
-        tests/namespace/test_pylance_facts.py::
+        """Commit ``transaction`` to the table at ``uri`` against its read version (no
+        rebase retries); :class:`CommitConflict` (saying ``conflict``) if another commit
+        won. ``on``: the table already opened, so that Lance does not open it again; the
+        commit is the same (pylance fact:
         test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri)."""
         with self.failures("commit to", uri, conflict=conflict):
             return lance.LanceDataset.commit(
@@ -642,11 +580,10 @@ class Storage:
     def clean_up(self, table: lance.LanceDataset, **options: Any) -> Any:
         """Lance's ``cleanup_old_versions(**options)`` of ``table``; its statistics.
 
-        Lance counts the files it could not delete (``failed_deletes``) instead of raising:
-        then a file is written and deleted beside them to learn why. A store that refuses
-        it raises what :func:`storage_error` makes of that (a read-only or denied store:
-        :class:`StorageAccessError`); otherwise the failures were passing, are logged, and
-        the next cleanup deletes those files."""
+        Lance counts files it could not delete instead of raising: then a probe file is
+        written and deleted beside them, so a store that refuses raises what
+        :func:`storage_error` makes of it; otherwise the failure is logged, and the next
+        cleanup deletes those files."""
         with self.failures("clean up", table.uri):
             stats = table.cleanup_old_versions(**options)
         failed = int(getattr(stats, "failed_deletes", 0) or 0)
@@ -678,9 +615,8 @@ class Storage:
         conflict: str | None = None,
         partitions: Sequence[str] = (),
     ) -> Iterator[None]:
-        """Translate a storage failure of the enclosed call into a project error:
-        :class:`CommitConflict` (when ``conflict`` says what lost) or what
-        :func:`storage_error` makes of it."""
+        """Translate a storage failure of the enclosed call into :class:`CommitConflict`
+        (when ``conflict`` says what lost) or what :func:`storage_error` makes of it."""
         try:
             yield
         except LanceNamespaceError:
@@ -700,8 +636,7 @@ class Storage:
 
     def _table_files(self, table_uri: str) -> tuple[LanceFileSession, str]:
         """A file session and the prefix of ``table_uri``'s files in it: the root's session
-        for a table inside the root (one session, not one kept per leaf table touched,
-        which a long-lived process writing to many partitions would pile up)."""
+        for a table inside the root (not one kept per leaf table)."""
         inside = self.root.rstrip("/") + "/"
         if table_uri.startswith(inside):
             return self._session(), table_uri[len(inside) :].rstrip("/") + "/"
@@ -709,8 +644,7 @@ class Storage:
 
     def put_json(self, path: str, obj: Any, *, indent: int | None = None) -> None:
         """Write ``obj`` as the JSON document at ``path`` (relative to the root), whole."""
-        # dumps, not dump: only the one-shot encoder is the C one (5-10x faster for a
-        # commit plan of thousands of partitions).
+        # dumps, not dump: only the one-shot encoder is the C one.
         text = json.dumps(
             obj,
             indent=indent,
@@ -728,12 +662,9 @@ class Storage:
             os.unlink(local)
 
     def get_json(self, path: str) -> Any:
-        """The JSON document at ``path``; :class:`KeyError` if there is none.
-
-        A document another process writes at the same moment can be missing when
-        downloaded and present when checked (or, on a local disk, half written): it is read
-        again before being called unreadable.
-        """
+        """The JSON document at ``path``; :class:`KeyError` if there is none. A document
+        being written meanwhile (missing when downloaded, present when checked, or half
+        written) is read again before it is called unreadable."""
         session = self._session()
         fd, local = tempfile.mkstemp(suffix=".json")
         os.close(fd)
@@ -775,10 +706,9 @@ class Storage:
             return list(self._session().list(prefix))
 
     def list_files(self, prefix: str = "") -> Sequence[FileEntry]:
-        """Every file under ``prefix`` (relative to the root) with its size and last
-        modification time, e.g. for the orphan sweep, which only removes files older than
-        a safety age. Through pyarrow's filesystems: local disks and S3 (the S3 options
-        translated from Lance's); other stores raise :class:`InvalidArgumentError`."""
+        """Every file under ``prefix`` (relative to the root) with its size and mtime,
+        through pyarrow's filesystems: local disks and S3 (options translated from
+        Lance's); other stores raise :class:`InvalidArgumentError`."""
         filesystem, base = self._filesystem()
         start = f"{base}/{prefix}".rstrip("/") if prefix else base
         with self.failures("list", self.uri(prefix) if prefix else self.root):
@@ -834,9 +764,7 @@ class Storage:
 
     def missing_files(self, directory: str, paths: Sequence[str]) -> Sequence[str]:
         """The ``paths`` (relative to ``directory``, itself relative to the root) that do not
-        exist: a ``stat`` each on a local disk (a Lance file session's ``contains`` costs
-        ten times that, which a commit of 1,000 partitions felt), a HEAD each on an object
-        store."""
+        exist: a ``stat`` each on a local disk, a HEAD each on an object store."""
         if self._local_root is not None:
             base = os.path.join(self._local_root, directory)
             return [p for p in paths if not os.path.exists(os.path.join(base, p))]
@@ -846,8 +774,8 @@ class Storage:
 
     def delete_data_files(self, table_uri: str, fragments: Sequence[FragmentMetadata]) -> int:
         """Delete the data files of fragments no table version references (staged, never
-        committed); returns how many went. A file that cannot be deleted is logged and left
-        for the orphan sweep: nothing references it, so it is only wasted space."""
+        committed); how many went. One that cannot be deleted is logged and left for the
+        orphan sweep."""
         if not fragments:
             return 0
         session, prefix = self._table_files(table_uri)

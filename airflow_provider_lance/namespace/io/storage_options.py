@@ -1,8 +1,5 @@
-"""Storage options as users write them, turned into what Lance takes (text only).
-
-Its own module, importing nothing heavy: the core's :class:`~.storage.Storage` (where every
-namespace's options enter) and the Airflow connection (parsed in the API server too) share it.
-"""
+"""Storage options as users write them, turned into what Lance takes (text only). Imports
+nothing heavy: the Airflow connection, parsed in the API server too, shares it."""
 
 from __future__ import annotations
 
@@ -53,12 +50,8 @@ def normalize_options(
     options: Mapping[str, StorageOptionValue | None] | None,
 ) -> dict[str, str] | None:
     """Storage options as Lance takes them: every value text (None if there are none).
-
-    Users write options the Python way (``{"allow_http": True, "timeout": 30}``), and
-    pylance refuses anything but strings with a ``TypeError`` that names no option. So
-    booleans become ``"true"``/``"false"``, numbers their text (seconds, ``"30s"``, for a
-    duration option), None leaves an option unset; anything else is refused naming it.
-    """
+    Booleans become ``"true"``/``"false"``, numbers their text (seconds, ``"30s"``, for a
+    duration option), None leaves an option unset; anything else is refused naming it."""
     if not options:
         return None
     if not isinstance(options, Mapping):

@@ -21,12 +21,9 @@ _PATH_SAFE = "/!$&'()*+,;=:@"
 
 
 def normalize_root(uri: str | os.PathLike[str]) -> str:
-    """A canonical root URI: local paths become absolute ``file://`` URIs; no trailing slash.
-
-    A local path is not a URL: its characters are percent-encoded into the URI
-    (``pct%41dir`` is ``file:///.../pct%2541dir``), which Lance and :func:`local_path`
-    decode back to the path. A URI given with its scheme is taken as written.
-    """
+    """A canonical root URI: no trailing slash; a local path becomes an absolute
+    ``file://`` URI, percent-encoded (``pct%41dir`` is ``file:///.../pct%2541dir``, which
+    Lance and :func:`local_path` decode back). A URI with a scheme is taken as written."""
     text = os.fspath(uri)
     if not text:
         raise LanceNamespaceError("the namespace URI must not be empty")
@@ -43,8 +40,7 @@ def normalize_root(uri: str | os.PathLike[str]) -> str:
 
 
 def local_path(uri: str) -> str | None:
-    """The filesystem path of a ``file://`` URI (percent-decoded), else None (object
-    stores)."""
+    """The filesystem path of a ``file://`` URI (percent-decoded), else None."""
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else None
 

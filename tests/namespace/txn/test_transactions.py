@@ -436,7 +436,7 @@ def test_every_lookup_path_of_a_state_gives_the_same_answers(tagged: Partitioned
         assert rows == alone.full_rows(asked).to_pylist()
         assert {r["object_id"] for r in rows} == {*present[: size // 2], pending}
         everything = tagged.state(version=state.version)
-        assert exist == everything.object_ids & {*asked, *parents}
+        assert exist == everything.view.object_ids & {*asked, *parents}
         assert pending in exist
 
 
