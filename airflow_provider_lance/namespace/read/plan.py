@@ -70,9 +70,6 @@ class RowFilter:
     def __getstate__(self) -> dict[str, Any]:  # DataFusion's session is parsed again
         return {"sql": self.sql, "_schema": self._schema}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     def __repr__(self) -> str:
         return f"RowFilter({self.sql!r})"
 
