@@ -1,21 +1,11 @@
-"""Which partitions a filter may touch, and which it covers entirely.
+"""Which partitions a filter may touch (:func:`pruned_rows`, sound but loose), and which
+it covers entirely (:func:`coverage`: every row matches, so a delete drops the partition).
 
-Pruning (:mod:`.pruning`) is sound but loose: it keeps every partition that *may* hold a
-matching row. Operations that remove data need a strict answer as well. A partition is
-*covered* by a row filter when every row it can hold matches, and then a delete removes it
-as metadata (its ``__manifest`` row) instead of writing deletion files.
-
-The strict answer comes from identity partition fields only: a partition of an identity
-field on column ``c`` holds rows whose ``c`` is exactly its partition value, so a filter
-that names only such columns has one truth value for the whole partition, computed by
-evaluating the filter on the partition values (DataFusion, SQL's three-valued logic: TRUE
-covers, FALSE or NULL matches no row). Floating point identity fields are left out (NaN
-and ``-0.0`` group with values a filter tells apart), and so is every other expression:
-those partitions get a row-level delete. Saying "undecided" is always safe.
-
-``drop_partitions`` filters partitions, not rows: its filter names partition fields (the
-``__manifest`` partition columns) and is evaluated on their values, exactly; a partition
-whose spec version lacks a field sees NULL for it.
+Coverage is decided on identity partition fields only (not floating point: NaN and
+``-0.0`` group with values a filter tells apart): the filter is evaluated on the partition
+values with SQL's three-valued logic (TRUE covers, FALSE or NULL matches no row); anything
+else is "undecided", which is always safe. ``drop_partitions`` filters on partition fields
+(:func:`partition_filter`), exactly; a spec version without a field sees NULL for it.
 """
 
 from __future__ import annotations
@@ -42,21 +32,16 @@ from airflow_provider_lance.namespace.format.manifest import OBJECT_ID
 from airflow_provider_lance.namespace.format.schema import field_id
 from airflow_provider_lance.namespace.format.state import SPEC_COLUMN, NamespaceState
 
-from .pruning import SpecProjector, is_parsed, parse_filter, pc_or
+from .pruning import SpecProjector, check_boolean, is_parsed, parse_filter, pc_or
 from .scan import filter_columns
 
 
 def pruned_rows(state: NamespaceState, filter: str | None) -> pa.Table:
     """The rows of :attr:`NamespaceState.tables` whose partitions may hold rows matching
-    ``filter`` (all of them for None); a bad filter raises :class:`FilterError`.
-
-    The projection is pushed into the ``__manifest`` scan first (what Lance evaluates as
-    Arrow does, see :class:`SpecProjector`), so a prune of one date among a million
-    partitions reads the rows its index finds; the exact mask is applied to those.
-    """
+    ``filter`` (all of them for None); a bad filter raises :class:`FilterError`."""
     if filter is None:
         return state.tables
-    # DataFusion's parse (~10 ms the first time in a process) overlaps Lance's scan
+    # DataFusion's parse overlaps Lance's scan
     loading = None if is_parsed(filter, state.schema) else state.load_tables_beside()
     _, pred = parse_filter(filter, state.schema)
     if loading is not None:
@@ -116,6 +101,7 @@ def coverage(state: NamespaceState, filter: str, candidates: pa.Table) -> Covera
 
 # Kleene logic with a fourth value: what a filter is for every row of one partition.
 _TRUE, _FALSE, _NULL, _UNKNOWN = "true", "false", "null", "unknown"
+_FLIP = {_TRUE: _FALSE, _FALSE: _TRUE}
 
 
 def _truths(
@@ -160,8 +146,7 @@ def _decide(node: Any, frame: Any, known: set[str], n: int) -> list[str]:
     if kind == "Alias":
         return _decide(children(node)[0], frame, known, n)
     if kind == "Not":
-        flip = {_TRUE: _FALSE, _FALSE: _TRUE}
-        return [flip.get(v, v) for v in _decide(children(node)[0], frame, known, n)]
+        return [_FLIP.get(v, v) for v in _decide(children(node)[0], frame, known, n)]
     if kind == "BinaryExpr":
         op = str(node.to_variant().op()).upper()
         if op in ("AND", "OR"):
@@ -182,13 +167,8 @@ def _and(a: str, b: str) -> str:
 
 
 def _or(a: str, b: str) -> str:
-    if _TRUE in (a, b):
-        return _TRUE
-    if a == b == _FALSE:
-        return _FALSE
-    if {a, b} <= {_FALSE, _NULL}:
-        return _NULL
-    return _UNKNOWN
+    result = _and(_FLIP.get(a, a), _FLIP.get(b, b))  # De Morgan
+    return _FLIP.get(result, result)
 
 
 def _identity_columns(state: NamespaceState, version: int) -> dict[str, str]:
@@ -218,8 +198,7 @@ def partition_filter(state: NamespaceState, filter: str) -> pa.Table:
             f"({', '.join(f.name for f in columns)}); to remove rows by other columns use "
             "delete()"
         ) from exc
-    if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
-        raise FilterError(f"filter {filter!r} is not a boolean expression ({bound.output_type})")
+    check_boolean(filter, bound)
     tables = state.tables
     if tables.num_rows == 0:
         return tables

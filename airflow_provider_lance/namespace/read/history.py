@@ -1,42 +1,23 @@
-"""The history of a namespace: what each ``__manifest`` version did, from Lance's own records.
+"""The history of a namespace: what each ``__manifest`` version did, read from Lance's own
+transaction records (our commits write no description of themselves).
 
-Our ``__manifest`` commits carry no description of themselves: rows change through
-``merge_insert``, and pylance attaches transaction properties to one only through
-``execute_uncommitted`` + ``commit``, which drops the primary-key check that makes
-concurrent inserts of one ``object_id`` conflict, the check the commit protocol rests on
-(pinned by tests/namespace/test_pylance_facts.py::
-test_fact_execute_uncommitted_then_commit_drops_the_primary_key_check). Each version's
-Lance transaction says enough instead:
+A version's Lance operation says what kind of change it was (``Update``: rows,
+``UpdateConfig``: schema and specs, ``Rewrite``: compaction, ``Overwrite``: creation or
+repair); an ``Update``'s new fragments say which transaction row turned PUBLISHED (the
+transaction and its mode) and which partitions got a new ``read_version``; each such leaf
+version's Lance transaction gives the rows of every file it added and the transaction id.
 
-* its operation: ``Update`` (rows), ``UpdateConfig`` (schema and partition specs),
-  ``Rewrite`` (compaction), ``Overwrite`` (creation, repair), ...;
-* for an ``Update``, the rows it wrote, read from its new fragments only: a transaction row
-  turned PUBLISHED names the transaction and its mode; partition rows with a new
-  ``read_version`` are what it published (compared with the previous version's rows);
-* for each partition a write published, the leaf version it points at: its Lance
-  transaction (``Append`` or ``Overwrite``, with the row count of every file it added) and
-  the transaction id the leaf commit recorded.
-
-A write with no transaction row (``write()`` without a ``txn_id``) does not record its mode:
-it is an overwrite when it replaced a partition that existed, an append when it appended to
-one, or only created partitions (where both are the same), or only rewrote partitions that
-predate ``add_column`` (an append rewrites those whole: recognised by the copy of the old
-rows its files start with).
-
-A table operation (``delete``, ``drop_partitions``, ``merge``, ``optimize``) is listed under
-its own name: its transaction row names it, or without one its leaf commits do (their
-properties carry the operation); partitions a publish dropped are in ``details``
-(``dropped``). A delete that only dropped partitions it covered, without a ``txn_id``,
-reads as ``drop_partitions`` (that is all it did). A merge's intent and a spec's fence
-(see ``spec_fence``) are bookkeeping.
-
-A version is described once and kept (versions never change); the cost is a few small
-reads per version and one or two leaf versions per partition a write published.
+A write without a transaction row is an overwrite when it replaced a partition that
+existed, else an append (an append rewrites a partition that predates ``add_column`` whole,
+starting with a copy of its rows). A table operation is listed under its own name, from its
+transaction row or its leaf commits' properties; partitions a publish dropped are in
+``details["dropped"]``. A version is described once and kept (versions never change).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -62,7 +43,7 @@ from airflow_provider_lance.namespace.format.manifest import (
 )
 from airflow_provider_lance.namespace.format.naming import LEAF_TABLE_NAME, SEPARATOR
 from airflow_provider_lance.namespace.format.schema import NamespaceSchema, field_id, is_deprecated
-from airflow_provider_lance.namespace.format.spec import SPEC_KEY_PREFIX, spec_key
+from airflow_provider_lance.namespace.format.spec import SPEC_KEY_PREFIX, spec_key, spec_versions
 from airflow_provider_lance.namespace.format.state import SCHEMA_KEY
 from airflow_provider_lance.namespace.format.txn_row import TxnRecord, TxnState
 from airflow_provider_lance.namespace.io.storage import Storage, first_line
@@ -73,10 +54,9 @@ from .timetravel import list_tags, version_times
 
 log = logging.getLogger(__name__)
 
-#: What a version did that readers see (anything else is bookkeeping: ``internal``).
-#: Table operations: a publish whose transaction row (or, without one, whose leaf commits)
-#: names one of these is listed under its name (``mode`` None), not as a ``write``.
+#: Publishes listed under these names (``mode`` None), not as a ``write``.
 TABLE_OPERATIONS = ("delete", "drop_partitions", "merge", "optimize", "relocate")
+#: What a version did that readers see (anything else is bookkeeping: ``internal``).
 VISIBLE = frozenset(
     {
         "create",
@@ -103,11 +83,8 @@ class _Published:
     location: str
     values: dict[str, Any]
     read_version: int
-    #: The row's read_version at the previous version (None: absent or unpublished there).
-    before: int | None
-    #: Whether the previous version is known (retained); if not, ``created`` is guessed
-    #: from the leaf (a table this version's leaf commit created).
-    compared: bool
+    before: int | None  # at the previous version (None: absent or unpublished there)
+    compared: bool  # the previous version is retained (else "created" is read off the leaf)
 
 
 @dataclass(frozen=True)
@@ -132,8 +109,7 @@ class _LeafCommit:
     base: int  # the version it was committed on (0: it created the table)
     txn_id: str | None
     base_rows: int | None = None  # rows of ``base`` (looked up for replaced tables)
-    #: The table operation that made it (None: a write).
-    operation: str | None = None
+    operation: str | None = None  # the table operation that made it (None: a write)
     base_schema: pa.Schema | None = None  # the schema of ``base`` (likewise)
 
     @property
@@ -142,14 +118,7 @@ class _LeafCommit:
 
     def starts_with_copy(self) -> bool:
         """Whether its files begin with exactly ``base``'s rows (an append's rewrite)."""
-        if not self.base_rows:
-            return True
-        total = 0
-        for rows in self.files_rows[:-1]:
-            total += rows
-            if total == self.base_rows:
-                return True
-        return False
+        return not self.base_rows or self.base_rows in itertools.accumulate(self.files_rows[:-1])
 
 
 class History:
@@ -186,8 +155,7 @@ class History:
                 self._entries[version] = _entry(version, ts, described, {})
                 continue
             chosen.append((version, ts, described))
-        writes = [(v, d) for v, _, d in chosen if d is not None and d.published]
-        leaves = self._leaf_commits([p for _, d in writes for p in d.published])
+        leaves = self._leaf_commits([p for _, _, d in chosen if d is not None for p in d.published])
         for version, ts, new in chosen:
             if new is not None:
                 self._entries[version] = _entry(version, ts, new, leaves)
@@ -201,10 +169,7 @@ class History:
         try:
             txn = ds.transaction()
         except TypeError as exc:
-            # pylance cannot turn a compaction that rewrote the object_type index into
-            # Python ("RewrittenIndex.__init__() missing 3 arguments"; pinned by
-            # tests/namespace/test_pylance_facts.py::
-            # test_fact_read_transaction_fails_on_a_compaction_that_rewrote_an_index).
+            # pylance fact: test_fact_read_transaction_fails_on_a_compaction_that_rewrote_an_index
             if "RewrittenIndex" in str(exc):
                 return _Described("compact")
             return _Described("other", details={"lance_operation": first_line(exc)})
@@ -229,10 +194,8 @@ class History:
             "Merge": "add_manifest_columns",
             "Project": "add_manifest_columns",
             "Rewrite": "compact",
-            # compaction first reserves fragment ids: pylance gives that operation no
-            # class of its own (pinned by tests/namespace/test_pylance_facts.py::
-            # test_fact_compaction_reserves_fragment_ids_as_an_operation_without_a_class);
-            # nothing else of ours commits one
+            # a compaction's reservation of fragment ids (pylance fact: test_pylance_facts.py::
+            # test_fact_compaction_reserves_fragment_ids_as_an_operation_without_a_class)
             "BaseOperation": "compact",
             "CreateIndex": "index",
             "Delete": "drop_rows",
@@ -299,10 +262,7 @@ class History:
         return _Described("add_namespaces")
 
     def _published(
-        self,
-        ds: ManifestView,
-        before: ManifestView | None,
-        leaves: Sequence[Mapping[str, Any]],
+        self, ds: ManifestView, before: ManifestView | None, leaves: Sequence[Mapping[str, Any]]
     ) -> tuple[_Published, ...]:
         """The published partition rows among ``leaves``, with their previous read_version."""
         rows = [r for r in leaves if r[READ_VERSION] is not None and not r.get(CLAIM)]
@@ -326,8 +286,8 @@ class History:
 
     # -- leaves ------------------------------------------------------------------------
     def _leaf_commits(self, published: Sequence[_Published]) -> dict[tuple[str, int], _LeafCommit]:
-        """The leaf commit of every published partition, in parallel; unreadable ones
-        (removed by hand: maintain keeps every version a retained one reads) are left out."""
+        """The leaf commit of every published partition, in parallel; unreadable ones are
+        left out (only a hand removes one: maintain keeps what retained versions read)."""
 
         def one(p: _Published) -> _LeafCommit | None:
             try:
@@ -380,15 +340,8 @@ def _entry(
 ) -> HistoryEntry:
     internal = described.operation not in VISIBLE
     if not described.published:
-        return HistoryEntry(
-            version,
-            ts,
-            described.operation,
-            internal,
-            described.mode,
-            described.txn_id,
-            details=described.details,
-        )
+        d = described
+        return HistoryEntry(version, ts, d.operation, internal, d.mode, d.txn_id, details=d.details)
     commits = {p.object_id: leaves.get((p.location, p.read_version)) for p in described.published}
     created = {p.object_id: _created(p, commits[p.object_id]) for p in described.published}
     operation = described.operation
@@ -445,9 +398,7 @@ def _created(p: _Published, leaf: _LeafCommit | None) -> bool:
 
 
 def _inferred_mode(
-    described: _Described,
-    commits: Mapping[str, _LeafCommit | None],
-    created: Mapping[str, bool],
+    described: _Described, commits: Mapping[str, _LeafCommit | None], created: Mapping[str, bool]
 ) -> str | None:
     """The mode of a write without a transaction row (see the module docstring)."""
     existing = [commits[oid] for oid, new in created.items() if not new]
@@ -479,13 +430,7 @@ def _config_change(op: Any, before: ManifestView | None) -> _Described:
     updates = getattr(op, "table_metadata_updates", None)
     values: dict[str, str] = dict(getattr(updates, "updates", None) or {})
     old: Mapping[str, str] | None = None if before is None else before.metadata
-    specs = sorted(
-        int(k[len(SPEC_KEY_PREFIX) :])
-        for k in values
-        if k.startswith(SPEC_KEY_PREFIX)
-        and k[len(SPEC_KEY_PREFIX) :].isdigit()
-        and (old is None or k not in old)
-    )
+    specs = [v for v in spec_versions(values) if old is None or spec_key(v) not in old]
     if specs:
         version = specs[-1]
         fields = [f.get("name") for f in json.loads(values[spec_key(version)])]
@@ -531,12 +476,10 @@ def _schema(ds: ManifestView | None) -> NamespaceSchema | None:
 
 def _spec_fields(metadata: Mapping[str, str]) -> dict[int, list[str]]:
     """Spec version -> its partition field names (the manifest columns of its values)."""
-    out = {}
-    for key, text in metadata.items():
-        suffix = key[len(SPEC_KEY_PREFIX) :]
-        if key.startswith(SPEC_KEY_PREFIX) and suffix.isdigit():
-            out[int(suffix)] = [str(f.get("name")) for f in json.loads(text)]
-    return out
+    return {
+        v: [str(f.get("name")) for f in json.loads(metadata[spec_key(v)])]
+        for v in spec_versions(metadata)
+    }
 
 
 def _spec_version(object_id: str) -> int | None:

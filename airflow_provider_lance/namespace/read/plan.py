@@ -1,18 +1,14 @@
 """Scan plans: a read of one ``__manifest`` version, planned once, run by any process.
 
-:meth:`~airflow_provider_lance.namespace.PartitionedNamespace.plan_scan` prunes with the
-filter and returns a :class:`ScanPlan`: a :class:`Scan` (what every task shares, read once
-per process: the namespace, the manifest version, its schema, the projection and the
-filter) and a :class:`ScanTask` per partition (or per data file, when split). A task
-reads its leaf at the pinned ``read_version``, conformed to the namespace schema (renames,
-promotions, added columns), projected and filtered, in this process or after a trip
-through JSON or pickle in another one (pyiceberg's ``plan_files()`` -> ``FileScanTask``).
+A :class:`ScanPlan` is a :class:`Scan` (what every task shares: the namespace, the manifest
+version, its schema, the projection and the filter) and a :class:`ScanTask` per partition
+(or per data file, when split). A task reads its leaf at the pinned ``read_version``,
+conformed to the namespace schema, projected and filtered, here or in another process
+after a trip through JSON or pickle.
 
-**Storage options** (credentials) belong to the :class:`Scan`, never to a task's data:
-no ``repr``, ``str`` or ``to_json`` shows them, so a logged task, a plan in an XCom or a
-task descriptor sent to workers holds no secret; give them to ``from_json`` where the
-task runs. A pickle carries them: it is how a Spark closure ships tasks to executors, so
-pickle a plan only to send it to workers of your own.
+**Storage options** (credentials) belong to the :class:`Scan`: no ``repr``, ``str`` or
+``to_json`` shows them (give them to ``from_json`` where the task runs). A pickle carries
+them, for Spark closures: pickle a plan only to send it to workers of your own.
 """
 
 from __future__ import annotations
@@ -43,13 +39,8 @@ StorageOptions = Mapping[str, StorageOptionValue | None] | None
 
 
 class RowFilter:
-    """A SQL filter over namespace columns, bound to a namespace schema: what a read
-    applies to the rows it cannot prove match (DataFusion's SQL, as ``filter=`` takes it).
-
-    ``columns`` are the columns it reads; :meth:`filter` keeps the rows of a table (of
-    namespace columns) it is true for. A bad filter raises :class:`~.errors.FilterError`
-    when it is made.
-    """
+    """A SQL filter over namespace columns (as ``filter=`` takes it), bound to a namespace
+    schema; a bad filter raises :class:`~.errors.FilterError` when it is made."""
 
     def __init__(self, sql: str, schema: NamespaceState | NamespaceSchema) -> None:
         self.sql = sql
@@ -79,18 +70,14 @@ class RowFilter:
     def __getstate__(self) -> dict[str, Any]:  # DataFusion's session is parsed again
         return {"sql": self.sql, "_schema": self._schema}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     def __repr__(self) -> str:
         return f"RowFilter({self.sql!r})"
 
 
 @dataclass(frozen=True)
 class FragmentInfo:
-    """One data file (Lance fragment) of a leaf at its pinned version, from the leaf's
-    manifest (no data read): live rows, and data-file bytes (None when Lance recorded no
-    size)."""
+    """One data file (Lance fragment) of a leaf at its pinned version: live rows, and
+    bytes (None when Lance recorded no size)."""
 
     fragment_id: int
     rows: int
@@ -108,10 +95,7 @@ class FragmentInfo:
 class Scan:
     """What every task of one plan shares: the namespace at ``uri`` as of
     ``manifest_version`` (its schema), the projection ``columns`` and the ``filter``.
-
-    Read once per process (the filter is parsed once). Holds the storage options without
-    showing them (see the module docstring); equal scans read the same rows.
-    """
+    Holds the storage options without showing them; equal scans read the same rows."""
 
     def __init__(
         self,
@@ -155,11 +139,7 @@ class Scan:
         return self._storage
 
     def read(
-        self,
-        task: ScanTask,
-        *,
-        batch_size: int | None = None,
-        columns: Sequence[str] | None = None,
+        self, task: ScanTask, *, batch_size: int | None = None, columns: Sequence[str] | None = None
     ) -> Iterator[pa.RecordBatch]:
         """The rows of ``task`` (``columns`` instead of the scan's, e.g. to count)."""
         residual = None if task.exact or self.row_filter is None else self.row_filter.bound
@@ -175,8 +155,7 @@ class Scan:
         )
 
     def count_rows(self, task: ScanTask) -> int:
-        """The rows of ``task`` the filter selects (from Lance's metadata when it has to
-        apply no filter: its partition matches whole, or there is none)."""
+        """The rows of ``task`` the filter selects (from Lance's metadata if none applies)."""
         if task.exact or self.row_filter is None:
             leaf = open_leaf(self.storage, task.partition)
             if task.fragments is None:
@@ -218,8 +197,7 @@ class Scan:
     __hash__ = None  # type: ignore[assignment]
 
     def __getstate__(self) -> dict[str, Any]:
-        """What a pickle carries: all but the open storage and the parsed caches (so the
-        storage options too: see the module docstring)."""
+        """All but the open storage and the parsed caches (the storage options too)."""
         dropped = ("_storage", "schema", "row_filter")
         return {k: v for k, v in self.__dict__.items() if k not in dropped}
 
@@ -238,9 +216,8 @@ class Scan:
 class ScanTask:
     """One partition of a plan (or some of its data files): read it with :meth:`to_reader`.
 
-    ``fragments`` are the data files it covers (None: every file of the leaf at
-    ``read_version``, not listed); ``exact`` says every row of it matches the filter
-    (proven from its partition values), so none is applied to it.
+    ``fragments``: the data files it covers (None: all, unlisted); ``exact``: every row
+    matches the filter (proven from its partition values), so none is applied.
     """
 
     scan: Scan = field(repr=False, compare=False)
@@ -380,9 +357,8 @@ class ScanPlan:
         return sum(self.scan.storage.map(ScanTask.count_rows, self.tasks))
 
     def _ahead(self, read: Callable[[ScanTask], Iterator[T]]) -> Iterator[Iterator[T]]:
-        """``read`` of every task in order, each started ahead (``storage.concurrency`` at a
-        time): opened and its first item read in a worker (an open and a small read are
-        latency, on an object store). What is held ahead is one item per task started."""
+        """``read`` of every task in order, each started ahead in a worker (opened and its
+        first item read, ``storage.concurrency`` at a time)."""
         if len(self.tasks) <= 1:
             yield from (read(t) for t in self.tasks)
             return

@@ -1,37 +1,30 @@
 """Partition pruning: which leaf tables can hold rows matching a filter.
 
-The filter is parsed by DataFusion into its expression tree, brought into negation normal
-form, and every comparison of a source column with a constant is projected through each
-spec version's partition expressions onto the ``__manifest`` partition columns:
+The filter, parsed by DataFusion and in negation normal form, is projected through each spec
+version's partition expressions onto the ``__manifest`` partition columns: ``=``, ``IN`` and
+``IS NULL`` through any expression, ranges only through order-preserving ones
+(:func:`_monotone`), ``<>``, ``NOT IN`` and ``IS NOT NULL`` only through identity;
+``AND``/``OR``/``NOT`` combine, and anything else keeps every partition.
 
-* ``=``, ``IN``, ``IS NULL``: evaluate the partition expression on the constant(s); exact
-  for every deterministic expression (bucket included);
-* ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``: only through order-preserving (monotone)
-  expressions - identity, ``date_part('year', col)``, ``date_trunc(unit, col)``,
-  ``left(col, W)`` and ``col - (col % W)``; month/day/hour parts and ``hash`` prune nothing;
-* ``<>``, ``NOT IN``, ``IS NOT NULL``: only through the identity expression;
-* ``AND``/``OR``/``NOT`` combine; anything else keeps every partition.
-
-Keeping a partition is always safe, so the result is sound: every partition that holds a
-matching row is returned. The full filter is then applied to the rows (the residual).
-
-Keeping is the answer to "not understood", never to "cannot be evaluated": a literal that is
-no value of its type (``DATE '2025-13-45'``) or a constant that fails (``1/0``) is the
-user's error, raised as :class:`InvalidLiteralError` naming it, for a prune and a read alike
-(a filter that kept every partition would, through an identity partition, have read every row).
+The result is sound (keeping a partition is always safe): every partition that holds a
+matching row is kept, and the full filter is then applied to the rows. Keeping answers "not
+understood", never "cannot be evaluated": a literal that is no value of its type
+(``DATE '2025-13-45'``) or a constant that fails (``1/0``) raises
+:class:`InvalidLiteralError` naming it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import difflib
+import functools
 import math
+import operator
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Union
 
 import pyarrow as pa
@@ -55,13 +48,10 @@ from airflow_provider_lance.namespace.format.expressions import (
     raw,
     root_cause,
     to_sql,
+    walk,
 )
 from airflow_provider_lance.namespace.format.manifest import prunes_in_scan
-from airflow_provider_lance.namespace.format.schema import (
-    NamespaceSchema,
-    field_id,
-    is_deprecated,
-)
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema, field_id, is_deprecated
 from airflow_provider_lance.namespace.format.spec import PartitionField, bound_expression, evaluator
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
@@ -127,8 +117,7 @@ def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, P
         bound = bind(sql, schema.active, "filter")
     except ExpressionError as exc:
         raise FilterError(_unknown_column(sql, str(exc), schema) or str(exc)) from exc
-    if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
-        raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
+    check_boolean(sql, bound)
     _check_literals(sql, bound)
     try:
         return bound, _translate(raw(bound.expr), negate=False, schema=schema)
@@ -136,14 +125,18 @@ def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, P
         raise InvalidLiteralError(f"filter {sql!r}: {exc}", exc.literal) from exc
 
 
+def check_boolean(sql: str, bound: BoundExpression) -> None:
+    """Refuse (:class:`FilterError`) a filter that is not a boolean expression."""
+    if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
+        raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
+
+
 _NO_FIELD = re.compile(r'No field named (?:"((?:[^"]|"")*)"|([^\s".]+))')
 
 
 def _unknown_column(sql: str, message: str, schema: NamespaceSchema) -> str | None:
-    """For DataFusion's "No field named X": the filter's error in the namespace's terms,
-    suggesting only namespace columns; a dropped column is said to be dropped (its data
-    is not read any more), rather than leave the user to guess at a typo. None for any
-    other error."""
+    """For DataFusion's "No field named X": the error in the namespace's terms (a dropped
+    column said to be dropped, else a close namespace column suggested); None otherwise."""
     match = _NO_FIELD.search(message)
     if match is None:
         return None
@@ -179,11 +172,8 @@ _LITERAL_HINT = (
 
 
 def _check_literals(sql: str, bound: BoundExpression) -> None:
-    """Refuse a filter with a literal DataFusion cannot evaluate, naming the literal.
-
-    Found by planning the filter on no rows (which folds and coerces its constants), so
-    the check costs no scan, and the filter is parsed once per namespace schema (cached).
-    """
+    """Refuse a filter with a literal DataFusion cannot evaluate (planned on no rows, which
+    folds and coerces its constants), naming the literal."""
     failed = bound.unplannable()
     if failed is None:
         return
@@ -286,18 +276,17 @@ def _comparison(left: Any, op: str, right: Any, negate: bool, schema: NamespaceS
 def _constants(
     nodes: Sequence[Any], column: str, schema: NamespaceSchema, rounding: str
 ) -> tuple[pa.Scalar, ...] | None:
-    """Evaluate constant operands and cast them to the column's type (None: not constant,
-    or no sound conversion). A non-integral number against an integer column is rounded
-    as ``rounding`` says (``floor``/``ceil``), or, for ``exact``, becomes ``_NO_VALUE``."""
+    """Constant operands evaluated and cast to the column's type, rounded as ``rounding``
+    says (see :func:`_cast_constant`); None if one is not constant or has no sound cast."""
     target = schema.field(column).type
     out = []
     for node in nodes:
-        if any(n.variant_name() == "Column" for n in _walk(node)):
+        if any(n.variant_name() == "Column" for n in walk(node)):
             return None
         try:
             value = evaluate_scalar(node)
         except Exception as exc:
-            if any(function_name(n) == "hash" for n in _walk(node)):
+            if any(function_name(n) == "hash" for n in walk(node)):
                 return None  # bound to the filter's session only: not understood here
             raise InvalidLiteralError(
                 f"the constant {to_sql(node)} cannot be evaluated ({root_cause(exc)}); "
@@ -311,15 +300,6 @@ def _constants(
     return tuple(out)
 
 
-def _walk(node: Any) -> list[Any]:
-    out, stack = [], [node]
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        stack.extend(children(n))
-    return out
-
-
 #: A constant no value of the column can equal (see :func:`_cast_constant`).
 _NO_VALUE = pa.scalar(None, pa.null())
 
@@ -328,14 +308,10 @@ def _cast_constant(value: pa.Scalar, target: pa.DataType, rounding: str) -> pa.S
     """The constant in the column's type, or None when no sound conversion exists.
 
     A non-integral number against an integer column, or a zone-less timestamp with a time
-    of day against a date column (DataFusion compares the date as its midnight), is
-    rounded down (``floor``) or up (``ceil``) as the comparison needs, or is
-    :data:`_NO_VALUE` (``exact``: no value of the column equals it); anything else lossy
-    is given up (Arrow's cast would truncate the timestamp, and ``d < '... 12:00'`` would
-    lose the rows of that day). So is a zone-less time (a naive timestamp, a date or a
-    string) against a column zoned other than UTC: DataFusion reads it in the column's zone
-    (``TIMESTAMP '2025-01-02 00:00:00'`` against a New York column is 05:00 UTC), Arrow's
-    cast as UTC.
+    of day against a date column (compared as the date's midnight), is rounded as
+    ``rounding`` says (``floor``, ``ceil``), or is :data:`_NO_VALUE` for ``exact``; other
+    lossy casts are given up, and so is a zone-less time against a column zoned other
+    than UTC (DataFusion reads it in the column's zone, Arrow's cast as UTC).
     """
     if not value.is_valid:
         return pa.scalar(None, target)
@@ -410,18 +386,13 @@ def _combine(parts: Sequence[Pred], kind: type[And] | type[Or]) -> Pred:
 def holds_for_kept_partitions(
     bound: BoundExpression, pred: Pred, fields: Sequence[PartitionField], schema: NamespaceSchema
 ) -> bool:
-    """Whether every row of every partition of this spec version that :func:`prune` keeps
-    matches the filter, so reading them needs no residual filter.
+    """Whether every row of every partition of this spec version that the pruner keeps
+    matches the filter, so reading them needs no residual filter (a static check).
 
-    True when the filter is made only of comparisons, ``IN``, ``BETWEEN`` and ``IS [NOT]
-    NULL`` of columns this version partitions by identity (non-floating: NaN orders
-    differently in Arrow and DataFusion) against constants, joined by ``AND``/``OR``/``NOT``,
-    with no ``<>``/``NOT IN`` once negations are pushed down (a NULL partition passes those
-    in the pruner, its rows do not in SQL). Then the pruner's projection is the filter
-    itself, evaluated on a value every row of the partition has (Iceberg's residual
-    evaluator reaches the same conclusion for identity partitions). A static check, so a
-    read plans no query for it; :mod:`.coverage` decides the same per partition, for any
-    expression over identity columns, by evaluating the filter (what a delete needs).
+    True when the filter is only comparisons, ``IN``, ``BETWEEN`` and ``IS [NOT] NULL`` of
+    columns this version partitions by identity (not floating point) against constants,
+    joined by ``AND``/``OR``/``NOT``, with no ``<>``/``NOT IN`` once negations are pushed
+    down (a NULL partition passes those in the pruner, its rows do not in SQL).
     """
     identity = set()
     for f in fields:
@@ -429,10 +400,7 @@ def holds_for_kept_partitions(
             source = schema.field_by_id(f.source_id)  # type: ignore[arg-type]
         except SchemaError:  # an unknown source: nothing to rely on
             continue
-        if is_deprecated(source):
-            # Partitioned by a column dropped since: its partition values are the dropped
-            # column's, not those of a column that has its name now (added again, or
-            # renamed to it): a filter on that name must be evaluated on the rows.
+        if is_deprecated(source):  # a column dropped since: not the one of that name now
             continue
         if _is_identity(f, source.type) and not pa.types.is_floating(source.type):
             identity.add(source.name)
@@ -443,7 +411,7 @@ def _no_negated_leaves(pred: Pred) -> bool:
     if isinstance(pred, bool):
         return True
     if isinstance(pred, Leaf):
-        return pred.op not in ("!=", "not in")
+        return pred.op not in _NEGATED
     return all(_no_negated_leaves(p) for p in pred.parts)
 
 
@@ -488,13 +456,12 @@ def _column_in(node: Any, names: set[str]) -> bool:
 
 
 def _projected(node: Any, column: Any, schema: NamespaceSchema) -> bool:
-    """Whether the pruner projects the constant ``node`` onto ``column`` (converts it to
-    the column's type, rounding as the comparison needs): one it gives up on keeps every
-    partition, so the filter must still be applied to their rows."""
+    """Whether the pruner projects the constant ``node`` onto ``column`` (one it gives up
+    on keeps every partition)."""
     name = column_name(column)
     return (
         name is not None
-        and _constant(node)
+        and is_constant(node)
         and all(
             _constants([node], name, schema, rounding) is not None
             for rounding in ("exact", "floor", "ceil")
@@ -502,18 +469,10 @@ def _projected(node: Any, column: Any, schema: NamespaceSchema) -> bool:
     )
 
 
-def _constant(node: Any) -> bool:
-    return is_constant(node)
-
-
 # -- projection onto one spec version ------------------------------------------------------
-def is_order_preserving(field: PartitionField, source_type: pa.DataType) -> bool:
-    """Whether ``field``'s expression is monotone non-decreasing in its source value."""
-    return _order_preserving(field.expression, source_type)
-
-
-@lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)
 def _order_preserving(expression: str, source_type: pa.DataType) -> bool:
+    """Whether ``expression`` is monotone non-decreasing in its source value."""
     return _monotone(raw(bound_expression(expression, source_type).expr), source_type)
 
 
@@ -561,12 +520,10 @@ def _literal(node: Any) -> Any:
 class Projection:
     """A predicate on source columns projected onto one spec version's partition columns.
 
-    ``exact`` is the pruner's projection. ``in_scan`` keeps of it only what the
-    ``__manifest`` scan evaluates as Arrow does (see
-    :func:`~..format.manifest.prunes_in_scan`), and no negation: SQL keeps no NULL
-    partition where Arrow's ``~isin`` keeps it. The rest becomes TRUE, which under AND/OR
-    (monotone, and the projection has no NOT otherwise) only keeps more: ``in_scan`` is
-    implied by ``exact``, so a scan filtered by it selects a superset of its rows.
+    ``exact`` is the pruner's projection; ``in_scan`` is implied by it (a scan filtered by
+    it selects a superset): it keeps only the leaves the ``__manifest`` scan evaluates as
+    Arrow does (:func:`~..format.manifest.prunes_in_scan`), and no negation (SQL keeps no
+    NULL partition where Arrow's ``~isin`` does), the rest TRUE.
     """
 
     exact: pc.Expression | bool
@@ -575,8 +532,7 @@ class Projection:
 
 @dataclass(frozen=True)
 class SpecProjector:
-    """Projects predicates on source columns onto one spec version's partition columns
-    (both projections at once: their leaves cost a query each for computed fields)."""
+    """Projects predicates on source columns onto one spec version's partition columns."""
 
     fields: Sequence[PartitionField]
     schema: NamespaceSchema
@@ -624,7 +580,7 @@ class SpecProjector:
                 return column.is_valid()
             return ~column.isin(pa.array([v.as_py() for v in leaf.values], f.result_type))
         if op in ("<", "<=", ">", ">="):
-            if not is_order_preserving(f, source_type):
+            if not _order_preserving(f.expression, source_type):
                 return True
             mapped = self._apply(f, source_type, leaf.values)
             if mapped is None or not mapped[0].is_valid:
@@ -686,11 +642,4 @@ def _pc_combine(parts: Sequence[pc.Expression | bool], absorbing: bool) -> pc.Ex
             exprs.append(p)
     if not exprs:
         return not absorbing
-    return _fold(exprs, (lambda a, b: a | b) if absorbing else (lambda a, b: a & b))
-
-
-def _fold(exprs: list[pc.Expression], op: Callable[[Any, Any], Any]) -> pc.Expression:
-    out = exprs[0]
-    for e in exprs[1:]:
-        out = op(out, e)
-    return out
+    return functools.reduce(operator.or_ if absorbing else operator.and_, exprs)

@@ -55,9 +55,7 @@ def leaf_cleaned_up(
     storage: Storage, partition: Partition, exc: BaseException
 ) -> VersionCleanedUp | None:
     """The error for a read of ``partition`` that failed with ``exc`` because retention
-    (``maintain``) removed its ``read_version`` (the version file, or data files only that
-    version referenced, deleted while it was read); None if that version is still there
-    (``exc`` means something else, and stands)."""
+    removed its ``read_version``; None if that version is still there (``exc`` stands)."""
     if partition.read_version is None or not (
         isinstance(exc, TableNotFoundError) or is_missing(exc)
     ):
@@ -80,8 +78,16 @@ def leaf_cleaned_up(
 
 
 def filter_columns(bound: BoundExpression) -> list[str]:
+    """The columns ``bound`` names, sorted."""
     names = {column_name(n) for n in walk(raw(bound.expr))}
     return sorted(n for n in names if n)
+
+
+def read_columns(output: pa.Schema, residual: BoundExpression | None) -> list[str]:
+    """The columns a read of ``output`` filtered by ``residual`` needs, ``output``'s first."""
+    names = list(output.names)
+    extra = [] if residual is None else filter_columns(residual)
+    return names + [c for c in extra if c not in names]
 
 
 def read_partition(
@@ -94,16 +100,10 @@ def read_partition(
     batch_size: int | None = None,
     fragment_ids: Sequence[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """One partition's rows (optionally of some fragments only), in the namespace schema.
-
-    The residual filter is pushed down to Lance when the leaf stores every column it names
-    under the namespace name and type (and it calls no ``hash()``, which Lance lacks);
-    otherwise it is evaluated here with DataFusion after the columns are conformed.
-    """
+    """One partition's rows (optionally of some fragments only), in the namespace schema,
+    filtered by ``residual`` (in Lance where :func:`lance_filter` allows, else here)."""
     output = schema.project(columns)
-    needed = list(output.names)
-    if residual is not None:
-        needed += [c for c in filter_columns(residual) if c not in needed]
+    needed = read_columns(output, residual)
     leaf = open_leaf(storage, partition)
     with _retention_checked(storage, partition):
         plan = schema.read_plan(leaf.schema, needed)
@@ -128,9 +128,8 @@ def read_partition(
 
 @contextmanager
 def _retention_checked(storage: Storage, partition: Partition) -> Iterator[None]:
-    """A read of an opened leaf: a data file that vanished under it because retention
-    removed the version being read (and the files only it referenced) raises
-    :class:`~.errors.VersionCleanedUp` instead of pylance's "Not found"."""
+    """Raise :class:`~.errors.VersionCleanedUp`, not pylance's "Not found", for a data
+    file that retention removed during the read."""
     try:
         yield
     except (OSError, ValueError) as exc:
@@ -167,11 +166,8 @@ def lance_filter(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> 
 
 
 def _backtick_identifiers(sql: str) -> str | None:
-    """``sql`` with its double-quoted identifiers in backticks, or None if one cannot be.
-
-    In SQL (and DataFusion) ``"country"`` names a column; pylance's filter parser reads it
-    as a string, so ``"country" = 'DE'`` would compare two strings and match nothing
-    (tests/namespace/test_pylance_facts.py). String literals are copied as they are."""
+    """``sql`` with its double-quoted identifiers in backticks, or None if one cannot be
+    (pylance fact: test_fact_lance_filter_reads_a_double_quoted_name_as_a_string)."""
     out: list[str] = []
     i = 0
     while i < len(sql):
@@ -223,15 +219,16 @@ def _leaf_batches(
             columns=columns, filter=filter_sql, batch_size=batch_size, fragments=fragments
         )
         return iter(scanner.to_reader())
-    # None of the wanted columns exist in this (older) leaf: only its row count matters.
+    # None of the wanted columns exist in this (older) leaf: only its row count matters
     if fragments is None:
         remaining = leaf.count_rows(filter_sql)
     else:
         remaining = sum(f.count_rows(filter_sql) for f in fragments)
-    return _null_batches(remaining, batch_size or 65536)
+    return null_batches(remaining, batch_size or 65536)
 
 
-def _null_batches(rows: int, step: int) -> Iterator[pa.RecordBatch]:
+def null_batches(rows: int, step: int) -> Iterator[pa.RecordBatch]:
+    """``rows`` rows of one NULL column (for a leaf lacking every wanted column)."""
     while rows > 0:
         n = min(step, rows)
         yield pa.RecordBatch.from_arrays([pa.nulls(n)], names=["__rows"])

@@ -1,15 +1,10 @@
 """Naming a past state of a namespace: a ``__manifest`` version, a moment, or a tag.
 
-Every ``__manifest`` version is a complete, immutable state of the namespace (schema, specs
-and the ``read_version`` of every partition), so reading the past is reading an older
-version. This module turns what a user names into that version, with a clear error when
-it does not exist (never existed, or ``maintain`` removed it), and keeps tags: Lance's own
-tags on ``__manifest`` (``_refs/tags/<name>.json``), which Lance's version cleanup keeps and
-``maintain`` honours for the leaf versions a tagged version reads.
-
-A moment resolves to the latest version committed at or before it. Versions removed by
-``maintain`` leave gaps whose commit times are unknown: a moment that may fall into a gap
-is refused rather than answered with a neighbouring state.
+Every ``__manifest`` version is a complete, immutable state, so reading the past is reading
+an older version; a name that resolves to none (never existed, or removed by ``maintain``)
+gets an error saying which. Tags are Lance's own tags on ``__manifest``. A moment resolves
+to the latest version committed at or before it; one that may fall into a gap retention
+left (commit times unknown) is refused rather than answered with a neighbouring state.
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ from airflow_provider_lance.namespace.results import TagInfo
 AsOf = int | dt.datetime | str
 
 #: Tag names: a letter or digit, then letters, digits and ``._-`` (what Lance accepts, and
-#: safe as a file name on every store); never only digits, which read as a version.
+#: safe as a file name); never only digits (see :func:`check_tag_name`).
 TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
@@ -75,9 +70,8 @@ def resolve_as_of(manifest: Manifest, as_of: object) -> int:
 
 
 def open_version(manifest: Manifest, version: int) -> lance.LanceDataset:
-    """``__manifest`` at ``version``; :class:`VersionNotFoundError` saying why it is not
-    there (not yet committed), or :class:`~.errors.VersionCleanedUp` (not retryable: the
-    caller named the version) when retention removed it."""
+    """``__manifest`` at ``version``; :class:`VersionNotFoundError` if it is not committed
+    yet, :class:`~.errors.VersionCleanedUp` (not retryable) if retention removed it."""
     if version < 1:
         raise InvalidArgumentError(f"__manifest versions start at 1, got {version}")
     try:
@@ -104,8 +98,8 @@ def version_times(manifest: Manifest) -> list[tuple[int, dt.datetime]]:
 
 
 def _utc(timestamp: int | dt.datetime) -> dt.datetime:
-    """A version's commit time: pylance gives naive local times (``fromtimestamp``; pinned
-    by tests/namespace/test_pylance_facts.py::test_fact_version_timestamps_are_naive_local_times)."""
+    """A version's commit time, from pylance's naive local time (pylance fact:
+    test_fact_version_timestamps_are_naive_local_times)."""
     if isinstance(timestamp, dt.datetime):
         return timestamp.astimezone(dt.timezone.utc)
     return dt.datetime.fromtimestamp(timestamp / 1e9, dt.timezone.utc)  # nanoseconds
@@ -140,6 +134,7 @@ def version_at(manifest: Manifest, moment: dt.datetime) -> int:
 
 
 def check_tag_name(name: object) -> str:
+    """``name`` if it is a valid tag name, else :class:`InvalidArgumentError` saying why."""
     if not isinstance(name, str) or not TAG_PATTERN.fullmatch(name):
         raise InvalidArgumentError(
             f"tag name {name!r} must be 1-100 characters of letters, digits and ._- starting "

@@ -12,14 +12,14 @@ import pyarrow as pa
 
 from airflow_provider_lance.namespace.errors import DataValidationError
 from airflow_provider_lance.namespace.format.schema import pandas_index_columns
+from airflow_provider_lance.namespace.io.storage import first_line
 from airflow_provider_lance.namespace.types import ArrowData
 
 
 def as_tables(data: ArrowData) -> Iterator[pa.Table]:
-    """Tables of any Arrow-exportable data (PyCapsule stream or array), of a pandas
-    DataFrame (:func:`from_pandas`), or of an iterable of pyarrow tables or batches or
-    pandas DataFrames, one chunk at a time. Anything else is a :class:`DataValidationError`
-    saying how to make a table of it."""
+    """Tables of Arrow-exportable data, of a pandas DataFrame (:func:`from_pandas`), or of
+    an iterable of pyarrow tables or batches or DataFrames, one chunk at a time; anything
+    else is a :class:`DataValidationError` saying how to make a table of it."""
     if isinstance(data, pa.Table):
         yield data
     elif isinstance(data, pa.RecordBatch):
@@ -94,12 +94,9 @@ def _is_pandas_frame(data: object) -> bool:
 def from_pandas(frame: Any) -> pa.Table:
     """A pandas DataFrame's columns as a table, as pyarrow converts it, less the row labels.
 
-    An unnamed index (a ``RangeIndex``, or what filtering or sorting left of one) is row
-    labels, not data: it is left out (pyarrow would add it as ``__index_level_0__``). A
-    named index is data its user named (``df.set_index("event_date")``): pyarrow makes it a
-    column, and it is written as one (:func:`pandas_index_columns` names it in errors).
-    Column names must be unique, and a column's values of one type: an error names the
-    column and a value otherwise.
+    An unnamed index is row labels, left out; a named index (``df.set_index("day")``) is a
+    column. Column names must be unique, and a column's values of one type: otherwise a
+    :class:`DataValidationError` names the column and a value.
     """
     names = list(frame.columns)
     repeated = sorted({str(n) for n in names if names.count(n) > 1})
@@ -141,11 +138,6 @@ def _column_error(frame: Any, exc: Exception) -> DataValidationError:
             )
         return DataValidationError(
             f"column {name!r} of the pandas DataFrame cannot be converted to Arrow: "
-            f"{_first_line(exc)}"
+            f"{first_line(exc)}"
         )
     return DataValidationError(f"the pandas DataFrame cannot be converted to Arrow: {exc}")
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc.args[0]) if exc.args else str(exc)
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,9 +1,8 @@
-"""Leaf tables: creating them, staging data files into them, and committing those files.
+"""Leaf tables: staging data files into them, and committing those files as leaf versions.
 
-Writers only produce data files (``lance.fragment.write_fragments``); the commit of each leaf
-is a separate step (``Append`` or ``Overwrite``), and publishing the new versions is a third
-one, in ``__manifest``. Keeping the steps apart is what lets a transaction span many
-partitions and many processes.
+Staging writes data files only; a leaf commit (``Append`` or ``Overwrite``) makes them a
+version, and a ``__manifest`` swap publishes it: three steps, so that one transaction can
+span many partitions and many processes.
 """
 
 from __future__ import annotations
@@ -40,25 +39,20 @@ LEAF_ATTEMPTS = 16
 
 
 def stage_fragments(
-    storage: Storage,
-    target: str | lance.LanceDataset,
-    data: pa.Table,
-    *,
-    overwrite: bool = False,
+    storage: Storage, target: str | lance.LanceDataset, data: pa.Table, *, overwrite: bool = False
 ) -> list[FragmentMetadata]:
     """Write ``data`` as new data files of the leaf ``target``; nothing becomes visible.
 
-    Files staged for an overwrite carry field ids of ``data``'s own schema (the leaf is
-    replaced whole); files for an append, those of ``target``: pass the leaf opened at its
-    published version (a newer, unpublished version left by a crashed writer may have
-    another schema and must not decide the field ids; see :func:`schema_digest`).
+    Files for an overwrite take the field ids of ``data``'s schema; files for an append,
+    those of ``target``: pass the leaf opened at its published version (an unpublished
+    newer one may have another schema; see :func:`schema_digest`).
     """
     return storage.write_fragments(data, target, overwrite=overwrite)
 
 
 #: The fields of pylance's ``DataFile`` and ``FragmentMetadata`` :func:`fragment_text`
-#: knows; another pylance's take the general path (that this one's take the fast path is
-#: pinned by tests/namespace/test_pylance_facts.py::test_fact_data_file_and_fragment_metadata_fields).
+#: writes by hand (pylance fact: test_pylance_facts.py::
+#: test_fact_data_file_and_fragment_metadata_fields); with others it calls ``to_json``.
 _DATA_FILE_FIELDS = (
     "_path",
     "fields",
@@ -85,13 +79,8 @@ _PLAIN_TEXT = (
 
 
 def fragment_text(meta: FragmentMetadata) -> str:
-    """``json.dumps(meta.to_json())``, the form a stage records a fragment in, at a third
-    of its cost for a fragment of data files alone (no deletions, row ids or overlays).
-
-    ``to_json`` deep-copies each data file through ``dataclasses.asdict``; measured over
-    1,000 new leaves on 8 threads, that took about 5% of the load. The text is the same
-    character for character (tested), so stage records compare equal however made.
-    """
+    """``json.dumps(meta.to_json())`` (the form a stage records a fragment in), character
+    for character, built directly for a fragment of data files alone."""
     if (
         not _PLAIN_TEXT
         or meta.overlays
@@ -147,25 +136,14 @@ def check_staged_files(
     anonymous: bool = False,
     still_live: Callable[[], bool] | None = None,
 ) -> None:
-    """Before staged files are committed into leaves: every one of them must still exist.
+    """Check that every file staged in ``parts`` still exists, before any is committed
+    (Lance commits a fragment whose files are gone, and every read would then fail).
 
-    A leaf version is only as good as its data files, and Lance commits a fragment whose
-    files are gone without looking: the publish would succeed and every read of the
-    partition fail. Retention cannot always keep them (``maintain`` skips the leaves of
-    live transactions, but a stage recorded while it ran, from files older than Lance's
-    7-day threshold for unreferenced files, may lose them; so may a leaf version holding
-    them that was rolled back and cleaned up, or a file deleted by hand), so every commit
-    path asks here first. One existence check per staged file (a stat on a local disk; on
-    an object store a HEAD, the partitions in parallel): a stage writes about one file per
-    partition and flush.
-
-    Raises :class:`StagedFilesMissing` (not retryable: committing again finds the same
-    files gone; abort and stage again) naming the missing files, or, for ``anonymous``
-    (a write nobody else knows: its retry stages its rows anew), a retryable
-    :class:`CommitConflict`. ``owner`` is the transaction's ``txn#k`` tag. ``still_live``
-    is asked once files are missing: False means the transaction was aborted meanwhile
-    (an abort fences it, then deletes its files), and :class:`TransactionAborted` is
-    raised instead: that is why they are gone.
+    Raises :class:`StagedFilesMissing` (not retryable: abort and stage again) naming the
+    missing files; for ``anonymous`` (a write nobody else knows, whose retry stages anew) a
+    retryable :class:`CommitConflict`; :class:`TransactionAborted` if ``still_live()``,
+    asked once files are missing, says the transaction was aborted (its abort deleted
+    them). ``owner`` is the transaction's ``txn#k`` tag.
     """
     ids = list(parts)
 
@@ -174,7 +152,6 @@ def check_staged_files(
         gone = storage.missing_files(part.directory, part.data_files())
         return [f"{part.directory}/{path}" for path in gone]
 
-    # On a local disk a check is a stat: threads would cost more than they save.
     checked = [missing(oid) for oid in ids] if storage.local else storage.map(missing, ids)
     found = {oid: files for oid, files in zip(ids, checked, strict=True) if files}
     if not found:
@@ -202,29 +179,16 @@ def check_staged_files(
     )
 
 
-def leaf_schema(storage: Storage, uri: str, version: int | None = None) -> pa.Schema:
-    """The schema of the leaf table at ``uri`` (at ``version``, default latest)."""
-    return storage.table(uri, version).schema
-
-
 def schema_digest(schema: LanceSchema | pa.Schema) -> str:
-    """Identifies what the columns of data files written against ``schema`` mean.
-
-    A Lance data file names its columns by Lance field id, and a table maps those ids to
-    its own schema's fields. Files are only meaningful in a table whose schema gives their
-    ids the same names, types and field metadata (our namespace field id among it) as the
-    schema they were written against: a leaf rewritten under another schema may reuse the
-    ids for other columns. A ``pa.Schema`` stands for a table created from it (ids in
-    order, as ``write_fragments`` gives a new table's files). Both Lance facts are pinned by
-    tests/namespace/test_pylance_facts.py::
-    test_fact_schema_from_pyarrow_equals_the_schema_of_a_table_created_from_it and
+    """Identifies what the columns of data files written against ``schema`` mean: the id,
+    name, type, nullability and metadata of every field (Lance data files name columns by
+    field id, and a leaf rewritten under another schema may reuse an id for another
+    column). A ``pa.Schema`` stands for a table created from it. Pylance facts:
+    test_pylance_facts.py::test_fact_schema_from_pyarrow_equals_the_schema_of_a_table_created_from_it,
     test_fact_write_fragments_take_the_field_ids_of_the_version_they_target.
     """
     lance_schema = schema if isinstance(schema, LanceSchema) else LanceSchema.from_pyarrow(schema)
-    # Lance's rendering of a schema shows every field's id, name, type, nullability,
-    # metadata and children: equal renderings are equal schemas, so the digest of one
-    # serves the others (every leaf of a write usually has the same schema; measured:
-    # the digest took ~5% of a 1,000-partition load).
+    # Lance's rendering shows all of that: equal renderings are equal schemas.
     key = repr(lance_schema)
     known = _DIGESTS.get(key)
     if known is not None:
@@ -253,8 +217,8 @@ def _digest(lance_schema: LanceSchema) -> str:
 def check_append_schema(
     storage: Storage, uri: str, base: int, staged_on: int | None, staged_schema: str | None
 ) -> None:
-    """Appending files is only sound onto a version whose schema gives their field ids the
-    meaning they were written with (see :func:`schema_digest`)."""
+    """Refuse (:class:`CommitConflict`) to append files onto version ``base`` unless its
+    schema gives their field ids the meaning they were staged with."""
     if staged_schema is None or base == staged_on:  # unknown (older record), or the same
         return
     if schema_digest(storage.table(uri, base).lance_schema) != staged_schema:
@@ -267,13 +231,12 @@ def check_append_schema(
 
 def _signature(fragment: FragmentMetadata | dict[str, Any]) -> str:
     """What identifies a fragment's content across commits: its data files and deletions
-    (fragment ids may be renumbered by an append, files never are)."""
+    (an append may renumber fragments, never files)."""
     if isinstance(fragment, dict):
         files = sorted(f["path"] for f in fragment.get("files", []))
         deletion = fragment.get("deletion_file")
         removed = deletion and [deletion.get("id"), deletion.get("read_version")]
-    else:  # the same fields, read directly: to_json() deep-copies every field (measured:
-        # ~9% of a 1,000-partition delete)
+    else:  # the same fields, without to_json()'s deep copy
         files = sorted(str(f.path) for f in fragment.files)
         found = fragment.deletion_file
         removed = None if found is None else [found.id, found.read_version]
@@ -287,9 +250,8 @@ def content_at(ds: lance.LanceDataset, version: int) -> list[str]:
 
 
 def base_version(ds: lance.LanceDataset, published: int | None) -> int | None:
-    """The version a commit builds on: the published ``read_version``, or for a partition
-    published with NULL ("read the latest", as foreign writers leave it) the newest
-    version none of our transactions made (ours would have set a read_version)."""
+    """The version a commit builds on: the published ``read_version``, or for NULL ("read
+    the latest", as foreign writers leave it) the newest version none of ours made."""
     if published is not None:
         return published
     for version in range(int(ds.version), 0, -1):
@@ -305,13 +267,8 @@ def _created(
     schema: pa.Schema,
     properties: dict[str, str],
 ) -> bool:
-    """Create the leaf table as version 1 holding exactly ``fragments``, if there is no
-    table at ``uri`` yet (a new partition: the common case, without a probe first).
-
-    Version 1 is written only if absent (Lance's conditional put), so of concurrent
-    creators exactly one succeeds; a table that exists already (a concurrent creator, a
-    crashed earlier attempt) makes this return False and the caller looks at it.
-    """
+    """Create the leaf table as version 1 holding exactly ``fragments``; False if a table
+    is there already (version 1 is a conditional put: one of concurrent creators wins)."""
     failpoint("leaf.before_commit")
     try:
         storage.commit(
@@ -343,33 +300,20 @@ def commit_leaf(
     operation_kind: str | None = None,
     may_roll_back: Callable[[int], bool] | None = None,
 ) -> int:
-    """Commit staged fragments as a leaf version holding exactly base + ``fragments``.
+    """Commit staged fragments as a leaf version holding exactly base + ``fragments``,
+    recording ``owner`` (a ``txn#k`` tag) in its properties; the version.
 
-    ``published`` is the partition's read_version when claimed (None for a new partition
-    or one published as "read the latest", see :func:`base_version`). Runs while ``owner``
-    (a ``txn#k`` tag) holds the partition's claim, but zombies (a committer that lost its
-    claim, a stale retry) may still commit or restore concurrently, and Lance silently
-    rebases a stale ``Append`` onto whatever is latest (pinned by
-    tests/namespace/test_pylance_facts.py::
-    test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri). So a commit
-    is used only if it
-    became version ``base + 1`` (nothing landed in between: it holds exactly the base's
-    fragments plus ours), else it is rolled back and made again; a latest version that
-    ``owner`` itself committed (an earlier attempt) is reused only if its fragments are
-    exactly the base's plus ours. The commit records ``owner`` in its properties.
-
-    A partition that does not exist (``exists`` False: no published row) is always
-    replaced whole: a table already at its location belongs to a dropped partition or
-    a failed creation, and none of its rows may come back.
-
-    ``staged_schema`` is the :func:`schema_digest` of the schema the fragments were written
-    against: the leaf version ``staged_on`` for an append (None: a new table), ``schema``
-    for a replacement. A mismatch raises :class:`CommitConflict` and commits nothing: the
-    files' columns would be read as other columns.
-
-    ``may_roll_back(base)`` (if given) is asked before versions above ``base`` are rolled
-    back: False raises :class:`LeafMoved` instead (they may be another writer's to publish,
-    see :class:`~.kernel.LeafGuard`).
+    ``published`` is the partition's read_version when claimed (None: new, or published
+    as "read the latest", see :func:`base_version`). Zombies may commit or restore
+    concurrently and Lance rebases a stale ``Append`` silently (pylance fact:
+    test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri), so a commit
+    counts only if it became ``base + 1``, else it is rolled back and made again; a latest
+    version ``owner`` made earlier is reused only if it holds exactly base + ours. Without
+    a published row (``exists`` False) the leaf is replaced whole: no row of a table left
+    at its location comes back. ``staged_schema``, the :func:`schema_digest` the files were
+    written against (the version ``staged_on`` for an append, ``schema`` for a
+    replacement), must match, else :class:`CommitConflict` and nothing is committed.
+    ``may_roll_back(base)`` False refuses a roll-back with :class:`LeafMoved`.
     """
 
     def check_replacement() -> None:  # an Overwrite gives the files ``schema``'s field ids
@@ -438,40 +382,23 @@ def commit_change(
     opened: lance.LanceDataset | None = None,
     latest_is_read: bool = True,
 ) -> int:
-    """Commit ``operation``, computed against leaf version ``base`` (the published one),
-    as version ``base + 1`` of exactly the content it was computed for.
-
-    The discipline of :func:`commit_leaf` for changes that rewrite what is there (a
-    ``Delete`` with its deletion files, a merge's ``Update``, a compaction's ``Rewrite``):
-    versions above ``base`` (a crashed or racing writer's, never published) are rolled
-    back first, the restored content is checked, the commit is used only if it became
-    ``base + 1`` (Lance rebases a stale commit silently onto what landed meanwhile), and a
-    latest version ``owner`` made earlier is reused only if it holds exactly what this
-    operation makes of ``base``. A restore keeps fragment ids, so the operation computed
-    on ``base`` applies to the restored version unchanged. (Both Lance facts are pinned by
-    tests/namespace/test_pylance_facts.py::test_fact_stale_delete_and_rewrite_are_rebased_over_an_append
-    and test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after.)
+    """Commit ``operation`` (a ``Delete``, ``Update`` or ``Rewrite`` computed on leaf
+    version ``base``, the published one) as version ``base + 1`` of exactly the content it
+    was computed for, with :func:`commit_leaf`'s discipline: versions above ``base`` are
+    rolled back and the restore checked, a commit counts only as ``base + 1``, and a latest
+    version ``owner`` made earlier is reused only if it holds what ``operation`` makes of
+    ``base``. A restore keeps fragment ids (pylance facts:
+    test_fact_stale_delete_and_rewrite_are_rebased_over_an_append,
+    test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after).
 
     ``operation_kind`` is recorded in the commit's properties (see ``history``).
-
-    ``may_roll_back(base)`` (if given) is asked before anything is rolled back: False
-    means ``base`` is no longer the published version (a writer published or claimed the
-    partition meanwhile), and :class:`LeafMoved` is raised instead of rolling that
-    writer's version back for a commit whose publish would fail anyway. It is asked too
-    when ``base`` cannot be read or committed on: once a writer published over it,
-    ``maintain`` may have removed it, and that is a lost race, not a storage failure.
-
-    ``opened`` is the leaf opened at ``base`` when the change was computed: the first
-    commit is made on it, without opening the table again. ``latest_is_read``: readers
-    read the leaf's latest version (a partition published as NULL, "read the latest"), so
-    ``base`` is first checked to still be the latest (one listing of the table's
-    versions), lest a commit rebased above another writer's version be read before it is
-    rolled back. Otherwise (a pinned ``read_version``: no reader reads above it) that
-    listing is not needed: a commit that lands above another version is not ``base + 1``,
-    is never published, and is rolled back by the next attempt like any unpublished
-    version (pinned by tests/namespace/write/test_leaf_commit_reuse.py::
-    test_a_change_on_a_pinned_leaf_commits_without_listing_its_versions and
-    test_a_change_rebased_above_a_version_is_rolled_back_not_published).
+    ``may_roll_back(base)`` False (the partition was published or claimed anew) raises
+    :class:`LeafMoved` instead of a roll-back, or of the error of a ``base`` that cannot be
+    read or committed on (``maintain`` may remove it once published over). ``opened``: the
+    leaf at ``base``, for the first commit. ``latest_is_read`` (a partition published as
+    "read the latest"): ``base`` is first checked to be the latest, lest a commit rebased
+    above another version be read before it is rolled back; a pinned leaf needs no such
+    listing (tests/namespace/write/test_leaf_commit_reuse.py).
     """
     properties = owner_properties(owner, operation_kind)
 
@@ -555,16 +482,14 @@ def _until_committed(uri: str, attempt: Callable[[int], int | Outcome]) -> int:
 
 
 def _still_latest(storage: Storage, ds: lance.LanceDataset, base: int) -> bool:
-    """Whether ``base`` (the version ``ds`` is open at) is its table's latest version now
-    (listed afresh: the same lookup as opening the table at its latest version)."""
+    """Whether ``base`` (the version ``ds`` is open at) is its table's latest version now."""
     with storage.failures("read the versions of", ds.uri):
         return int(ds.latest_version) == base
 
 
 class LeafMoved(CommitConflict):
-    """A leaf commit's guard refused to roll back the versions above its base: the
-    partition was published or claimed anew meanwhile (or a foreign writer published it);
-    nothing was committed, and the attempt lost its race."""
+    """A leaf commit refused to roll back the versions above its base (the partition was
+    published or claimed anew meanwhile): nothing was committed, the attempt lost a race."""
 
 
 def _moved(uri: str) -> LeafMoved:
@@ -610,9 +535,8 @@ def content_after(
 
 
 def _roll_back(storage: Storage, uri: str, ds: lance.LanceDataset, base: int) -> int | None:
-    """Restore version ``base`` above the versions after it (unpublished: a crashed or
-    racing writer's); the restored version, or None if another commit landed on the
-    restore before it was read (building on it would take that writer's rows along)."""
+    """Restore version ``base`` above the (unpublished) versions after it; the restored
+    version, or None if another commit landed on the restore before it was read."""
     log.warning(
         "rolling back %d unpublished version(s) of %s to version %d",
         int(ds.version) - base,
@@ -658,8 +582,6 @@ def _commit_on(
     if version == base + 1:  # nothing landed in between: exactly base + the operation
         return version
     log.warning(
-        "leaf %s version %d was rebased onto a concurrent commit; committing again",
-        uri,
-        version,
+        "leaf %s version %d was rebased onto a concurrent commit; committing again", uri, version
     )
     return None

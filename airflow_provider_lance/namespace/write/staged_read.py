@@ -1,16 +1,10 @@
-"""Reading what a transaction staged, before anything of it is published.
+"""Reading what a transaction staged, before anything of it is published (write-audit-
+publish): the staged data files are read directly with Lance's file reader; nothing is
+committed or written.
 
-Write-audit-publish needs the rows of a staged transaction while no reader can see them:
-its stages record, per partition, the Lance data files written into the partition's
-directory (:class:`~.staging.StagedPartition`). Those files are read here directly, one
-data file at a time with Lance's file reader: no leaf version is committed, nothing is
-written, and the published ``read_version`` of every partition stays what it was.
-
-The rows returned are the ones the transaction *writes*: for an append the new rows, for
-an overwrite the partitions' new content. The copy of published rows an append makes when
-a partition predates a column (``base_fragments``) is not part of it and is skipped. Each
-file names its columns by namespace field id (the ``partitioned-namespace:field_id``
-metadata), so a column renamed since staging is still read under its current name.
+The rows are the ones the transaction *writes* (an append's new rows, an overwrite's new
+content; never the copy of published rows a rewrite starts from), under the current column
+names (files name columns by namespace field id).
 """
 
 from __future__ import annotations
@@ -22,12 +16,11 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_lance.namespace.errors import DataValidationError, InvalidArgumentError
-from airflow_provider_lance.namespace.format.expressions import BoundExpression
-from airflow_provider_lance.namespace.format.schema import NamespaceSchema, ReadPlan
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.pruning import parse_filter
-from airflow_provider_lance.namespace.read.scan import filter_columns, output_batches
+from airflow_provider_lance.namespace.read.scan import null_batches, output_batches, read_columns
 
 from .staging import Stage, StagedPartition
 
@@ -53,30 +46,19 @@ def staged_reader(
     schema = state.schema
     output = schema.project(columns)  # validates the names
     residual = parse_filter(filter, schema)[0] if filter is not None else None
-    needed = list(output.names)
-    if residual is not None:
-        needed += [c for c in filter_columns(residual) if c not in needed]
+    needed = read_columns(output, residual)
     size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
     if size < 1:
         raise InvalidArgumentError(f"batch_size must be positive, got {batch_size}")
-    batches = _batches(storage, schema, list(stages), output, needed, residual, size)
+    batches = (
+        batch
+        for stage in list(stages)
+        for part in stage.partitions.values()
+        for fragment in staged_fragments(part)
+        for table in _fragment_tables(storage, schema, part, fragment, needed, size)
+        for batch in output_batches(table, residual, output)
+    )
     return pa.RecordBatchReader.from_batches(output, batches)
-
-
-def _batches(
-    storage: Storage,
-    schema: NamespaceSchema,
-    stages: list[Stage],
-    output: pa.Schema,
-    needed: list[str],
-    residual: BoundExpression | None,
-    batch_size: int,
-) -> Iterator[pa.RecordBatch]:
-    for stage in stages:
-        for part in stage.partitions.values():
-            for fragment in staged_fragments(part):
-                for table in _fragment_tables(storage, schema, part, fragment, needed, batch_size):
-                    yield from output_batches(table, residual, output)
 
 
 def staged_fragments(part: StagedPartition) -> list[dict[str, Any]]:
@@ -94,11 +76,8 @@ def _fragment_tables(
     needed: list[str],
     batch_size: int,
 ) -> Iterator[pa.Table]:
-    """One fragment's rows in the namespace schema (``needed`` columns), batch by batch.
-
-    A fragment's data files hold different columns of the same rows (Lance adds a file
-    when columns are added): they are read in step and joined side by side.
-    """
+    """One fragment's rows in the namespace schema (``needed`` columns), batch by batch;
+    its data files (different columns of the same rows) are read in step."""
     if fragment.get("deletion_file"):
         raise InvalidArgumentError(
             f"staged fragment {fragment.get('id')} of partition {part.object_id} has deleted "
@@ -115,8 +94,7 @@ def _fragment_tables(
     for uri in uris:
         with storage.failures("read the staged data file", uri):
             metadata.append(_reader(storage, uri).metadata())
-    # The files' columns side by side (each column from the first file holding it), with
-    # their field metadata: the namespace field ids map them to the current names.
+    # Each column from the first file holding it, with its field id metadata.
     fields: dict[str, pa.Field] = {}
     owner: dict[str, int] = {}
     for i, meta in enumerate(metadata):
@@ -133,7 +111,8 @@ def _fragment_tables(
                 results = _reader(storage, uri, columns).read_all(batch_size=batch_size)
             readers.append(iter(results.to_batches()))
     if not readers:  # none of the wanted columns is stored: only the row count matters
-        yield from _null_tables(plan, int(metadata[0].num_rows), batch_size)
+        for batch in null_batches(int(metadata[0].num_rows), batch_size):
+            yield plan.apply(batch)
         return
     while True:
         with storage.failures("read the staged data files of", table_uri):
@@ -154,14 +133,6 @@ def _fragment_tables(
             yield plan.apply(joined)
         except DataValidationError as exc:
             raise DataValidationError(f"staged partition {part.object_id}: {exc}") from exc
-
-
-def _null_tables(plan: ReadPlan, rows: int, batch_size: int) -> Iterator[pa.Table]:
-    """Tables of ``rows`` rows in which every wanted column is NULL (the file lacks them)."""
-    while rows > 0:
-        n = min(batch_size, rows)
-        yield plan.apply(pa.Table.from_batches([pa.record_batch([pa.nulls(n)], names=["_"])]))
-        rows -= n
 
 
 def _reader(storage: Storage, uri: str, columns: list[str] | None = None) -> Any:

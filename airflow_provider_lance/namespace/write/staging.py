@@ -1,9 +1,9 @@
 """Staging: route rows to partitions and write their data files, in any process.
 
-A stage never makes anything visible. It writes Lance data files into each partition's
-directory (``lance.fragment.write_fragments``) and records them, with the partition's
-published ``read_version`` at staging time, in a JSON-serialisable :class:`Stage`. Stages of
-one transaction may come from many processes (Spark tasks); the commit gathers them.
+A stage makes nothing visible: it writes Lance data files into each partition's directory
+and records them, with the partition's published ``read_version``, in a JSON-serialisable
+:class:`Stage`. Stages of one transaction may come from many processes; the commit gathers
+them. (A write nobody else knows may commit each leaf while it stages: :class:`Stager`.)
 """
 
 from __future__ import annotations
@@ -56,26 +56,20 @@ class StagedPartition:
     #: The JSON of the fragments listed so far (:attr:`fragments` lists them all).
     listed: list[str] = field(default_factory=list)
     rows: int = 0
-    #: The partition was published when staged (its read_version may still be NULL:
-    #: "read the latest version", as foreign writers leave it).
+    #: The partition was published when staged (its read_version may be NULL: "latest").
     existed: bool = False
-    #: Of ``fragments``, the copy of the published rows a ``rewrite`` starts from. Several
-    #: stages of one transaction may each have made one: the commit takes one copy and
-    #: lists the others in ``superseded`` (deleted once published, never committed).
+    #: Of ``fragments``, the copy of the published rows a ``rewrite`` starts from; the
+    #: commit takes one stage's copy and lists the others' in ``superseded`` (deleted).
     base_fragments: Sequence[str] = ()
     superseded: Sequence[str] = ()
-    #: :func:`~.leaf_commit.schema_digest` of the schema the files' field ids refer to: the leaf
-    #: version appended to, or the namespace's leaf schema for a new or replaced leaf
-    #: (None in records written before it was kept: not checked).
+    #: :func:`~.leaf_commit.schema_digest` of the schema the files' field ids refer to (the
+    #: leaf version appended to, else the leaf schema; None in older records: unchecked).
     schema: str | None = None
-    #: In this process only (never recorded): the stager committed the leaf as this
-    #: version (see :meth:`Stager.write`), holding exactly the published version's rows
-    #: (none for a new or replaced leaf) plus ``fragments``. A direct publish that finds
-    #: the partition's row as it was staged against publishes it without another commit.
+    #: In this process only: the leaf version the stager committed, holding exactly the
+    #: published rows (none if replaced) plus ``fragments``; publishable as it is.
     committed_version: int | None = field(default=None, compare=False)
-    #: In this process only: lists the fragments the stager committed as
-    #: ``committed_version`` that ``listed`` lacks, when first asked for (a version
-    #: published as it is never needs them: see :meth:`Stager._commit_now`).
+    #: In this process only: lists, when first asked, the fragments of
+    #: ``committed_version`` that ``listed`` lacks.
     unlisted: _Listing | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -96,9 +90,7 @@ class StagedPartition:
         return [FragmentMetadata.from_json(f) for f in self.fragments]
 
     def data_files(self) -> list[str]:
-        """The data files of :attr:`fragments`, relative to the leaf's directory, read from
-        their JSON (building ``FragmentMetadata`` objects and listing them again costs a
-        parse and a deep copy each: a tenth of a 1,000-partition commit)."""
+        """The data files of :attr:`fragments`, relative to the leaf's directory."""
         return [
             f"data/{file['path']}"
             for text in self.fragments
@@ -120,8 +112,7 @@ class Stage:
     mode: str
     spec_version: int
     partitions: dict[str, StagedPartition] = field(default_factory=dict)
-    #: The namespace's leaf schema when staged: what new and replaced leaves are committed
-    #: with (their files carry its field ids). None in records written before it was kept.
+    #: The leaf schema new and replaced leaves are committed with (None in older records).
     leaf_schema: pa.Schema | None = None
 
     @property
@@ -191,7 +182,15 @@ class Stage:
 
 
 class Stager:
-    """Writes one stage: conform, route, buffer, flush data files per partition."""
+    """Writes one stage: conform, route, buffer, flush data files per partition.
+
+    ``create_leaves_as`` (a ``txn#k`` owner, for a write nobody else knows) commits each
+    leaf while it stages, files and version in one Lance call; the version is kept
+    (``committed_version``) only if it lies right above the version it was written on, so
+    it holds exactly that version's rows plus these: anything else is left as staged files,
+    committed at publish like any other. ``newer_state`` is asked once, after the first
+    rows are routed and before anything is written: a newer state to stage on instead.
+    """
 
     def __init__(
         self,
@@ -206,41 +205,30 @@ class Stager:
         self.stage = stage
         self.storage = storage
         self.flush_bytes = flush_bytes
-        #: The owner (``txn#k``) a write nobody else knows commits leaf versions as,
-        #: while staging (see :meth:`_commit_now`); None: files only, committed later.
         self.create_leaves_as = create_leaves_as
-        #: Asked once, after the first rows are routed and before anything is written:
-        #: a newer state to stage on instead (None: ``state`` is the latest). Lets the
-        #: question (a listing on an object store) overlap the first partition lookup.
         self._newer_state = newer_state
         self._begin(state)
 
     def _begin(self, state: NamespaceState) -> None:
-        """Stage on ``state``, from nothing routed."""
-        #: The state staged on (its spec routes, its schema shapes).
+        """Stage on ``state`` (its spec routes, its schema shapes), from nothing routed."""
         self.state = state
         stage = self.stage
         stage.spec_version = state.spec_version
         stage.partitions.clear()
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered = 0
-        #: Partitions appended to, as published when staging began.
+        #: Partitions appended to, as published; of those, the schema of the published
+        #: version of the ones looked at (their files are shaped to it).
         self._appended: dict[str, Partition] = {}
-        #: Of those, the ones whose leaf was looked at: the schema of their published
-        #: version (the files are shaped to it and take its field ids).
         self._leaf_schemas: dict[str, pa.Schema] = {}
-        #: Leaves opened at their published version, until their first rows are written
-        #: (a handle is not kept longer: thousands of them cost memory, and time to free).
+        #: Leaves opened at their published version, until their first rows are written;
+        #: of those, the ones that had versions above the published one.
         self._opened: dict[str, lance.LanceDataset] = {}
-        #: Of those, the ones that had versions above the published one when opened.
         self._covered: set[str] = set()
         #: Leaf schemas (by digest) that have every namespace column, and shapers into them.
         self._complete: dict[str, pa.Schema] = {}
         self._shapers: dict[str, Callable[[pa.Table], pa.Table]] = {}
-        #: The digest of a table Lance created from rows in the new leaf schema (every new
-        #: leaf's rows are shaped into it), read from the first such table.
-        self._created_digest: str | None = None
-        #: The schema of new and replaced leaves, and its digest.
+        self._created_digest: str | None = None  # see _digest_of_created
         self._new_schema = stage.leaf_schema = state.schema.leaf_schema()
         self._new_digest = schema_digest(self._new_schema)
 
@@ -249,6 +237,7 @@ class Stager:
         return self.stage.mode == "overwrite"
 
     def write(self, data: Any) -> Stage:
+        """Stage ``data`` (see :func:`~.inputs.as_tables`); on failure its files are deleted."""
         started, rows = time.monotonic(), 0
         try:
             for table in as_tables(data):
@@ -278,9 +267,7 @@ class Stager:
         return self.stage
 
     def _route(self, table: pa.Table) -> None:
-        """Route ``table``'s rows to their partitions' buffers."""
-        # Shaped for new leaves before it is split: their rows are then written as
-        # routed (a partition appended to under another leaf schema is shaped again).
+        """Route ``table``'s rows, shaped for new leaves, to their partitions' buffers."""
         conformed = self._shaper(self._new_digest, self._new_schema)(
             self.state.schema.conform_input(table, spec=self.state.current_spec)
         )
@@ -289,7 +276,7 @@ class Stager:
         for chunk, target in zip(chunks, targets, strict=True):
             self._buffers.setdefault(target.object_id, []).append(chunk.data)
             target.rows += chunk.data.num_rows
-        self._buffered += conformed.nbytes  # once: 8 us a chunk added up to 8 ms
+        self._buffered += conformed.nbytes
 
     def _stage_on_newest(self) -> bool:
         """Once, before anything is written: if the state staged on is no longer the
@@ -342,9 +329,8 @@ class Stager:
             self._leaf_schemas[existing.object_id] = schema
             target.schema = digest
             return
-        # The partition predates add_column: rewrite it whole, with the new columns,
-        # starting from a copy of its published rows (files of their own, so that a commit
-        # of several such stages takes one copy, see merge_stages).
+        # It predates add_column: rewrite it whole, from a copy of its published rows
+        # (files of their own: a commit of several such stages takes one copy).
         target.rewrite = True
         copy = self._published_rows(existing)
         if copy.num_rows:
@@ -363,8 +349,7 @@ class Stager:
         return plan.apply(leaf.to_table(columns=plan.leaf_columns))
 
     def _flush(self) -> None:
-        """Write the buffered rows of every partition as data files, partitions in parallel
-        (each worker opens the leaf it appends to first: one pass over the leaves)."""
+        """Write the buffered rows of every partition as data files, in parallel."""
         work = []
         for object_id, buffered in self._buffers.items():
             if not buffered:
@@ -416,21 +401,10 @@ class Stager:
     def _commit_now(
         self, target: StagedPartition, shaped: pa.Table, replace: bool
     ) -> Sequence[str] | None:
-        """Commit ``shaped`` to the partition's leaf now, files and version in one Lance
-        call, instead of files now and a commit at publish (measured: the two passes cost
-        a third more than one); the fragments written, or None: stage files instead.
-
-        The version is only worth publishing as it is (``committed_version``) if it lies
-        right above the version it was written against: then it holds exactly that
-        version's rows plus these (or these alone, replacing). Lance rebases the write onto
-        versions made meanwhile (an unpublished one of a crashed writer, a racing writer's:
-        pinned by tests/namespace/test_pylance_facts.py, see :meth:`Storage.write_onto`), so the
-        version number tells. That base is the published version (a new leaf: none;
-        a later flush: the version the previous one committed). Anything else (a race lost,
-        a table found where a new partition goes) leaves staged files, and the leaf commit
-        at publish time builds on the published version, rolling back what lies above it
-        as after any crashed writer: a version committed here is published only if it is
-        exactly right.
+        """Commit ``shaped`` to the partition's leaf now, onto the published version (or
+        the one an earlier flush committed); the fragments written, or None: stage files
+        instead. Lance rebases a write onto versions made meanwhile (see
+        :meth:`Storage.write_onto`), so only a version right above its base is kept.
         """
         committed, target.committed_version = target.committed_version, None
         head: lance.LanceDataset | None
@@ -459,8 +433,7 @@ class Stager:
 
     def _published_head(self, target: StagedPartition, replace: bool) -> lance.LanceDataset | None:
         """An existing partition's leaf at its published version, to write onto, if nothing
-        lay above that version when it was opened (None: stage files instead; a write onto
-        it would be rebased onto the versions above, and written in vain)."""
+        lay above that version when it was opened (None: stage files instead)."""
         published = target.base_read_version
         if target.rewrite or published is None:  # rewritten whole, or NULL ("latest")
             return None
@@ -483,14 +456,9 @@ class Stager:
         return leaf
 
     def _create(self, target: StagedPartition, shaped: pa.Table) -> Sequence[str] | None:
-        """Create a new partition's leaf table from its first rows (see :meth:`_commit_now`).
-        None: a table is there already (a partition created meanwhile, or a killed write's
-        leftover): stage files as usual.
-
-        Version 1 is this write's alone, so a direct publish that still finds the partition
-        new publishes it as it is. Any later version (a concurrent creator made version 1)
-        holds exactly these rows too, but is only staged files to whoever publishes.
-        """
+        """Create a new partition's leaf table from its first rows; None if a table is
+        there already. Only version 1 (this write's alone) is kept as committed; a later
+        one (a concurrent creator made version 1) is returned as staged files."""
         assert self.create_leaves_as is not None
         uri = self.storage.uri(target.directory)
         failpoint("leaf.before_commit")
@@ -506,10 +474,8 @@ class Stager:
     def _committed(
         self, target: StagedPartition, made: lance.LanceDataset, ids: tuple[int, ...]
     ) -> None:
-        """``made`` (fragments ``ids`` added) is the version to publish the partition as; its
-        fragments are listed only if something asks for them (measured: listing them in the
-        write's threads, which hold the GIL for it, took 4% of a 1,000-partition load, and
-        a direct publish that uses the version needs none of them)."""
+        """``made`` (fragments ``ids`` added) is the version to publish the partition as;
+        its fragments are listed only when asked for."""
         version = int(made.version)
         if target.unlisted is not None:  # a later flush: the earlier ones are in it too
             ids = (*target.unlisted.ids, *ids)
@@ -518,10 +484,8 @@ class Stager:
         target.committed_version = version
 
     def _digest_of_created(self, table: lance.LanceDataset) -> str:
-        """The :func:`~.leaf_commit.schema_digest` of ``table``, a new leaf Lance created from rows
-        in the new leaf schema: read from the first such table only. Lance numbers a new
-        table's fields from the Arrow schema alone, so every table created from one schema
-        has the same field ids (reading them from each cost 2% of a 1,000-partition load)."""
+        """The :func:`~.leaf_commit.schema_digest` of ``table``, a new leaf created from
+        rows in the new leaf schema: the same for all of them, read from the first."""
         if self._created_digest is None:
             self._created_digest = schema_digest(table.lance_schema)
         return self._created_digest
@@ -535,9 +499,7 @@ class Stager:
 
 
 def _added(made: lance.LanceDataset, base: lance.LanceDataset | None) -> tuple[int, ...]:
-    """The ids of the fragments of ``made`` that ``base`` lacks (all of them for None),
-    without an object per fragment of the leaf (measured: 8 us against 128 us for a leaf
-    of 100 fragments)."""
+    """The ids of the fragments of ``made`` that ``base`` lacks (all of them for None)."""
     before = set() if base is None else set(base.fragment_ids())
     return tuple(i for i in made.fragment_ids() if i not in before)
 
@@ -577,8 +539,7 @@ def _texts(leaf: lance.LanceDataset, ids: Sequence[int]) -> list[str]:
 
 
 def list_fragments(stage: Stage, storage: Storage) -> None:
-    """List the fragments of every partition the stager left unlisted, in parallel (one
-    leaf open each: on an object store, one by one would take a round trip apiece)."""
+    """List the fragments of every partition the stager left unlisted, in parallel."""
     pending = [p for p in stage.partitions.values() if p.unlisted is not None]
     storage.map(lambda p: p.fragments, pending)
 
