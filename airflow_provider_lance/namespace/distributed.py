@@ -1,7 +1,5 @@
-"""Writes split across processes: what an engine's driver and its workers call.
-
-One transaction is written by many processes (Spark's executors), as delta-rs's
-``create_write_transaction`` commits files other writers made. Every step is public:
+"""Writes split across processes: what an engine's driver and its workers call (as
+delta-rs's ``create_write_transaction`` commits files other writers made).
 
     # the driver: begin, pin the version every worker stages against, check the schema
     txn = ns.begin("append", txn_id="load-1")
@@ -40,37 +38,34 @@ if TYPE_CHECKING:
 
 
 class PartitionRouter:
-    """Rows as a write into ``state`` takes them, and the partition each one goes to
-    (under the current partition spec), computed by the core's DataFusion code."""
+    """Rows as a write into ``state`` takes them, and the partition (of the current spec)
+    each goes to."""
 
     def __init__(self, state: NamespaceState) -> None:
         self.state = state
 
     def conform(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
-        """``data`` checked and shaped into the active schema, as a write does (see the
-        README's "Writes: what the data must hold"); a project error if it cannot be."""
+        """``data`` checked and shaped into the active schema as a write does (or a project
+        error)."""
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         return self.state.schema.conform_input(table, spec=self.state.current_spec)
 
     def check(self, schema: pa.Schema) -> None:
-        """Refuse data of ``schema`` that a write would refuse (before any worker runs)."""
+        """Refuse data of ``schema`` a write would refuse (before any worker runs)."""
         self.conform(schema.empty_table())
 
     def keys(self, data: pa.Table | pa.RecordBatch) -> pa.Array:
-        """A 64-bit key per row of ``data``, equal for the rows of one partition (rows of
-        two partitions share a key only on a hash collision)."""
+        """A 64-bit key per row, equal for the rows of one partition (and, on a hash
+        collision, of two)."""
         spec = self.state.current_spec
         return routing_keys(self.conform(data), spec, self.state.schema)
 
 
 @dataclass(frozen=True)
 class TransactionSummary:
-    """What a transaction has staged (from its stage records; no data is read).
-
-    ``record_uri`` is the directory of its records; ``partitions`` lists each staged
-    partition as ``{"object_id", "values" (their text form), "rows"}``. Stages that saw
-    one partition differently cannot be summed up: :class:`~.errors.StaleStage`.
-    """
+    """What a transaction has staged, from its stage records: ``record_uri`` is their
+    directory, ``partitions`` lists ``{"object_id", "values" (as text), "rows"}``.
+    Stages that saw one partition differently: :class:`~.errors.StaleStage`."""
 
     txn_id: str
     uri: str

@@ -1,14 +1,10 @@
-"""The project's exception hierarchy.
+"""The project's exceptions: every error bad input can cause is a :class:`LanceNamespaceError`
+whose message names the problem and what to do, never a library's stack trace.
 
-Every error a user can provoke with bad input surfaces as one of these, with a message that
-names the problem and what to do about it, never as a stack trace from deep inside pylance,
-pyarrow or DataFusion. ``LanceNamespaceError`` is the root so callers can catch them all.
-
-Whether retrying can help is decided here, once, by each class's :attr:`retryable`: storage
-errors and conflicts with concurrent writers are retryable (a later attempt may succeed),
-bad input, bad paths, denied access and finished transactions are not. Airflow operators,
-the spark-submit job's exit codes and the CLI all ask :func:`is_retryable` instead of
-keeping their own lists.
+Whether a retry can help is decided once, by each class's :attr:`retryable` (storage errors
+and conflicts with concurrent writers: yes; bad input, paths, access, finished
+transactions: no); operators, the Spark job's exit codes and the CLI ask
+:func:`is_retryable`.
 """
 
 from __future__ import annotations
@@ -52,11 +48,8 @@ class DataValidationError(LanceNamespaceError):
 
 
 class MissingPartitionSourceError(DataValidationError):
-    """Data handed to a write lacks a column the partition spec routes rows by.
-
-    Filling it with NULL, as other missing nullable columns are, would put every row in the
-    NULL partition, where no filter on the column finds them: refused instead.
-    """
+    """Data handed to a write lacks a column the partition spec routes rows by (filled
+    with NULL, every row would land in the NULL partition)."""
 
     def __init__(
         self,
@@ -78,12 +71,8 @@ class StorageError(LanceNamespaceError):
 
 class StorageAccessError(StorageError):
     """The storage answered, and no retry will change its answer: the URI names no place a
-    namespace can be (a path through a plain file, a scheme no object store serves), access
-    is denied (file permissions, credentials the store refuses) or a storage option has a
-    value the store cannot parse. Fix the URI, the permissions or the storage options.
-
-    A :class:`StorageError`, so code that handles storage failures handles it too, but not
-    retryable: a task fails at once, the command line exits 2."""
+    namespace can be, access is denied, or a storage option has a value the store cannot
+    parse. A :class:`StorageError` that is not retryable (the command line exits 2)."""
 
     retryable = False
 
@@ -97,40 +86,31 @@ class PartitionNotFoundError(LanceNamespaceError):
 
 
 class VersionNotFoundError(LanceNamespaceError):
-    """A past state that was asked for does not exist: a ``__manifest`` version that never
-    existed or was cleaned up (``maintain``), a moment before the namespace was created or
-    whose version was cleaned up, or an unknown tag."""
+    """A past state asked for does not exist: a ``__manifest`` version never made or
+    cleaned up, a moment before the namespace or of a cleaned-up version, an unknown tag."""
 
 
 class VersionBeforeCreationError(VersionNotFoundError):
-    """A ``__manifest`` version from while the namespace was being created: it exists, but
-    holds no namespace yet (its schema and spec were set at a later version)."""
+    """A ``__manifest`` version from before the namespace's schema and spec were set."""
 
 
 class VersionCleanedUp(VersionNotFoundError):
-    """A version a read had resolved (a ``__manifest`` version, or a leaf version it reads)
-    was removed by retention (``maintain(older_than=...)``) before or while it was read.
-
-    Not retryable: the read named that version itself (``as_of``, a moment or a tag that
-    resolved to it), and it is gone for good. A read of the latest state raises
-    :class:`LatestVersionCleanedUp` instead, which a retry resolves afresh."""
+    """A version a read resolved (of ``__manifest`` or a leaf) was removed by retention
+    before or while it was read. Not retryable: the read named it (``as_of``), and it is
+    gone for good; a read of the latest raises :class:`LatestVersionCleanedUp`."""
 
 
 class LatestVersionCleanedUp(VersionCleanedUp):
-    """A read of the *latest* state was outrun by retention: the version it resolved was
-    the latest when it started, and ``maintain`` removed it (or a leaf version it reads)
-    meanwhile. Retryable: reading again resolves the new latest version, which
-    retention keeps."""
+    """A read of the *latest* state was outrun by retention. Retryable: reading again
+    resolves the new latest version, which retention keeps."""
 
     retryable = True
 
 
 class StagedFilesMissing(LanceNamespaceError):
-    """Data files a transaction staged are gone (deleted by retention, the orphan sweep or
-    by hand) before its commit published them; nothing of the commit was published.
-
-    Not retryable: committing again finds the same files missing. Abort the transaction and
-    stage its rows again. ``missing`` maps each partition to its missing files."""
+    """Data files a transaction staged are gone before its commit published them; nothing
+    was published. Not retryable: abort the transaction and stage its rows again.
+    ``missing`` maps each partition to its missing files."""
 
     def __init__(self, message: str, missing: Mapping[str, Sequence[str]] | None = None) -> None:
         self.missing = {k: list(v) for k, v in sorted((missing or {}).items())}
@@ -142,11 +122,8 @@ class ManifestError(LanceNamespaceError):
 
 
 class CommitConflict(LanceNamespaceError):
-    """A concurrent writer changed what this operation depends on; nothing was published.
-
-    Also raised when partitions stay claimed by another live transaction for longer than
-    the claim timeout, and when a concurrent schema or spec change won the race.
-    """
+    """A concurrent writer changed what this operation depends on, or held its partitions
+    past the claim timeout; nothing was published."""
 
     retryable = True
 
@@ -160,21 +137,16 @@ class CommitConflict(LanceNamespaceError):
 
 
 class StaleStage(CommitConflict):
-    """Data was staged against partitions that changed since in a way no commit can mend:
-    a partition it appends to was dropped, a partition it replaces (overwrite, rewrite) got
-    a newer version, or two stages of one transaction saw one partition differently.
-
-    Committing the same stages again meets the same partitions, so a commit raising this
-    is not retryable (a retry loop would repeat it forever); the message names the stages
-    and what to do: discard them and stage their rows again, or abort the transaction and
-    begin it again. A write that stages its data itself (``write``, a Spark job that
-    commits) is retryable instead: its retry stages afresh (see :func:`stage_again`).
+    """Data was staged against partitions that changed since in a way no commit can mend
+    (a partition appended to was dropped, one replaced got a newer version, two stages saw
+    one differently). Not retryable: the message names the stages to discard and stage
+    again, or says to abort; a write that stages itself is retried (:func:`stage_again`).
     """
 
     retryable = False
 
     def __init__(self, problem: str, partitions: Iterable[str] = (), remedy: str = "") -> None:
-        #: What went stale, without the remedy (a write that stages again says its own).
+        #: What went stale, without the remedy.
         self.problem = problem
         super().__init__(f"{problem}; {remedy}" if remedy else problem, partitions)
 
@@ -185,9 +157,8 @@ class TransactionAborted(LanceNamespaceError):
 
 
 class OutcomeUnknown(LanceNamespaceError):
-    """Whether a commit was published cannot be told any more: its publishing swap failed
-    in a way that may have committed it, and its records were collected since. Not
-    retryable: the rows may be published already; read the data to find out."""
+    """Whether a commit was published cannot be told (its swap failed in a way that may
+    have committed). Not retryable: read the data to find out."""
 
 
 class InvalidArgumentError(LanceNamespaceError, ValueError):
@@ -196,11 +167,10 @@ class InvalidArgumentError(LanceNamespaceError, ValueError):
 
 class InvalidLiteralError(FilterError, InvalidArgumentError):
     """A constant in a filter cannot be evaluated (``DATE '2025-13-45'``, ``id = 'abc'``,
-    ``1/0``): the filter can match nothing as written, so it is refused in planning
-    (``prune``) and reading alike instead of keeping every partition or failing late."""
+    ``1/0``): refused in planning and reading alike."""
 
     def __init__(self, message: str, literal: str | None = None) -> None:
-        #: The offending constant as it appears in the filter (None if it cannot be told).
+        #: The offending constant as the filter has it (None: unknown).
         self.literal = literal
         super().__init__(message)
 
@@ -219,9 +189,7 @@ class TransactionClosed(InvalidArgumentError):
 
 
 def aborted_meanwhile(txn_id: str, cause: TransactionAborted) -> CommitConflict:
-    """A *write* whose transaction an operator, ``recover()`` or a writer waiting past its
-    lease aborted while it ran: a retry of the write begins a new incarnation with the
-    same data, so it is retryable."""
+    """A *write* whose transaction was aborted while it ran: retryable (a new incarnation)."""
     return CommitConflict(
         f"transaction {txn_id} was aborted while this write ran (by recover(), an operator, "
         f"or a writer that waited for its partitions past its lease: {cause}); nothing of "
@@ -230,10 +198,8 @@ def aborted_meanwhile(txn_id: str, cause: TransactionAborted) -> CommitConflict:
 
 
 def stage_again(cause: StaleStage) -> CommitConflict:
-    """A *write* whose staged data went stale before it published: nothing of it was
-    published and its staged files are gone (discarded, or aborted with its transaction),
-    and a retry of the write stages the data again against the partitions as they are then
-    (e.g. creating a dropped one anew), so it is retryable."""
+    """A *write* whose staged data went stale (its files removed): retryable, since a
+    retry stages the data again against the partitions as they are then."""
     return CommitConflict(
         f"{cause.problem}; nothing of the write was published and what it staged was "
         "removed: write again (a retry stages the data afresh)",
@@ -242,19 +208,15 @@ def stage_again(cause: StaleStage) -> CommitConflict:
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """Whether retrying the operation that raised ``exc`` may succeed.
-
-    Project errors say so themselves; anything else (an unexpected library or OS error) is
-    treated as retryable, since nothing shows the input was wrong.
-    """
+    """Whether retrying the operation that raised ``exc`` may succeed (an error not of
+    this project: yes, nothing shows the input was wrong)."""
     if isinstance(exc, LanceNamespaceError):
         return exc.retryable
     return True
 
 
 def error_classes() -> dict[str, type[LanceNamespaceError]]:
-    """Every error class this module defines, by name (the root included): e.g. to raise a
-    project error again under its own class after it crossed a process boundary."""
+    """Every error class of this module by name (to raise one again in another process)."""
     return {
         obj.__name__: obj
         for obj in globals().values()

@@ -1,14 +1,10 @@
-"""Named failpoints for crash-injection and interleaving tests.
+"""Named failpoints for crash-injection and interleaving tests; off unless a test asks.
 
-Two ways to act at a point, both off unless a test asks:
-
-* across processes, by environment: ``LANCE_PNS_FAILPOINTS="commit.after_claim=kill"`` makes
-  the process kill itself with SIGKILL when it reaches that point (``=raise`` raises
-  :class:`FailpointError`, a simulated crash; ``=error`` raises an ``OSError``, a simulated
-  transient failure that callers handle like any other; ``=sleep:0.5`` sleeps). Several
-  points are separated by commas.
-* inside one process, by :func:`hold`: a thread that reaches the point waits there until the
-  test releases it, so a test can run another operation at exactly that moment::
+* Across processes, by environment: ``LANCE_PNS_FAILPOINTS="commit.after_claim=kill"``
+  makes the process SIGKILL itself at that point; ``=raise`` raises
+  :class:`FailpointError` (a simulated crash), ``=error`` an ``OSError`` (a simulated
+  storage failure), ``=sleep:0.5`` sleeps; points are separated by commas.
+* In one process, :func:`hold` parks a thread at the point until the test releases it::
 
       with hold("commit.before_publish") as point:
           worker = threading.Thread(target=ns.commit, args=("X",)); worker.start()
@@ -16,7 +12,7 @@ Two ways to act at a point, both off unless a test asks:
           ns.abort("X")          # runs while the commit is parked before its publish
       worker.join()
 
-Unset (always, outside tests), a failpoint costs one dict lookup.
+Unset, a failpoint costs one dict lookup.
 """
 
 from __future__ import annotations
@@ -32,9 +28,8 @@ ENV = "LANCE_PNS_FAILPOINTS"
 
 
 class FailpointError(BaseException):
-    """Raised at a failpoint configured with ``=raise``: a simulated crash. Like
-    ``SystemExit`` it is no ``Exception``, so no handler of errors (a clean-up, a retry, the
-    best-effort work after a publish) runs for it, as none would in a process killed there."""
+    """A simulated crash (``=raise``): no ``Exception``, so no error handler runs for it,
+    as none would in a process killed there."""
 
 
 class Hold:
@@ -77,11 +72,8 @@ _holds_lock = threading.Lock()
 def hold(
     name: str, *, times: int | None = 1, when: Callable[[], bool] | None = None
 ) -> Iterator[Hold]:
-    """Park the first ``times`` threads (all, for None) that reach ``name`` while active.
-
-    ``when`` narrows it to threads for which it returns True (e.g. one worker thread). On
-    exit the point is released and removed.
-    """
+    """Park the first ``times`` threads (None: all) that reach ``name`` and for which
+    ``when`` (if given) returns True; released and removed on exit."""
     point = Hold(name, times, when)
     with _holds_lock:
         if name in _holds:

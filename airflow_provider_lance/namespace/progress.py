@@ -1,15 +1,11 @@
-"""Progress of long work: the one callback type the public API takes, and how the fan-outs
-reach it.
+"""Progress of long work: the callback type the public API takes, and how fan-outs reach it.
 
-A caller passes ``progress=`` (a :data:`ProgressCallback`) to a long operation (``write``,
-``to_table``, ``maintain``, ``delete`` ...). The operation runs inside :func:`reporting`,
-which makes the callback the current thread's; every fan-out over leaf tables
-(:meth:`~.io.storage.Storage.map`, ``Storage.ahead``) then reports ``Progress(done,
-total, what)`` on that thread, at most every :data:`INTERVAL` seconds and once at its end:
-never per row, never from a worker thread.
-
-A callback that raises is logged once and not called again: the operation goes on as if
-no callback had been given (a publish must never fail because its progress display did).
+A long operation (``write``, ``to_table``, ``maintain``, ...) runs its ``progress=``
+callback inside :func:`reporting`, which makes it the current thread's; every fan-out over
+leaf tables (``Storage.map``, ``Storage.ahead``) reports ``Progress(done, total, what)`` on
+that thread, at most every :data:`INTERVAL` seconds and at its end, never from a worker.
+A callback that raises is logged once and not called again (a publish never fails because
+its progress display did).
 """
 
 from __future__ import annotations
@@ -32,9 +28,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Progress:
-    """``done`` of ``total`` items of one step of an operation: ``what`` names the
-    operation and the step (e.g. ``"write: leaves"``), items are partitions or leaf
-    tables. One operation may report several steps, each counting from 0."""
+    """``done`` of ``total`` items (partitions, leaf tables) of one step of an operation,
+    named by ``what`` (e.g. ``"write: leaves"``); each step counts from 0."""
 
     done: int
     total: int
@@ -51,8 +46,7 @@ ProgressCallback = Callable[[Progress], None]
 
 
 class Reporter:
-    """The current operation's callback, guarded: the first exception it raises is
-    logged, and it is not called again."""
+    """The current operation's callback; once it raises, logged and never called again."""
 
     def __init__(self, callback: ProgressCallback, operation: str) -> None:
         self._callback: ProgressCallback | None = callback
@@ -90,8 +84,8 @@ def current() -> Reporter | None:
 
 @contextmanager
 def reporting(callback: ProgressCallback | None, operation: str) -> Iterator[None]:
-    """Run the enclosed work with ``callback`` as this thread's progress callback (None:
-    leave whatever an enclosing operation set)."""
+    """Run the enclosed work with ``callback`` as this thread's (None: leave the
+    enclosing operation's)."""
     if callback is None:
         yield
         return
@@ -107,8 +101,7 @@ def reporting(callback: ProgressCallback | None, operation: str) -> Iterator[Non
 def iterate_reporting(
     callback: ProgressCallback | None, operation: str, items: Iterator[T]
 ) -> Iterator[T]:
-    """``items``, each one taken inside :func:`reporting` (for a lazy read: its batches
-    are made when the consumer asks, after the call that created it returned)."""
+    """``items``, each taken inside :func:`reporting` (a lazy read's batches)."""
     if callback is None:
         yield from items
         return
@@ -122,12 +115,11 @@ def iterate_reporting(
 
 
 class Ticker:
-    """Reports one fan-out of ``total`` items (two or more): 0 when it starts, then
-    :meth:`tick` when :data:`INTERVAL` passed since the last report, and :meth:`finish` at
-    its end."""
+    """Reports one fan-out of ``total`` (2 or more) items: 0 at its start, :meth:`tick`
+    at most every :data:`INTERVAL`, :meth:`finish` at its end."""
 
     def __init__(self, reporter: Reporter | None, total: int, step: str | None) -> None:
-        self.reporter = reporter if total > 1 else None  # (one item: nothing to follow)
+        self.reporter = reporter if total > 1 else None
         self.total = total
         self.step = step
         self._last_done = -1

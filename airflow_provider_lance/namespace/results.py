@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pyarrow as pa
@@ -27,10 +27,8 @@ def value_text(value: Any) -> str | None:
 
 
 def text_value(text: str | None, dtype: pa.DataType) -> Any:
-    """A partition value back from its string form (:func:`value_text`), as the
-    Python value of the partition column's type ``dtype``: a ``datetime.date`` for a date,
-    an int for an int. Exact for every type ``value_text`` writes (its floats are
-    ``repr``s, its times and timestamps ISO, its binaries hex)."""
+    """A partition value back from its :func:`value_text`, as the Python value of
+    ``dtype`` (exact for every type ``value_text`` writes)."""
     if text is None:
         return None
     if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
@@ -43,9 +41,8 @@ def text_value(text: str | None, dtype: pa.DataType) -> Any:
 def typed_values(
     values: Mapping[str, Any], types: Mapping[str, pa.DataType] | None
 ) -> dict[str, Any]:
-    """Partition values as a result record keeps them (strings, :func:`value_text`) back
-    as the Python values of their columns' ``types`` (by name), so that a result read
-    back equals the one first returned; a name ``types`` lacks stays a string."""
+    """Partition values as a record keeps them (:func:`value_text`) back as values of
+    their columns' ``types`` (by name; a name without a type stays a string)."""
     types = types or {}
     return {
         k: text_value(v, types[k]) if k in types and isinstance(v, str) else v
@@ -54,8 +51,7 @@ def typed_values(
 
 
 class SkipReason(enum.StrEnum):
-    """Why a table operation or ``maintain`` left a partition alone (the values are what
-    results and reports serialise)."""
+    """Why a table operation or ``maintain`` left a partition alone (values serialised)."""
 
     #: A transaction holds it: its commit may be under way.
     CLAIMED = "claimed"
@@ -82,13 +78,7 @@ class PartitionCommit:
     created: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "object_id": self.object_id,
-            "values": {k: value_text(v) for k, v in self.values.items()},
-            "read_version": self.read_version,
-            "rows": self.rows,
-            "created": self.created,
-        }
+        return _as_dict(self)
 
 
 @dataclass(frozen=True)
@@ -121,8 +111,8 @@ class CommitResult:
     def from_dict(
         cls, obj: Mapping[str, Any], types: Mapping[str, pa.DataType] | None = None
     ) -> CommitResult:
-        """The result as recorded by :meth:`to_dict`; ``types`` (the partition columns'
-        types, by name) gives the values their types back (see :func:`typed_values`)."""
+        """The result :meth:`to_dict` recorded; ``types`` (of the partition columns, by
+        name) give the values their types back."""
         return cls(
             int(obj["manifest_version"]),
             str(obj["mode"]),
@@ -142,11 +132,8 @@ class CommitResult:
 
 @dataclass(frozen=True)
 class PartitionChange:
-    """What one ``__manifest`` version did to one partition (see :class:`HistoryEntry`).
-
-    ``rows``: rows the publish wrote into it (an overwrite: the rows that replaced it);
-    None when the leaf version that says so is gone.
-    """
+    """What one ``__manifest`` version did to one partition; ``rows``: the rows written
+    (None: the leaf version that says so is gone)."""
 
     object_id: str
     values: Mapping[str, Any]
@@ -155,24 +142,14 @@ class PartitionChange:
     created: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "object_id": self.object_id,
-            "values": {k: value_text(v) for k, v in self.values.items()},
-            "read_version": self.read_version,
-            "rows": self.rows,
-            "created": self.created,
-        }
+        return _as_dict(self)
 
 
 @dataclass(frozen=True)
 class HistoryEntry:
-    """One ``__manifest`` version: when it was committed and what it did.
-
-    ``operation`` names what a user did (``write``, ``create_partitions``, ``add_column``,
-    ``evolve_partition_spec``, ...) or, for versions that change nothing a reader sees,
-    the bookkeeping step (``seal``, ``compact``, ... : :attr:`internal`). ``mode`` is the
-    write mode of a ``write``; ``details`` what a schema or spec change changed.
-    """
+    """One ``__manifest`` version: when and what. ``operation`` names what a user did
+    (``write``, ``add_column``, ...) or a bookkeeping step invisible to readers (``seal``,
+    ``compact``: :attr:`internal`); ``details``: what a schema or spec change changed."""
 
     version: int
     timestamp: dt.datetime
@@ -226,8 +203,8 @@ class TagInfo:
 
 @dataclass(frozen=True)
 class PartitionOutcome:
-    """What a table operation (delete, drop_partitions, merge, optimize) did to one
-    partition. ``read_version`` is its new published version (None: dropped)."""
+    """What a table operation did to one partition; ``read_version``: its new published
+    version (None: dropped)."""
 
     object_id: str
     values: Mapping[str, Any]
@@ -244,17 +221,7 @@ class PartitionOutcome:
         return self.read_version is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "object_id": self.object_id,
-            "values": {k: value_text(v) for k, v in self.values.items()},
-            "read_version": self.read_version,
-            "rows_removed": self.rows_removed,
-            "rows_updated": self.rows_updated,
-            "rows_inserted": self.rows_inserted,
-            "created": self.created,
-            "fragments_before": self.fragments_before,
-            "fragments_after": self.fragments_after,
-        }
+        return _as_dict(self)
 
     @classmethod
     def from_dict(
@@ -273,10 +240,17 @@ class PartitionOutcome:
         )
 
 
+def _as_dict(part: PartitionCommit | PartitionChange | PartitionOutcome) -> dict[str, Any]:
+    """A partition's result as JSON-friendly fields (values as :func:`value_text`)."""
+    out = {f.name: getattr(part, f.name) for f in fields(part)}
+    out["values"] = {k: value_text(v) for k, v in part.values.items()}
+    return out
+
+
 @dataclass(frozen=True)
 class OperationResult:
-    """The outcome of one table operation: published in ONE ``__manifest`` commit,
-    ``manifest_version`` (None: it changed nothing, so it published nothing)."""
+    """The outcome of one table operation, published in ONE ``__manifest`` commit
+    (``manifest_version`` None: nothing changed)."""
 
     operation: str
     manifest_version: int | None
@@ -332,8 +306,7 @@ class OperationResult:
     def from_dict(
         cls, obj: Mapping[str, Any], types: Mapping[str, pa.DataType] | None = None
     ) -> OperationResult:
-        """The result as recorded by :meth:`to_dict`; ``types`` as for
-        :meth:`CommitResult.from_dict`."""
+        """The result :meth:`to_dict` recorded (``types``: see CommitResult.from_dict)."""
         version = obj.get("manifest_version")
         return cls(
             str(obj["operation"]),

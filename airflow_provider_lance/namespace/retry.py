@@ -1,13 +1,9 @@
 """The one retry loop of the core: attempts repeat until one finishes or a budget is spent.
 
-Every loop that goes again after a lost race, a claim held by another transaction or a
-poll says *why* an attempt did not finish (an :class:`Outcome`), and each reason draws on
-a :class:`Budget` with a deadline or an attempt bound, whose ``on_spent`` is the error
-that says what to do (:class:`Spent` where the caller has a fallback). A budget with
-neither bound is refused, so nothing is retried forever (invariant 8 of the design).
-
-The loops' own deadline arithmetic, counters and error texts were copies that drifted
-(one loop had no bound at all); here each loop states only its budgets.
+An attempt that does not finish says why (an :class:`Outcome`); each reason draws on a
+:class:`Budget` with a deadline or an attempt bound, whose ``on_spent`` is the error
+saying what to do (:class:`Spent` where the caller has a fallback). A budget without a
+bound is refused: nothing is retried forever.
 """
 
 from __future__ import annotations
@@ -34,14 +30,12 @@ class Outcome(enum.Enum):
     ORDERED = "ordered"
     #: Another committer owns the transaction now: poll for its outcome.
     TAKEN_OVER = "taken_over"
-    #: The attempt changed or learned what the next one starts from: go again at once,
-    #: never waiting (a created table, a restored leaf version).
+    #: The attempt changed what the next one starts from: go again at once, never waiting.
     AGAIN = "again"
 
 
 class Retry(Exception):
-    """Raised by a step to end its attempt with ``outcome`` (a step that returns an
-    :class:`Outcome` does the same; this lets one end an attempt from deep inside it)."""
+    """Ends the attempt with ``outcome`` from deep inside a step (as returning it does)."""
 
     def __init__(self, outcome: Outcome) -> None:
         super().__init__(outcome.value)
@@ -49,23 +43,19 @@ class Retry(Exception):
 
 
 class Spent(Exception):
-    """The error of a budget whose caller has a fallback (``on_spent=Spent``, then
-    ``except Spent``): a direct write hands over, a best-effort clean-up gives up."""
+    """The error of a budget whose caller has a fallback (``on_spent=Spent``)."""
 
 
 @dataclass(frozen=True, eq=False)
 class Budget:
     """How long one kind of :class:`Outcome` may repeat before ``on_spent`` is raised.
 
-    ``seconds`` runs from the start of the first attempt that drew on the budget (a long
-    wait for one reason does not eat the time of another); ``attempts`` counts the
-    attempts that drew on it, and the one that reaches it is the last. Outcomes mapped to
-    the same Budget object share its count and deadline. The first ``free`` outcomes go
-    again without waiting (a merge's first ORDERED is its own registration).
+    ``seconds`` runs from the first attempt that drew on the budget; ``attempts`` counts
+    those attempts, the one reaching it being the last. Outcomes mapped to one Budget
+    object share it. The first ``free`` outcomes go again without waiting.
     """
 
-    #: The error raised once the budget is spent, saying what to do (built then, so it
-    #: can name what the last attempt found).
+    #: The error once spent, saying what to do (built then: it names what was found).
     on_spent: Callable[[], BaseException]
     seconds: float | None = None
     attempts: int | None = None
@@ -81,8 +71,7 @@ class Budget:
 
 
 def backoff(attempt: int) -> None:
-    """Sleep before retry ``attempt`` (0-based): 20 ms doubling up to 1 s, jittered so
-    racing writers spread out instead of colliding again."""
+    """Sleep before retry ``attempt`` (0-based): 20 ms doubling up to 1 s, jittered."""
     time.sleep(min(0.02 * 2 ** min(attempt, 6), 1.0) * (0.5 + random.random()))
 
 
@@ -94,12 +83,9 @@ def retry_until(
     clock: Callable[[], float] = time.monotonic,
 ) -> R:
     """Run ``step(0)``, ``step(1)``, ... until one returns something other than an
-    :class:`Outcome`, and return that. An attempt ending in an Outcome draws on its budget:
-    once spent, its ``on_spent()`` is raised; otherwise ``sleep(n)`` runs before the next
-    attempt (``n``: the budget's waits so far, from 0; AGAIN never waits).
-
-    An outcome without a budget is a bug of the caller: :class:`KeyError`.
-    """
+    :class:`Outcome`, and return that. An Outcome draws on its budget: once spent,
+    ``on_spent()`` is raised, else ``sleep(n)`` runs (``n``: the budget's waits so far;
+    AGAIN never waits). An outcome without a budget: :class:`KeyError`."""
     used: dict[int, int] = {}  # id(budget) -> attempts that drew on it
     since: dict[int, float] = {}  # id(budget) -> start of the first of them
     for attempt in itertools.count():

@@ -1,6 +1,5 @@
-"""Types of the public API's arguments: write modes and the data a write accepts.
-
-Light on purpose (no PyArrow at import): Airflow operators name the modes at DAG parse.
+"""Types of the public API's arguments: write modes and the data a write accepts (no
+PyArrow at import: Airflow operators name the modes at DAG parse).
 """
 
 from __future__ import annotations
@@ -11,8 +10,8 @@ from typing import TYPE_CHECKING, Literal, Protocol, Union, get_args
 if TYPE_CHECKING:
     import pyarrow as pa
 
-#: ``append`` adds rows; ``overwrite`` is a *dynamic partition overwrite* (pyiceberg's name):
-#: exactly the partitions the written rows fall into are replaced, every other one stays.
+#: ``append`` adds rows; ``overwrite`` is a *dynamic partition overwrite*: the partitions
+#: the rows fall into are replaced, every other one stays.
 WriteMode = Literal["append", "overwrite"]
 MODES: tuple[str, ...] = get_args(WriteMode)
 

@@ -1,10 +1,8 @@
-"""Undoing transactions: abort (fence, then clean up), the abort of abandoned anonymous
-writes, and ``recover``.
+"""Undoing transactions: abort, the abort of abandoned anonymous writes, and ``recover``.
 
 Abort and recovery *fence* the transaction row first (one swap to ABORTED, claims
 released): if a commit published first, the fence fails and nothing is deleted. Only
-after the fence are its staged files deleted, which no published ``read_version`` can
-reference.
+then are its staged files deleted, which no published ``read_version`` can reference.
 """
 
 from __future__ import annotations
@@ -45,37 +43,27 @@ log = logging.getLogger(__name__)
 
 #: Default lease: a transaction idle for longer is considered abandoned by ``recover``.
 DEFAULT_LEASE_SECONDS = 6 * 3600.0
-#: How long abort keeps retrying compare-and-swaps lost to unrelated commits.
+#: How long abort retries swaps lost to unrelated commits (seconds).
 SWAP_TIMEOUT = 120.0
-#: Swaps ``release_dead_claims`` may lose before it leaves the claims to a later recover.
+#: Swaps ``release_dead_claims`` may lose before it leaves them to a later recover.
 RELEASE_ATTEMPTS = 64
 
 
 def abort_transaction(
     ctx: TransactionContext, txn_id: str, reason: str = "aborted", *, own_write: bool = False
 ) -> None:
-    """Undo an unpublished transaction; an error for a published one.
-
-    First the fence: one compare-and-swap moves its row to ABORTED and releases its claims;
-    if a commit published first, the swap fails and abort says so, deleting nothing. Only
-    after the fence are its staged files deleted: no published version can reference them.
-
-    ``own_write``: the caller is the anonymous transaction's own writer, whose commit
-    failed and returned; nobody else can seal it, so a transaction without a row needs
-    no fence. Anyone else (an operator, :func:`recover`) fences it like any other: its
-    writer may be waiting for a claim and seal it any moment.
-    """
-    #: The stage records of an anonymous transaction, read before the fence: once it is
-    #: aborted, ``collect_finished`` may delete them before the clean-up reads them.
+    """Undo an unpublished transaction (fence, then delete its files); an error for a
+    published one. ``own_write``: the caller is the anonymous transaction's own writer,
+    whose commit failed: nobody else can seal it, so without a row it needs no fence."""
+    #: An anonymous transaction's stages, read before the fence (``collect_finished`` may
+    #: delete the records once it is aborted).
     known: dict[str, Stage] = {}
 
     def attempt(_: int) -> TxnRecord | Outcome | None:
         """The fenced record (None: nothing is left to clean up), or LOST."""
         state = ctx.load_state()
         record = resolve(ctx, state, check_txn_id(txn_id))
-        if record is None and own_write:  # aborted and collected meanwhile
-            # Stages it recorded after that are all that is left (never sealed, so never
-            # published): their files go too.
+        if record is None and own_write:  # aborted and collected: its later stages go too
             for raw in ctx.store.stages_of_every_incarnation(txn_id):
                 discard_stage(Stage.from_json(raw), ctx.storage)
             log.info("transaction %s was aborted and its records removed meanwhile", txn_id)
@@ -131,9 +119,7 @@ def abort_abandoned(
     holders: Mapping[str, TxnRecord],
 ) -> None:
     """Abort the anonymous holders of ``blocked`` claims past their lease (see
-    :func:`.lifecycle.abandoned`): what a writer waiting for partitions does, lest a write
-    whose process died while committing hold them until someone runs ``recover`` (the
-    waiter's next attempt finds those claims dead)."""
+    :func:`.lifecycle.abandoned`), as a writer waiting for them does."""
     for record in abandoned(state, blocked, holders):
         log.warning(
             "aborting %s, a write without a txn_id that has held its partitions for %.0fs "
@@ -147,19 +133,15 @@ def abort_abandoned(
             )
         except (InvalidArgumentError, CommitConflict) as exc:  # published meanwhile, a race
             log.info("left %s alone: %s", record.incarnation_tag, exc)
-        except (LanceNamespaceError, OSError) as exc:
-            # Someone else's abort, not the waiter's write: its next attempt sees whether
-            # the fence happened (the claim is dead) or tries again; files a failed
-            # clean-up left go to the orphan sweep.
+        except (LanceNamespaceError, OSError) as exc:  # not the waiter's failure
             log.warning("could not abort %s: %s", record.incarnation_tag, exc)
 
 
 def _clean_up(
     ctx: TransactionContext, record: TxnRecord, known: Mapping[str, Stage] | None = None
 ) -> None:
-    """After the fence: delete what the aborted incarnation (and sources merged into it)
-    staged (``known``: stages read before the fence, whose records may be gone since),
-    and drop the never-published partition rows it was creating."""
+    """After the fence: delete what the incarnation (and its merged sources) staged
+    (``known``: stages read before the fence) and drop the unpublished rows it created."""
     state = ctx.load_state()
     doomed = [(record.txn_id, record.incarnation)]
     for source in load_records(state, record.sources).values():
@@ -198,10 +180,8 @@ def staged_fragments(stages: Iterable[Stage]) -> set[str]:
 
 
 def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> list[str]:
-    """Abort every unpublished transaction idle for longer than ``lease_seconds`` (a write
-    without a txn_id committing: longer than its shorter lease, see
-    :data:`.lifecycle.ANONYMOUS_LEASE_SECONDS`) and release claims that aborted, merged,
-    published or missing transactions left behind."""
+    """Abort every unpublished transaction idle longer than ``lease_seconds`` (an anonymous
+    one committing: its shorter lease) and release the claims of finished or missing ones."""
     now = time.time()
     state = ctx.load_state()
     rows = {r.txn_id: r for r in all_records(state)}
@@ -225,7 +205,6 @@ def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECOND
         lease = lease_seconds
         stored = rows.get(txn_id)
         if stored is not None and stored.anonymous and stored.state is TxnState.COMMITTING:
-            # a write without a txn_id: nobody can finish it but its own process
             lease = min(lease, anonymous_lease(state, stored.incarnation_tag))
         if seconds <= lease:
             continue
@@ -240,9 +219,8 @@ def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECOND
 
 
 def release_dead_claims(ctx: TransactionContext) -> int:
-    """Clear claims whose holder can no longer publish; returns how many were released
-    (0 too when concurrent commits kept winning: ``recover`` is best effort and a later
-    one releases them)."""
+    """Clear claims whose holder can no longer publish; returns how many (0 when concurrent
+    commits kept winning: a later ``recover`` releases them)."""
 
     def attempt(_: int) -> int | Outcome:
         state = ctx.load_state()

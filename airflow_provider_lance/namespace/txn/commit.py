@@ -2,35 +2,32 @@
 
 Each attempt reads the transaction's row and takes the step its state calls for:
 
-* **STAGED: seal.** One ``__manifest`` swap moves the row STAGED -> COMMITTING with a
-  *plan* (the stages it includes, written to ``plan-<id>.json`` first), claims every
-  partition it touches (claim column = ``txn#incarnation``) and inserts the rows of
-  partitions it creates (invisible until published). A partition claimed by another live
-  transaction is waited for (CLAIMED, up to ``claim_timeout``); staged files that can
-  never be published fail with :class:`StaleStage` and seal nothing. A transaction that
-  staged nothing is published at once (STAGED -> PUBLISHED).
-* **COMMITTING, owned here: publish** (:class:`ClaimPublish` over
-  :func:`~.publish.publish_once`). Each leaf table gets one Lance commit holding exactly
-  its published version plus the staged files, tagged with the incarnation; then one swap,
-  allowed only while this committer's fence token owns the row, sets every
+* **STAGED: seal.** One swap moves the row STAGED -> COMMITTING with a *plan* (the stages
+  included, written to ``plan-<id>.json`` first), claims every partition it touches
+  (``txn#k``) and inserts the rows of partitions it creates (invisible until published).
+  A partition another live transaction claims is waited for (CLAIMED, up to
+  ``claim_timeout``); stages that can never be published fail with :class:`StaleStage`.
+  A transaction that staged nothing is published at once (STAGED -> PUBLISHED).
+* **COMMITTING, ours: publish** (:class:`ClaimPublish` over :func:`~.publish.publish_once`):
+  each leaf gets one commit of exactly its published version plus the staged files, tagged
+  ``txn#k``; then one swap, allowed only while our fence token owns the row, sets every
   ``read_version``, releases the claims and moves the row to PUBLISHED.
-* **COMMITTING, owned by another: take over** (steal the fence token, then publish the
-  same plan), unless this committer owned it before: then another one took it over, and
-  this one waits for its outcome (TAKEN_OVER).
+* **COMMITTING, another's: take over** (steal the token, publish the same plan), unless
+  we owned it before: then another took over, and we wait for its outcome (TAKEN_OVER).
 * **PUBLISHED**: the result (recorded, or rebuilt from the plan); **ABORTED**: the error;
-  **MERGED**: the same steps for the combined transaction that took its stages.
+  **MERGED**: the same steps for the combined transaction.
 
-Every step that loses a race ends its attempt (LOST) and the next attempt reads the row
-again, under one set of budgets. Nothing here deletes files: only an abort does, after
-fencing.
+A step that loses a race ends its attempt (LOST); the next reads the row again, under one
+set of budgets. Nothing here deletes files: only an abort does, after fencing.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -93,41 +90,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Sealed:
-    """What this committer's seal wrote: the sealed record and its plan, the state the
-    seal read, the claimed partition rows as its swap wrote them (by id) and the manifest
-    version it made. While ``__manifest`` is still at that version, the rows are current
-    and need not be read again."""
+    """What this committer's seal wrote: the record, its plan, the state it read, the
+    claimed rows as written (by id) and the version made (while ``__manifest`` is still
+    there, the rows are current)."""
 
     record: TxnRecord
     plan: Plan
     state: NamespaceState
     claimed: Mapping[str, Mapping[str, Any]]
     version: int
-
-
-class Background:
-    """One call run in its own thread (I/O that overlaps other work); :meth:`result` waits
-    and re-raises its error. A plain thread, not a pool: safe in forked Spark workers."""
-
-    def __init__(self, call: Callable[[], None]) -> None:
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                call()
-            except BaseException as exc:  # handed to result()
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="lance-namespace-io", daemon=True)
-        self._thread.start()
-
-    def join(self) -> None:
-        self._thread.join()
-
-    def result(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
 
 
 class Committer:
@@ -143,24 +114,22 @@ class Committer:
         self._planned: Plan | None = None
         self._saved_plans: set[str] = set()
         self._claims = ClaimWait(
-            ctx, self.options.claim_timeout, abort_abandoned_in(ctx), name="commit"
+            ctx, self.options.claim_timeout, partial(abort_abandoned, ctx), name="commit"
         )
         #: The publish under way: the incarnation this committer sealed or took over.
         self._publishing: ClaimPublish | None = None
 
     # -- the loop ------------------------------------------------------------------------
     def commit(self, txn_id: str) -> CommitResult:
-        """Publish ``txn_id`` (or finish or return an earlier commit of it), waiting for
-        partitions claimed by others up to ``claim_timeout`` and for lost races and a
-        committer that took over up to ``swap_timeout``: each spent bound is a retryable
-        CommitConflict that says what to do, never a loop without end."""
+        """Publish ``txn_id`` (or finish or return an earlier commit of it), waiting up to
+        ``claim_timeout`` for claims and ``swap_timeout`` for lost races and a committer
+        that took over: a spent bound is a retryable CommitConflict saying what to do."""
         target = [check_txn_id(txn_id)]
         known = self.store.newest_known(txn_id)
 
         def attempt(n: int) -> CommitResult | Outcome:
             if n == 0 and known is not None and not known.sources:
-                # This process began it: list its stages and read its row together with
-                # the partition rows (one scan); any surprise falls back to the general path.
+                # This process began it: its row is read with the partition rows.
                 done = self._seal(self.ctx.load_state(), None, header=known)
                 if done is not None:
                     return done
@@ -202,8 +171,7 @@ class Committer:
         )
 
     def _step(self, target: list[str], known: TransactionHeader | None) -> CommitResult | Outcome:
-        """One attempt: read the row of ``target[0]`` and take the step its state calls
-        for (a MERGED transaction replaces ``target[0]`` by its combined one)."""
+        """One attempt: the step ``target[0]``'s row calls for (MERGED: its combined one)."""
         state = self.ctx.load_state()
         record = resolve(self.ctx, state, target[0])
         if record is None:
@@ -226,8 +194,7 @@ class Committer:
         return sealed_now
 
     def _gone(self, txn_id: str, known: TransactionHeader | None) -> LanceNamespaceError:
-        """No row and no header: never begun, or finished and its records collected
-        (published or aborted: see :meth:`~.store.TransactionStore.may_have_published`)."""
+        """No row and no header: never begun, or finished and its records collected."""
         if known is None:
             return InvalidArgumentError(f"no transaction {txn_id!r} in this namespace")
         tag = incarnation_tag(known.txn_id, known.incarnation)
@@ -283,15 +250,11 @@ class Committer:
         *,
         header: TransactionHeader | None = None,
     ) -> CommitResult | Outcome | None:
-        """Seal and claim in one swap, then publish; an Outcome when the swap lost a race
-        or others hold partitions; None when the row was not as expected (only without
-        ``record``: look properly).
-
-        Without ``record`` (only ``header``, of a transaction without sources) the row is
-        read in the same scan as the partition rows, after the stages were listed: still
-        all at ``state``'s version, which is what orders the seal after every stager
-        whose epoch bump it does not conflict with.
-        """
+        """Seal and claim in one swap, then publish; an Outcome when the swap lost or
+        others hold partitions; None (only without ``record``) when the row was not as
+        expected. Without ``record`` the row is read with the partition rows, after the
+        stages were listed, all at ``state``'s version: that orders the seal after every
+        stager whose epoch bump it does not conflict with."""
         if header is None:
             assert record is not None
             header = self.store.load(record.txn_id, record.incarnation)
@@ -322,10 +285,8 @@ class Committer:
         if not plan.partitions:  # nothing staged: published at once, against this state
             empty = Sealed(txn, plan, state, {}, state.version)
             return self._publish(ClaimPublish(self, txn, plan, empty, sources=sources))
-        # The plan is for whoever else may need it: a committer taking over, a stager
-        # checking whether it got in (nobody else knows an anonymous transaction). It is
-        # written while the claims are worked out, and must be durable before the swap
-        # that names it.
+        # The plan (for a committer taking over, a stager checking whether it got in) is
+        # written while the claims are worked out, and durable before the swap naming it.
         plan_id = None if txn.anonymous else plan.plan_id
         saving = None if plan_id is None else self._save_plan(txn, plan)
         try:
@@ -339,7 +300,7 @@ class Committer:
                 return Outcome.LOST
         finally:
             if saving is not None:
-                saving.join()
+                wait([saving])
         failpoint("commit.after_claim")
         # Only this transaction changes rows it holds claims on: they stay as written.
         claimed = {r[OBJECT_ID]: r for r in claims if r[OBJECT_ID] in plan.partitions}
@@ -347,7 +308,7 @@ class Committer:
         self._publishing = ClaimPublish(self, sealed_at.record, plan, sealed_at)
         return self._publish(self._publishing)
 
-    def _save_plan(self, record: TxnRecord, plan: Plan) -> Background | None:
+    def _save_plan(self, record: TxnRecord, plan: Plan) -> Future[None] | None:
         """Write ``plan`` in the background, unless this committer wrote it already."""
         if plan.plan_id in self._saved_plans:
             return None
@@ -356,7 +317,7 @@ class Committer:
             self.store.save_plan(record.txn_id, record.incarnation, plan.plan_id, plan.to_json())
             self._saved_plans.add(plan.plan_id)
 
-        return Background(save)
+        return self.ctx.storage.beside(save)
 
     def _plan(
         self,
@@ -365,8 +326,8 @@ class Committer:
         record: TxnRecord,
         sources: list[TxnRecord],
     ) -> Plan:
-        """The stages recorded now (read after the state, so none recorded before a
-        stager's epoch bump is missed) and their merged partitions."""
+        """The stages recorded now (read after the state: none recorded before an epoch
+        bump is missed) and their merged partitions."""
         refs: list[tuple[str, int, str, str]] = []
         raws: list[Mapping[str, Any]] = []
         for txn in (record, *sources):
@@ -398,9 +359,9 @@ class Committer:
         plan: Plan,
         current: Mapping[str, dict[str, Any]],
     ) -> list[dict[str, Any]]:
-        """The claimed and created rows for the seal (``current``: the plan's partition rows
-        as of ``state``); :class:`~..retry.Retry` (CLAIMED) while other transactions hold
-        partitions, :class:`StaleStage` when the stages can never be published."""
+        """The claimed and created rows for the seal (``current``: the plan's rows at
+        ``state``); Retry (CLAIMED) while others hold partitions, :class:`StaleStage` when
+        the stages can never be published."""
         tag, overwrite = record.incarnation_tag, plan.mode == "overwrite"
         blocked, holders = self._claims.live(state, current, mine=tag)
         unmet = requirements_unmet(
@@ -430,8 +391,7 @@ class Committer:
     def _leaf_schema(
         state: NamespaceState, txn_id: str, stages: Sequence[Stage]
     ) -> pa.Schema | None:
-        """:func:`common_leaf_schema`, naming the stages written before a schema change
-        (another schema than the namespace's now) when they differ."""
+        """:func:`common_leaf_schema`, naming the stages written before a schema change."""
         try:
             return common_leaf_schema(stages)
         except StaleStage as exc:
@@ -443,8 +403,8 @@ class Committer:
             raise StaleStage(exc.problem, (), restage_remedy(txn_id, held)) from None
 
     def _holding(self, plan: Plan, partitions: Sequence[str]) -> dict[str, list[str]]:
-        """The stages of ``plan`` holding any of ``partitions``, by transaction (read
-        from their records: only to name them in an error)."""
+        """The stages of ``plan`` holding any of ``partitions``, by transaction (to name them
+        in an error)."""
         wanted = set(partitions)
         held: dict[str, list[str]] = {}
         for txn_id, incarnation, stage_id, _ in plan.stages:
@@ -454,10 +414,9 @@ class Committer:
         return held
 
     def _check_append_schemas(self, plan: Plan, current: Mapping[str, Mapping[str, Any]]) -> None:
-        """Before claiming: appended files only go onto a leaf version whose schema gives
-        their field ids the meaning they were staged with (the leaf may have been rewritten
-        under a new schema since: see :func:`~.leaf_commit.schema_digest`). Opens only leaves
-        published anew since they were staged."""
+        """Before claiming: appended files go only onto a leaf version whose schema gives
+        their field ids the meaning they were staged with (opens only leaves published anew
+        since they were staged)."""
         moved = [
             (oid, row[READ_VERSION])
             for oid, row in current.items()
@@ -482,8 +441,7 @@ class Committer:
 
     # -- results -------------------------------------------------------------------------
     def still_mine(self, record: TxnRecord) -> bool:
-        """Whether ``record``'s incarnation is still being committed (not finished by
-        another committer, not aborted)."""
+        """Whether ``record``'s incarnation is still committing (not finished, not aborted)."""
         now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
         return (
             now is not None and now.incarnation == record.incarnation and not now.state.is_terminal
@@ -502,13 +460,10 @@ class Committer:
 
     def result(self, record: TxnRecord, state: NamespaceState) -> CommitResult:
         """The result of a published transaction, equal to the one its publish returned:
-        recorded, or rebuilt from its plan and the manifest version where its row turned
-        PUBLISHED (after a crash right after the publish, or a record that does not read).
-        An anonymous transaction keeps neither: an InvalidArgumentError says so.
-
-        The record keeps partition values as text; they get back the types of the
-        partition columns of ``state`` (a state read after the publish: it knows every
-        field the plan's spec version has, which later spec versions keep)."""
+        recorded, or rebuilt from its plan and the version where its row turned PUBLISHED.
+        An anonymous one without a plan keeps neither: InvalidArgumentError. Values get
+        back the types of ``state``'s partition columns (read after the publish, it knows
+        every field of the plan's spec)."""
         raw = self.store.result(record.txn_id, record.incarnation)
         if raw is not None:
             types = {f.name: f.type for f in state.partition_columns}
@@ -534,29 +489,21 @@ class Committer:
         return result
 
 
-def abort_abandoned_in(
-    ctx: TransactionContext,
-) -> Callable[[NamespaceState, Mapping[str, str], Mapping[str, TxnRecord]], None]:
-    """:func:`~.abort.abort_abandoned` for the claim wait of ``ctx``."""
-    return lambda state, blocked, holders: abort_abandoned(ctx, state, blocked, holders)
-
-
 @dataclass
 class _Held:
-    """What the claim publish's swap is against: the transaction row as read right before
-    it, and each claimed partition's ``read_version`` before the swap (for "created")."""
+    """What the claim publish's swap is against: the row as read right before it, and each
+    partition's ``read_version`` before it (for "created")."""
 
     record: TxnRecord
     before: dict[str, int | None]
 
 
 class ClaimPublish:
-    """The claim protocol's publish as a :class:`~.publish.PublishStrategy`: the leaves
-    are committed once under the claims (:class:`~.kernel.HeldClaim`), and the swap moves
-    the row COMMITTING -> PUBLISHED under this committer's token and requires every
-    partition still claimed by it (nothing else changes those rows, so they are read only
-    right before the swap, after the leaf commits). With nothing staged, the swap is
-    STAGED -> PUBLISHED (sources MERGED) alone."""
+    """The claim protocol's publish strategy: the leaves are committed once under the
+    claims (:class:`~.kernel.HeldClaim`); the swap moves the row COMMITTING -> PUBLISHED
+    under our token and requires every partition still claimed by us (nothing else
+    changes those rows, so they are read right before it). With nothing staged, the swap
+    is STAGED -> PUBLISHED (sources MERGED) alone."""
 
     name: str = "commit"
     kind: str | None = None
@@ -576,13 +523,12 @@ class ClaimPublish:
         self.plan = plan
         self.sealed = sealed_at
         self.sources = list(sources)
-        #: The leaf work, built once: a later attempt commits nothing again.
         self.prepared: Prepared[_Held | None] | None = None
 
     def prepare(self, attempt: int) -> Prepared[_Held | None]:
-        """The leaf work, built (and its staged files checked) once: a later attempt
-        after a lost swap commits nothing again."""
-        if self.prepared is not None:  # committed already: the swap reads what it is against
+        """The leaf work, built and checked once: an attempt after a lost swap commits
+        nothing again."""
+        if self.prepared is not None:
             return self.prepared
         record, plan, storage = self.record, self.plan, self.ctx.storage
         rows: Mapping[str, Mapping[str, Any]]
@@ -610,8 +556,8 @@ class ClaimPublish:
         return self.prepared
 
     def _check_claims(self, rows: Mapping[str, Mapping[str, Any]]) -> None:
-        """The claims are held: else the transaction was finished (or fenced) by another
-        committer meanwhile (TAKEN_OVER), or ``__manifest`` was rewritten by another tool."""
+        """The claims are held; else another committer finished or fenced it (TAKEN_OVER),
+        or another tool rewrote ``__manifest``."""
         record = self.record
         claims = [ClaimedBy(o, record.incarnation_tag) for o in self.plan.partitions]
         if not requirements_unmet(claims, rows, None):
@@ -624,7 +570,7 @@ class ClaimPublish:
         )
 
     def swap(self, prepared: Prepared[_Held | None]) -> Swap:
-        """The partition rows with their new versions and claims released, and the row
+        """The rows with their new versions and claims released, and the transaction row
         PUBLISHED, against the latest state."""
         record, plan, sealed_at = self.record, self.plan, self.sealed
         if record.anonymous:
@@ -677,8 +623,8 @@ class ClaimPublish:
         return result
 
     def _drop_superseded(self) -> None:
-        """Delete the extra copies of published rows that rewriting stages made (see
-        :func:`~.plan.merge_stages`): published without them, nothing can reference them."""
+        """Delete the copies of published rows rewriting stages made (see
+        :func:`~.plan.merge_stages`): nothing published references them."""
         storage = self.ctx.storage
         for part in self.plan.partitions.values():
             if part.superseded:

@@ -1,34 +1,25 @@
 """Direct publish: a write no other process knows commits in one ``__manifest`` swap.
 
-``ns.write()`` without a ``txn_id`` is such a write: nobody else stages into it, commits it
-or retries it, so nothing has to be fenced, no plan has to be durable for anyone else and no
-claim has to be held while its leaves commit. It takes the optimistic path of Delta and
-Iceberg instead of the claim protocol of :mod:`.commit`:
+``ns.write()`` without a ``txn_id`` is such a write: nobody else stages into it, commits
+it or retries it, so it needs no fence, no durable plan and no claim while its leaves
+commit. It takes the optimistic path of Delta and Iceberg:
 
-1. the rows are staged against manifest version S, partitions in parallel: each leaf is
-   written and committed in one Lance call on its published version (a new partition's
-   leaf is created), which is what Lance's own write costs;
+1. staged against manifest version S, each leaf written and committed in one Lance call
+   on its published version (a new partition's leaf is created);
 2. the touched partition rows are read at S;
-3. a leaf version made in step 1 right above the version still published (it holds
-   exactly that version's rows plus the write's) is used as it is; any other leaf is
-   committed now on its published ``read_version`` (in parallel, tagged and verified like
-   every leaf commit: :func:`~.leaf_commit.commit_leaf`), rolling back what lies above it;
-4. one compare-and-swap against S sets the new ``read_version``\\ s and inserts the rows
-   of new partitions. It fails if any of those rows changed since S, and the write goes
-   back to 2 at the newer version.
+3. a leaf version from step 1 right above the version still published is used as it is;
+   any other leaf is committed again on its published ``read_version``
+   (:func:`~..write.leaf_commit.commit_leaf`), rolling back what lies above it;
+4. one compare-and-swap against S sets the new ``read_version``\\ s and inserts new
+   partitions' rows; if any of those rows changed since S, back to 2 at the newer version.
 
-Why this is safe next to the claim protocol: the swap needs every touched row unclaimed at
-S and unchanged since, so it never publishes a partition a committing transaction holds,
-and a claim placed after S makes it fail. A leaf version this write committed but did not
-publish lies above the published one: whoever commits that leaf next rolls it back (as it
-does a crashed committer's), and the published version, immutable, stays readable whatever
-happens above it. A partition that is claimed, or a write that keeps losing the race, hands
-its staged files to the claim protocol, which waits its turn instead of racing.
-
-A failure before the swap deletes the staged files (nothing can reference them); a swap
-whose outcome is unknown (the store failed mid-commit) is decided by reading the manifest
-again. A process killed mid-write leaves data files no version references, as a killed
-Delta or Iceberg write does: wasted space, never read.
+Safe beside the claim protocol: the swap needs every touched row unclaimed at S and
+unchanged since, so it never publishes a partition a committing transaction holds, and a
+claim placed after S makes it fail. A leaf version committed but not published lies above
+the published one: the next commit to that leaf rolls it back, and the published version
+stays readable. A claimed partition, or races lost too often, hand the staged files to the
+claim protocol, which waits its turn. A failure before the swap deletes the staged files;
+a swap of unknown outcome keeps them (:func:`~.kernel.published_after_all`).
 """
 
 from __future__ import annotations
@@ -44,7 +35,7 @@ from airflow_provider_lance.namespace.format.manifest import OBJECT_ID, READ_VER
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.format.swap import NoLiveClaim, Swap, requirements_unmet
 from airflow_provider_lance.namespace.results import CommitResult
-from airflow_provider_lance.namespace.retry import Budget, Outcome, Retry, Spent
+from airflow_provider_lance.namespace.retry import Budget, Outcome, Retry, Spent, retry_until
 from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition, discard_stage
 
 from .kernel import (
@@ -55,41 +46,35 @@ from .kernel import (
     staged_work,
 )
 from .plan import check_staged_against, merge_stages
-from .publish import Prepared, publish
+from .publish import Prepared, publish_once
 from .publish_result import commit_result, empty_result
 
 log = logging.getLogger(__name__)
 
-#: Swaps lost to concurrent publishes of the same partitions before the write is handed
-#: to the claim protocol (which waits for its turn instead of racing again).
+#: Swaps lost to publishes of the same partitions before the write is handed over.
 DIRECT_ATTEMPTS = 4
 
 
 def publish_stage(
     ctx: TransactionContext, state: NamespaceState, stage: Stage, *, owner: str
 ) -> CommitResult:
-    """Publish ``stage`` (staged against ``state``) in one swap; :class:`~..retry.Spent`
-    when a partition is claimed or the races were lost: the claim protocol must publish
-    it (its files are kept for that).
-
-    ``owner`` (``txn#incarnation``) tags the leaf versions. The staged files are deleted
-    when this raises an error before the swap (not when the outcome is unknown); once the
-    swap succeeded nothing raises, so a caller never retries, and duplicates, a published
-    write.
-    """
+    """Publish ``stage`` (staged against ``state``) in one swap, its leaf versions tagged
+    ``owner`` (``txn#k``); :class:`~..retry.Spent` (files kept) when a partition is claimed
+    or the races were lost: the claim protocol must publish it. An error before the swap
+    deletes the staged files (not an unknown outcome); after it, nothing raises."""
     strategy: DirectWrite | None = None
     try:
         failpoint("direct.staged")
         strategy = DirectWrite(ctx, state, stage, owner)
         if not strategy.parts:
             return empty_result(state.version, stage.mode, stage.txn_id)
-        if DIRECT_ATTEMPTS < 1:  # none at all: every write takes the claim protocol
+        if DIRECT_ATTEMPTS < 1:
             raise Spent
         budgets = {
             Outcome.LOST: Budget(Spent, attempts=DIRECT_ATTEMPTS),
             Outcome.CLAIMED: Budget(Spent, attempts=1),
         }
-        return publish(ctx, strategy, budgets)
+        return retry_until(lambda n: publish_once(ctx, strategy, n), budgets)
     except (Spent, OutcomeUnknown):
         raise  # handed over (files kept), or maybe published: nothing may delete its files
     except (Exception, KeyboardInterrupt) as exc:
@@ -109,10 +94,9 @@ class _Read:
 
 
 class DirectWrite:
-    """The direct write as a :class:`~.publish.PublishStrategy`: no claim, requirements
-    checked on the rows read at the attempt's state, leaf versions made while staging
-    reused where still exactly right; a claimed partition ends the attempt CLAIMED (the
-    caller hands the write to the claim protocol)."""
+    """The direct write's publish strategy: no claim; requirements checked on the rows
+    read at the attempt's state; leaf versions made while staging reused where still
+    exactly right; a claimed partition ends the attempt CLAIMED (handed over)."""
 
     name: str = "direct"
     kind: str | None = None
@@ -144,16 +128,13 @@ class DirectWrite:
             self.retried = True
         state, parts, owner = self.state, self.parts, self.owner
         current = {r[OBJECT_ID]: r for r in state.full_rows(list(parts)).to_pylist()}
-        # (read even for partitions staged as new: one a transaction is creating exists,
-        # claimed, though no reader sees it; a dead claim is the claim protocol's to clear)
+        # (partitions staged as new too: one a transaction is creating has a claimed row)
         claims = [NoLiveClaim(oid) for oid in current]
         unmet = requirements_unmet([*claims, *self.requirements], current, None)
         if any(isinstance(r, NoLiveClaim) for r in unmet):
             log.info("partitions of %s are claimed: committing through the claim protocol", owner)
             raise Retry(Outcome.CLAIMED)
-        # A stale stage is this write's: discarded by publish_stage, and write() says
-        # "write again"
-        check_staged_against(parts, unmet, lambda stale: "")
+        check_staged_against(parts, unmet, lambda stale: "")  # write() says "write again"
         storage = self.ctx.storage
         works = [
             staged_work(
@@ -161,7 +142,7 @@ class DirectWrite:
             )
             for oid, p in parts.items()
         ]
-        for work in works:  # a version the stager made, if still exactly right to publish
+        for work in works:
             work.committed = _made_while_staging(parts[work.object_id], current)
         check_works_files(storage, [w for w in works if w.committed is None], self.owner, True)
         guard = StillPublished(self.ctx.manifest, storage)
@@ -172,10 +153,8 @@ class DirectWrite:
         self.swapped = True
         versions = prepared.versions
         if self.retried:
-            # A lost race's winner rolled back the leaf versions of the first attempt, and
-            # ``maintain`` may remove what lies below a published version, their files too:
-            # checked once committed again (above the published version nothing is removed;
-            # once a publish passes them, the swap fails and this runs again).
+            # The winner rolled back our first versions and ``maintain`` may have removed
+            # their files: checked again (a later publish makes the swap fail, and this rerun).
             check_works_files(self.ctx.storage, prepared.works, self.owner, True)
         current = prepared.detail.current
         rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
@@ -186,7 +165,7 @@ class DirectWrite:
                 read_version=None,
                 spec_version=self.stage.spec_version,
             ).rows
-            for r in created:  # fresh rows: set in place (copies cost 1 ms per 1,000)
+            for r in created:  # fresh rows: set in place
                 r[READ_VERSION] = versions.get(r[OBJECT_ID])
             rows += created
         claims = [NoLiveClaim(oid) for oid in current]
@@ -202,8 +181,8 @@ class DirectWrite:
 
 
 def _made_while_staging(part: StagedPartition, current: Mapping[str, Any]) -> int | None:
-    """The leaf version the stager committed, if it is exactly right to publish: made on
-    the version still published (a new partition: still new)."""
+    """The leaf version the stager committed, if made on the version still published (a
+    new partition: still new)."""
     row = current.get(part.object_id)
     published = None if row is None else row[READ_VERSION]
     if (row is not None) == part.existed and published == part.staged_on:

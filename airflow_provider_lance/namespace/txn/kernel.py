@@ -1,23 +1,20 @@
-"""The publish kernel: what every publish path (the claim protocol of :mod:`.commit`, the
-direct write of :mod:`.direct`, the table operations of :mod:`~.runner`) does alike.
+"""The publish kernel: what every publish path (:mod:`.commit`, :mod:`.direct`,
+:mod:`~..ops.runner`) does alike.
 
-* **Leaf fan-out.** A publish is a set of :class:`LeafWork`, one per touched leaf, each a
-  :data:`LeafChange`: staged files appended (:class:`AppendFiles`), a leaf replaced whole
-  (:class:`ReplaceLeaf`) or a Lance operation computed on the published version applied
-  (:class:`ApplyChange`). :func:`commit_leaves` commits them all in ONE ``storage.map``,
-  with the guards of :func:`~.leaf_commit.commit_leaf` and :func:`~.leaf_commit.commit_change` (G1:
-  a commit is used only as base + 1; G3: a roll-back restored exactly the base; G5: an
-  append only onto a leaf of the schema its files were written with; G6: a partition that
-  does not exist is replaced whole) and one :class:`LeafGuard` asked before any roll-back
-  (G2): :class:`HeldClaim` for the claim protocol, :class:`StillPublished` for the others.
-  G4 (the staged files still exist) is :func:`check_works_files`.
-* **Requirements and claims.** What a swap needs of the rows it read is a
-  :data:`~..format.swap.Requirement` (:func:`staged_requirements` for staged files);
-  :class:`ClaimWait` is the one wait for partitions other transactions hold.
-* **Failures.** :func:`leaf_failure` is the one rule for a failed leaf commit (a lost race,
-  or the attempt's error); :func:`published_after_all` the one rule for a swap that
-  reported a storage error (pyiceberg's ``CommitStateUnknown``: when it cannot tell, the
-  staged files are kept); :func:`best_effort` runs what follows a publish.
+* **Leaf fan-out.** A publish is a :class:`LeafWork` per touched leaf, each a
+  :data:`LeafChange` (:class:`AppendFiles`, :class:`ReplaceLeaf`, :class:`ApplyChange`);
+  :func:`commit_leaves` commits them in ONE ``storage.map`` with the guards of
+  :mod:`~..write.leaf_commit` (G1: a commit is used only as base + 1; G3: a roll-back
+  restored exactly the base; G5: an append only onto a leaf of its files' schema; G6: a
+  partition that does not exist is replaced whole), one :class:`LeafGuard` asked before
+  any roll-back (G2: :class:`HeldClaim` or :class:`StillPublished`) and G4 (the staged
+  files still exist: :func:`check_works_files`).
+* **Requirements and claims.** :func:`staged_requirements` is what staged files need of
+  their rows; :class:`ClaimWait` the one wait for partitions other transactions hold.
+* **Failures.** :func:`leaf_failure` judges a failed leaf commit (a lost race, or the
+  attempt's error); :func:`published_after_all` a swap that reported a storage error
+  (pyiceberg's ``CommitStateUnknown``: when it cannot tell, the files are kept);
+  :func:`best_effort` runs what follows a publish.
 """
 
 from __future__ import annotations
@@ -78,9 +75,7 @@ class CommitOptions:
 
     @classmethod
     def for_claim_timeout(cls, claim_timeout: float | None) -> CommitOptions:
-        """The defaults, with the caller's ``claim_timeout`` when it gave one: a number of
-        seconds, checked before anything is written (otherwise a wrong one would surface
-        only once a wait began, deep inside the retry loop)."""
+        """The defaults with the caller's ``claim_timeout``, checked before anything runs."""
         if claim_timeout is None:
             return cls()
         if (
@@ -107,8 +102,7 @@ class TransactionContext:
 
 
 def state_with_claims(ctx: TransactionContext) -> NamespaceState:
-    """The latest state, its ``__manifest`` holding the claim column: a namespace created
-    before transactions gets it first (one commit, once)."""
+    """The latest state, the claim column added first to a ``__manifest`` without it."""
     state = ctx.load_state()
     if not state.view.has_claim_column:
         ctx.manifest.ensure_claim_column()
@@ -117,15 +111,13 @@ def state_with_claims(ctx: TransactionContext) -> NamespaceState:
 
 
 # -- leaf work -------------------------------------------------------------------------------
-#: Staged fragments, or how to parse them from their record: parsed in the fan-out's
-#: threads, next to the commits (a thousand parsed before the first commit cost ~5%).
+#: Staged fragments, or how to parse them (in the fan-out's threads).
 Fragments = Sequence[FragmentMetadata] | Callable[[], Sequence[FragmentMetadata]]
 
 
 @dataclass(frozen=True)
 class AppendFiles:
-    """Staged files appended onto the published version (or, for a partition without a
-    published row, a new leaf of them)."""
+    """Staged files appended onto the published version (no published row: a new leaf)."""
 
     fragments: Fragments
     leaf_schema: pa.Schema
@@ -161,14 +153,12 @@ class LeafWork:
 
     object_id: str
     uri: str
-    #: The partition's read_version as the attempt read it (None: a new partition, or one
-    #: published as "read the latest").
+    #: The read_version as the attempt read it (None: new, or "read the latest").
     published: int | None
-    #: Whether the partition has a published row (False: the leaf is replaced whole).
+    #: Whether the partition has a published row (else the leaf is replaced whole).
     exists: bool
     change: LeafChange
-    #: The leaf version committed for it (set by :func:`commit_leaves`, or before it by a
-    #: stager that made exactly the right version): never committed again.
+    #: The leaf version committed for it (by :func:`commit_leaves`, or a stager): final.
     committed: int | None = None
     #: The staged files to check before committing (None: none to check).
     files: StagedFiles | None = field(default=None, repr=False)
@@ -182,8 +172,7 @@ def staged_work(
     *,
     replace: bool,
 ) -> LeafWork:
-    """The work of committing ``part``'s staged files onto its partition's row (None: no
-    row, a new partition) as the attempt read it."""
+    """The work of committing ``part`` onto its partition's ``row`` (None: new)."""
     published = None if row is None else row[READ_VERSION]
     fragments = part.fragment_metadata
     change: LeafChange = (
@@ -198,22 +187,21 @@ def staged_work(
 
 # -- guards before a roll-back (G2) ----------------------------------------------------------
 class LeafGuard(Protocol):
-    """Asked before any roll-back of versions above ``base`` (and when ``base`` cannot be
-    read): False means they may be another writer's to publish, and the commit raises
-    :class:`~.leaf_commit.LeafMoved` instead of rolling them back."""
+    """Asked before rolling back versions above ``base`` (or when ``base`` cannot be read):
+    False (they may be another writer's) makes the commit raise ``LeafMoved`` instead."""
 
     def may_roll_back(self, work: LeafWork, base: int) -> bool: ...
 
 
 def _row_now(manifest: Manifest, object_id: str) -> dict[str, Any] | None:
-    """The partition's row (read_version, claim) in the latest ``__manifest`` version."""
+    """The partition's row in the latest ``__manifest`` version."""
     return manifest.latest().rows_by_id([object_id]).get(object_id)
 
 
 @dataclass(frozen=True)
 class HeldClaim:
-    """The claim protocol's guard: the partition's row is still claimed by ``writer``
-    (a zombie committer never rolls back the next committer's version)."""
+    """The claim protocol's guard: the row is still claimed by ``writer`` (a zombie
+    committer never rolls back the next committer's version)."""
 
     manifest: Manifest
     writer: str
@@ -225,10 +213,9 @@ class HeldClaim:
 
 @dataclass(frozen=True)
 class StillPublished:
-    """The guard of writers without a claim (direct writes, table operations): the row
-    is unclaimed and still publishes ``base`` or what the attempt read. For a partition
-    published as "read the latest", no foreign version (not tagged by one of our writers:
-    a foreign writer's publish, readers see it) lies above ``base``."""
+    """The guard of writers without a claim: the row is unclaimed and still publishes
+    ``base`` or what the attempt read; for a "read the latest" row, no version above
+    ``base`` is a foreign writer's (untagged: readers see it)."""
 
     manifest: Manifest
     storage: Storage
@@ -244,8 +231,7 @@ class StillPublished:
 
 
 def foreign_above(storage: Storage, uri: str, base: int) -> bool:
-    """Whether a version above ``base`` of the leaf at ``uri`` was committed by a writer
-    that is none of ours (no transaction tag)."""
+    """Whether a version above ``base`` of the leaf at ``uri`` has no transaction tag."""
     ds = storage.table(uri)
     return any(committed_by(ds, v) is None for v in range(base + 1, int(ds.version) + 1))
 
@@ -273,9 +259,9 @@ def commit_leaves(
     name: str,
     kind: str | None = None,
 ) -> dict[str, int]:
-    """Commit every work not committed yet, in ONE ``storage.map`` (``storage.concurrency``
-    at once), each tagged ``writer`` (``txn#k``) and, for a table operation, ``kind``;
-    failpoint ``{name}.leaf_committed`` after each. Returns the version of each work."""
+    """Commit every work not committed yet in ONE ``storage.map``, tagged ``writer``
+    (``txn#k``) and ``kind`` (a table operation's); failpoint ``{name}.leaf_committed``
+    after each. Returns each work's version by object id."""
 
     def commit_one(work: LeafWork) -> None:
         change = work.change
@@ -336,11 +322,10 @@ def staged_requirements(
 
 
 class ClaimWait:
-    """The one wait for partitions other transactions hold: :meth:`live` finds the live
-    claims among rows read, :meth:`wait` ends the attempt (failpoint
-    ``{name}.claim_blocked``; ``abandon`` aborts anonymous holders past their lease, see
-    :func:`~.abort.abort_abandoned`), and :meth:`timed_out` is the error once the claim
-    timeout is spent, naming the holders the last attempt found."""
+    """The one wait for partitions other transactions hold: :meth:`live` finds live claims
+    among rows read, :meth:`wait` ends the attempt (failpoint ``{name}.claim_blocked``;
+    ``abandon`` aborts anonymous holders past their lease), :meth:`timed_out` is the error
+    once the claim timeout is spent, naming the last holders found."""
 
     def __init__(
         self,
@@ -365,8 +350,8 @@ class ClaimWait:
         rows: Mapping[str, Mapping[str, Any]],
         mine: str | None = None,
     ) -> tuple[dict[str, str], Mapping[str, TxnRecord]]:
-        """The partitions among ``rows`` a live transaction other than ``mine`` holds
-        (partition -> ``txn#k``), and the records of every holder found."""
+        """The partitions among ``rows`` held by a live transaction other than ``mine``
+        (-> ``txn#k``), and the holders' records."""
         if not any(r.get(CLAIM) for r in rows.values()):
             return {}, {}
         holders = load_records(state, claim_owners(rows.values()))
@@ -377,8 +362,7 @@ class ClaimWait:
     def wait(
         self, state: NamespaceState, live: dict[str, str], holders: Mapping[str, TxnRecord]
     ) -> Retry:
-        """The attempt's end while ``live`` claims block it (CLAIMED), once anonymous
-        holders past their lease are aborted (the next attempt finds those claims dead)."""
+        """End the attempt (CLAIMED), once anonymous holders past their lease are aborted."""
         failpoint(f"{self.name}.claim_blocked")
         self._last = (live, holders)
         self._abandon(state, live, holders)
@@ -391,9 +375,8 @@ class ClaimWait:
 
 # -- leaf failures and the outcome of a swap -------------------------------------------------
 def moved_on(ctx: TransactionContext, state: NamespaceState) -> bool:
-    """Whether the namespace moved on from ``state`` in a way that can remove what an
-    attempt on it reads: ``state``'s own version cleaned up, or a partition published
-    anew since (``maintain`` may then remove the version the attempt read)."""
+    """Whether what an attempt on ``state`` reads may have been removed since: its version
+    is cleaned up, or a partition was published anew (``maintain`` may then remove it)."""
     try:
         ctx.manifest.at(state.version)
     except LanceNamespaceError:
@@ -407,10 +390,9 @@ def moved_on(ctx: TransactionContext, state: NamespaceState) -> bool:
 
 
 def leaf_failure(ctx: TransactionContext, state: NamespaceState, error: Exception) -> bool:
-    """The one rule for a leaf commit that raised ``error``: True when the attempt lost a
-    race (a guard refused to roll back another writer's version, the leaf kept changing,
-    or what the attempt read was removed after the namespace moved on), False when
-    ``error`` is the attempt's failure."""
+    """The one rule for a failed leaf commit: True when the attempt lost a race (a guard
+    refused a roll-back, the leaf kept changing, or what it read was removed after the
+    namespace moved on), False when ``error`` is the attempt's failure."""
     if isinstance(error, CommitConflict):
         return True
     return (
@@ -421,13 +403,10 @@ def leaf_failure(ctx: TransactionContext, state: NamespaceState, error: Exceptio
 
 
 def published_after_all(manifest: Manifest, swap: Swap, error: StorageError) -> int:
-    """The manifest version ``swap`` made although it reported ``error``: the first
-    version after its base holding a row only it writes (:meth:`~.swap.Swap.made`; every
-    version is looked at, not only the latest: a writer may have published over it).
-
-    Every version read and none holds one: ``error`` again (nothing was published; the
-    caller may delete what it staged). The versions cannot be read: :class:`OutcomeUnknown`
-    (the staged files must be kept: they may be published)."""
+    """The manifest version ``swap`` made although it reported ``error``: the first after
+    its base holding a row only it writes (every version: another may have published over
+    it). None holds one: ``error`` again (nothing published; the caller may delete its
+    files). The versions cannot be read: :class:`OutcomeUnknown` (the files are kept)."""
     try:
         latest = manifest.latest().version
         for version in range(swap.base_version + 1, latest + 1):
@@ -444,8 +423,8 @@ def published_after_all(manifest: Manifest, swap: Swap, error: StorageError) -> 
 
 
 def best_effort(what: str, call: Callable[[], object]) -> None:
-    """Run ``call`` after a publish: its failure is logged, never raised (the publish
-    happened; reporting it failed would make its caller write it again)."""
+    """Run ``call`` after a publish: a failure is logged, never raised (the publish stands;
+    reporting it failed would make its caller write it again)."""
     try:
         call()
     except Exception as exc:

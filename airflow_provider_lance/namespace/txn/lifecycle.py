@@ -1,41 +1,34 @@
 """The transaction state machine: every state, every transition, one arbiter.
 
-The fate of a transaction is decided in exactly one place: its row in ``__manifest``
-(``object_id = "__txn$<txn_id>"``, state in ``metadata``), next to the partition rows it
-claims and publishes. Every transition below is one ``__manifest`` compare-and-swap that
-fails if the row (or any partition row it touches) changed since it was read, so two
-processes can never both move a transaction, and the move that publishes is the same
-commit that sets the ``read_version``s. That commit is the transaction's linearisation
-point. This is Percolator's primary lock: whoever changes the row first wins; abort and
-recovery *fence* the row before they delete anything, and a committer whose fence is gone
-cannot publish.
+A transaction's fate is its row in ``__manifest`` (``__txn$<txn_id>``, state in
+``metadata``), beside the partition rows it claims and publishes. Every transition is one
+compare-and-swap that fails if the row (or a partition row it touches) changed since it
+was read, so no two processes both move a transaction, and the move that publishes is the
+commit that sets the ``read_version``\\ s: the linearisation point. As Percolator's
+primary lock: whoever changes the row first wins; abort and recovery *fence* the row
+before deleting anything; a committer whose fence is gone cannot publish.
 
-States and what each means on disk (``k`` = incarnation, ``X#k`` = its tag)::
+States (``k`` = incarnation, ``X#k`` = its tag)::
 
     STAGED      stages may be recorded (no row yet, or a row with a stage epoch)
     COMMITTING  sealed: a plan fixes what is published; partitions claimed (claim = X#k);
                 ``owner`` is the fence token of the one committer allowed to publish
     PUBLISHED   terminal: the read_versions are published, claims released
     ABORTED     terminal for incarnation k: can never publish; ``begin`` starts k+1
-    MERGED      its stages belong to a combined transaction (``merged_into``) whose fate
-                is its own
+    MERGED      its stages belong to a combined transaction (``merged_into``)
 
-Transitions (each a :class:`~..format.swap.TxnMove` of one ``__manifest`` commit,
-checked by :meth:`~..format.manifest.Manifest.commit` against the state machine's
-:data:`~..format.swap.TRANSITIONS`):
+Transitions (each a :class:`~..format.swap.TxnMove`, checked by
+:meth:`~..format.manifest.Manifest.commit` against :data:`~..format.swap.TRANSITIONS`)::
 
     STAGED     -> STAGED      record: a stager bumps the epoch after writing its stage file
-    STAGED     -> COMMITTING  seal: the plan, the claims, new partition rows (and each
-                              source of a combined transaction -> MERGED) in one commit
+    STAGED     -> COMMITTING  seal: plan, claims, new partition rows (sources -> MERGED)
     COMMITTING -> COMMITTING  steal: a retry takes over from a dead or stale committer
     COMMITTING -> PUBLISHED   publish, conditional on the committer's own token
     STAGED | COMMITTING -> ABORTED  abort (claims released in the same commit)
-    ABORTED    -> STAGED      implicitly, when ``begin`` writes the next incarnation's header
+    ABORTED    -> STAGED      implicitly, when ``begin`` writes the next incarnation
 
-A write no other process knows (``ns.write()`` without a ``txn_id``) has no row and no
-states: it publishes its partition rows directly, in one swap conditional on each being
-unclaimed and unchanged (see :mod:`.direct`). A table operation with a ``txn_id`` writes
-its row PUBLISHED in its one swap (:func:`operation_published`).
+A write without a ``txn_id`` has no row (:mod:`.direct`); a table operation with one
+writes its row PUBLISHED in its one swap (:func:`operation_published`).
 """
 
 from __future__ import annotations
@@ -88,11 +81,8 @@ def claim_owners(rows: Iterable[Mapping[str, Any]]) -> set[str]:
     return {parse_incarnation_tag(r[CLAIM])[0] for r in rows if r.get(CLAIM)}
 
 
-#: How long a write without a ``txn_id`` that was handed to the claim protocol (an
-#: anonymous transaction) may hold its claims before a writer waiting for them takes its
-#: process for dead and aborts it; plus this much per partition it holds (its leaf commits).
-#: Nobody else can finish or retry such a write: it keeps no plan, and its id was never
-#: given out. (A named transaction waits for its owner's retry, or ``recover``.)
+#: How long an anonymous transaction may hold its claims before a writer waiting for them
+#: aborts it (nobody else can finish it), plus this much per partition it holds.
 ANONYMOUS_LEASE_SECONDS = 60.0
 ANONYMOUS_LEASE_PER_PARTITION = 0.01
 
@@ -100,11 +90,9 @@ ANONYMOUS_LEASE_PER_PARTITION = 0.01
 def abandoned(
     state: NamespaceState, blocked: Mapping[str, str], records: Mapping[str, TxnRecord]
 ) -> list[TxnRecord]:
-    """The anonymous transactions among the holders of ``blocked`` claims (partition ->
-    ``txn#k``, with their ``records``) that have been committing for longer than their
-    lease (see :data:`ANONYMOUS_LEASE_SECONDS`). Aborting one is safe even if its writer
-    still runs: the abort fences its row, and a committer whose fence is gone cannot
-    publish (its ``write()`` then fails, retryably)."""
+    """The anonymous holders of ``blocked`` claims (partition -> ``txn#k``) committing for
+    longer than their lease. Aborting one is safe even if its writer runs: the fence stops
+    its publish (its ``write()`` fails, retryably)."""
     found = []
     for tag in sorted(set(blocked.values())):
         record = records.get(parse_incarnation_tag(tag)[0])
@@ -121,8 +109,7 @@ def abandoned(
 
 
 def anonymous_lease(state: NamespaceState, tag: str) -> float:
-    """The lease of anonymous transaction ``tag`` (``txn#k``) committing as of ``state``:
-    :data:`ANONYMOUS_LEASE_SECONDS`, plus a little per partition it holds."""
+    """The lease of anonymous transaction ``tag`` (``txn#k``) as of ``state``."""
     held = len(state.view.claimed_by(tag))
     return ANONYMOUS_LEASE_SECONDS + held * ANONYMOUS_LEASE_PER_PARTITION
 
@@ -135,9 +122,8 @@ def claims_timed_out(
     what: str = "",
     after: str = "",
 ) -> CommitConflict:
-    """The error once a wait for partitions other transactions hold spent its claim
-    timeout: ``blocked`` maps each partition to its claim (``txn#k``), ``records`` the
-    holders' records (named with how long each has been committing), and the remedy."""
+    """The error once a wait for claimed partitions spent its timeout, naming each holder
+    (``blocked``: partition -> ``txn#k``) with its age, and the remedy."""
     held = sorted(
         {
             f"{claim} (committing for {records[parse_incarnation_tag(claim)[0]].age:.0f}s)"
@@ -155,17 +141,16 @@ def claims_timed_out(
 
 
 def released(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The published ones of claimed partition rows, their claim cleared. Rows of partitions
-    that were being created (never published) keep their dead claim: invisible, and dropped
-    by :func:`drop_pending` or taken over by the next claimer."""
+    """The published ones of claimed rows, claim cleared (unpublished rows keep their dead
+    claim: invisible, dropped by :func:`drop_pending` or taken over)."""
     return [dict(r, **{CLAIM: None}) for r in rows if r[READ_VERSION] is not None]
 
 
 def drop_pending(
     manifest: Manifest, state: NamespaceState, rows: Sequence[Mapping[str, Any]]
 ) -> None:
-    """Delete never-published partition rows, only if unchanged since ``state`` (a new
-    committer may have taken the dead claim over meanwhile: then they stay)."""
+    """Delete never-published rows, only if unchanged since ``state`` (else a committer
+    took the dead claim over)."""
     manifest.commit(Swap(state.view, drops=[str(r[OBJECT_ID]) for r in rows]))
 
 
@@ -203,8 +188,8 @@ def published(record: TxnRecord, token: str | None) -> TxnMove:
 
 
 def operation_published(record: TxnRecord) -> TxnMove:
-    """A table operation's row, sealed and published in its one swap (``record``: its
-    incarnation, PUBLISHED; any earlier incarnation's row was ABORTED)."""
+    """A table operation's row, PUBLISHED in its one swap (any earlier incarnation's row
+    was ABORTED)."""
     return TxnMove(None, record)
 
 
@@ -224,16 +209,10 @@ def aborted(record: TxnRecord, reason: str, sources: Iterable[TxnRecord] = ()) -
 def collect_finished(
     manifest: Manifest, state: NamespaceState, forget: Callable[[str], None]
 ) -> int:
-    """Delete the rows of finished anonymous transactions (``write()`` without an id):
-    nobody can retry or reuse an id they never saw, so their rows decide nothing any more.
-    Named transactions keep theirs (a retry must find it published; a reused id must get
-    a new incarnation). Returns how many rows went; a concurrent commit makes it skip.
-
-    Their records go first (``forget(txn_id)``): a header without a row reads as a staged
-    transaction, which ``recover`` or an operator would abort, deleting the files of a
-    published one. Killed in between, the row stays. A ``state`` older than the latest
-    finds fewer, or its drop conflicts and skips.
-    """
+    """Delete the rows of finished anonymous transactions (nobody can retry an id never
+    seen); returns how many (0: a concurrent commit won). Their records go first
+    (``forget``): a header without a row reads as staged, and aborting that would delete a
+    published one's files."""
     done = [r for r in all_records(state) if r.anonymous and r.state.is_terminal]
     if not done:
         return 0

@@ -1,8 +1,6 @@
-"""What a commit publishes: the stages of a transaction merged into one :class:`Plan`, and
-the one rule for what staged files may be published onto (:func:`check_staged_against`).
-
-A plan is fixed when a commit seals the transaction (``plan-<id>.json`` of its
-incarnation), so a committer that takes over publishes exactly what the seal claimed.
+"""What a commit publishes: the stages of a transaction merged into one :class:`Plan`
+(fixed at the seal, so a committer that takes over publishes exactly what was claimed),
+and the one rule for what staged files may be published onto (:func:`check_staged_against`).
 """
 
 from __future__ import annotations
@@ -25,11 +23,9 @@ from airflow_provider_lance.namespace.write.staging import Stage, StagedPartitio
 
 
 def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, StagedPartition]:
-    """All partitions of all stages, their data files and row counts added up (the
-    stages are left as they are: a partition is copied only when a second one joins it).
-
-    Stages that saw one partition differently (staged on either side of a publish, a drop
-    or a re-creation of it) cannot be merged, now or later: :class:`StaleStage`."""
+    """All partitions of all stages, files and row counts added up (the stages are left as
+    they are). Stages that saw one partition differently (on either side of a publish, a
+    drop or a re-creation) can never be merged: :class:`StaleStage`."""
     merged: dict[str, StagedPartition] = {}
     first: dict[str, Stage] = {}  # the stage each merged partition came from first
     copied: set[str] = set()
@@ -63,8 +59,7 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
                     listed=list(into.fragments),
                     superseded=list(into.superseded),
                 )
-            # A second copy of the published rows (each rewriting stage made one) is never
-            # committed: the rows would be there twice.
+            # Each rewriting stage copied the published rows: only the first copy is kept.
             into.superseded = [*into.superseded, *part.base_fragments]
             into.fragments += [f for f in part.fragments if f not in part.base_fragments]
             into.rows += part.rows
@@ -94,24 +89,13 @@ def check_staged_against(
     unmet: Sequence[Requirement],
     remedy: Callable[[list[str]], str],
 ) -> None:
-    """The one rule for what staged files may be published onto, for the claim
-    protocol's seal and the direct publish alike: ``unmet``, the
-    :func:`~.kernel.staged_requirements` the partitions' rows now do not meet (claimed
-    ones included; absent: no such partition).
-
-    * A partition the data was staged into as existing that has no row now was dropped
-      since. The commit fails rather than create it anew: the user dropped the partition
-      after these rows were routed into it, and bringing it back holding only them is a
-      decision the commit cannot make for them (a drop is deliberate: retention, a
-      removal request, a re-load); their files were written into the dropped leaf (on
-      its version, with its field ids), which belongs to the orphan sweep now. A
-      partition created again since (it has a row) takes the append as any other.
-    * A partition the stage replaces (overwrite, rewrite) must still be at the version
-      it replaces, else the rows published over it would be lost.
-
-    Neither heals by waiting or committing again, so this raises :class:`StaleStage` (not
-    retryable), with ``remedy(stale partition ids)``: how to stage again.
-    """
+    """The one rule for what staged files may be published onto (seal and direct publish
+    alike); ``unmet``: the :func:`~.kernel.staged_requirements` the rows now miss. A
+    partition staged into as existing that has no row was dropped since: the commit fails
+    rather than bring it back holding only these rows (a drop is deliberate; one created
+    again takes the append). A partition the stage replaces must still be at the version
+    it replaces, else rows published over it would be lost. Neither heals by waiting:
+    :class:`StaleStage` (not retryable), with ``remedy(stale partition ids)``."""
     dropped = [parts[r.object_id] for r in unmet if isinstance(r, RowExists)]
     moved = [parts[r.object_id] for r in unmet if isinstance(r, ReadVersionIs)]
     if not dropped and not moved:
@@ -136,9 +120,7 @@ def outdated_stages(
     state: NamespaceState, txn_id: str, stages: Sequence[Stage], conflict: StaleStage
 ) -> StaleStage:
     """``conflict`` (stages that saw a partition differently) naming the stages to
-    discard: those that saw it otherwise than it is published at ``state`` (e.g. the
-    stage of an earlier task attempt, made before the partition was dropped, when the
-    retry staged under a new stage id)."""
+    discard: those that saw it otherwise than ``state`` publishes it."""
     rows = {r[OBJECT_ID]: r for r in state.full_rows(conflict.partitions).to_pylist()}
     held: dict[str, list[str]] = {}
     for stage in stages:
@@ -168,8 +150,7 @@ def restage_remedy(txn_id: str, held: Mapping[str, Sequence[str]]) -> str:
 
 def common_leaf_schema(stages: Sequence[Stage]) -> pa.Schema | None:
     """The leaf schema every stage was written with (None: none recorded one);
-    :class:`StaleStage` if they differ: a schema change happened while staging, and the
-    stages written before it must be staged again."""
+    :class:`StaleStage` if they differ (a schema change happened while staging)."""
     schemas = {schema_digest(s.leaf_schema): s.leaf_schema for s in stages if s.leaf_schema}
     if len(schemas) > 1:
         raise StaleStage(
@@ -189,8 +170,8 @@ def stage_digest(raw: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """What a sealed transaction publishes, fixed at the seal: the stages it includes (by
-    transaction, incarnation, stage id and content digest) and their merged partitions."""
+    """What a sealed transaction publishes: the stages it includes (transaction,
+    incarnation, stage id, content digest) and their merged partitions."""
 
     plan_id: str
     mode: str

@@ -1,31 +1,27 @@
-"""One publish, for every path: the attempt that the claim protocol (:mod:`.commit`), the
-direct write (:mod:`.direct`) and the table operations (:mod:`~..ops.runner`) share.
+"""One publish attempt, the same for the claim protocol (:mod:`.commit`), the direct write
+(:mod:`.direct`) and the table operations (:mod:`~..ops.runner`): delta-rs's CommitBuilder
+-> PreparedCommit -> PostCommitHook, over :mod:`.kernel`.
 
-An attempt is delta-rs's CommitBuilder -> PreparedCommit -> PostCommitHook, over the
-kernel (:mod:`.kernel`):
+1. The strategy **prepares**: reads the rows the swap is against, checks what the swap
+   will require of them and names the leaf work; :class:`~..retry.Retry` ends the attempt
+   (a claim to wait for, a lost race).
+2. :func:`~.kernel.commit_leaves` commits the leaf work in one fan-out under the
+   strategy's :class:`~.kernel.LeafGuard`; a failure is judged by
+   :func:`~.kernel.leaf_failure`.
+3. The strategy builds one :class:`~..format.swap.Swap` and
+   :meth:`~..format.manifest.Manifest.commit` applies it: a lost compare-and-swap, a
+   refused move or an unmet requirement is LOST; a reported storage error is decided by
+   :func:`~.kernel.published_after_all`.
+4. The strategy builds the result; the post-commit hook compacts ``__manifest`` when due.
+   From the swap on nothing raises but a simulated crash: a publish reported as failed
+   would be written again.
 
-1. the strategy **prepares** it: reads the rows the swap is against, checks what the swap
-   will require of them, and says which leaf work to do; an attempt that cannot go on
-   raises :class:`~..retry.Retry` with the reason (wait for a claim, a lost race, ...);
-2. :func:`~.kernel.commit_leaves` commits the leaf work in one fan-out, under the
-   strategy's :class:`~.kernel.LeafGuard`; a failure is judged by the one rule of
-   :func:`~.kernel.leaf_failure`;
-3. the strategy builds the one ``__manifest`` :class:`~..format.swap.Swap` (rows,
-   transaction moves, requirements) and :meth:`~..format.manifest.Manifest.commit`
-   applies it; a lost compare-and-swap (or a refused move, an unmet requirement) is
-   :attr:`~..retry.Outcome.LOST`, and a swap that reported a storage error is decided by
-   :func:`~.kernel.published_after_all`;
-4. the strategy builds the result; then the post-commit hook compacts ``__manifest`` when
-   due. From the swap on nothing raises but a simulated crash: a publish reported as
-   failed would be written again.
-
-Failpoints ``{name}.before_publish`` and ``{name}.after_publish`` bracket the swap on
-every path.
+Failpoints ``{name}.before_publish`` and ``{name}.after_publish`` bracket the swap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -37,7 +33,7 @@ from airflow_provider_lance.namespace.format.manifest import ManifestView
 from airflow_provider_lance.namespace.format.manifest_compaction import maybe_compact
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.format.swap import Swap, TransitionRefused
-from airflow_provider_lance.namespace.retry import Budget, Outcome, Retry, backoff, retry_until
+from airflow_provider_lance.namespace.retry import Outcome, Retry
 
 from .kernel import (
     LeafGuard,
@@ -58,16 +54,15 @@ R_co = TypeVar("R_co", covariant=True)
 @dataclass
 class Prepared(Generic[X]):
     """An attempt ready for its leaf commits: the state its swap is against, the leaf work,
-    the guard asked before any roll-back, the writer tagging the leaf versions (``txn#k``),
-    and what else the strategy carries from one step to the next."""
+    the guard asked before a roll-back, the writer tagging leaf versions (``txn#k``) and
+    what the strategy carries between its steps."""
 
     state: NamespaceState
     works: Sequence[LeafWork]
     guard: LeafGuard
     writer: str
     detail: X
-    #: The manifest version the swap made, once it did (from then on nothing may delete
-    #: what the attempt published, whatever fails after).
+    #: The manifest version the swap made (from then on nothing may delete its files).
     published: int | None = None
     #: Leaf versions committed by this attempt, by object id (set by the kernel).
     versions: dict[str, int] = field(default_factory=dict)
@@ -87,8 +82,7 @@ class PublishStrategy(Protocol[X, R_co]):
         ...
 
     def prepare(self, attempt: int) -> Prepared[X]:
-        """Read what the swap is against and check its requirements; raise
-        :class:`~..retry.Retry` to end the attempt before any leaf commit."""
+        """Read what the swap is against and check its requirements (or raise Retry)."""
         ...
 
     def swap(self, prepared: Prepared[X]) -> Swap:
@@ -96,8 +90,8 @@ class PublishStrategy(Protocol[X, R_co]):
         ...
 
     def finish(self, prepared: Prepared[X], version: int | None) -> R_co:
-        """The result of the swap that made ``version`` (None: the swap was empty, nothing
-        was published); it must not raise: the publish happened."""
+        """The result of the swap that made ``version`` (None: an empty swap, nothing
+        published); never raises: the publish happened."""
         ...
 
 
@@ -140,20 +134,9 @@ def publish_once(
     return result
 
 
-def publish(
-    ctx: TransactionContext,
-    strategy: PublishStrategy[X, R],
-    budgets: Mapping[Outcome, Budget],
-    *,
-    sleep: Callable[[int], None] = backoff,
-) -> R:
-    """Attempts of ``strategy`` until one finishes or a budget is spent."""
-    return retry_until(lambda n: publish_once(ctx, strategy, n), budgets, sleep=sleep)
-
-
 def after_publish(ctx: TransactionContext) -> None:
-    """The post-commit hook of every publish: compact ``__manifest`` when due, then
-    collect the records of finished transactions from the compacted table."""
+    """The post-commit hook: compact ``__manifest`` when due, then collect the records of
+    finished transactions from the compacted table."""
     manifest = ctx.manifest
 
     def collect(table: lance.LanceDataset) -> None:

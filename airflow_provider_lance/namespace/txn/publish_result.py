@@ -1,12 +1,11 @@
-"""What a publish reports, built here whichever path published it (claim protocol, direct
-write and its hand-over, table operations): a retried commit, a committer taken over and a
-result rebuilt after a crash then say what the publish itself said, above all which
-partitions it created (one definition: :func:`commit_result`). The types stay in
-:mod:`.results`, which reads no ``__manifest`` (history and time travel use them too).
+"""What a publish reports, built here for every path, so that a retried commit, a
+takeover and a result rebuilt after a crash say what the publish itself said (above all,
+which partitions it created: :func:`commit_result`). The types live in :mod:`..results`.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 
 from airflow_provider_lance.namespace.errors import LanceNamespaceError
@@ -32,11 +31,9 @@ def commit_result(
     read_versions: Mapping[str, int],
     before: Mapping[str, int | None],
 ) -> CommitResult:
-    """The result of publishing ``partitions`` as manifest ``version`` with
-    ``read_versions``. ``before``: their ``read_version``\\ s before the swap (absent: no
-    row). A partition is created when it had no published version before, as
-    :mod:`.history` says too: a row the seal inserted unpublished is created by the publish.
-    """
+    """The result of publishing ``partitions`` as ``version`` with ``read_versions``;
+    ``before``: their versions before the swap. A partition without a published version
+    before is created (as :mod:`.history` says too)."""
     return CommitResult(
         version,
         mode,
@@ -59,11 +56,8 @@ def rebuilt_result(
     mode: str,
     partitions: Mapping[str, StagedPartition] | None,
 ) -> CommitResult:
-    """The result of the published transaction ``record`` when the publish's own is lost (a
-    crash right after it, a record that does not read, a hand-over whose commit failed
-    after the swap): ``partitions`` (a plan's, or the stage a writer holds; None: it had no
-    plan) as published in the version where its row turned PUBLISHED, against the one
-    before it."""
+    """The result of published ``record`` when the publish's own is lost: ``partitions``
+    (None: no plan) as the version where its row turned PUBLISHED published them."""
     version = published_at(load_state, record)
     if partitions is None:
         return empty_result(version, mode, record.txn_id)
@@ -78,14 +72,13 @@ def rebuilt_result(
 def operation_result(
     kind: str, changes: list[PartitionOutcome], txn_id: str | None, skipped: Mapping[str, str]
 ) -> OperationResult:
-    """A table operation's result before its swap: ``manifest_version`` is set once the
-    swap publishes (and stays None when there is nothing to publish)."""
+    """A table operation's result before its swap (``manifest_version`` set after it)."""
     return OperationResult(kind, None, changes, txn_id, skipped)
 
 
 def published_at(load_state: Callable[..., NamespaceState], record: TxnRecord) -> int:
-    """The first ``__manifest`` version where ``record``'s row is PUBLISHED in its
-    incarnation (a binary search: once published, a row stays so until collected)."""
+    """The first version where ``record``'s incarnation is PUBLISHED (binary search: once
+    published, a row stays so until collected)."""
 
     def published(version: int) -> bool:
         try:
@@ -99,11 +92,4 @@ def published_at(load_state: Callable[..., NamespaceState], record: TxnRecord) -
             and found.state is TxnState.PUBLISHED
         )
 
-    low, high = 1, load_state().version
-    while low < high:
-        mid = (low + high) // 2
-        if published(mid):
-            high = mid
-        else:
-            low = mid + 1
-    return low
+    return 1 + bisect.bisect_left(range(1, load_state().version), True, key=published)

@@ -1,5 +1,4 @@
-"""Which incarnation of a transaction is current, read from its ``__manifest`` row and its
-headers (``txn.json``), and the stored result of a published one."""
+"""Which incarnation of a transaction is current, from its ``__manifest`` row and headers."""
 
 from __future__ import annotations
 
@@ -19,11 +18,8 @@ def current_of(
     stored: TxnRecord | None,
     header_of: Callable[[int], TransactionHeader | None],
 ) -> TxnRecord | None:
-    """The current incarnation of ``txn_id``, from its stored row and its headers.
-
-    No row and a header: incarnation 1, STAGED. A row ABORTED in incarnation k and a header
-    for k+1 (``begin`` after the abort): incarnation k+1, STAGED. Otherwise the row.
-    """
+    """The current incarnation of ``txn_id``: no row and a header, 1 STAGED; a row ABORTED
+    in k and a header for k+1, k+1 STAGED; otherwise the row."""
     if stored is None:
         header = header_of(1)
         return None if header is None else TxnRecord.staged(header)
@@ -35,14 +31,10 @@ def current_of(
 
 
 def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord | None:
-    """The current incarnation of ``txn_id`` as of ``state`` (None: no such transaction).
-
-    A header stands for a STAGED incarnation only while it is in storage: read after
-    ``state``, never from this process's cache. The row of a finished anonymous transaction
-    is deleted (:func:`~.lifecycle.collect_finished`), its records first; a header its own
-    writer still holds in memory would make one aborted meanwhile look staged again, and
-    its commit would publish the empty plan its abort left (found by the chaos test).
-    """
+    """The current incarnation of ``txn_id`` as of ``state`` (None: none). Headers are
+    read from storage after ``state``, never from the cache: a finished anonymous
+    transaction's records and row are collected, and a cached header would make one
+    aborted meanwhile look staged again (its commit would publish an empty plan)."""
     stored = load_records(state, [txn_id]).get(txn_id)
     return current_of(txn_id, stored, stored_header(ctx.store, txn_id))
 
@@ -50,14 +42,12 @@ def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnR
 def stored_header(
     store: TransactionStore, txn_id: str
 ) -> Callable[[int], TransactionHeader | None]:
-    """``header_of`` for :func:`current_of`: ``txn_id``'s headers as storage holds them
-    now, never from this process's cache (see :func:`resolve`)."""
+    """``header_of`` for :func:`current_of`: headers as storage holds them now."""
     return lambda k: store.load(txn_id, k, fresh=True)
 
 
 def only(header: TransactionHeader) -> Callable[[int], TransactionHeader | None]:
-    """``header_of`` for :func:`current_of` when one header is all that is known (and was
-    listed from storage after the state was read)."""
+    """``header_of`` for :func:`current_of` from one header (listed after the state)."""
     return lambda k: header if k == header.incarnation else None
 
 

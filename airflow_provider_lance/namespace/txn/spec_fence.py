@@ -1,36 +1,25 @@
 """Merges against partition spec changes: intents and fences in ``__manifest``.
 
-A merge is the one operation that reads before it writes by key: it inserts a key only
-where no partition holds it. Under one spec a key has one partition, and two merges of
-the same key touch the same ``__manifest`` row, so their swaps conflict. Across a spec
-change they do not: a merge computed under spec S inserts its new key into a partition
-of S, one computed under S+1 looks for the key in every partition (the S one is not
-published yet) and inserts it into a partition of S+1; the two swaps touch different
-rows, both succeed, and the key is there twice. The partition a key *could* land in
-under S is a phantom to the S+1 merge, so no row lock of that merge can cover it; the
-merge under S has to fail instead, and it cannot see the spec change: Lance's conflict
-check rebases a ``merge_insert`` over an ``UpdateConfig`` commit (a ``merge_insert`` with
-``conflict_retries(0)`` based before any kind of ``UpdateConfig`` - table, schema, field
-metadata or config - commits after it: pinned by tests/namespace/test_pylance_facts.py::
-test_fact_merge_insert_conflict_retries_0_is_rebased_over_any_update_config).
+A merge inserts a key only where no partition holds it. Under one spec two merges of a
+key touch the same row and conflict; across a spec change they do not: a merge under S
+inserts into a partition of S, one under S+1 (not seeing it yet) into a partition of
+S+1, and the key is there twice. That S partition is a phantom to the S+1 merge, so the S
+merge must fail, and Lance rebases its ``merge_insert`` over the spec change (pylance
+fact: tests/namespace/test_pylance_facts.py::
+test_fact_merge_insert_conflict_retries_0_is_rebased_over_any_update_config). So the
+order goes through rows, as Delta's "metadata changed" conflict goes through its log:
 
-So the ordering goes through rows, as Delta's "metadata changed" conflict does through
-its log:
+* every merge *registers an intent* (row ``__merge$<id>``) before the state it computes
+  on, and its swap deletes that row;
+* after spec S+1 is installed, a *fence* (row ``__fence$v<S+1>``) is inserted in one
+  commit that rewrites every intent row present: a merge whose intent was rewritten
+  after the version it computed on loses its swap and computes again under S+1;
+* a merge computes under S+1 only at a version holding its fence (fencing it itself if
+  the evolver died first).
 
-* every merge *registers an intent* (a row ``__merge$<id>``) before the state it
-  computes on, and its swap deletes that row;
-* after spec S+1 is installed (the metadata commit), a *fence* for S+1 (a row
-  ``__fence$v<S+1>``) is inserted in one commit that also rewrites every intent row
-  present. A merge whose intent the fence rewrote after the version it computed on loses
-  its swap (a concurrent update of a row it deletes) and computes again under S+1;
-* a merge computes under spec S+1 only at a version holding the fence of S+1; if the
-  evolver died before fencing, the merge fences itself.
-
-Hence every merge under S either published before the fence of S+1 (and every merge
-under S+1, computed after the fence, sees it) or fails. Spec version 1 has no older
-spec and needs no fence. Intents of merges that died are removed by ``maintain`` once
-older than :data:`INTENT_MAX_AGE` (a live merge whose intent is removed loses its swap
-and registers again: never unsafe, only a recompute).
+So every merge under S published before the fence of S+1 (which every S+1 merge sees) or
+fails. Spec 1 needs no fence. ``maintain`` removes intents older than
+:data:`INTENT_MAX_AGE` (a live merge that loses its intent only computes again).
 """
 
 from __future__ import annotations
@@ -57,7 +46,7 @@ from airflow_provider_lance.namespace.format.swap import Swap
 
 log = logging.getLogger(__name__)
 
-#: Intents older than this are taken for those of merges that died (see the docstring).
+#: Intents older than this are taken for those of merges that died.
 INTENT_MAX_AGE = dt.timedelta(hours=6)
 
 
@@ -74,15 +63,15 @@ def _payload(**values: object) -> str:
 
 
 def needs_fence(state: NamespaceState) -> bool:
-    """Whether a merge may not compute under ``state``'s spec yet: it has an older spec
-    and its fence is not in this version."""
+    """Whether a merge may not compute under ``state``'s spec yet (not the first spec,
+    and not fenced at this version)."""
     version = state.spec_version
     return version > min(state.specs) and not state.existing([fence_id(version)])
 
 
 def register_intent(manifest: Manifest, state: NamespaceState, intent: str, owner: str) -> None:
-    """Insert the intent row ``intent`` (a fresh id: nothing to compare against; Lance
-    rebases the insert over whatever was committed meanwhile)."""
+    """Insert the intent row ``intent`` (a fresh id: Lance rebases the insert over
+    whatever was committed meanwhile)."""
     failpoint("merge.before_intent")
     rows = state.rows_table(
         [row(intent, NAMESPACE, metadata=_payload(owner=owner, started_at=time.time()))]
@@ -91,9 +80,8 @@ def register_intent(manifest: Manifest, state: NamespaceState, intent: str, owne
 
 
 def fence_spec(manifest: Manifest, state: NamespaceState, spec_version: int) -> bool:
-    """Insert the fence of ``spec_version`` and rewrite every intent row of ``state``, in
-    one commit against ``state``'s version. False if a concurrent commit changed one of
-    those rows (read the namespace again: the fence may be there now)."""
+    """Insert the fence of ``spec_version`` and rewrite every intent row of ``state`` in
+    one commit against its version; False if a concurrent commit changed one of them."""
     intents = state.view.intent_rows()
     for r in intents:
         payload = json.loads(str(r.get(METADATA) or "{}"))

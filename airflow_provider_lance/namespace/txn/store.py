@@ -1,33 +1,26 @@
-"""Durable transaction records under the namespace root: ``_transactions/<txn_id>/<k>/``.
+"""Transaction records under the namespace root: ``_transactions/<txn_id>/<k>/``.
 
-``k`` is the transaction's *incarnation*: an id begun again after an abort gets a new
-directory, so nothing an earlier incarnation wrote (stages, plans, results) can ever be
-mistaken for the new one's. Per incarnation:
+``k`` is the *incarnation*: an id begun again after an abort gets a new directory, so
+nothing an earlier incarnation wrote can be taken for the new one's. Per incarnation:
+``txn.json`` (the header, written once by ``begin``), ``stage-<stage_id>.json`` (one per
+staging attempt), ``plan-<plan_id>.json`` (what a commit publishes, fixed at its seal),
+``result.json`` (a commit's result, written after its publish: rebuilt from the plan
+when missing) and ``outcome-<token>.json`` (a table operation's, written before its
+publish, named by its row: it cannot be rebuilt).
 
-* ``txn.json``: the header (id, mode, spec version, sources of a combined transaction);
-  written once by ``begin``, descriptive only;
-* ``stage-<stage_id>.json``: one per staging attempt, the data files written per partition;
-* ``plan-<plan_id>.json``: what a commit publishes, fixed when the commit sealed the
-  transaction (the stages it includes and their merged partitions);
-* ``result.json``: the published :class:`CommitResult`, a cache written after the publish;
-  ``outcome-<token>.json``: the result of a table operation (delete, merge, ...), written
-  before its publish and completed after it; its transaction row names the token (a
-  result cannot be rebuilt without a plan). Both through :meth:`TransactionStore.save_result`.
-
-None of these files decides anything: the state of a transaction lives in its
-``__manifest`` row (see ``lifecycle``), the one place every transition is a
-compare-and-swap. Files are written whole in one PUT through Lance's object-store client
-(atomic on object stores and, through rename, on local disks).
+These files decide nothing: a transaction's state is its ``__manifest`` row (see
+:mod:`.lifecycle`). Each is written whole in one PUT (atomic on object stores and,
+through rename, on local disks).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
 from airflow_provider_lance.namespace.format.naming import TXN_ID_PATTERN
@@ -37,10 +30,13 @@ from airflow_provider_lance.namespace.io.storage import Storage
 TXN_DIR = "_transactions"
 HEADER = "txn.json"
 RESULT = "result.json"
-#: Record files written at once (object-store PUTs are latency bound).
+#: Record files written at once.
 IO_THREADS = 16
 #: Publishes of anonymous transactions a handle remembers (see ``may_have_published``).
 PUBLISHES_KEPT = 10_000
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def check_txn_id(txn_id: str) -> str:
@@ -52,6 +48,14 @@ def check_txn_id(txn_id: str) -> str:
     return txn_id
 
 
+def _in_parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``fn`` over ``items``, :data:`IO_THREADS` at once (one: on this thread)."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
+        return list(pool.map(fn, items))
+
+
 class TransactionStore:
     """Reads and writes the transaction records of one namespace."""
 
@@ -59,8 +63,8 @@ class TransactionStore:
         self.storage = storage
         #: Headers are written once per incarnation and never change: keep those seen.
         self._headers: dict[tuple[str, int], TransactionHeader] = {}
-        #: Anonymous incarnations (``txn#k``) this handle sent a publishing swap of that
-        #: did not lose (see :meth:`may_have_published`); bounded, oldest forgotten first.
+        #: Anonymous ``txn#k`` whose publishing swap this handle sent and did not lose
+        #: (bounded, oldest forgotten first).
         self._publishing: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -78,10 +82,8 @@ class TransactionStore:
             self._publishing.pop(tag, None)
 
     def may_have_published(self, tag: str) -> bool:
-        """Whether this handle sent a publish of anonymous ``tag`` that may have committed.
-        The records of finished anonymous transactions are collected, published or
-        aborted alike: once they are gone, only this tells "aborted" (write again) from
-        "maybe published" (read the data first)."""
+        """Whether this handle sent a publish of anonymous ``tag`` that may have committed:
+        once its records are collected, only this tells "aborted" from "maybe published"."""
         return tag in self._publishing
 
     def _maybe(self, path: str) -> Any | None:
@@ -98,8 +100,8 @@ class TransactionStore:
     def load(
         self, txn_id: str, incarnation: int, *, fresh: bool = False
     ) -> TransactionHeader | None:
-        """A header (immutable once written: cached), or None. ``fresh`` reads storage
-        even if this process has it: whether it is *still there* (see :func:`.commit.resolve`)."""
+        """A header (immutable: cached), or None; ``fresh`` asks storage whether it is
+        still there (see :func:`.records.resolve`)."""
         cached = None if fresh else self._headers.get((txn_id, incarnation))
         if cached is not None:
             return cached
@@ -111,8 +113,7 @@ class TransactionStore:
         return header
 
     def newest_known(self, txn_id: str) -> TransactionHeader | None:
-        """The newest incarnation's header this process has read or written, if any (a
-        hint: the transaction's row decides whether it is still the current one)."""
+        """The newest header of ``txn_id`` this process has seen (a hint: its row decides)."""
         known = [h for (t, _), h in self._headers.items() if t == txn_id]
         return max(known, key=lambda h: h.incarnation, default=None)
 
@@ -139,20 +140,13 @@ class TransactionStore:
         return f"{self.directory(txn_id, incarnation)}/stage-{check_txn_id(stage_id)}.json"
 
     def save_stages(self, txn_id: str, incarnation: int, stages: Mapping[str, Any]) -> None:
-        """Write stage records (in parallel: a Spark job records one per task)."""
-        items = list(stages.items())
-        if len(items) == 1:
-            self.storage.put_json(self._stage_path(txn_id, incarnation, items[0][0]), items[0][1])
-            return
-        with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
-            list(
-                pool.map(
-                    lambda item: self.storage.put_json(
-                        self._stage_path(txn_id, incarnation, item[0]), item[1]
-                    ),
-                    items,
-                )
-            )
+        """Write stage records (in parallel)."""
+        _in_parallel(
+            lambda item: self.storage.put_json(
+                self._stage_path(txn_id, incarnation, item[0]), item[1]
+            ),
+            list(stages.items()),
+        )
 
     def stage(self, txn_id: str, incarnation: int, stage_id: str) -> Any | None:
         """One stage record, or None (without listing or reading the others)."""
@@ -162,8 +156,7 @@ class TransactionStore:
         self.storage.delete(self._stage_path(txn_id, incarnation, stage_id))
 
     def stages_of_every_incarnation(self, txn_id: str) -> list[Any]:
-        """Every stage record of ``txn_id``, whatever its incarnation (with or without a
-        header)."""
+        """Every stage record of ``txn_id``, of any incarnation (with or without a header)."""
         return list(self._load_stages(f"{TXN_DIR}/{check_txn_id(txn_id)}").values())
 
     def stages(self, txn_id: str, incarnation: int) -> dict[str, Any]:
@@ -172,8 +165,7 @@ class TransactionStore:
         return {p[len(prefix) : -len(".json")]: raw for p, raw in loaded.items()}
 
     def _load_stages(self, directory: str) -> dict[str, Any]:
-        """The stage records anywhere below ``directory``, by path, in path order (read in
-        parallel: a Spark job records one per task)."""
+        """The stage records below ``directory`` by path, in order (read in parallel)."""
         paths = sorted(
             p
             for p in self.storage.list(directory)
@@ -181,11 +173,7 @@ class TransactionStore:
             and p.rsplit("/", 1)[-1].startswith("stage-")
             and p.endswith(".json")
         )
-        if len(paths) > 1:
-            with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
-                loaded = list(pool.map(self._maybe, paths))
-        else:
-            loaded = [self._maybe(p) for p in paths]
+        loaded = _in_parallel(self._maybe, paths)
         return {
             p: raw
             for p, raw in zip(paths, loaded, strict=True)
@@ -211,9 +199,8 @@ class TransactionStore:
     def save_result(
         self, txn_id: str, incarnation: int, result: Any, *, token: str | None = None
     ) -> None:
-        """Write the result of a published transaction: a commit's (``result.json``, a
-        cache rebuilt from its plan when missing), or with ``token`` a table operation's
-        (``outcome-<token>.json``, written before the swap whose row names the token)."""
+        """Write a commit's result (``result.json``), or with ``token`` a table operation's
+        (``outcome-<token>.json``, before the swap whose row names the token)."""
         self.storage.put_json(self._result_path(txn_id, incarnation, token), result)
 
     def result(self, txn_id: str, incarnation: int, token: str | None = None) -> Any | None:

@@ -5,17 +5,16 @@
     result = ns.commit(txn.txn_id)                     # one atomic publish; idempotent
     result = ns.commit(["load.0", "load.1"], txn_id="publish")  # several, atomically
 
-The state of every transaction is its ``__manifest`` row and changes only through the
-transitions in :mod:`.lifecycle`; the JSON records under ``<root>/_transactions/`` only
-describe it. The rules that make every interleaving safe:
+A transaction's state is its ``__manifest`` row, changed only by the transitions of
+:mod:`.lifecycle`; the records under ``_transactions/`` only describe it. What makes every
+interleaving safe:
 
-* a stager records its stage file *before* bumping the row, so a commit's seal either comes
-  after the bump (and its plan lists the stage) or makes the bump fail (and the stager
-  learns from the plan whether its stage is in; if not it removes its files);
-* abort and recovery fence the row first (STAGED/COMMITTING -> ABORTED, one swap) and only
-  then delete files, which no published ``read_version`` can reference;
-* an aborted id begun again is a new incarnation (new records directory, new claim and
-  leaf-version tags), so nothing of the old one can be published by the new one.
+* a stager records its stage file *before* bumping the row, so a seal either comes after
+  the bump (its plan lists the stage) or makes the bump fail (the stager learns from the
+  plan whether its stage is in; if not it removes its files);
+* abort and recovery fence the row before they delete files (:mod:`.abort`);
+* an aborted id begun again is a new incarnation (new records, claim and leaf-version
+  tags): nothing of the old one can be published by the new one.
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How long recording stages keeps retrying compare-and-swaps lost to unrelated commits.
+#: How long recording stages retries swaps lost to unrelated commits (seconds).
 SWAP_TIMEOUT = 120.0
 
 __all__ = ["MODES", "Transaction", "TransactionInfo"]
@@ -125,14 +124,12 @@ class Transaction:
     ) -> Stage:
         """Write ``data`` as data files of its partitions; nothing becomes visible.
 
-        ``stage_id`` names this staging attempt: staging again under the same id replaces
-        the earlier attempt (its files are deleted), so a retried task never duplicates
-        rows. With ``record=False`` the stage is only returned (e.g. from a Spark executor)
-        and the caller hands it to :meth:`record` later. ``manifest_version`` pins the
-        partitions staged against (all tasks of one job see the same ones); at most
-        ``flush_bytes`` of routed rows are buffered before data files are written.
+        Staging again under a ``stage_id`` replaces that stage (its files are deleted): a
+        retried task never duplicates rows. ``record=False`` only returns the stage (e.g.
+        from a Spark executor), for :meth:`record` later. ``manifest_version`` pins the
+        partitions staged against; ``flush_bytes`` bounds the routed rows buffered.
         """
-        if not self.header.anonymous:  # else nobody but us can close it (the seal checks)
+        if not self.header.anonymous:  # (else only we can close it: the seal checks)
             self._check_open()
         stage_id = check_txn_id(stage_id or uuid.uuid4().hex)
         state = self._ctx.load_state(manifest_version)
@@ -157,12 +154,9 @@ class Transaction:
         self.record_all([stage])
 
     def record_all(self, stages: Sequence[Stage]) -> None:
-        """Record several stages at once (one ``__manifest`` commit for all of them).
-
-        Raises :class:`TransactionClosed` (after removing the stages' files) if a commit
-        sealed the transaction before they were recorded, and :class:`TransactionAborted`
-        if it was aborted.
-        """
+        """Record several stages in one ``__manifest`` commit. :class:`TransactionClosed`
+        (their files removed) if a commit sealed the transaction first,
+        :class:`TransactionAborted` if it was aborted."""
         if not stages:
             return
         for stage in stages:
@@ -170,7 +164,7 @@ class Transaction:
                 raise InvalidArgumentError(f"stage of {stage.txn_id} handed to {self.txn_id}")
         if not self.header.anonymous:
             record = current(self._ctx, self.header)
-            if record.state is not TxnState.STAGED:  # closed: keep what a seal took, drop the rest
+            if record.state is not TxnState.STAGED:
                 self._withdraw_excluded(record, {s.stage_id: (s, s.to_json()) for s in stages})
                 return
         k = self.incarnation
@@ -188,7 +182,7 @@ class Transaction:
                 )
 
     def _order_stages(self, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]) -> None:
-        """Order recorded stages before any seal (the epoch bump), or learn the seal's plan."""
+        """Order recorded stages before any seal (the epoch bump), or learn its plan."""
 
         def attempt(_: int) -> Outcome | None:
             state = self._ctx.load_state()
@@ -214,7 +208,7 @@ class Transaction:
     def _withdraw_excluded(
         self, record: TxnRecord, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]
     ) -> None:
-        """The transaction left STAGED while stages were recorded: keep the ones its plan
+        """The transaction left STAGED while stages were recorded: keep those its plan
         includes (with this content), remove the others and say so."""
         plan = self._sealed_plan(record)
         excluded = [
@@ -240,8 +234,8 @@ class Transaction:
         )
 
     def _sealed_plan(self, record: TxnRecord) -> Plan | None:
-        """The plan a seal fixed for this transaction (None while staged, once aborted, or
-        for an anonymous one). A merged transaction's plan is its combined one's."""
+        """The plan a seal fixed (None: staged, aborted or anonymous); a merged
+        transaction's is its combined one's."""
         if record.plan is None or record.state in (TxnState.STAGED, TxnState.ABORTED):
             return None
         txn_id, incarnation = self.txn_id, record.incarnation
@@ -262,8 +256,7 @@ class Transaction:
         filter: str | None = None,
         batch_size: int | None = None,
     ) -> pa.RecordBatchReader:
-        """Stream the rows it staged, before anything of it is published (e.g. to audit
-        them); reads only its staged data files, writes nothing (see :mod:`.staged_read`)."""
+        """Stream the rows it staged, before anything is published (e.g. to audit them)."""
         from airflow_provider_lance.namespace.write.staged_read import staged_reader
 
         if self.state is TxnState.ABORTED:
@@ -284,12 +277,9 @@ class Transaction:
         return self.to_reader(columns=columns, filter=filter).read_all()
 
     def discard(self, stage_ids: Iterable[str] | None = None) -> list[str]:
-        """Remove stages (all by default) and delete their data files; returns their ids.
-
-        For stages that must never be committed: those of failed or speculative task
-        attempts, or everything an earlier run of a retried job staged. Raises
-        :class:`TransactionClosed` if a commit sealed the transaction with some of them.
-        """
+        """Remove stages (all by default) and delete their files; returns their ids (e.g.
+        failed task attempts', or a retried job's earlier run's). :class:`TransactionClosed`
+        if a commit sealed the transaction with some of them."""
         self._check_open()
         wanted = None if stage_ids is None else set(stage_ids)
         raws = {
@@ -317,7 +307,7 @@ class Transaction:
         return sorted(raws)
 
     def drop(self, stage: Stage) -> None:
-        """Delete the data files of a stage that was never recorded (e.g. a failed task's)."""
+        """Delete the files of a stage never recorded (e.g. a failed task's)."""
         discard_stage(stage, self._ctx.storage)
 
     def info(self) -> TransactionInfo:
@@ -343,33 +333,36 @@ class Transaction:
 def begin(
     ctx: TransactionContext, mode: WriteMode, txn_id: str | None, *, anonymous: bool = False
 ) -> TransactionHeader:
-    """Create a transaction record, or return the live incarnation with that id.
-
-    An aborted transaction's id starts a new incarnation: nothing of the old one remains.
-    """
+    """Create a transaction record, or return the live incarnation with that id (an
+    aborted one's id starts a new incarnation)."""
     check_mode(mode)
     fresh = txn_id is None  # a new random id: nothing can exist under it yet
     txn_id = check_txn_id(txn_id or uuid.uuid4().hex)
     state = ctx.load_state()
     record = None if fresh else resolve(ctx, state, txn_id)
-    if record is None:
-        incarnation = 1
-    elif record.state is TxnState.ABORTED:
-        incarnation = record.incarnation + 1
-    else:
-        incarnation = record.incarnation
-        existing = ctx.store.load(txn_id, incarnation)
-        if existing is not None:
-            if existing.mode != mode:
-                raise InvalidArgumentError(
-                    f"transaction {txn_id} exists with mode {existing.mode!r}, not {mode!r}"
-                )
-            return existing
+    incarnation, existing = _incarnation(ctx, txn_id, record)
+    if existing is not None:
+        if existing.mode != mode:
+            raise InvalidArgumentError(
+                f"transaction {txn_id} exists with mode {existing.mode!r}, not {mode!r}"
+            )
+        return existing
     header = TransactionHeader(
         txn_id, mode, incarnation, state.version, state.spec_version, anonymous=anonymous
     )
     ctx.store.save(header)
     return header
+
+
+def _incarnation(
+    ctx: TransactionContext, txn_id: str, record: TxnRecord | None
+) -> tuple[int, TransactionHeader | None]:
+    """The incarnation a begin of ``txn_id`` is (an aborted one's next), and its header."""
+    if record is None:
+        return 1, None
+    if record.state is TxnState.ABORTED:
+        return record.incarnation + 1, None
+    return record.incarnation, ctx.store.load(txn_id, record.incarnation)
 
 
 def check_mode(mode: object) -> None:
@@ -381,8 +374,7 @@ def check_mode(mode: object) -> None:
 def begin_transaction(
     ctx: TransactionContext, mode: WriteMode, txn_id: str | None, *, anonymous: bool = False
 ) -> Transaction:
-    """:func:`begin`, as the handle users stage into (the ``claim`` column added to an
-    older ``__manifest`` first: every transaction needs it)."""
+    """:func:`begin`, as the handle users stage into (the claim column added first)."""
     ctx.manifest.ensure_claim_column()
     return Transaction(begin(ctx, mode, txn_id, anonymous=anonymous), ctx)
 
@@ -400,12 +392,9 @@ def combined_id(txn_ids: Sequence[str]) -> str:
 
 
 def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> TransactionHeader:
-    """The transaction that commits the stages of several staged ones together.
-
-    Only its header is written here; the sources move to MERGED in the same
-    compare-and-swap that seals it, so a crash anywhere leaves them staged or merged,
-    never half of each.
-    """
+    """The transaction that commits the stages of several staged ones together: only its
+    header is written here; the sources move to MERGED in the swap that seals it, so a
+    crash leaves them all staged or all merged."""
     ids = list(dict.fromkeys(check_txn_id(t) for t in txn_ids))
     check_txn_id(txn_id)
     if not ids:
@@ -414,21 +403,15 @@ def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> Tra
         raise InvalidArgumentError(f"the combined transaction id {txn_id!r} is also a source")
     state = ctx.load_state()
     record = resolve(ctx, state, txn_id)
-    incarnation = 1
-    if record is not None:
-        incarnation = record.incarnation
-        if record.state is TxnState.ABORTED:
-            incarnation += 1
-        else:
-            existing = ctx.store.load(txn_id, incarnation)
-            if existing is not None:
-                if sorted(existing.sources) != sorted(ids):
-                    raise InvalidArgumentError(
-                        f"transaction {txn_id} exists and combines "
-                        f"{existing.sources or 'nothing'}, not {ids}"
-                    )
-                if record.state is not TxnState.STAGED:
-                    return existing
+    incarnation, existing = _incarnation(ctx, txn_id, record)
+    if existing is not None and record is not None:
+        if sorted(existing.sources) != sorted(ids):
+            raise InvalidArgumentError(
+                f"transaction {txn_id} exists and combines "
+                f"{existing.sources or 'nothing'}, not {ids}"
+            )
+        if record.state is not TxnState.STAGED:
+            return existing
     sources = []
     for source in ids:
         found = staged_source(ctx, state, source)

@@ -1,10 +1,10 @@
 """``PartitionedNamespace.write``: one transaction per write, published whole or not at all.
 
-A write without a ``txn_id`` is known to nobody else: it publishes directly
-(:mod:`.direct`), and hands its staged files to the claim protocol only when a partition is
-claimed or it keeps losing races. A write with a ``txn_id`` stages into that transaction
-and commits it, so a retry finds the first attempt's outcome. A write that fails is
-aborted: nothing of it stays, and the error says whether a retry will succeed.
+A write without a ``txn_id`` publishes directly (:mod:`.direct`) and hands its staged
+files to the claim protocol only when a partition is claimed or it keeps losing races. A
+write with a ``txn_id`` stages into that transaction and commits it, so a retry finds the
+first attempt's outcome. A failed write is aborted: nothing of it stays, and the error
+says whether a retry will succeed.
 """
 
 from __future__ import annotations
@@ -70,8 +70,7 @@ def write_direct(
     options: CommitOptions,
     flush_bytes: int,
 ) -> CommitResult:
-    """A write nobody else knows: published in one swap (see :mod:`.direct`), or, when
-    its partitions are claimed or it keeps losing races, by the claim protocol."""
+    """A write nobody else knows: published directly (:mod:`.direct`), or handed over."""
     transactions.check_mode(mode)
     held, newer_state = _held_state(ctx)
     txn_id = uuid.uuid4().hex
@@ -107,10 +106,8 @@ def write_direct(
 def _held_state(
     ctx: TransactionContext,
 ) -> tuple[NamespaceState, Callable[[], NamespaceState | None]]:
-    """The state the handle holds, and how to learn whether a newer one exists: asked of
-    the storage while the stager looks its first partitions up in the held state (on an
-    object store a listing, so one round trip fewer than asking first), and answered
-    before it writes anything (a newer state is then staged on from the start)."""
+    """The state the handle holds, and the newer one if any: asked of the storage while
+    the stager looks its first partitions up, answered before it writes anything."""
     held = ctx.held_state()
     if not held.view.has_claim_column:  # a namespace from before transactions: once
         return state_with_claims(ctx), lambda: None
