@@ -527,13 +527,11 @@ class OperationRunner:
         """The rows of the changed, created and dropped partitions, this run's intent
         dropped, and with a ``txn_id`` its row PUBLISHED naming the outcome (saved first)."""
         computed = prepared.detail
-        self._forget_opened(computed)
         changed, created = computed.changed, computed.attempt.created
+        for w in changed.values():  # a later attempt reusing a change opens its leaf anew
+            w.leaf = None
         for oid, version in prepared.versions.items():
-            if oid in changed:
-                changed[oid].committed = version
-            else:
-                created[oid].committed = version
+            (changed[oid] if oid in changed else created[oid]).committed = version
         changes = self._changes(computed.selection, changed, created)
         result = operation_result(self.op.kind, changes, self.txn_id, computed.selection.skipped)
         computed.result = result
@@ -662,12 +660,6 @@ class OperationRunner:
             for oid, leaf in created.items()
         ]
         return works
-
-    @staticmethod
-    def _forget_opened(computed: _Computed) -> None:
-        """After the leaf commits: a later attempt reusing a change opens its leaf anew."""
-        for w in computed.changed.values():
-            w.leaf = None
 
     def _rows(
         self,
