@@ -242,10 +242,8 @@ class PartitionedNamespace:
         return self._state
 
     def _adopt(self, version: int) -> None:
-        """After this handle's own publish: it holds the state that publish made, when its
-        ``__manifest`` is still open (no request), so that its next write does not stage
-        on the state before it (a write stages on the state the handle holds while it asks
-        whether that is still the latest)."""
+        """After this handle's own publish: hold the state it made, when its ``__manifest``
+        is still open (no request), so that the next write does not stage on the one before."""
         view = self._manifest.held(version)
         if view is None or version <= self._state.version:
             return
@@ -255,15 +253,10 @@ class PartitionedNamespace:
                 self._state = state
 
     def _on_latest(self, read: Callable[[NamespaceState], R]) -> tuple[NamespaceState, R]:
-        """``read`` done on the latest state, and that state.
-
-        The check that the loaded state is still the latest (on an object store a listing
-        of ``__manifest``'s versions: a round trip) runs while ``read`` works on it,
-        instead of before. If a newer version was committed, ``read`` is done again on
-        it, as it is when it failed on a state that is no longer the latest (whose
-        versions ``maintain`` may have removed). What is returned was the latest at the
-        moment of the check, during the call, as :meth:`state` promises. ``read`` must
-        only read."""
+        """``read`` (which must only read) done on the latest state, and that state: the check
+        that the held state is the latest runs while ``read`` works on it; if a newer version
+        was committed, ``read`` is done again on it, as when it failed on a state that is no
+        longer the latest."""
         state = self._state
         check = self._storage.beside(state.view.is_latest)
         try:
@@ -285,16 +278,13 @@ class PartitionedNamespace:
     @property
     def schema(self) -> pa.Schema:
         """The current columns: what reads return and writes take, each with its
-        ``lance:field_id`` (as pyiceberg's ``Table.schema()``). A past version's is
-        ``state(as_of).schema.active``; the dropped columns too are in
-        :attr:`stored_schema`."""
+        ``lance:field_id``. A past version's is ``state(as_of).schema.active``."""
         return self.state().schema.active
 
     @property
     def stored_schema(self) -> pa.Schema:
         """The namespace schema as the format stores it: every column ever defined, the
-        dropped ones marked ``lance:deprecated`` (their field ids are never reused), so a
-        name dropped and added again appears twice, under two ids."""
+        dropped ones marked ``lance:deprecated`` (their field ids are never reused)."""
         return self.state().schema.arrow
 
     @property
@@ -324,46 +314,33 @@ class PartitionedNamespace:
     # -- evolution -------------------------------------------------------------------------
     def evolve_partition_spec(self, fields: Sequence[PartitionField]) -> int:
         """Add a partition spec version; new data is written under it. Returns the version.
-
-        A compare-and-swap on the manifest version it was computed from: a concurrent
-        evolution or schema change makes it recompute (a new version number and field ids),
-        so two concurrent evolutions both apply, in some order, and no field id is reused.
-        """
+        Concurrent evolutions and schema changes all apply, in some order (see
+        :mod:`~.admin.evolution`)."""
         return evolution.evolve_partition_spec(self._manifest, self.state, fields)
 
     def add_column(self, field: pa.Field) -> None:
         """Add a nullable column (a new field id above every earlier one)."""
-        evolution.evolve_schema(
-            self._manifest, self.state, lambda state: state.schema.add_column(field), "add_column"
-        )
+        self._evolve(lambda state: state.schema.add_column(field), "add_column")
 
     def drop_column(self, name: str) -> None:
         """Drop a column: it stays in the schema, deprecated, and reads no longer return it."""
-        evolution.evolve_schema(self._manifest, self.state, evolution.dropping(name), "drop_column")
+        self._evolve(evolution.dropping(name), "drop_column")
 
     def rename_column(self, old: str, new: str) -> None:
         """Rename a column; its field id, and so every partition field using it, stays."""
-        evolution.evolve_schema(
-            self._manifest,
-            self.state,
-            lambda state: state.schema.rename_column(old, new),
-            "rename_column",
-        )
+        self._evolve(lambda state: state.schema.rename_column(old, new), "rename_column")
 
     def promote_column(self, name: str, dtype: pa.DataType) -> None:
         """Widen a column's type (e.g. int32 -> int64); narrowing is refused."""
-        evolution.evolve_schema(
-            self._manifest, self.state, evolution.promoting(name, dtype), "promote_column"
-        )
+        self._evolve(evolution.promoting(name, dtype), "promote_column")
+
+    def _evolve(self, change: Callable[[NamespaceState], NamespaceSchema], what: str) -> None:
+        evolution.evolve_schema(self._manifest, self.state, change, what)
 
     # -- partitions -------------------------------------------------------------------------
     def partition_values(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
-        """``values`` (partition field name -> value) typed and ordered by the current spec.
-
-        Values are converted as a write converts its columns (:func:`.cast_losslessly`): a
-        value that would change (a datetime with a time of day as a date) is refused, so
-        ``create_partition`` never makes a partition a write of the same value would not.
-        """
+        """``values`` (partition field name -> value) typed and ordered by the current spec,
+        converted as a write converts its columns (a value that would change is refused)."""
         fields = self.state().current_spec
         if not isinstance(values, Mapping):
             raise InvalidArgumentError("partition values must be a mapping of field -> value")
@@ -394,11 +371,8 @@ class PartitionedNamespace:
         return self.create_partitions([values])[0]
 
     def create_partitions(self, values: Iterable[Mapping[str, Any]]) -> list[Partition]:
-        """Create many (empty) partitions in one transaction; existing ones are returned.
-
-        The manifest commits do not grow with the number of partitions: one claim, one
-        publish, whatever the count.
-        """
+        """Create many (empty) partitions in one transaction (one claim, one publish whatever
+        the count); existing ones are returned."""
         tuples = [self.partition_values(v) for v in values]
         state = self.state()
         ids = [state.leaf_id(t) for t in tuples]
@@ -472,14 +446,12 @@ class PartitionedNamespace:
     ) -> ScanPlan:
         """The tasks reading the rows matching ``filter`` from ONE ``__manifest`` version
         (the latest, or the one ``as_of`` names: see :meth:`state`), one per partition the
-        filter may hold rows of: serialisable, and run by any process (``task.to_reader()``,
-        see :mod:`~.read.plan`). Every read of this class runs on such a plan.
+        filter may hold rows of: serialisable, run by any process (``task.to_reader()``).
 
-        ``fragments`` lists each task's data files (one leaf manifest read per partition;
-        the default plan reads only ``__manifest``). ``target_tasks`` splits the plan into a
-        task per data file when it has fewer partitions than that (e.g. an engine's task
-        slots). Bad filters and unknown columns raise here. ``progress``: see :meth:`write`.
-        """
+        ``fragments`` lists each task's data files (one leaf manifest read per partition).
+        ``target_tasks`` splits the plan into a task per data file when it has fewer
+        partitions than that. Bad filters and unknown columns raise here. ``progress``: see
+        :meth:`write`."""
         with reporting(progress, "plan"):
             return self._plan(filter, columns, as_of, None, fragments, target_tasks)
 
@@ -513,13 +485,9 @@ class PartitionedNamespace:
         batch_size: int | None = None,
         progress: ProgressCallback | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Stream the rows matching ``filter`` from one consistent manifest version (the
-        latest, or the one ``as_of`` names: see :meth:`state`).
-
-        Bad filters and unknown columns raise here, before the first batch is read.
-        ``progress`` hears how many of the partitions read were started (see
-        :class:`~.progress.Progress`), as the batches are consumed.
-        """
+        """Stream the rows matching ``filter`` from one manifest version (the latest, or the
+        one ``as_of`` names: see :meth:`state`). Bad filters and unknown columns raise here.
+        ``progress`` hears how many of the partitions read were started."""
         check_callback(progress)
         batches = self._plan(filter, columns, as_of, version).to_batches(batch_size)
         return iterate_reporting(progress, "read", iter(batches))
@@ -534,11 +502,7 @@ class PartitionedNamespace:
         batch_size: int | None = None,
         progress: ProgressCallback | None = None,
     ) -> pa.RecordBatchReader:
-        """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected).
-
-        The schema, specs, partitions and read_versions all come from one manifest version.
-        ``progress``: see :meth:`to_batches`.
-        """
+        """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected)."""
         check_callback(progress)
         plan = self._plan(filter, columns, as_of, version)
         failpoint("read.resolved")
@@ -558,11 +522,8 @@ class PartitionedNamespace:
         version: int | None = None,
         progress: ProgressCallback | None = None,
     ) -> pa.Table:
-        """All rows matching ``filter``, in the namespace schema (optionally projected).
-
-        Keyword arguments in pylance's order (``columns``, ``filter``); ``as_of`` reads a
-        past state: a ``__manifest`` version, a moment or a tag (see :meth:`state`), in
-        the schema it had then (``version`` is the older name of an int ``as_of``).
+        """All rows matching ``filter``, in the namespace schema (optionally projected);
+        ``as_of`` reads a past state in the schema it had then (see :meth:`state`).
         ``progress``: see :meth:`to_batches`."""
         reader = self.to_reader(
             columns=columns, filter=filter, as_of=as_of, version=version, progress=progress
@@ -580,8 +541,7 @@ class PartitionedNamespace:
         as_of: AsOf | None = None,
         version: int | None = None,
     ) -> int:
-        """The number of rows matching ``filter`` (from table metadata where no filter
-        applies), as of ``as_of`` (see :meth:`state`)."""
+        """The number of rows matching ``filter``, as of ``as_of`` (see :meth:`state`)."""
         return self._plan(filter, None, as_of, version).count_rows()
 
     # -- query engines ---------------------------------------------------------------------
@@ -614,11 +574,9 @@ class PartitionedNamespace:
     def drop_partitions(
         self, filter: str, *, txn_id: str | None = None, claim_timeout: float | None = None
     ) -> OperationResult:
-        """Remove whole partitions, as metadata: those whose partition values make
-        ``filter`` true. The filter names partition fields (``__manifest`` columns, e.g.
-        ``"event_date < '2025-01-01'"``); a partition of a spec version without a field
-        sees NULL for it. Their rows leave every read in one ``__manifest`` commit; the
-        leaf files stay until maintenance. ``txn_id`` makes a retry return the first
+        """Remove, in one ``__manifest`` commit, the partitions whose partition values make
+        ``filter`` true (it names partition fields; one a spec version lacks is NULL there).
+        The leaf files stay until maintenance. ``txn_id`` makes a retry return the first
         result; ``claim_timeout`` bounds the wait for partitions a transaction is
         committing (default 120 s)."""
         return self._operate(DropPartitions(self._storage, filter), txn_id, claim_timeout)
@@ -631,11 +589,9 @@ class PartitionedNamespace:
         claim_timeout: float | None = None,
         progress: ProgressCallback | None = None,
     ) -> OperationResult:
-        """Delete the rows matching ``filter`` (on namespace columns), in one ``__manifest``
-        commit: partitions the filter covers entirely are dropped as metadata, the others
-        get Lance deletion files on their published version (nothing rewritten).
-        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`; ``progress``: see
-        :meth:`write`."""
+        """Delete the rows matching ``filter`` in one ``__manifest`` commit: partitions it
+        covers entirely are dropped, the others get Lance deletion files. ``txn_id``,
+        ``claim_timeout``: see :meth:`drop_partitions`; ``progress``: see :meth:`write`."""
         operation = DeleteRows(self._storage, filter)
         return self._operate(operation, txn_id, claim_timeout, progress)
 
@@ -649,13 +605,11 @@ class PartitionedNamespace:
         claim_timeout: float | None = None,
         progress: ProgressCallback | None = None,
     ) -> OperationResult:
-        """Upsert ``data`` by the key columns ``on``: rows whose key is stored are
-        updated, the others inserted (new partition values become new partitions), all
-        in one ``__manifest`` commit. The key must include every source column of the
-        current partition spec. ``when_not_matched_by_source_delete`` also deletes every
-        stored row whose key ``data`` lacks (partitions it does not touch are dropped).
-        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`; ``progress``: see
-        :meth:`write`."""
+        """Upsert ``data`` by the key columns ``on`` (which must include every source column
+        of the current partition spec) in one ``__manifest`` commit: rows whose key is
+        stored are updated, the others inserted. ``when_not_matched_by_source_delete`` also
+        deletes every stored row whose key ``data`` lacks. ``txn_id``, ``claim_timeout``:
+        see :meth:`drop_partitions`; ``progress``: see :meth:`write`."""
         operation = MergeRows(
             self._storage, data, on, delete_unmatched=when_not_matched_by_source_delete
         )
@@ -670,13 +624,10 @@ class PartitionedNamespace:
         txn_id: str | None = None,
         progress: ProgressCallback | None = None,
     ) -> OperationResult:
-        """Compact the leaves of the partitions ``filter`` may touch (all of them for
-        None): small fragments merged into fragments of ``target_rows_per_fragment`` rows,
-        deleted rows dropped from the files. Every compacted leaf's new version is
-        published in one ``__manifest`` commit; writers keep writing meanwhile (a leaf
-        that keeps changing, or that a transaction is committing, is left alone and
-        reported in ``skipped``). The rows never change, only their files. ``progress``:
-        see :meth:`write`."""
+        """Compact the leaves of the partitions ``filter`` may touch (all for None) into
+        fragments of ``target_rows_per_fragment`` rows, published in one ``__manifest``
+        commit; the rows never change. Writers keep writing meanwhile (a leaf that keeps
+        changing or is being committed is left alone, reported in ``skipped``)."""
         operation = Optimize(
             self._storage,
             filter,
@@ -723,27 +674,19 @@ class PartitionedNamespace:
         flush_bytes: int = FLUSH_BYTES,
         progress: ProgressCallback | None = None,
     ) -> CommitResult:
-        """Write rows; ``overwrite`` is a dynamic partition overwrite: it replaces exactly the
-        partitions the data touches. ``data`` is anything Arrow-exportable (pyarrow, polars,
-        DuckDB, pandas through pyarrow) or an iterable of pyarrow tables or batches.
-        ``claim_timeout`` bounds the wait for partitions another transaction is committing
-        (default 120 s, :class:`~.kernel.CommitOptions`); the error names the holder
-        and its age.
-
-        One transaction: stage, then publish every touched partition (and those it creates)
-        in one ``__manifest`` commit, so readers see the whole write or nothing of it. A
-        failed write is aborted (nothing of it stays); with ``txn_id`` a retried write
-        returns the first one's result instead of writing twice. An iterable is consumed
-        as it is staged: at most ``flush_bytes`` of routed rows are buffered, as views of
-        the input where they can be (Arrow data is immutable: a generator that refills one
-        NumPy buffer for every table it yields must copy it, or the buffered rows change).
+        """Write rows in one transaction: every touched partition is published in one
+        ``__manifest`` commit, so readers see the whole write or nothing of it; a failed
+        write leaves nothing. ``overwrite`` replaces exactly the partitions the data
+        touches. ``data`` is anything Arrow-exportable or an iterable of pyarrow tables or
+        batches, consumed as it is staged: at most ``flush_bytes`` of routed rows are
+        buffered, as views of the input (a generator must not refill a buffer it yielded).
+        With ``txn_id`` a retried write returns the first one's result. ``claim_timeout``
+        bounds the wait for partitions another transaction is committing (default 120 s).
 
         ``progress`` (a callable taking a :class:`~.progress.Progress`) hears how many of
-        the partitions of each step are done (at most every quarter second, on the calling
-        thread); one that raises is logged and not called again, the write goes on. An
-        interrupt (Ctrl-C) stops the write within a fraction of a second: the leaf calls
-        running finish, nothing is published, and what it left is removed by
-        ``maintain(sweep_orphans=True)``.
+        the partitions of each step are done, on the calling thread; one that raises is
+        logged and not called again. An interrupt (Ctrl-C) stops the write within a second:
+        nothing is published, and ``maintain(sweep_orphans=True)`` removes what it left.
         """
         options = CommitOptions.for_claim_timeout(claim_timeout)
         check_callback(progress)
@@ -770,14 +713,10 @@ class PartitionedNamespace:
     def begin(
         self, mode: WriteMode = "append", txn_id: str | None = None, *, anonymous: bool = False
     ) -> Transaction:
-        """Start a transaction (or resume the one with this id: retries reuse it).
-
-        An id whose transaction was aborted starts a new incarnation of it. ``anonymous``
-        promises that only this process records stages and commits (other processes may
-        still write data files for it, as Spark executors do): recording then skips the
-        ``__manifest`` commit that orders concurrent stagers, and the transaction's row is
-        collected once it finished. Retrying needs an id: give ``txn_id`` instead.
-        """
+        """Start a transaction (or resume the one with this id; an aborted one's id starts a
+        new incarnation). ``anonymous`` promises that only this process records stages and
+        commits (other processes may write data files for it): recording then skips the
+        ``__manifest`` commit that orders concurrent stagers, and it cannot be retried."""
         return transactions.begin_transaction(self._txn, mode, txn_id, anonymous=anonymous)
 
     def transaction(self, txn_id: str) -> Transaction:
@@ -797,14 +736,10 @@ class PartitionedNamespace:
         txn_id: str | None = None,
         claim_timeout: float | None = None,
     ) -> CommitResult:
-        """Publish staged transactions atomically; committing again returns the same result
-        (not for an anonymous transaction, which keeps no records: committing it again
-        raises :class:`InvalidArgumentError`).
-
-        Several transactions (e.g. one per mapped Spark write) are published together, in
-        one ``__manifest`` commit, as a combined transaction ``txn_id`` (by default an id
-        derived from theirs, so a retried commit finds it).
-        """
+        """Publish staged transactions atomically, several in one ``__manifest`` commit as a
+        combined transaction ``txn_id`` (by default derived from their ids). Committing
+        again returns the same result (an anonymous transaction's raises
+        :class:`InvalidArgumentError`)."""
         ids = [
             t.txn_id if isinstance(t, Transaction) else t
             for t in ([txn] if isinstance(txn, (str, Transaction)) else txn)
@@ -822,22 +757,17 @@ class PartitionedNamespace:
     def abort(
         self, txn_id: str, reason: str = "aborted by the user", *, forget: bool = False
     ) -> None:
-        """Undo an unpublished transaction: its leaf versions, claims and staged files.
-
-        The record stays as a tombstone, unless ``forget``: only for the caller's own
-        anonymous transaction, whose commit it ran and saw fail (nobody else knows the id,
-        so one without a ``__manifest`` row needs no fence either). Anyone else's
-        transaction, anonymous or not, is fenced first: its writer may seal it any moment.
-        """
+        """Undo an unpublished transaction: its leaf versions, claims and staged files. Its
+        record stays as a tombstone, unless ``forget``: only for the caller's own anonymous
+        transaction, whose commit it saw fail. Anyone else's is fenced first."""
         abort_transaction(self._txn, txn_id, reason, own_write=forget)
         if forget:
             self._store.delete(txn_id)
 
     def recover(self, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> list[str]:
         """Abort transactions idle for longer than ``lease_seconds`` (returns their ids) and
-        release claims that finished or vanished transactions left behind. A write without
-        a ``txn_id`` whose process died while committing is aborted once past its own,
-        shorter lease (a minute; writers waiting for its partitions abort it too)."""
+        release claims that finished or vanished transactions left behind (a dead write
+        without a ``txn_id`` is aborted past its own lease of a minute)."""
         return recover(self._txn, lease_seconds)
 
     def maintain(
@@ -852,19 +782,13 @@ class PartitionedNamespace:
         progress: ProgressCallback | None = None,
     ) -> MaintenanceReport:
         """Compact ``__manifest``; with ``older_than``, also remove old versions safely
-        (tagged versions, and every leaf version they read, are kept: see :meth:`tag`);
-        with ``sweep_orphans``, remove what killed or interrupted writers left once it is
-        older than ``orphan_min_age``: the leaf versions above a partition's published
-        ``read_version`` that no transaction claims or staged into (rolled back and
-        removed, see ``unpublished``), files no leaf version references and leaf tables of
-        dropped partitions no retained version reads (see ``sweep``). ``dry_run`` changes
-        nothing: it only reports what the sweep would remove (compaction and version
-        cleanup do not run). ``progress``: see :meth:`write`.
-
-        An ``orphan_min_age`` below ``sweep.MIN_SAFE_ORPHAN_AGE`` (6 hours) would delete
-        the files of writes still in flight: it is refused before anything runs unless
-        ``enforce_min_age=False`` (or ``dry_run``, which deletes nothing). Every argument
-        is checked before anything runs."""
+        (tagged versions and the leaf versions they read are kept); with ``sweep_orphans``,
+        remove what killed writers left once older than ``orphan_min_age``: unpublished
+        leaf versions, unreferenced files and leaf tables no retained version reads.
+        ``dry_run`` only reports what the sweep would remove. Every argument is checked
+        before anything runs: an ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours)
+        is refused unless ``enforce_min_age=False`` or ``dry_run``. ``progress``: see
+        :meth:`write`."""
         check_flags(
             compact=compact,
             sweep_orphans=sweep_orphans,
@@ -893,7 +817,7 @@ class PartitionedNamespace:
                     dry_run=dry_run,
                     enforce_min_age=enforce_min_age,
                 ).to_dict()
-        self._state = NamespaceState.load(self._root, self._manifest.latest())
+        self._reload()
         return report
 
     def _maintain(
@@ -913,13 +837,9 @@ class PartitionedNamespace:
     def history(
         self, limit: int | None = None, *, include_internal: bool = False
     ) -> list[HistoryEntry]:
-        """What each ``__manifest`` version did, newest first: one entry per write (mode,
-        transaction, partitions and rows), partition creation, schema or spec change.
-
-        ``include_internal`` adds the bookkeeping versions readers see no change in
-        (transaction states, claims, compaction). Only versions ``maintain`` kept are
-        listed; each entry's ``version`` is readable with ``as_of``.
-        """
+        """What each retained ``__manifest`` version did, newest first: one entry per write,
+        partition creation, schema or spec change (``include_internal``: the bookkeeping
+        versions too). Each entry's ``version`` is readable with ``as_of``."""
         if limit is not None and (isinstance(limit, bool) or limit < 1):
             raise InvalidArgumentError(f"limit must be a positive number, got {limit!r}")
         return self._history.entries(limit, include_internal)
@@ -947,8 +867,7 @@ class PartitionedNamespace:
 
     def verify(self, filter: str | None = None, *, as_of: AsOf | None = None) -> VerifyReport:
         """Check that every row of the partitions ``filter`` selects (all: None) lies in the
-        partition its values give (see ``verification``); changes nothing. A row that does
-        not is found by no filter on its source column: :meth:`relocate` puts it right."""
+        partition its values give; changes nothing (:meth:`relocate` puts rows right)."""
         state, kept = self._resolve(as_of, None, filter)
         return verify_partitions(self._storage, state, kept)
 
@@ -959,11 +878,9 @@ class PartitionedNamespace:
         txn_id: str | None = None,
         claim_timeout: float | None = None,
     ) -> OperationResult:
-        """Move every row that :meth:`verify` finds outside the partition its values give
-        (in the partitions ``filter`` selects) to where it belongs, in one ``__manifest``
-        commit: partitions holding such rows are rewritten without them, and they are
-        appended to (or create) the partitions of the current spec their values give.
-        ``txn_id`` and ``claim_timeout``: see :meth:`drop_partitions`."""
+        """Move every row :meth:`verify` finds misplaced (in the partitions ``filter``
+        selects) to the partition of the current spec its values give, in one
+        ``__manifest`` commit. ``txn_id``, ``claim_timeout``: see :meth:`drop_partitions`."""
         candidates = None
         if filter is not None:
             candidates = [p.object_id for p in self._resolve(None, None, filter)[1]]
@@ -972,7 +889,7 @@ class PartitionedNamespace:
     def repair(self) -> RepairReport:
         """Restore the ``__manifest`` columns a foreign writer dropped (see ``repair``)."""
         report = repair_manifest(self._manifest, self._root)
-        self._state = NamespaceState.load(self._root, self._manifest.latest())
+        self._reload()
         return report
 
     def transactions(self) -> list[TransactionInfo]:

@@ -88,12 +88,8 @@ def evolve_schema(
 
     def attempt(_: int) -> Outcome | None:
         state = latest()
-        schema = change(state)
-        return (
-            None
-            if _swap_metadata(manifest, {SCHEMA_KEY: schema.to_json()}, state)
-            else Outcome.LOST
-        )
+        values = {SCHEMA_KEY: change(state).to_json()}
+        return None if _swap_metadata(manifest, values, state) else Outcome.LOST
 
     retry_until(attempt, {Outcome.LOST: _evolution_budget(what)}, sleep=backoff)
 

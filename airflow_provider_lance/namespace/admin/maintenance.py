@@ -1,16 +1,12 @@
 """Keeping ``__manifest`` fast and storage bounded: compaction, index upkeep, cleanup.
 
-Every ``merge_insert`` adds a fragment to ``__manifest``; without compaction each publish and
-each cold prune reads more and more small fragments (pylance 14: ~100 ms -> ~700 ms per
-publish after 600 commits; a timing, not tested: that each commit adds a fragment is pinned
-by tests/namespace/test_pylance_facts.py::test_fact_each_merge_insert_adds_a_fragment). Publishes
-therefore fold the fragments no index covers once the manifest holds
-:data:`AUTO_COMPACT_FRAGMENTS` fragments (re-indexing the whole table only now and then, see
-``manifest_compaction``), and :func:`maintain` compacts and re-indexes it all on demand,
-together with version cleanup that never removes what a
-reader or a transaction still needs: whatever a retained ``__manifest`` version reads (those
-in the retention window, and tagged ones however old), leaf versions not yet published, and
-the leaves live transactions staged files into.
+Every ``merge_insert`` adds a fragment to ``__manifest`` (pylance fact:
+test_fact_each_merge_insert_adds_a_fragment), so publishes fold the fragments no index
+covers (``manifest_compaction``) and :func:`maintain` compacts and re-indexes it all on
+demand, with a version cleanup that never removes what a reader or a transaction still
+needs: whatever a retained ``__manifest`` version reads (those in the retention window,
+and tagged ones however old), leaf versions not yet published, and the leaves live
+transactions staged files into.
 """
 
 from __future__ import annotations
@@ -19,8 +15,6 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
-
-import lance
 
 from airflow_provider_lance.namespace.errors import CommitConflict, InvalidArgumentError
 from airflow_provider_lance.namespace.failpoints import failpoint
@@ -31,6 +25,8 @@ from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.results import SkipReason
 from airflow_provider_lance.namespace.txn.spec_fence import stale_intents
 from airflow_provider_lance.namespace.txn.store import TransactionStore
+
+from .sweep import live_stages
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +52,12 @@ class MaintenanceReport:
     #: Cleaned leaf -> the versions below that which tagged manifest versions read (kept).
     leaves_kept_for_tags: dict[str, list[int]] = field(default_factory=dict)
     #: Leaf -> versions kept after its published ``read_version`` (an in-flight commit may
-    #: publish one; recovery rolls orphans back from the published one).
+    #: publish one).
     leaves_kept_unpublished: dict[str, int] = field(default_factory=dict)
     leaves_skipped_by_reason: dict[str, list[str]] = field(default_factory=dict)
-    #: What the orphan sweep removed (files, bytes freed; see ``sweep``), when it ran.
+    #: What the orphan sweep removed (``sweep.SweepReport``), when it ran.
     orphans: dict[str, object] | None = None
-    #: The unpublished leaf versions the sweep rolled back and removed (see
-    #: ``unpublished``), when it ran.
+    #: What it rolled back and removed (``unpublished.UnpublishedReport``), when it ran.
     unpublished: dict[str, object] | None = None
     #: Intent rows of merges that died (older than ``spec_fence.INTENT_MAX_AGE``), removed.
     merge_intents_removed: int = 0
@@ -87,28 +82,17 @@ def maintain(
 ) -> MaintenanceReport:
     """Compact ``__manifest`` and, with ``older_than``, remove versions older than that.
 
-    Manifest versions older than ``older_than`` go, except tagged ones (keep it longer than
-    your longest transaction and than the history :func:`~.repair.repair` may need; Lance
-    always keeps the latest). Every manifest version that remains stays readable: a
-    published ``read_version`` never moves backwards, so the oldest leaf version the
-    retention window reads is the one its oldest version reads, and only leaf versions
-    below it (and older than ``older_than``) are removed, except those a retained older
-    version (a tagged one) reads. Versions after the published one are never
-    touched, so an in-flight commit can still publish them. Left alone entirely: claimed
-    leaves, leaves a live (staged or committing) transaction staged files into, leaves read
-    at their latest version (NULL ``read_version``), and, conservatively, leaves absent at
-    the oldest remaining manifest version (created inside the window).
-
-    Why leaves with live stages are skipped whole: Lance's cleanup deletes data files no
-    version references once they are older than its own threshold (7 days, whatever
-    ``older_than`` is), and files of removed versions at once; it cannot be told to keep
-    some. Staged files are referenced by no version until their commit, and a named
-    transaction may stay staged for days. The live stages are read after the
-    ``__manifest`` cleanup, right before the leaves are cleaned: a stage recorded before
-    that read is honoured. One recorded later (while this runs) is not, but its files
-    were written moments ago (unless its stager held them unrecorded for 7 days), and if
-    they are gone anyway its commit refuses to publish them
-    (:func:`~.leaf_commit.check_staged_files`).
+    Manifest versions older than ``older_than`` go, except tagged ones (Lance always keeps
+    the latest). Every manifest version that remains stays readable: a published
+    ``read_version`` never moves backwards, so only leaf versions below the one the
+    window's oldest version reads (and older than ``older_than``) are removed, except
+    those a retained tagged version reads. Versions after the published one are never
+    touched (an in-flight commit may still publish them). Left alone entirely: claimed
+    leaves, leaves a live transaction staged files into (Lance's cleanup would delete
+    those unreferenced files), leaves read at their latest version (NULL
+    ``read_version``) and leaves absent at the oldest remaining manifest version. The live
+    stages are read after the ``__manifest`` cleanup, right before the leaves are cleaned;
+    a commit refuses staged files that are gone (:func:`~.leaf_commit.check_staged_files`).
     """
     older_than = checked_older_than(older_than)
     report = MaintenanceReport()
@@ -120,7 +104,7 @@ def maintain(
         report.manifest_fragments_before, report.manifest_fragments_after = _compact(manifest)
     if older_than is None:
         return report
-    # Read ``state`` before the cleanup: its own version may be among those removed.
+    # Read ``state`` before the cleanup: its version may be among those removed.
     claimed, partitions = state.view.claimed_ids(), state.partitions()
     at_state = state.view.published_leaves()
     stats = manifest.storage.clean_up(
@@ -139,7 +123,10 @@ def maintain(
     at_oldest = (view if oldest == view.version else manifest.at(oldest)).published_leaves()
     below = [manifest.at(v).published_leaves() for v in retained if v < oldest]
     failpoint("maintain.before_live_stages")
-    staged_ids, staged_dirs = _live_stages(manifest, NamespaceState.load(state.root, view))
+    # The stages of live transactions as of the latest rows (``state``'s may be gone).
+    staged_ids, staged_dirs = live_stages(
+        TransactionStore(manifest.storage), NamespaceState.load(state.root, view)
+    )
     failpoint("maintain.live_stages_read")
     work: list[_LeafCleanup] = []
     for partition in partitions:
@@ -191,19 +178,24 @@ class _LeafCleanup:
     pinned: list[int]
 
     def run(self, storage: Storage, older_than: dt.timedelta) -> tuple[int, int]:
-        """(versions above the published one, kept; versions removed)."""
+        """Remove the versions below ``keep`` older than ``older_than``, except ``pinned``
+        (pylance facts: ``test_fact_cleanup_*``); returns (versions above the published
+        one, kept; versions removed)."""
         leaf = storage.table(self.location)
         unpublished = max(int(leaf.version) - self.published, 0)
-        removed = 0
-        if self.keep > 1:
-            removed = _remove_below(storage, leaf, self.keep, older_than, self.pinned)
-        return unpublished, removed
+        pinned = set(self.pinned)
+        doomed = [v for v in range(1, self.keep) if v not in pinned]
+        if not doomed:  # pylance refuses an empty list
+            return unpublished, 0
+        stats = storage.clean_up(
+            leaf, older_than=older_than, versions=doomed, error_if_tagged_old_versions=False
+        )
+        return unpublished, int(stats.old_versions)
 
 
 def _compact(manifest: Manifest) -> tuple[int, int]:
-    """:func:`compact_manifest`, again when a concurrent commit won (every publish of a
-    writer running meanwhile does: Lance's compaction then fails with a conflict); after
-    :data:`COMPACT_ATTEMPTS` lost races it is left to the next run, (n, n)."""
+    """:func:`compact_manifest`, again when a concurrent commit won; after
+    :data:`COMPACT_ATTEMPTS` lost races it is left to the next run: (n, n)."""
     for _ in range(COMPACT_ATTEMPTS):
         try:
             with manifest.storage.failures(
@@ -222,9 +214,9 @@ def _compact(manifest: Manifest) -> tuple[int, int]:
 
 
 def checked_older_than(older_than: object) -> dt.timedelta | None:
-    """``older_than`` as :func:`maintain` uses it: None, or a non-negative timedelta (one
-    longer than the time since 1970 removes nothing, as it says, instead of overflowing
-    Lance's clock); anything else is an :class:`InvalidArgumentError`."""
+    """``older_than`` as :func:`maintain` uses it: None, or a non-negative timedelta (capped
+    at the time since 1970, which Lance's clock would overflow); anything else is an
+    :class:`InvalidArgumentError`."""
     if older_than is None:
         return None
     if not isinstance(older_than, dt.timedelta):
@@ -242,8 +234,7 @@ def checked_older_than(older_than: object) -> dt.timedelta | None:
 
 
 def check_flags(**flags: object) -> None:
-    """Refuse a flag that is not True or False (``sweep_orphans="no"`` is truthy, and
-    would sweep)."""
+    """Refuse a flag that is not True or False (``sweep_orphans="no"`` is truthy)."""
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
@@ -258,45 +249,3 @@ def _window_start(retained: list[int]) -> int:
             break
         oldest = version
     return oldest
-
-
-def _remove_below(
-    storage: Storage,
-    leaf: lance.LanceDataset,
-    keep: int,
-    older_than: dt.timedelta,
-    pinned: list[int],
-) -> int:
-    """Remove the leaf versions below ``keep`` that are older than ``older_than``, except
-    the ``pinned`` ones (read by tagged manifest versions).
-
-    ``versions=`` removes exactly the listed versions that are also older than
-    ``older_than`` (never the latest; missing ones are ignored), and data files only once
-    no remaining version references them. ``retain_versions`` counts the versions that
-    exist when cleanup runs, so a concurrent commit shifts its window onto a version a
-    reader needs. A tagged version is kept rather than failing the cleanup. (Pinned by the
-    ``test_fact_cleanup_*`` tests of tests/namespace/test_pylance_facts.py.)
-    """
-    kept = set(pinned)
-    doomed = [v for v in range(1, keep) if v not in kept]
-    if not doomed:  # pylance refuses an empty list ("must not be empty"; pinned by
-        # tests/namespace/test_pylance_facts.py::test_fact_cleanup_refuses_an_empty_versions_list)
-        return 0
-    stats = storage.clean_up(
-        leaf,
-        older_than=older_than,
-        versions=doomed,
-        error_if_tagged_old_versions=False,
-    )
-    return int(stats.old_versions)
-
-
-def _live_stages(manifest: Manifest, state: NamespaceState) -> tuple[set[str], set[str]]:
-    """The object ids and leaf directories live transactions staged files for (their rows
-    as of ``state``, read after the ``__manifest`` cleanup: the state read before it may
-    be gone; their records read from storage now; see :func:`maintain`)."""
-    # Imported here: the sweep reads plans through ``commit``, which imports this module.
-    from .sweep import live_staged_partitions
-
-    parts = live_staged_partitions(TransactionStore(manifest.storage), state)
-    return {p.object_id for p in parts}, {p.directory for p in parts}

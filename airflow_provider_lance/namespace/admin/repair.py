@@ -1,24 +1,19 @@
 """Repairing a ``__manifest`` that a foreign writer rewrote without our columns.
 
 pylance's ``DirectoryNamespace`` rewrites the whole ``__manifest`` with its five base columns
-on every write it makes, dropping ``read_version``, the claim column and the partition
-columns (and the scalar indices). Nothing else is lost: the table metadata stays, and the
-rows it kept or added are all there (pinned by tests/namespace/test_pylance_facts.py::
-test_fact_directory_namespace_writes_rewrite_the_manifest_with_its_base_columns).
-Repair takes the dropped columns back from the latest manifest version that still had
-them; rows added since (by the foreign tool) get their partition values from their
-ancestors in that version and from the ``partition.<name>`` properties mirrored in
-namespace metadata, and a NULL ``read_version`` ("read the latest version").
+on every write, dropping ``read_version``, the claim column, the partition columns and the
+indices; the table metadata and every row stay (pylance fact:
+test_fact_directory_namespace_writes_rewrite_the_manifest_with_its_base_columns). Repair
+takes the dropped columns back from the latest manifest version that still had them; rows
+added since get their partition values from their ancestors in that version and from the
+``partition.<name>`` properties mirrored in namespace metadata, and a NULL
+``read_version`` ("read the latest version").
 
-Repair never guesses. Before it writes anything it refuses, with a :class:`ManifestError`
-and nothing changed on disk, when
-
-* the current ``__manifest``, or the version it would restore from, was written by another
-  dialect of the format (the lance repository's own partitioned namespace keeps its specs as
-  ``{"id": ..., "fields": [...]}`` JSON in the Arrow *schema* metadata and names partition
-  columns ``partition_field_<id>``): our columns restored over it would be NULL partitions;
-* a leaf table the foreign tool added has a partition value that nothing on record
-  determines: it would silently become a NULL partition.
+Repair never guesses: it raises :class:`ManifestError`, changing nothing, when the current
+``__manifest`` or the version it would restore from was written by another dialect of the
+format (the lance repository's own partitioned namespace keeps ``{"id", "fields"}`` specs in
+the Arrow schema metadata and names partition columns ``partition_field_<id>``), or when a
+leaf table the foreign tool added has a partition value nothing on record determines.
 """
 
 from __future__ import annotations
@@ -117,13 +112,9 @@ def repair(manifest: Manifest, root: str) -> RepairReport:
 
 # -- refusing another dialect ----------------------------------------------------------------
 def foreign_dialect_markers(dataset: ManifestView) -> list[str]:
-    """Signs that another implementation of the format wrote this ``__manifest`` version.
-
-    We never write Arrow schema metadata, and our partition columns are named after their
-    fields; a spec object in the schema metadata or a ``partition_field_<id>`` column means
-    the partition values live where our repair would not look (a user's own field that
-    happens to be named ``partition_field_...`` is not a marker).
-    """
+    """Signs that another implementation of the format wrote this ``__manifest`` version:
+    a spec object in the Arrow schema metadata (we never write any) or a
+    ``partition_field_<id>`` column none of our specs declares."""
     own = _own_partition_names(dataset.metadata)
     found = [
         f"a partition spec ({{'id', 'fields'}} JSON) under the Arrow schema metadata key {key!r}"
@@ -198,11 +189,9 @@ class RepairPlan:
 def plan_repair(
     current: list[dict[str, Any]], good: list[dict[str, Any]], state: NamespaceState
 ) -> RepairPlan:
-    """Every current row with its dropped columns back (pure: reads and writes nothing).
-
-    Rows the good version has take their values from it; rows added since take only the
-    values :func:`known_values` can prove, and a leaf table missing any is recorded.
-    """
+    """Every current row with its dropped columns back (pure): from the good version where
+    it has the row, else only the values :func:`known_values` proves (a leaf table missing
+    any is recorded as unresolved)."""
     columns = state.partition_columns
     names = manifest_schema(columns).names
     ours = {r[OBJECT_ID]: r for r in good}
@@ -238,13 +227,10 @@ def known_values(
     props: Mapping[str, dict[str, str]],
     state: NamespaceState,
 ) -> dict[str, Any]:
-    """The partition values a row the foreign tool added provably has, by name.
-
-    Walking from the root down to the row (nearer wins): an ancestor the good version has
-    carries the values of its own level and those above, NULLs included; ``partition.<name>``
-    properties on the row or an ancestor give that value. A property that does not parse as
-    the column's type proves nothing. A name absent from the result is unknown, not NULL.
-    """
+    """The partition values a row the foreign tool added provably has, by name (absent:
+    unknown, not NULL). From the root down to the row, nearer winning: an ancestor the good
+    version has gives the values of its level and those above; a ``partition.<name>``
+    property on the row or an ancestor gives that value if it parses as the column's type."""
     parts = object_id.split(SEPARATOR)
     fields = _spec_fields(parts[0], state)
     known: dict[str, Any] = {}
@@ -269,11 +255,8 @@ def _spec_fields(first_part: str, state: NamespaceState) -> list[PartitionField]
 
 
 def _leaf_fields(object_id: str, object_type: str, state: NamespaceState) -> list[PartitionField]:
-    """The fields a row must have values for to be a partition: leaf tables under ``v<N>``.
-
-    Other rows (namespaces, tables other tools registered elsewhere) are never read as
-    partitions, so unknown values there are harmless NULLs.
-    """
+    """The fields a row must have values for to be a partition: leaf tables under ``v<N>``
+    (other rows are never read as partitions)."""
     parts = object_id.split(SEPARATOR)
     if object_type != TABLE or len(parts) < 2 or parts[-1] != LEAF_TABLE_NAME:
         return []

@@ -1,33 +1,20 @@
 """The orphan sweep: files no leaf version references, and leaf tables nothing reads.
 
-Writers stage data files before anything references them: a killed Spark attempt, a
-killed stager, a table operation that crashed before its swap, all leave files behind
-that no version of any leaf names (wasted space, never read: Delta's and Iceberg's
-orphan files). Dropped partitions leave whole leaf tables behind, which older
-``__manifest`` versions may still read. The sweep removes both, and only what is safe:
+Killed or interrupted writers leave staged files that no version of any leaf names, and
+dropped partitions leave whole leaf tables. The sweep removes both, and only what is safe:
 
-* a data or deletion file of a leaf directory is removed when no existing version of
-  that leaf references it, it is older than ``min_age`` (default one day: a write in
-  flight has staged it moments ago and will reference it), and no live transaction's
-  stage record or plan names it (a named transaction may stay staged for days);
-* a whole leaf directory is removed when no row of the latest ``__manifest`` (published
-  or pending) and no retained ``__manifest`` version points at it, no live transaction
-  names it, and every file in it is older than ``min_age`` (so a writer creating the
-  partition again right now, whose files are new, keeps it). Its version files go first,
-  so nobody opens a table whose data is being removed.
+* a data or deletion file of a leaf directory goes when no existing version of that leaf
+  references it, it is older than ``min_age``, and no live transaction's stage record or
+  plan names it;
+* a whole leaf directory goes when no row of the latest ``__manifest`` and no retained
+  ``__manifest`` version points at it, no live transaction names it, and every file in it
+  is older than ``min_age``. Its version files go first, so nobody opens a table whose
+  data is being removed.
 
-``min_age`` is the only thing that protects a write still in flight: the files a direct
-write, a Spark job's tasks or a transaction's ``stage`` call have written are named by no
-version and no stage record until that write records or commits them. A ``min_age`` below
-:data:`MIN_SAFE_ORPHAN_AGE` is refused (an :class:`InvalidArgumentError`, nothing removed)
-unless the caller passes ``enforce_min_age=False``, as delta-rs's ``vacuum`` refuses a
-retention below its default unless ``enforce_retention_duration=False`` (Delta Lake's
-``retentionDurationCheck``). A dry run removes nothing, so it accepts any non-negative age
-without the flag (to see what a shorter age would take).
-
-``dry_run`` reports what would go and removes nothing. ``maintain(sweep_orphans=True)``
-runs it after the manifest versions were cleaned up, so the retained versions it keeps
-leaves for are the ones that remain.
+``min_age`` is what protects a write in flight, whose files no version or stage record
+names yet: one below :data:`MIN_SAFE_ORPHAN_AGE` is refused (nothing removed) unless
+``enforce_min_age=False``, as delta-rs's ``vacuum`` refuses a short retention. ``dry_run``
+removes nothing, reports what would go and accepts any non-negative age.
 """
 
 from __future__ import annotations
@@ -39,7 +26,7 @@ import os
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
 from airflow_provider_lance.namespace.format.manifest import MANIFEST_NAME
@@ -57,18 +44,10 @@ from airflow_provider_lance.namespace.write.staging import Stage, StagedPartitio
 
 log = logging.getLogger(__name__)
 
-#: Files younger than this are kept by default: well above :data:`MIN_SAFE_ORPHAN_AGE`,
-#: a margin for a write that runs longer than usual (space is cheap, lost rows are not).
+#: Files younger than this are kept by default (a margin above the safe minimum).
 DEFAULT_MIN_AGE = dt.timedelta(days=1)
-#: The shortest age a sweep accepts without ``enforce_min_age=False``: the default lease
-#: of ``recover`` (6 hours). The project already assumes a write records or commits its
-#: files within the lease (``recover`` aborts a transaction idle for longer, and a Spark
-#: job's is idle from ``begin`` until its driver records the stages), so by that
-#: assumption older unnamed files belong to no write that can still succeed; a shorter
-#: age deletes the files of writes that will. (Delta refuses below its 7-day default,
-#: Iceberg defaults to 3 days; hours are enough here because stage records protect a
-#: staged transaction for as long as it lives, and only the window before they are
-#: written needs the age.)
+#: The shortest age a sweep accepts without ``enforce_min_age=False``: ``recover``'s
+#: default lease, within which a write records or commits its files.
 MIN_SAFE_ORPHAN_AGE = dt.timedelta(seconds=DEFAULT_LEASE_SECONDS)
 #: Leaf directories (``<8 hex>_v<N>$...$dataset``, see ``naming.leaf_directory``).
 LEAF_DIRECTORY = re.compile(r"^[0-9a-f]{8}_v\d+\$.+\$dataset$")
@@ -86,8 +65,7 @@ class SweepReport:
     bytes_freed: int = 0
     #: Leaf tables of dropped partitions removed whole (their files are counted above).
     leaf_tables_removed: int = 0
-    #: Unreferenced files kept: younger than the safety age, or named by a live
-    #: transaction.
+    #: Unreferenced files kept: younger than the safety age, or named by a live transaction.
     kept_young: int = 0
     kept_staged: int = 0
     sample: list[str] = field(default_factory=list)
@@ -95,34 +73,31 @@ class SweepReport:
     def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
-    def _remove(self, entry: FileEntry) -> None:
+    def _remove(self, storage: Storage, entry: FileEntry) -> None:
+        """Count ``entry`` in, and delete it unless a dry run."""
         self.files_removed += 1
         self.bytes_freed += entry.size
         if len(self.sample) < SAMPLE:
             self.sample.append(entry.path)
+        if not self.dry_run:
+            storage.delete(entry.path)
 
     def _add(self, other: SweepReport) -> None:
         """Count in the sweep of one more leaf directory."""
-        self.leaf_directories += other.leaf_directories
-        self.files_removed += other.files_removed
-        self.bytes_freed += other.bytes_freed
-        self.leaf_tables_removed += other.leaf_tables_removed
-        self.kept_young += other.kept_young
-        self.kept_staged += other.kept_staged
+        for name in _COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.sample += other.sample[: SAMPLE - len(self.sample)]
 
 
+_COUNTS = [f.name for f in fields(SweepReport) if f.name not in ("dry_run", "sample")]
+
+
 def check_min_age(
-    min_age: object,
-    *,
-    enforce: bool = True,
-    dry_run: bool = False,
-    name: str = "min_age",
-    override: str = "enforce_min_age=False",
+    min_age: object, *, enforce: bool = True, dry_run: bool = False, name: str = "min_age"
 ) -> None:
     """Refuse a negative ``min_age`` always, and one below :data:`MIN_SAFE_ORPHAN_AGE`
-    for a sweep that deletes, unless ``enforce`` is off (``name`` and ``override`` are the
-    caller's spelling of the age and of the flag, for the message)."""
+    for a sweep that deletes, unless ``enforce`` is off (``name``: the caller's spelling
+    of the age, for the message)."""
     if not isinstance(min_age, dt.timedelta) or min_age < dt.timedelta(0):
         raise InvalidArgumentError(f"{name} must be a non-negative timedelta, got {min_age!r}")
     if enforce and not dry_run and min_age < MIN_SAFE_ORPHAN_AGE:
@@ -132,7 +107,7 @@ def check_min_age(
             "job's tasks, a transaction's stage call) are referenced by no version yet and "
             "would be deleted, and such a write then fails or publishes rows whose files "
             f"are gone. Use an age of at least {MIN_SAFE_ORPHAN_AGE} (a dry run accepts any), "
-            f"or pass {override} if no write can be running while the sweep does"
+            "or pass enforce_min_age=False if no write can be running while the sweep does"
         )
 
 
@@ -143,9 +118,7 @@ def sweep_orphans(
     dry_run: bool = False,
     enforce_min_age: bool = True,
 ) -> SweepReport:
-    """Remove orphaned files and unread leaf tables (see the module docstring); a
-    ``min_age`` below :data:`MIN_SAFE_ORPHAN_AGE` needs ``enforce_min_age=False`` unless
-    ``dry_run``."""
+    """Remove orphaned files and unread leaf tables (see the module docstring)."""
     check_min_age(min_age, enforce=enforce_min_age, dry_run=dry_run)
     storage = ctx.storage
     state = ctx.load_state()
@@ -197,9 +170,9 @@ def _sweep_directory(
     part = SweepReport(dry_run=dry_run, leaf_directories=1)
     unnamed = not any(e.path in protected for e in entries)
     if unread and unnamed and all(e.mtime < cutoff for e in entries):
-        _remove_table(storage, directory, entries, part, dry_run)
+        _remove_table(storage, directory, entries, part)
     else:
-        _sweep_leaf(storage, directory, entries, protected, cutoff, part, dry_run)
+        _sweep_leaf(storage, directory, entries, protected, cutoff, part)
     return part
 
 
@@ -210,7 +183,6 @@ def _sweep_leaf(
     protected: set[str],
     cutoff: float,
     report: SweepReport,
-    dry_run: bool,
 ) -> None:
     """Remove the data and deletion files of one leaf no version of it references."""
     candidates = [
@@ -230,26 +202,18 @@ def _sweep_leaf(
         elif entry.mtime >= cutoff:
             report.kept_young += 1
         else:
-            report._remove(entry)
-            if not dry_run:
-                storage.delete(entry.path)
+            report._remove(storage, entry)
 
 
 def _remove_table(
-    storage: Storage,
-    directory: str,
-    entries: list[FileEntry],
-    report: SweepReport,
-    dry_run: bool,
+    storage: Storage, directory: str, entries: list[FileEntry], report: SweepReport
 ) -> None:
     """Remove a whole leaf directory, its version files first."""
     report.leaf_tables_removed += 1
     versions_first = sorted(entries, key=lambda e: not e.path.startswith(f"{directory}/_versions/"))
     for entry in versions_first:
-        report._remove(entry)
-        if not dry_run:
-            storage.delete(entry.path)
-    if not dry_run:
+        report._remove(storage, entry)
+    if not report.dry_run:
         _remove_empty_directories(storage, directory)
     log.info("orphan sweep: leaf table %s is read by no retained __manifest version", directory)
 
@@ -314,11 +278,16 @@ def _named_by_live_transactions(ctx: TransactionContext, state: NamespaceState) 
     return out
 
 
+def live_stages(store: TransactionStore, state: NamespaceState) -> tuple[set[str], set[str]]:
+    """The object ids and leaf directories of :func:`live_staged_partitions`."""
+    parts = live_staged_partitions(store, state)
+    return {p.object_id for p in parts}, {p.directory for p in parts}
+
+
 def live_staged_partitions(store: TransactionStore, state: NamespaceState) -> list[StagedPartition]:
     """Every partition a live (staged or committing) transaction has staged files for, as
     its stage records and its plan name them (read from storage now: a transaction with
-    no row yet is live through its header alone). What the orphan sweep keeps, and the
-    leaves ``maintain`` leaves uncleaned."""
+    no row yet is live through its header alone)."""
     rows = {r.txn_id: r for r in all_records(state)}
     out: list[StagedPartition] = []
     for header in store.headers():

@@ -1,36 +1,28 @@
 """Unpublished leaf versions: what killed or interrupted writers leave above the published
 ``read_version`` of a partition, rolled back and removed.
 
-A direct write commits each leaf as it stages it, before its one ``__manifest`` swap; a
-transaction commits its leaves between its seal and its publish. Killed or interrupted in
-between, it leaves leaf versions no reader reads (every read goes to the published
-``read_version``) whose data files take space. The next commit to the partition rolls them
-back, but a partition that is never written again (yesterday's, in a daily layout) keeps
-them for good. :func:`reclaim_unpublished` gives that space back, for each partition:
+The next commit to a partition rolls such versions back, but a partition never written
+again keeps them. :func:`reclaim_unpublished` gives that space back, for each partition:
 
-1. it is skipped if a transaction claims it (a committing transaction is about to
-   publish those versions), if a live transaction staged files for it (Lance's cleanup
-   would delete them: see :func:`~.maintenance.maintain`), if it is published as "read the
-   latest" (NULL ``read_version``: nothing above it is unpublished), or if its newest
-   version is younger than ``min_age`` (the orphan sweep's safety age: a direct write in
-   flight has committed its leaf versions and not yet swapped);
+1. it is skipped if a transaction claims it (it is about to publish those versions), if a
+   live transaction staged files for it (Lance's cleanup would delete them), if it is
+   published as "read the latest" (NULL ``read_version``), or if its newest version is
+   younger than ``min_age`` (a direct write in flight has committed it and not swapped);
 2. the published version R is restored on top (Lance's ``restore``: version N, holding
    exactly R's fragments, checked), as every commit's roll-back does;
 3. one compare-and-swap on ``__manifest`` sets the ``read_version``\\ s of all of them to
    their N, only where each row is still unclaimed and unchanged since it was read. This is
    the fence: a direct write that committed one of those versions and swaps later fails
-   (its rows changed) and commits its rows again on N, never reusing a version that is
-   about to go; a partition published or claimed meanwhile fails the swap and is left
-   alone (nothing of it removed). N reads exactly what R read, so no reader sees a change;
+   and commits its rows again on N, never reusing a version about to go; a partition
+   published or claimed meanwhile fails the swap and is left alone. N reads exactly what
+   R read, so no reader sees a change;
 4. the versions R+1 .. L (L: the newest one seen old enough) are removed with Lance's
-   cleanup, which deletes their data files that no remaining version references.
+   cleanup, which deletes their data files no remaining version references.
 
-What remains unsafe is what the age protects: a direct write whose leaf version is older
-than ``min_age`` and which, having lost its swap to the fence, commits its staged files
-again while step 4 deletes them. Its swap checks its files first and fails retryably if
-they are gone; a deletion between that check and its swap is the window the age closes
-(``MIN_SAFE_ORPHAN_AGE``, 6 hours, against a swap that follows its leaf commits within
-seconds).
+What ``min_age`` protects: a direct write older than it that, having lost its swap to the
+fence, commits its staged files again while step 4 deletes them. Its swap checks its files
+first and fails retryably if they are gone; the age closes the window between that check
+and its swap.
 """
 
 from __future__ import annotations
@@ -38,7 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from airflow_provider_lance.namespace.errors import CommitConflict, TableNotFoundError
@@ -50,16 +42,17 @@ from airflow_provider_lance.namespace.io.storage import FileEntry, Storage
 from airflow_provider_lance.namespace.txn.kernel import TransactionContext
 from airflow_provider_lance.namespace.write.leaf_commit import content_at
 
+from .sweep import live_stages
+
 log = logging.getLogger(__name__)
 
-#: Version files of a leaf table: ``_versions/<n>.manifest``, ``n`` the version, or (Lance's
-#: V2 naming, which leaves use) ``2**64 - 1 - version``, so that a listing sorts newest
-#: first (pinned by tests/namespace/admin/test_unpublished_versions.py::
-#: test_fact_version_file_names_give_the_version).
+#: Version files of a leaf table: ``_versions/<n>.manifest``, ``n`` the version or (Lance's
+#: V2 naming) ``2**64 - 1 - version`` (pylance fact: tests/namespace/admin/
+#: test_unpublished_versions.py::test_fact_version_file_names_give_the_version).
 _V2_NAMES = 1 << 63
 _U64_MAX = (1 << 64) - 1
-#: Fence swaps lost to concurrent publishes of other partitions before giving up (the
-#: leaves rolled back stay so until the next run: harmless, their content is R's).
+#: Fence swaps lost to concurrent publishes before giving up (the leaves rolled back keep
+#: R's content until the next run).
 FENCE_ATTEMPTS = 5
 #: Leaves listed in the report, at most.
 SAMPLE = 20
@@ -122,11 +115,8 @@ def newest_versions(entries: Iterable[FileEntry]) -> dict[str, tuple[int, float]
 def reclaim(ctx: TransactionContext, *, min_age: dt.timedelta, dry_run: bool) -> UnpublishedReport:
     """:func:`reclaim_unpublished` on the latest state, sparing what live transactions
     staged (their stage records and plans, read now)."""
-    from .sweep import live_staged_partitions  # (sweep imports nothing of this module)
-
     state = ctx.load_state()
-    parts = live_staged_partitions(ctx.store, state)
-    staged = {p.object_id for p in parts} | {p.directory for p in parts}
+    staged = set.union(*live_stages(ctx.store, state))
     return reclaim_unpublished(ctx, state, min_age=min_age, staged=staged, dry_run=dry_run)
 
 
@@ -137,17 +127,14 @@ def reclaim_unpublished(
     min_age: dt.timedelta,
     staged: set[str],
     dry_run: bool = False,
-    entries: Sequence[FileEntry] | None = None,
 ) -> UnpublishedReport:
     """Roll back and remove the unpublished leaf versions older than ``min_age`` of the
     partitions of ``state`` (the latest) that no transaction claims and that are not in
-    ``staged`` (object ids and leaf directories of live transactions' stages); see the
-    module docstring.
-    ``entries``: a listing of the root (default: listed now)."""
+    ``staged`` (object ids and leaf directories)."""
     storage = ctx.storage
     report = UnpublishedReport(dry_run=dry_run)
     cutoff = time.time() - min_age.total_seconds()
-    listed = newest_versions(storage.list_files() if entries is None else entries)
+    listed = newest_versions(storage.list_files())
     claimed = state.view.claimed_ids()
     candidates: list[_Candidate] = []
     for partition in state.partitions():
@@ -197,9 +184,9 @@ def reclaim_unpublished(
 
 
 def _restore(storage: Storage, candidate: _Candidate) -> int | None:
-    """Restore the published version on top of the leaf, as a commit's roll-back does
-    (``leaf_commit._roll_back``, without its warning per leaf); the version made, or None:
-    the leaf changed since it was listed, or a commit landed on the restore (left alone)."""
+    """Restore the published version on top of the leaf, as a commit's roll-back does; the
+    version made, or None: the leaf changed since it was listed, or a commit landed on the
+    restore (left alone)."""
     partition = candidate.partition
     published = partition.read_version
     assert published is not None
@@ -222,9 +209,9 @@ def _restore(storage: Storage, candidate: _Candidate) -> int | None:
 def _fence(
     ctx: TransactionContext, state: NamespaceState, restored: Mapping[str, int]
 ) -> list[str]:
-    """Publish each rolled-back leaf's restored version in one compare-and-swap, for the
-    partitions still unclaimed and published at the version read in ``state``; the object
-    ids it published (a lost race with another partition's publish reads again)."""
+    """Publish each rolled-back leaf's restored version in one compare-and-swap where the
+    partition is still unclaimed and published at the version read in ``state``; returns
+    the object ids it published."""
     expected = {p.object_id: p.read_version for p in state.partitions() if p.object_id in restored}
     left = dict(restored)
     for _ in range(FENCE_ATTEMPTS):

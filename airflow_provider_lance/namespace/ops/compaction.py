@@ -1,25 +1,16 @@
 """``optimize()``: compact leaves with many small fragments, published in one swap.
 
-Every daily append adds a fragment (a file) to its leaf; deletes and merges leave deletion
-files. Lance's compaction rewrites such fragments into few large ones. Here it is
-planned and executed on each leaf's *published* version (``Compaction.plan`` and
-``CompactionTask.execute``: the new files are written, nothing is committed), the result
-committed as that version's ``Rewrite`` through :func:`~.leaf_commit.commit_change`, and every
-compacted leaf's new ``read_version`` published in one ``__manifest`` swap, like any table
-operation (:mod:`~.runner`). Writers keep writing meanwhile: a leaf whose published
-version moved under the swap is compacted again on the new one, and one that keeps moving
-is left alone (reported ``kept_moving``); so is one a committing transaction holds
-(``claimed``). A compaction never changes what a leaf holds, only how it is stored.
+Each leaf's compaction is planned and executed on its *published* version (files written,
+nothing committed), committed as that version's ``Rewrite`` through
+:func:`~.leaf_commit.commit_change`, and every compacted leaf published in one ``__manifest``
+swap like any table operation (:mod:`~.runner`). A leaf that keeps moving under the swap
+(``kept_moving``), that a committing transaction holds (``claimed``) or that has indices
+(``indexed``) is left alone. A compaction never changes what a leaf holds.
 
-``Compaction.plan``/``CompactionTask.execute`` on a dataset at an older version write files
-without committing; ``LanceOperation.Rewrite(groups of RewriteResult.original_fragments ->
-new_fragments, [])`` commits them, onto a restored version too (a restore keeps fragment
-ids); a stale ``Rewrite`` over an ``Append`` is silently rebased (so the base+1 rule of
-``commit_change`` matters here as well). Pinned by tests/namespace/test_pylance_facts.py::
+pylance facts, in tests/namespace/test_pylance_facts.py:
 test_fact_compaction_planned_on_an_old_version_writes_files_without_committing,
-test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after and
-test_fact_stale_delete_and_rewrite_are_rebased_over_an_append. Leaves with indices are
-left alone (``indexed``): remapping an index is not done here.
+test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after,
+test_fact_stale_delete_and_rewrite_are_rebased_over_an_append.
 """
 
 from __future__ import annotations
@@ -103,9 +94,8 @@ class Optimize(TableOperation):
 
 
 def _group(rewrite: RewriteResult) -> LanceOperation.RewriteGroup:
-    """One task's rewritten fragments. (pylance 14.0.2's stub names the old fragments
-    ``old_fragments``; the object has ``original_fragments``: pinned by
-    tests/namespace/test_pylance_facts.py::
-    test_fact_rewrite_result_names_the_old_fragments_original_fragments.)"""
+    """One task's rewritten fragments (the stub's ``old_fragments`` is
+    ``original_fragments``: pylance fact, tests/namespace/test_pylance_facts.py::
+    test_fact_rewrite_result_names_the_old_fragments_original_fragments)."""
     old = rewrite.original_fragments  # type: ignore[attr-defined]
     return LanceOperation.RewriteGroup(old, rewrite.new_fragments)

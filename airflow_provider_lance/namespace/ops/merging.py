@@ -1,24 +1,20 @@
 """``merge(data, on=[...])``: upsert rows by key across partitions, in one swap.
 
 Every source row is routed by the current partition spec, as a write routes it. The key
-must name every source column of the current spec's partition fields: then a row and the
-stored row with its key live in the same partition, and a Lance ``merge_insert`` per leaf
-(uncommitted: ``execute_uncommitted``, committed through :func:`~.leaf_commit.commit_change`
-on the published version) updates the matches and inserts the rest. Partition values not
-seen before become new partitions, staged and created as a write creates them.
+must name every source column of the current spec's partition fields, so a row and the
+stored row with its key live in the same partition: an uncommitted Lance ``merge_insert``
+per leaf, on its published version, updates the matches and inserts the rest. New
+partition values become new partitions.
 
-Partitions of older spec versions may hold keys too. Where the key names that version's
-partition sources, a row is routed to its one partition there as well; otherwise every
-partition of that version is a candidate. Their keys are read (at the published version)
-and the source rows found there update those partitions (update only, where they live)
-and are not inserted under the current spec.
+Partitions of older spec versions may hold keys too: where the key names that version's
+partition sources a row is routed to its one partition there, else every partition of
+that version is a candidate. Source rows whose key such a partition holds (at its
+published version) update it where they live and are not inserted under the current spec.
 
-With ``when_not_matched_by_source_delete`` the namespace is made to hold exactly the
-source's keys: rows of touched partitions that no source row matches are deleted, and
-partitions the source does not touch at all are dropped (every row of theirs is
-unmatched). A leaf that predates a column the namespace has now is rewritten whole
-(its rows conformed, merged here) rather than merged by Lance: its files cannot hold
-the new column.
+With ``when_not_matched_by_source_delete`` the namespace ends holding exactly the
+source's keys: unmatched rows of touched partitions are deleted, untouched partitions
+dropped. A leaf that lacks a namespace column is merged here and rewritten whole (its
+files cannot hold the new column).
 """
 
 from __future__ import annotations
@@ -41,10 +37,10 @@ from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.results import PartitionOutcome
 from airflow_provider_lance.namespace.types import ArrowData
 from airflow_provider_lance.namespace.write.inputs import as_tables
-from airflow_provider_lance.namespace.write.leaf_commit import content_after, stage_fragments
+from airflow_provider_lance.namespace.write.leaf_commit import content_after
 from airflow_provider_lance.namespace.write.splitting import split
 
-from .runner import ComputedChange, NewLeaf, Selection, TableOperation
+from .runner import ComputedChange, NewLeaf, Selection, TableOperation, leaf_rows
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +63,7 @@ class _Source:
     """The source rows one partition merges, and how."""
 
     rows: pa.Table
-    #: Only update (a partition of an older spec version: rows are inserted under the
-    #: current one).
+    #: Only update (a partition of an older spec version).
     update_only: bool
     digest: str
 
@@ -155,10 +150,9 @@ class MergeRows(TableOperation):
         for chunk, oid in zip(chunks, ids, strict=True):
             if oid in existing:
                 selection.targets[oid] = existing[oid]
-                self._sources[oid] = _make_source(chunk.data, update_only=False)
             else:
                 selection.creates[oid] = chunk.values
-                self._sources[oid] = _make_source(chunk.data, update_only=False)
+            self._sources[oid] = _make_source(chunk.data, update_only=False)
         if self.delete_unmatched:
             for p in state.partitions():
                 if p.object_id not in selection.targets:
@@ -168,8 +162,8 @@ class MergeRows(TableOperation):
     def _select_older(
         self, state: NamespaceState, source: pa.Table, selection: Selection
     ) -> set[int]:
-        """Partitions of older spec versions holding keys of the source: they become
-        update-only targets with the rows they hold; returns those source row numbers."""
+        """Partitions of older spec versions holding source keys become update-only
+        targets of those rows; returns the source row numbers they take."""
         matched: set[int] = set()
         older = [v for v in state.specs if v != state.spec_version]
         if not older or source.num_rows == 0:
@@ -188,15 +182,9 @@ class MergeRows(TableOperation):
                         candidates[oid] = (by_id[oid], chunk.data)
             else:  # any of them may hold any key
                 candidates.update((p.object_id, (p, source)) for p in in_version)
-
-        def found(item: tuple[Partition, pa.Table]) -> pa.Table:
-            partition, rows = item
-            return self._matched_rows(state, partition, rows)
-
         items = list(candidates.items())
-        for (oid, (partition, _)), rows in zip(
-            items, self.storage.map(found, [c for _, c in items]), strict=True
-        ):
+        found = self.storage.map(lambda c: self._matched_rows(state, *c), [c for _, c in items])
+        for (oid, (partition, _)), rows in zip(items, found, strict=True):
             if rows.num_rows:
                 _check_stays(state, partition, rows)
                 selection.targets[oid] = partition
@@ -213,10 +201,7 @@ class MergeRows(TableOperation):
         if any(plan.sources[k] is None for k in self.on):
             return rows.slice(0, 0)  # the leaf lacks a key column: every key is NULL there
         stored = plan.apply(leaf.to_table(columns=plan.leaf_columns))
-        stored = stored.group_by(self.on).aggregate([])
-        joined = rows.select([*self.on, _INDEX]).join(stored, keys=self.on, join_type="inner")
-        wanted = pc.is_in(rows.column(_INDEX), joined.column(_INDEX))
-        return rows.filter(wanted)
+        return rows.filter(_key_mask(rows, stored, self.on))
 
     # -- changes ------------------------------------------------------------------------------
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
@@ -244,11 +229,7 @@ class MergeRows(TableOperation):
         return ComputedChange(partition, base, changed, change, inputs=source.digest, leaf=kept)
 
     def _merge_insert(
-        self,
-        state: NamespaceState,
-        leaf: lance.LanceDataset,
-        rows: pa.Table,
-        update_only: bool,
+        self, state: NamespaceState, leaf: lance.LanceDataset, rows: pa.Table, update_only: bool
     ) -> tuple[LanceOperation.BaseOperation, dict[str, int]]:
         """Lance's merge_insert on the leaf, uncommitted."""
         plan = state.schema.read_plan(leaf.schema, self.on)
@@ -272,10 +253,9 @@ class MergeRows(TableOperation):
         rows: pa.Table,
         update_only: bool,
     ) -> tuple[LanceOperation.BaseOperation, dict[str, int]]:
-        """A leaf that lacks namespace columns, merged here and rewritten whole (as a
-        write to it rewrites it) with the namespace's leaf schema."""
-        plan = state.schema.read_plan(leaf.schema)
-        stored = plan.apply(leaf.to_table(columns=plan.leaf_columns))
+        """A leaf that lacks namespace columns, merged here and rewritten whole in the
+        namespace's leaf schema (as a write to it rewrites it)."""
+        stored = leaf_rows(state, leaf)
         in_source = _key_mask(stored, rows, self.on)
         in_stored = _key_mask(rows, stored, self.on)
         updated = int(pc.sum(in_source).as_py() or 0)
@@ -286,13 +266,7 @@ class MergeRows(TableOperation):
         incoming = rows if not update_only else rows.filter(in_stored)
         inserted = incoming.num_rows - int(pc.sum(in_stored).as_py() or 0)
         merged = pa.concat_tables([kept, incoming.select(kept.column_names)])
-        schema = state.schema.leaf_schema()
-        fragments = stage_fragments(
-            self.storage,
-            partition.location,
-            state.schema.to_leaf(merged, schema),
-            overwrite=True,
-        )
+        schema, fragments = self.stage_rows(state, partition.location, merged)
         stats = {
             "num_updated_rows": updated,
             "num_inserted_rows": inserted,
@@ -314,8 +288,8 @@ def _source_names(state: NamespaceState, version: int) -> list[str]:
 
 
 def _make_source(rows: pa.Table, *, update_only: bool) -> _Source:
-    """Source rows and a digest of them (which rows, how): an attempt reuses a change
-    computed by an earlier one only for the same input."""
+    """Source rows and a digest of which rows and how (the input of
+    :meth:`~.runner.TableOperation.inputs`)."""
     ordinals = rows.column(_INDEX).to_numpy()
     digest = hashlib.blake2b(ordinals.tobytes(), digest_size=12)
     digest.update(b"u" if update_only else b"i")
@@ -331,10 +305,9 @@ def _key_mask(table: pa.Table, other: pa.Table, on: list[str]) -> pa.ChunkedArra
 
 
 def _check_stays(state: NamespaceState, partition: Partition, rows: pa.Table) -> None:
-    """Rows matched in a partition of an older spec version are updated where they are,
-    so their values must still name that partition: a row whose partition columns change
-    would sit where its values do not say (a filtered read would miss it, a delete of the
-    old values would drop it). Such a merge is refused, before anything is written."""
+    """Refuse (before anything is written) to update rows of an older spec's partition
+    into partition values other than its own: they would sit where their values do not
+    say."""
     expected = tuple(partition.values.values())
     moved = [
         chunk.values

@@ -1,25 +1,21 @@
-"""Table operations (drop_partitions, delete, merge, optimize): each ONE ``__manifest`` swap.
+"""Table operations (drop_partitions, delete, merge, optimize, relocate): each ONE
+``__manifest`` swap, as a strategy of :func:`~.publish.publish_once`. One attempt:
 
-They publish as a write without a txn id does (:mod:`.direct`), the changes being
-computed here instead of staged by a writer:
-
-1. read manifest version S; the operation *selects* what it touches (prune, route: cheap);
-2. read the rows of those partitions at S: one held by a live committing transaction is
-   waited for, up to ``claim_timeout``, then :class:`CommitConflict` names the holder (a
-   claim whose holder can no longer publish is cleared by the swap);
+1. read manifest version S; the operation *selects* what it touches (prune, route);
+2. a touched partition held by a live committing transaction is waited for, up to
+   ``claim_timeout``, then :class:`CommitConflict` names the holder (a claim whose holder
+   can no longer publish is cleared by the swap);
 3. *compute*, per partition and in parallel, the Lance change against its published
-   ``read_version`` R: deletion files, a merge's uncommitted ``Update``, a compaction's
-   ``Rewrite``; or, for a partition the operation creates, its staged data files. A change
-   computed by an earlier attempt against the same R, under the same schema and partition
-   spec, is reused;
-4. commit each change as leaf version R+1 exactly (:func:`~.leaf_commit.commit_change`: versions
-   above R rolled back, a rebased commit made again, tagged with the operation's owner);
+   ``read_version`` R (deletion files, a merge's uncommitted ``Update``, a compaction's
+   ``Rewrite``), or stage the files of a partition it creates. A change computed by an
+   earlier attempt against the same R, schema, spec and input is reused;
+4. commit each change as leaf version R+1 exactly (versions above R rolled back, a
+   rebased commit made again, tagged with the operation's owner);
 5. ONE compare-and-swap against S sets the new ``read_version``\\ s, inserts the rows of
-   created partitions, deletes the rows of dropped ones and, with a ``txn_id``, writes
-   the operation's transaction row PUBLISHED. That swap is the operation's linearisation
-   point. It fails if any of those rows changed, was inserted or was claimed since S; the
-   operation then starts again at 1 from the newer version, recomputing only partitions
-   whose ``read_version`` moved.
+   created partitions, deletes those of dropped ones and, with a ``txn_id``, moves the
+   transaction row to PUBLISHED: the operation's linearisation point. It fails if any of
+   those rows changed, was inserted or was claimed since S; the operation then starts
+   again at 1, recomputing only partitions whose ``read_version`` moved.
 
 Why nothing is lost: a change is computed against the published version R, committed only
 as exactly R+1 and published only if the row still says R at the swap. A concurrent writer
@@ -32,12 +28,11 @@ what an attempt read is gone (``maintain`` removed R after a writer published ov
 S itself), the attempt lost a race like any other, and the next one starts from the newer
 version.
 
-Crashes: before the swap nothing is visible; the leaf versions and files it left are
-rolled back by the next commit of each leaf and reclaimed by ``maintain`` (old versions)
-and the orphan sweep (files). After the swap all of it is visible. With a ``txn_id`` the
-swap also records the transaction row (its outcome document named in the row), so a retry
-after a crash before the swap redoes the operation from the state of then, and one after
-it returns the first result and changes nothing. Without one nothing is recorded.
+Crashes: before the swap nothing is visible; what it left is rolled back by the next
+commit of each leaf and reclaimed by ``maintain(sweep_orphans=True)``. After the swap all
+of it is visible. With a ``txn_id`` the swap also records the transaction row (naming its
+outcome, saved before), so a retry after a crash before the swap redoes the operation
+from the state of then, and one after it returns the first result and changes nothing.
 """
 
 from __future__ import annotations
@@ -64,11 +59,7 @@ from airflow_provider_lance.namespace.errors import (
     VersionCleanedUp,
 )
 from airflow_provider_lance.namespace.failpoints import failpoint
-from airflow_provider_lance.namespace.format.manifest import (
-    CLAIM,
-    OBJECT_ID,
-    READ_VERSION,
-)
+from airflow_provider_lance.namespace.format.manifest import CLAIM, OBJECT_ID, READ_VERSION
 from airflow_provider_lance.namespace.format.naming import leaf_directory
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.format.swap import Swap
@@ -79,11 +70,7 @@ from airflow_provider_lance.namespace.format.txn_row import (
     incarnation_tag,
 )
 from airflow_provider_lance.namespace.io.storage import Storage
-from airflow_provider_lance.namespace.results import (
-    OperationResult,
-    PartitionOutcome,
-    SkipReason,
-)
+from airflow_provider_lance.namespace.results import OperationResult, PartitionOutcome, SkipReason
 from airflow_provider_lance.namespace.retry import Budget, Outcome, Retry, backoff, retry_until
 from airflow_provider_lance.namespace.txn.abort import abort_abandoned
 from airflow_provider_lance.namespace.txn.kernel import (
@@ -116,8 +103,7 @@ from airflow_provider_lance.namespace.write.leaf_commit import (
 
 log = logging.getLogger(__name__)
 
-#: Swaps lost to concurrent publishes before an operation gives up (each retry recomputes
-#: only the partitions whose read_version moved).
+#: Swaps lost to concurrent publishes before an operation gives up.
 OPERATION_ATTEMPTS = 8
 
 
@@ -132,13 +118,11 @@ class ComputedChange:
     change: PartitionOutcome
     #: The leaf version its commit made (set once committed).
     committed: int | None = None
-    #: Identifies the operation's input for this partition (see
-    #: :meth:`TableOperation.inputs`): a change is reused only for the same input.
+    #: The operation's input for this partition (see :meth:`TableOperation.inputs`).
     inputs: str = ""
     #: Why the operation leaves this partition alone (reported in the result).
     skip: str | None = None
-    #: The leaf opened at ``base`` to compute the change, if kept: its commit reuses it
-    #: (see :func:`~.leaf_commit.commit_change`), then lets it go.
+    #: The leaf opened at ``base`` to compute the change, reused by its commit.
     leaf: lance.LanceDataset | None = field(default=None, repr=False, compare=False)
 
 
@@ -154,9 +138,7 @@ class NewLeaf:
     rows: int
     leaf_schema: pa.Schema
     spec_version: int
-    #: Identifies the rows staged (see :meth:`TableOperation.inputs`).
     inputs: str = ""
-    #: The leaf version its commit made (set once committed).
     committed: int | None = None
 
 
@@ -184,40 +166,45 @@ class TableOperation(ABC):
 
     #: The operation's name (results, transaction records, logs, failpoints).
     kind: ClassVar[str]
-    #: Leave partitions a committing transaction holds alone (reported as skipped)
-    #: instead of waiting for them, and partitions whose published version keeps moving
-    #: under the operation's swaps.
+    #: Skip (not wait for) partitions a transaction holds or whose version keeps moving.
     skips_busy: ClassVar[bool] = False
-    #: Inserts a key only where no partition holds it (a merge): ordered against
-    #: partition spec changes by an intent row (see :mod:`.spec_fence`).
+    #: Inserts a key only where no partition holds it (a merge): ordered against spec
+    #: changes by an intent row (see :mod:`.spec_fence`).
     reads_keys: ClassVar[bool] = False
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
 
     def validate(self, state: NamespaceState) -> None:
-        """Raise a project error for bad input before anything is written (default: the
-        selection raises it)."""
+        """Raise a project error for bad input before anything is written."""
         self.select(state)
 
     @abstractmethod
     def select(self, state: NamespaceState) -> Selection:
-        """The partitions touched as of ``state`` (cheap: no leaf is opened)."""
+        """The partitions touched as of ``state``."""
 
     @abstractmethod
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         """The change to ``partition``'s leaf computed on version ``base`` (its published
-        one). Runs in parallel with the other partitions' (a storage worker thread)."""
+        one), on a storage worker thread."""
 
     def inputs(self, object_id: str) -> str:
-        """What the change to ``object_id`` is computed from, beyond its published
-        version (as of the last :meth:`select`): a change an earlier attempt computed is
-        reused only if both are the same."""
+        """What the change to ``object_id`` is computed from besides its published version
+        (as of the last :meth:`select`): an earlier change is reused only for the same."""
         return ""
 
     def create(self, state: NamespaceState, object_id: str, values: tuple[Any, ...]) -> NewLeaf:
         """Stage the data files of a partition the operation creates."""
         raise NotImplementedError(f"{self.kind} creates no partitions")
+
+    def stage_rows(
+        self, state: NamespaceState, uri: str, rows: pa.Table
+    ) -> tuple[pa.Schema, list[FragmentMetadata]]:
+        """``rows`` (namespace schema) staged at ``uri`` as the files of a whole leaf
+        version in the namespace's leaf schema: that schema and the files."""
+        schema = state.schema.leaf_schema()
+        rows = state.schema.to_leaf(rows, schema)
+        return schema, stage_fragments(self.storage, uri, rows, overwrite=True)
 
     def stage_new_leaf(
         self,
@@ -227,16 +214,10 @@ class TableOperation(ABC):
         rows: pa.Table,
         inputs: str,
     ) -> NewLeaf:
-        """``rows`` (namespace schema) staged as the files of a new partition's leaf
-        under the current spec (for :meth:`create`)."""
-        schema = state.schema.leaf_schema()
+        """``rows`` staged as a new partition's leaf under the current spec (for
+        :meth:`create`)."""
         directory = leaf_directory(object_id)
-        fragments = stage_fragments(
-            self.storage,
-            self.storage.uri(directory),
-            state.schema.to_leaf(rows, schema),
-            overwrite=True,
-        )
+        schema, fragments = self.stage_rows(state, self.storage.uri(directory), rows)
         names = [f.name for f in state.current_spec]
         return NewLeaf(
             object_id,
@@ -252,14 +233,22 @@ class TableOperation(ABC):
     def dropped(self, partition: Partition) -> PartitionOutcome:
         """What dropping ``partition`` removes: its rows at its published version."""
         leaf = self.storage.table(partition.location, partition.read_version)
-        rows = int(leaf.count_rows())
         return PartitionOutcome(
             partition.object_id,
             partition.values,
             None,
-            rows_removed=rows,
+            rows_removed=int(leaf.count_rows()),
             fragments_before=len(leaf.get_fragments()),
         )
+
+
+def leaf_rows(
+    state: NamespaceState, leaf: lance.LanceDataset, columns: list[str] | None = None
+) -> pa.Table:
+    """The rows of ``leaf`` (opened at the version wanted) in the namespace schema,
+    projected on ``columns`` (all for None)."""
+    plan = state.schema.read_plan(leaf.schema, columns)
+    return plan.apply(leaf.to_table(columns=plan.leaf_columns))
 
 
 @dataclass
@@ -268,14 +257,14 @@ class _Attempt:
 
     works: dict[str, ComputedChange] = field(default_factory=dict)
     created: dict[str, NewLeaf] = field(default_factory=dict)
-    #: The namespace schema and spec version it was computed under (see :func:`_shape`).
+    #: The namespace schema and spec version it was computed under.
     shape: tuple[str, int] | None = None
 
 
 @dataclass
 class _Computed:
-    """An attempt's changes, computed and ordered, ready for their leaf commits; the
-    result is built once they are committed (:meth:`OperationRunner.swap`)."""
+    """An attempt's changes, ready for their leaf commits; ``result`` is set by
+    :meth:`OperationRunner.swap`."""
 
     selection: Selection
     attempt: _Attempt
@@ -288,8 +277,7 @@ class _Computed:
         return bool(self.changed or self.selection.drops or self.attempt.created)
 
 
-#: Errors of an attempt that are a lost race when the namespace moved on under it (what it
-#: read was published over, then removed by ``maintain``), and errors otherwise.
+#: Errors of an attempt that are a lost race if the namespace moved on under it.
 _STALE_ERRORS = (
     StorageError,
     TableNotFoundError,
@@ -302,8 +290,7 @@ _STALE_ERRORS = (
 
 def _shape(state: NamespaceState) -> tuple[str, int]:
     """What a computed change depends on besides its partition's published version: the
-    namespace schema (a filter or merge source names columns; a drop and re-add of a
-    column gives its name another field id) and the partition spec (merge routing)."""
+    namespace schema (columns and their field ids) and the partition spec (routing)."""
     return state.schema.to_json(), state.spec_version
 
 
@@ -320,19 +307,22 @@ class OperationRunner:
     ) -> None:
         self.ctx = ctx
         self.op = operation
+        #: The PublishStrategy's failpoint prefix and leaf-version tag.
+        self.name: str = operation.kind
+        self.kind: str | None = operation.kind
         self.txn_id = None if txn_id is None else check_txn_id(txn_id)
         timeout = CommitOptions.for_claim_timeout(claim_timeout).claim_timeout
         self.incarnation = 1
         self.owner = incarnation_tag(self.txn_id or uuid.uuid4().hex, 1)
         self.token = uuid.uuid4().hex[:16]
         self._previous = _Attempt()
-        #: The attempt that got as far as its leaf commits and has not published (yet).
+        #: The attempt that got as far as its leaf commits and has not published.
         self._last: Prepared[_Computed] | None = None
         #: Partition -> how often its published version moved under an attempt's swap.
         self._moves: dict[str, int] = {}
-        #: The state the next attempt starts from (see :meth:`run` and :meth:`_attempt`).
+        #: The state the next attempt starts from.
         self._entry: NamespaceState | None = None
-        #: The id of this run's intent row while it has one (see :mod:`.spec_fence`).
+        #: This run's intent row while it has one (see :mod:`.spec_fence`).
         self._intent: str | None = None
         self._claims = ClaimWait(
             ctx,
@@ -345,17 +335,13 @@ class OperationRunner:
 
     # -- entry -----------------------------------------------------------------------------
     def run(self, state: NamespaceState | None = None) -> OperationResult:
-        """``state``: the latest namespace as the caller just read it (None: read here).
-        It is what the input is checked against and what the first attempt starts from:
-        one read of the latest version per operation (on an object store, each is a
-        listing), where the attempt's swap finds out whether it is still the latest."""
+        """``state``: the latest namespace as the caller just read it (None: read here),
+        what the input is checked against and the first attempt starts from."""
         state = self.ctx.load_state() if state is None else state
         self.op.validate(state)  # bad input changes nothing, records none
         self._entry = state
-        if self.txn_id is not None:
-            done = self._begin(state)
-            if done is not None:
-                return done
+        if self.txn_id is not None and (done := self._begin(state)) is not None:
+            return done
         try:
             return self._run()
         finally:
@@ -372,8 +358,7 @@ class OperationRunner:
                 attempts=OPERATION_ATTEMPTS,
             ),
             Outcome.CLAIMED: Budget(self._claims.timed_out, seconds=self._claims.timeout),
-            # Fenced or registered: compute on the newer version. The first is this run
-            # registering itself (no wait), then spec changes are racing it: let them pass.
+            # The first is this run registering its intent (no wait); then spec changes race it.
             Outcome.ORDERED: Budget(
                 lambda: CommitConflict(
                     f"{kind}: could not order itself against concurrent partition spec "
@@ -383,7 +368,6 @@ class OperationRunner:
                 free=1,
             ),
         }
-        # backoff(1) first, as the waits after a lost race or a claim always were
         outcome = retry_until(self._attempt, budgets, sleep=lambda n: backoff(n + 1))
         log.info(
             "%s published %d partition change(s) (manifest v%s)",
@@ -394,23 +378,19 @@ class OperationRunner:
         return outcome
 
     def _attempt(self, attempt: int) -> OperationResult | Outcome:
-        """One attempt: with a ``txn_id``, the first result if a concurrent run of it
-        published meanwhile; else one publish attempt on the latest state."""
+        """The first result if a concurrent run of this ``txn_id`` published meanwhile,
+        else one publish attempt on the latest state."""
         state, self._entry = self._entry or self.ctx.load_state(), None
-        if self.txn_id is not None and attempt:
-            done = self._published(state)
-            if done is not None:
-                return done
+        if self.txn_id is not None and attempt and (done := self._published(state)) is not None:
+            return done
         self._entry = state
         return publish_once(self.ctx, self, attempt)
 
     # -- ordering against spec changes (see spec_fence) --------------------------------------
     def _ordered(self, state: NamespaceState) -> bool:
-        """Whether a change computed on ``state`` may be committed and published: its
-        spec fenced and this run's intent in it. Otherwise fences or registers (one
-        commit) and returns False: the attempt starts again on the newer version, reusing
-        what it computed. (Done after computing, so bad input found there writes
-        nothing.)"""
+        """Whether a change computed on ``state`` may be published: its spec fenced and
+        this run's intent in it. Otherwise fences or registers (one commit) and returns
+        False: the attempt starts again on the newer version."""
         if needs_fence(state):
             fence_spec(self.ctx.manifest, state, state.spec_version)
             return False
@@ -421,8 +401,8 @@ class OperationRunner:
         return False
 
     def _withdraw_intent(self) -> None:
-        """Delete this run's intent row if its swap did not (nothing published, or an
-        error): best effort, ``maintain`` removes what is left."""
+        """Delete this run's intent row if its swap did not (best effort: ``maintain``
+        removes what is left)."""
         if self._intent is None:
             return
         intent, self._intent = self._intent, None
@@ -433,9 +413,8 @@ class OperationRunner:
 
     # -- transaction record (txn_id) -----------------------------------------------------
     def _begin(self, state: NamespaceState) -> OperationResult | None:
-        """The first result if this ``txn_id`` already published as of ``state``, else None
-        after writing the header of the incarnation to run (a crashed earlier attempt's is
-        reused)."""
+        """The first result if this ``txn_id`` published as of ``state``, else None after
+        writing the header of the incarnation to run (a crashed attempt's is reused)."""
         assert self.txn_id is not None
         record = resolve(self.ctx, state, self.txn_id)
         incarnation = 1
@@ -477,7 +456,7 @@ class OperationRunner:
 
     def _outcome(self, state: NamespaceState, record: TxnRecord) -> OperationResult:
         """The recorded result of a published operation (its manifest version found again
-        when a crash came between the swap and the completion of the record)."""
+        after a crash between the swap and the record's completion)."""
         assert self.txn_id is not None
         doc = None
         if record.outcome is not None:
@@ -503,19 +482,10 @@ class OperationRunner:
         self.ctx.store.save_result(self.txn_id, incarnation, result.to_dict(), token=token)
 
     # -- one attempt: the PublishStrategy of txn/publish.py ---------------------------------
-    @property
-    def name(self) -> str:
-        return self.op.kind
-
-    @property
-    def kind(self) -> str | None:
-        return self.op.kind
-
     def prepare(self, attempt: int) -> Prepared[_Computed]:
-        """Select, check claims, compute, order against spec changes: everything before
-        the leaf commits; raises :class:`~..retry.Retry` CLAIMED (wait for a holder),
-        LOST (what it read was cleaned up) or ORDERED (a merge fenced its spec or
-        registered its intent: go again)."""
+        """Select, check claims, compute, order against spec changes; raises
+        :class:`~..retry.Retry` CLAIMED (wait for a holder), LOST (what it read was cleaned
+        up) or ORDERED (a merge fenced its spec or registered its intent: go again)."""
         state, self._entry = self._entry or self.ctx.load_state(), None
         last, self._last = self._last, None
         if last is not None:  # it lost its race: reuse what it computed where it applies
@@ -555,16 +525,13 @@ class OperationRunner:
 
     def swap(self, prepared: Prepared[_Computed]) -> Swap:
         """The rows of the changed, created and dropped partitions, this run's intent
-        dropped, and with a ``txn_id`` its row PUBLISHED naming the outcome, which is
-        saved first (durable before the swap that names it)."""
+        dropped, and with a ``txn_id`` its row PUBLISHED naming the outcome (saved first)."""
         computed = prepared.detail
-        self._forget_opened(computed)
         changed, created = computed.changed, computed.attempt.created
+        for w in changed.values():  # a later attempt reusing a change opens its leaf anew
+            w.leaf = None
         for oid, version in prepared.versions.items():
-            if oid in changed:
-                changed[oid].committed = version
-            else:
-                created[oid].committed = version
+            (changed[oid] if oid in changed else created[oid]).committed = version
         changes = self._changes(computed.selection, changed, created)
         result = operation_result(self.op.kind, changes, self.txn_id, computed.selection.skipped)
         computed.result = result
@@ -572,7 +539,7 @@ class OperationRunner:
             return Swap(prepared.state.view)  # nothing to publish
         rows = self._rows(prepared.state, computed.current, changed, created)
         moves = []
-        if self.txn_id is not None:  # named by the row the swap writes: durable before it
+        if self.txn_id is not None:
             self._save(self.incarnation, self.token, result)
             record = TxnRecord(
                 self.txn_id,
@@ -612,14 +579,10 @@ class OperationRunner:
                 self._moves[oid] = self._moves.get(oid, 0) + 1
 
     def _check_claims(
-        self,
-        state: NamespaceState,
-        selection: Selection,
-        current: dict[str, dict[str, Any]],
+        self, state: NamespaceState, selection: Selection, current: dict[str, dict[str, Any]]
     ) -> None:
-        """Wait (CLAIMED) while a live committing transaction holds a touched partition;
-        an operation that skips busy partitions drops them from ``selection`` instead.
-        Dead claims are cleared by the swap."""
+        """Wait (CLAIMED) while a live committing transaction holds a touched partition,
+        or drop it from ``selection`` if the operation skips busy partitions."""
         live, holders = self._claims.live(state, current)
         if not live:
             return
@@ -631,33 +594,24 @@ class OperationRunner:
         raise self._claims.wait(state, live, holders)
 
     def _compute(self, state: NamespaceState, selection: Selection) -> _Attempt:
-        """Every touched partition's change, in parallel: the previous attempt's where the
-        published version is the same, the previous staging of a new partition kept."""
+        """Every touched partition's change, in parallel: the previous attempt's where its
+        base, input, schema and spec are the same."""
         shape = _shape(state)
-        # Computed under another schema or spec, a change is of another operation: a
-        # filter's column may now be another field, and serially the operation is either
-        # before the schema change or after it, for every partition alike.
         previous = self._previous if self._previous.shape == shape else _Attempt()
 
         def work(oid: str) -> ComputedChange:
             partition = selection.targets[oid]
             base = self._base(partition)
             earlier = previous.works.get(oid)
-            if (
-                earlier is not None
-                and earlier.base == base
-                and earlier.inputs == self.op.inputs(oid)
-            ):
+            same = (base, self.op.inputs(oid))
+            if earlier is not None and (earlier.base, earlier.inputs) == same:
                 return replace(earlier, partition=partition, committed=None)
             return self.op.compute(state, partition, base)
 
         def create(oid: str) -> NewLeaf:
             earlier = previous.created.get(oid)
-            if (
-                earlier is not None
-                and earlier.spec_version == selection.spec_version
-                and earlier.inputs == self.op.inputs(oid)
-            ):
+            same = (selection.spec_version, self.op.inputs(oid))
+            if earlier is not None and (earlier.spec_version, earlier.inputs) == same:
                 return replace(earlier, committed=None)
             return self.op.create(state, oid, selection.creates[oid])
 
@@ -670,8 +624,8 @@ class OperationRunner:
         )
 
     def _base(self, partition: Partition) -> int:
-        """The version a change builds on: the published one (for a partition published
-        as "read the latest", the newest version none of our writers made)."""
+        """The version a change builds on: the published one (for "read the latest", the
+        newest version none of our writers made)."""
         if partition.read_version is not None:
             return partition.read_version
         ds = self.ctx.storage.table(partition.location)
@@ -682,7 +636,7 @@ class OperationRunner:
         self, changed: dict[str, ComputedChange], created: dict[str, NewLeaf]
     ) -> list[LeafWork]:
         """Each change as exactly the next version of its base, each new partition as a
-        new leaf: all in one fan-out (:func:`~.kernel.commit_leaves`)."""
+        new leaf (one fan-out of :func:`~.kernel.commit_leaves`)."""
         storage = self.ctx.storage
         works = [
             LeafWork(
@@ -707,12 +661,6 @@ class OperationRunner:
         ]
         return works
 
-    @staticmethod
-    def _forget_opened(computed: _Computed) -> None:
-        """After the leaf commits: a later attempt reusing a change opens its leaf anew."""
-        for w in computed.changed.values():
-            w.leaf = None
-
     def _rows(
         self,
         state: NamespaceState,
@@ -721,13 +669,12 @@ class OperationRunner:
         created: dict[str, NewLeaf],
     ) -> list[dict[str, Any]]:
         """The ``__manifest`` rows the swap writes: changed partitions with their new
-        read_version (a dead claim cleared) and created ones, with their namespaces."""
+        read_version (a dead claim cleared), created ones with their namespaces (a
+        never-published row with a dead claim taken over)."""
         rows = [
             dict(current[oid], **{READ_VERSION: w.committed, CLAIM: None})
             for oid, w in changed.items()
         ]
-        # The row of a created partition may exist: a transaction's never-published row
-        # whose claim is dead (a live one was waited for). It is taken over.
         rows += [
             dict(current[oid], **{READ_VERSION: leaf.committed, CLAIM: None})
             for oid, leaf in created.items()
@@ -753,9 +700,7 @@ class OperationRunner:
     def _changes(
         self, selection: Selection, changed: dict[str, ComputedChange], created: dict[str, NewLeaf]
     ) -> list[PartitionOutcome]:
-        storage = self.ctx.storage
-        drops = list(selection.drops.values())
-        out = list(storage.map(self.op.dropped, drops))
+        out = list(self.ctx.storage.map(self.op.dropped, list(selection.drops.values())))
         out += [replace(w.change, read_version=w.committed) for w in changed.values()]
         out += [
             PartitionOutcome(

@@ -1,18 +1,12 @@
 """``verify()``: are the rows of every partition where their values say?
 
-A row belongs in the partition its spec's expressions give for its source columns. Until
-2026-11-24 partition expressions were evaluated by DataFusion with several target
-partitions, which lined the values of inputs over 8,192 rows up with other rows: writes
-partitioned by a non-identity expression (``left``, ``hash``, ``date_part``,
-``date_trunc``, ...; identity keys were safe) could store rows in partitions of other
-rows' values, and reads filtering on the source column pruned them away.
-
-:func:`verify_partitions` reads the source columns of every published partition (at its
-``read_version``), evaluates the partition's spec on them, and counts the rows whose
-values differ from the partition's; it changes nothing. :class:`RelocateRows`, a table
-operation (one ``__manifest`` swap, like a delete or merge), puts them right: every
-partition holding misplaced rows is rewritten without them, and they are routed by the
-current spec into the partitions their values give (appended to those, or creating them).
+A row belongs in the partition its spec's expressions give for its source columns (see
+docs/design.md, "Pruning", for how rows came to be elsewhere). :func:`verify_partitions`
+reads the source columns of every published partition (at its ``read_version``),
+evaluates the partition's spec on them and counts the rows whose values differ; it
+changes nothing. :class:`RelocateRows`, a table operation (one ``__manifest`` swap),
+rewrites every partition holding misplaced rows without them and routes those by the
+current spec into the partitions their values give (appended, or created).
 """
 
 from __future__ import annotations
@@ -23,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 from lance import LanceOperation
@@ -34,10 +27,9 @@ from airflow_provider_lance.namespace.format.spec import PartitionField
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.results import PartitionOutcome, value_text
-from airflow_provider_lance.namespace.write.leaf_commit import stage_fragments
 from airflow_provider_lance.namespace.write.splitting import partition_values, split
 
-from .runner import ComputedChange, NewLeaf, Selection, TableOperation
+from .runner import ComputedChange, NewLeaf, Selection, TableOperation, leaf_rows
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +105,7 @@ def verify_partitions(
         if not fields:
             return int(leaf.count_rows()), None
         names = sorted({state.schema.field_by_id(f.source_id).name for f in fields})  # type: ignore[arg-type]
-        plan = state.schema.read_plan(leaf.schema, names)
-        table = plan.apply(leaf.to_table(columns=plan.leaf_columns))
+        table = leaf_rows(state, leaf, names)
         wrong, expected = misplaced_mask(state, partition, fields, table)
         count = int(pc.sum(wrong).as_py() or 0)
         if not count:
@@ -164,10 +155,7 @@ def checkable_fields(state: NamespaceState) -> dict[int, list[PartitionField]]:
 
 
 def misplaced_mask(
-    state: NamespaceState,
-    partition: Partition,
-    fields: Sequence[PartitionField],
-    table: pa.Table,
+    state: NamespaceState, partition: Partition, fields: Sequence[PartitionField], table: pa.Table
 ) -> tuple[pa.Array, list[pa.Array]]:
     """Per row of ``table`` (read from ``partition``): whether it is misplaced; and the
     values of ``fields`` each row gives."""
@@ -179,29 +167,22 @@ def misplaced_mask(
 
 
 class RelocateRows(TableOperation):
-    """Move misplaced rows where their values say (see the module docstring).
-
-    The selection reads every candidate partition whole (at its published version):
-    those holding misplaced rows are rewritten with the rest (an ``Overwrite`` computed
-    on that version), and the misplaced rows are routed by the current spec, appended to
-    the partitions that exist (rewritten with them) and creating the others. A concurrent
-    publish to any of them makes the swap fail and the operation select again.
-    """
+    """Move misplaced rows where their values say: the selection reads every candidate
+    partition whole (at its published version); each partition losing or receiving rows
+    is rewritten (an ``Overwrite`` on that version), the others created."""
 
     kind = "relocate"
 
     def __init__(self, storage: Storage, candidates: Sequence[str] | None = None) -> None:
         super().__init__(storage)
-        #: Object ids to look at (None: every partition).
         self.candidates = None if candidates is None else set(candidates)
         self._keep: dict[str, pa.Table] = {}
         self._incoming: dict[str, pa.Table] = {}
         self._moved_out: dict[str, int] = {}
-        #: Per target: a digest of what it keeps and receives (see :meth:`inputs`).
         self._digests: dict[str, str] = {}
 
     def validate(self, state: NamespaceState) -> None:
-        """Nothing to check before the selection (which reads every candidate)."""
+        """Nothing to check (the selection reads every candidate)."""
 
     def select(self, state: NamespaceState) -> Selection:
         self._keep, self._incoming, self._moved_out, self._digests = {}, {}, {}, {}
@@ -215,7 +196,7 @@ class RelocateRows(TableOperation):
         ]
 
         def read(partition: Partition) -> tuple[Partition, pa.Table, pa.Array]:
-            table = _all_rows(state, self.storage.table(partition.location, partition.read_version))
+            table = leaf_rows(state, self.storage.table(partition.location, partition.read_version))
             fields = checkable[partition.spec_version or 0]
             return partition, table, misplaced_mask(state, partition, fields, table)[0]
 
@@ -242,22 +223,18 @@ class RelocateRows(TableOperation):
         return selection
 
     def inputs(self, object_id: str) -> str:
-        """Which rows this partition keeps and receives, as of the last selection (an
-        earlier attempt's change is reused only for the same)."""
+        """Which rows this partition keeps and receives, as of the last selection."""
         return self._digests.get(object_id, "")
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         oid = partition.object_id
         leaf = self.storage.table(partition.location, base)
         kept = self._keep.get(oid)
-        rows = kept if kept is not None else _all_rows(state, leaf)
+        rows = kept if kept is not None else leaf_rows(state, leaf)
         incoming = self._incoming.get(oid)
         if incoming is not None:
             rows = pa.concat_tables([rows, incoming.select(rows.column_names)])
-        schema = state.schema.leaf_schema()
-        fragments = stage_fragments(
-            self.storage, partition.location, state.schema.to_leaf(rows, schema), overwrite=True
-        )
+        schema, fragments = self.stage_rows(state, partition.location, rows)
         change = PartitionOutcome(
             oid,
             partition.values,
@@ -277,12 +254,6 @@ class RelocateRows(TableOperation):
     def create(self, state: NamespaceState, object_id: str, values: tuple[Any, ...]) -> NewLeaf:
         rows = self._incoming[object_id]
         return self.stage_new_leaf(state, object_id, values, rows, self.inputs(object_id))
-
-
-def _all_rows(state: NamespaceState, leaf: lance.LanceDataset) -> pa.Table:
-    """Every row of ``leaf`` (opened at the version wanted), in the namespace schema."""
-    plan = state.schema.read_plan(leaf.schema)
-    return plan.apply(leaf.to_table(columns=plan.leaf_columns))
 
 
 def _digest(*tables: pa.Table | None) -> str:
