@@ -25,10 +25,10 @@ from airflow_provider_lance.namespace.errors import InvalidArgumentError
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
-from airflow_provider_lance.namespace.results import PartitionOutcome, SkipReason
+from airflow_provider_lance.namespace.results import SkipReason
 from airflow_provider_lance.namespace.write.leaf_commit import content_after
 
-from .runner import ComputedChange, Selection, TableOperation
+from .runner import ComputedChange, Selection, TableOperation, outcome
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +70,7 @@ class Optimize(TableOperation):
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         leaf = self.storage.table(partition.location, base)
         before = len(leaf.get_fragments())
-        change = PartitionOutcome(
-            partition.object_id,
-            partition.values,
-            partition.read_version,
-            fragments_before=before,
-            fragments_after=before,
-        )
+        change = outcome(partition, fragments_before=before, fragments_after=before)
         if leaf.describe_indices():
             log.info("optimize left %s alone: it has indices", partition.object_id)
             return ComputedChange(partition, base, None, change, skip=SkipReason.INDEXED)
@@ -87,10 +81,8 @@ class Optimize(TableOperation):
         with self.storage.failures("compact", partition.location):
             rewrites = [task.execute(leaf) for task in plan.tasks]
         operation = LanceOperation.Rewrite([_group(r) for r in rewrites], [])
-        after = len(content_after(leaf, base, operation))
-        return ComputedChange(
-            partition, base, operation, replace(change, fragments_after=after), leaf=leaf
-        )
+        change = replace(change, fragments_after=len(content_after(leaf, base, operation)))
+        return ComputedChange(partition, base, operation, change, leaf=leaf)
 
 
 def _group(rewrite: RewriteResult) -> LanceOperation.RewriteGroup:

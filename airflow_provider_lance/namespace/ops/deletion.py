@@ -1,13 +1,9 @@
 """Removing data: ``drop_partitions`` (metadata only) and ``delete`` (rows), one swap each.
 
-A dropped partition's ``__manifest`` row is deleted (the spec's dropped table). Its leaf
-stays until maintenance reclaims it (older manifest versions still read it), and so do the
-namespace rows above it: writing the values again reuses them and creates a fresh leaf
-(:func:`~.leaf_commit.commit_leaf`).
-
-``delete(filter)`` drops the partitions the filter covers entirely (:mod:`.coverage`) and
-writes Lance deletion files into the others (no data rewritten), on each partition's
-published version, all in the same swap.
+A dropped partition's ``__manifest`` row is deleted; its leaf (older versions read it) and
+the namespace rows above it stay until maintenance (writing the values again creates a fresh
+leaf). ``delete(filter)`` drops the partitions the filter covers entirely (:mod:`.coverage`)
+and writes Lance deletion files into the others, on their published versions, in one swap.
 """
 
 from __future__ import annotations
@@ -30,9 +26,8 @@ from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import coverage, partition_filter, pruned_rows
 from airflow_provider_lance.namespace.read.pruning import parse_filter
 from airflow_provider_lance.namespace.read.scan import filter_columns, lance_filter
-from airflow_provider_lance.namespace.results import PartitionOutcome
 
-from .runner import ComputedChange, Selection, TableOperation
+from .runner import ComputedChange, Selection, TableOperation, outcome
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +96,9 @@ class DeleteRows(TableOperation):
             elif live_rows(after) != before:
                 updated.append(after)
                 removed += before - live_rows(after)
-        change = PartitionOutcome(
-            partition.object_id,
-            partition.values,
-            partition.read_version,
-            rows_removed=removed,
-            fragments_before=len(fragments),
-            fragments_after=len(fragments) - len(deleted),
+        n = len(fragments)
+        change = outcome(
+            partition, rows_removed=removed, fragments_before=n, fragments_after=n - len(deleted)
         )
         if not removed:
             return ComputedChange(partition, base, None, change)

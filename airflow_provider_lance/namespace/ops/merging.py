@@ -1,20 +1,12 @@
 """``merge(data, on=[...])``: upsert rows by key across partitions, in one swap.
 
-Every source row is routed by the current partition spec, as a write routes it. The key
-must name every source column of the current spec's partition fields, so a row and the
-stored row with its key live in the same partition: an uncommitted Lance ``merge_insert``
-per leaf, on its published version, updates the matches and inserts the rest. New
-partition values become new partitions.
-
-Partitions of older spec versions may hold keys too: where the key names that version's
-partition sources a row is routed to its one partition there, else every partition of
-that version is a candidate. Source rows whose key such a partition holds (at its
-published version) update it where they live and are not inserted under the current spec.
-
-With ``when_not_matched_by_source_delete`` the namespace ends holding exactly the
-source's keys: unmatched rows of touched partitions are deleted, untouched partitions
-dropped. A leaf that lacks a namespace column is merged here and rewritten whole (its
-files cannot hold the new column).
+Source rows are routed by the current spec; the key names every source column of its
+partition fields, so a row and the stored row with its key share a partition, where an
+uncommitted ``merge_insert`` on the published version updates matches and inserts the rest
+(new partition values: new partitions). Source rows whose key a partition of an older spec
+holds update it where they live. With ``when_not_matched_by_source_delete`` the namespace
+ends holding exactly the source's keys. A leaf lacking a namespace column is merged here and
+rewritten whole.
 """
 
 from __future__ import annotations
@@ -34,13 +26,12 @@ from airflow_provider_lance.namespace.errors import DataValidationError, Invalid
 from airflow_provider_lance.namespace.format.schema import NamespaceSchema, field_id
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.io.storage import Storage
-from airflow_provider_lance.namespace.results import PartitionOutcome
 from airflow_provider_lance.namespace.types import ArrowData
 from airflow_provider_lance.namespace.write.inputs import as_tables
 from airflow_provider_lance.namespace.write.leaf_commit import content_after
 from airflow_provider_lance.namespace.write.splitting import split
 
-from .runner import ComputedChange, NewLeaf, Selection, TableOperation, leaf_rows
+from .runner import ComputedChange, NewLeaf, Selection, TableOperation, leaf_rows, outcome
 
 log = logging.getLogger(__name__)
 
@@ -213,10 +204,8 @@ class MergeRows(TableOperation):
             operation, stats = self._rewrite(state, partition, leaf, rows, source.update_only)
         else:
             operation, stats = self._merge_insert(state, leaf, rows, source.update_only)
-        change = PartitionOutcome(
-            partition.object_id,
-            partition.values,
-            partition.read_version,
+        change = outcome(
+            partition,
             rows_removed=stats["num_deleted_rows"],
             rows_updated=stats["num_updated_rows"],
             rows_inserted=stats["num_inserted_rows"],
@@ -253,8 +242,7 @@ class MergeRows(TableOperation):
         rows: pa.Table,
         update_only: bool,
     ) -> tuple[LanceOperation.BaseOperation, dict[str, int]]:
-        """A leaf that lacks namespace columns, merged here and rewritten whole in the
-        namespace's leaf schema (as a write to it rewrites it)."""
+        """A leaf that lacks namespace columns, merged here and rewritten whole."""
         stored = leaf_rows(state, leaf)
         in_source = _key_mask(stored, rows, self.on)
         in_stored = _key_mask(rows, stored, self.on)
@@ -288,8 +276,7 @@ def _source_names(state: NamespaceState, version: int) -> list[str]:
 
 
 def _make_source(rows: pa.Table, *, update_only: bool) -> _Source:
-    """Source rows and a digest of which rows and how (the input of
-    :meth:`~.runner.TableOperation.inputs`)."""
+    """Source rows and a digest of which rows and how (see ``TableOperation.inputs``)."""
     ordinals = rows.column(_INDEX).to_numpy()
     digest = hashlib.blake2b(ordinals.tobytes(), digest_size=12)
     digest.update(b"u" if update_only else b"i")
@@ -306,8 +293,7 @@ def _key_mask(table: pa.Table, other: pa.Table, on: list[str]) -> pa.ChunkedArra
 
 def _check_stays(state: NamespaceState, partition: Partition, rows: pa.Table) -> None:
     """Refuse (before anything is written) to update rows of an older spec's partition
-    into partition values other than its own: they would sit where their values do not
-    say."""
+    into partition values other than its own."""
     expected = tuple(partition.values.values())
     moved = [
         chunk.values

@@ -7,32 +7,29 @@
    can no longer publish is cleared by the swap);
 3. *compute*, per partition and in parallel, the Lance change against its published
    ``read_version`` R (deletion files, a merge's uncommitted ``Update``, a compaction's
-   ``Rewrite``), or stage the files of a partition it creates. A change computed by an
-   earlier attempt against the same R, schema, spec and input is reused;
+   ``Rewrite``), or stage the files of a partition it creates; a change an earlier attempt
+   computed against the same R, schema, spec and input is reused;
 4. commit each change as leaf version R+1 exactly (versions above R rolled back, a
    rebased commit made again, tagged with the operation's owner);
 5. ONE compare-and-swap against S sets the new ``read_version``\\ s, inserts the rows of
    created partitions, deletes those of dropped ones and, with a ``txn_id``, moves the
-   transaction row to PUBLISHED: the operation's linearisation point. It fails if any of
-   those rows changed, was inserted or was claimed since S; the operation then starts
-   again at 1, recomputing only partitions whose ``read_version`` moved.
+   transaction row to PUBLISHED: the linearisation point. It fails if any of those rows
+   changed, was inserted or was claimed since S; the operation then starts again at 1,
+   recomputing only partitions whose ``read_version`` moved.
 
-Why nothing is lost: a change is computed against the published version R, committed only
-as exactly R+1 and published only if the row still says R at the swap. A concurrent writer
-that published R' meanwhile makes the swap fail, and the change is computed again on R'.
-Versions an operation committed but did not publish lie above the published one, and the
-next commit to that leaf rolls them back, as it does a crashed writer's. A version above R
-that no writer of ours made is a foreign writer's commit to a partition published as "read
-the latest": its publish, never rolled back (the change is computed again on it). When
-what an attempt read is gone (``maintain`` removed R after a writer published over it, or
-S itself), the attempt lost a race like any other, and the next one starts from the newer
-version.
+Nothing is lost: a change is computed on the published R, committed only as exactly R+1
+and published only if the row still says R at the swap; a concurrent publish of R' makes
+the swap fail and the change is computed again on R'. Committed but unpublished versions
+lie above the published one and the next commit to that leaf rolls them back. A version
+above R that no writer of ours made is a foreign writer's publish to a "read the latest"
+partition, never rolled back. When what an attempt read is gone (``maintain`` removed R or
+S), the attempt lost a race and the next one starts from the newer version.
 
-Crashes: before the swap nothing is visible; what it left is rolled back by the next
-commit of each leaf and reclaimed by ``maintain(sweep_orphans=True)``. After the swap all
-of it is visible. With a ``txn_id`` the swap also records the transaction row (naming its
-outcome, saved before), so a retry after a crash before the swap redoes the operation
-from the state of then, and one after it returns the first result and changes nothing.
+Crashes: before the swap nothing is visible (what it left is rolled back by the next commit
+of each leaf and reclaimed by ``maintain(sweep_orphans=True)``); after it, all of it is. With
+a ``txn_id`` the swap also records the transaction row (naming its outcome, saved before):
+a retry after a crash before the swap redoes the operation, one after it returns the first
+result and changes nothing.
 """
 
 from __future__ import annotations
@@ -185,8 +182,7 @@ class TableOperation(ABC):
 
     @abstractmethod
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
-        """The change to ``partition``'s leaf computed on version ``base`` (its published
-        one), on a storage worker thread."""
+        """The change to ``partition``'s leaf computed on its published version ``base``."""
 
     def inputs(self, object_id: str) -> str:
         """What the change to ``object_id`` is computed from besides its published version
@@ -207,46 +203,33 @@ class TableOperation(ABC):
         return schema, stage_fragments(self.storage, uri, rows, overwrite=True)
 
     def stage_new_leaf(
-        self,
-        state: NamespaceState,
-        object_id: str,
-        values: tuple[Any, ...],
-        rows: pa.Table,
-        inputs: str,
+        self, state: NamespaceState, oid: str, values: tuple[Any, ...], rows: pa.Table, inputs: str
     ) -> NewLeaf:
-        """``rows`` staged as a new partition's leaf under the current spec (for
-        :meth:`create`)."""
-        directory = leaf_directory(object_id)
+        """``rows`` staged as a new partition's leaf under the current spec."""
+        directory = leaf_directory(oid)
         schema, fragments = self.stage_rows(state, self.storage.uri(directory), rows)
-        names = [f.name for f in state.current_spec]
-        return NewLeaf(
-            object_id,
-            directory,
-            dict(zip(names, values, strict=True)),
-            fragments,
-            rows.num_rows,
-            schema,
-            state.spec_version,
-            inputs=inputs,
-        )
+        named = dict(zip([f.name for f in state.current_spec], values, strict=True))
+        n, spec = rows.num_rows, state.spec_version
+        return NewLeaf(oid, directory, named, fragments, n, schema, spec, inputs)
 
     def dropped(self, partition: Partition) -> PartitionOutcome:
         """What dropping ``partition`` removes: its rows at its published version."""
         leaf = self.storage.table(partition.location, partition.read_version)
+        removed, before = int(leaf.count_rows()), len(leaf.get_fragments())
         return PartitionOutcome(
-            partition.object_id,
-            partition.values,
-            None,
-            rows_removed=int(leaf.count_rows()),
-            fragments_before=len(leaf.get_fragments()),
+            partition.object_id, partition.values, None, removed, fragments_before=before
         )
+
+
+def outcome(partition: Partition, **counts: Any) -> PartitionOutcome:
+    """The change to ``partition`` (at its published version) with these counts."""
+    return PartitionOutcome(partition.object_id, partition.values, partition.read_version, **counts)
 
 
 def leaf_rows(
     state: NamespaceState, leaf: lance.LanceDataset, columns: list[str] | None = None
 ) -> pa.Table:
-    """The rows of ``leaf`` (opened at the version wanted) in the namespace schema,
-    projected on ``columns`` (all for None)."""
+    """The rows of ``leaf`` in the namespace schema, projected on ``columns`` (None: all)."""
     plan = state.schema.read_plan(leaf.schema, columns)
     return plan.apply(leaf.to_table(columns=plan.leaf_columns))
 
@@ -261,15 +244,19 @@ class _Attempt:
     shape: tuple[str, int] | None = None
 
 
+_Rows = dict[str, dict[str, Any]]
+_Changed = dict[str, ComputedChange]
+_Created = dict[str, NewLeaf]
+
+
 @dataclass
 class _Computed:
-    """An attempt's changes, ready for their leaf commits; ``result`` is set by
-    :meth:`OperationRunner.swap`."""
+    """An attempt's changes, ready for their leaf commits (``result``: set by ``swap``)."""
 
     selection: Selection
     attempt: _Attempt
-    changed: dict[str, ComputedChange]
-    current: dict[str, dict[str, Any]]
+    changed: _Changed
+    current: _Rows
     result: OperationResult | None = None
 
     @property
@@ -278,20 +265,7 @@ class _Computed:
 
 
 #: Errors of an attempt that are a lost race if the namespace moved on under it.
-_STALE_ERRORS = (
-    StorageError,
-    TableNotFoundError,
-    ManifestError,
-    VersionCleanedUp,
-    OSError,
-    ValueError,
-)
-
-
-def _shape(state: NamespaceState) -> tuple[str, int]:
-    """What a computed change depends on besides its partition's published version: the
-    namespace schema (columns and their field ids) and the partition spec (routing)."""
-    return state.schema.to_json(), state.spec_version
+_STALE = (StorageError, TableNotFoundError, ManifestError, VersionCleanedUp, OSError, ValueError)
 
 
 class OperationRunner:
@@ -369,17 +343,12 @@ class OperationRunner:
             ),
         }
         outcome = retry_until(self._attempt, budgets, sleep=lambda n: backoff(n + 1))
-        log.info(
-            "%s published %d partition change(s) (manifest v%s)",
-            kind,
-            len(outcome.partitions),
-            outcome.manifest_version,
-        )
+        changes, version = len(outcome.partitions), outcome.manifest_version
+        log.info("%s published %d partition change(s) (manifest v%s)", kind, changes, version)
         return outcome
 
     def _attempt(self, attempt: int) -> OperationResult | Outcome:
-        """The first result if a concurrent run of this ``txn_id`` published meanwhile,
-        else one publish attempt on the latest state."""
+        """The first result if a concurrent run of this ``txn_id`` published, else one attempt."""
         state, self._entry = self._entry or self.ctx.load_state(), None
         if self.txn_id is not None and attempt and (done := self._published(state)) is not None:
             return done
@@ -401,8 +370,7 @@ class OperationRunner:
         return False
 
     def _withdraw_intent(self) -> None:
-        """Delete this run's intent row if its swap did not (best effort: ``maintain``
-        removes what is left)."""
+        """Delete this run's intent row if its swap did not (best effort)."""
         if self._intent is None:
             return
         intent, self._intent = self._intent, None
@@ -465,11 +433,8 @@ class OperationRunner:
             types = {f.name: f.type for f in state.partition_columns}
             result = OperationResult.from_dict(doc, types)
         else:
-            log.warning(
-                "the outcome of %s %s is missing: reported without its partitions",
-                self.op.kind,
-                self.txn_id,
-            )
+            what = f"{self.op.kind} {self.txn_id}"
+            log.warning("the outcome of %s is missing: reported without its partitions", what)
             result = operation_result(self.op.kind, [], self.txn_id, {})
         if result.manifest_version is None:
             result = replace(result, manifest_version=published_at(self.ctx.load_state, record))
@@ -493,7 +458,7 @@ class OperationRunner:
             self._note_moves(last.detail.attempt)
         try:
             self._last = self._prepare(state)
-        except _STALE_ERRORS as exc:
+        except _STALE as exc:
             if isinstance(exc, InvalidArgumentError) or not moved_on(self.ctx, state):
                 raise
             log.info("%s: %s; the namespace moved on meanwhile: computing again", self.op.kind, exc)
@@ -541,13 +506,8 @@ class OperationRunner:
         moves = []
         if self.txn_id is not None:
             self._save(self.incarnation, self.token, result)
-            record = TxnRecord(
-                self.txn_id,
-                self.incarnation,
-                TxnState.PUBLISHED,
-                mode=self.op.kind,
-                outcome=self.token,
-            )
+            kind, published = self.op.kind, TxnState.PUBLISHED
+            record = TxnRecord(self.txn_id, self.incarnation, published, kind, outcome=self.token)
             moves.append(operation_published(record))
         drops = sorted(computed.selection.drops)
         if self._intent is not None:  # conflicts with a fence that rewrote it since
@@ -555,8 +515,7 @@ class OperationRunner:
         return Swap(prepared.state.view, rows, drops, moves)
 
     def finish(self, prepared: Prepared[_Computed], version: int | None) -> OperationResult:
-        """The result, completed with the manifest version the swap made (None: nothing
-        was published)."""
+        """The result, with the manifest version the swap made (None: nothing published)."""
         assert prepared.detail.result is not None
         if version is None:
             return prepared.detail.result
@@ -578,9 +537,7 @@ class OperationRunner:
             if partition is None or partition.read_version != work.partition.read_version:
                 self._moves[oid] = self._moves.get(oid, 0) + 1
 
-    def _check_claims(
-        self, state: NamespaceState, selection: Selection, current: dict[str, dict[str, Any]]
-    ) -> None:
+    def _check_claims(self, state: NamespaceState, selection: Selection, current: _Rows) -> None:
         """Wait (CLAIMED) while a live committing transaction holds a touched partition,
         or drop it from ``selection`` if the operation skips busy partitions."""
         live, holders = self._claims.live(state, current)
@@ -595,8 +552,8 @@ class OperationRunner:
 
     def _compute(self, state: NamespaceState, selection: Selection) -> _Attempt:
         """Every touched partition's change, in parallel: the previous attempt's where its
-        base, input, schema and spec are the same."""
-        shape = _shape(state)
+        base, input, schema (columns and field ids) and spec (routing) are the same."""
+        shape = (state.schema.to_json(), state.spec_version)
         previous = self._previous if self._previous.shape == shape else _Attempt()
 
         def work(oid: str) -> ComputedChange:
@@ -624,49 +581,35 @@ class OperationRunner:
         )
 
     def _base(self, partition: Partition) -> int:
-        """The version a change builds on: the published one (for "read the latest", the
-        newest version none of our writers made)."""
+        """The published version (for "read the latest", the newest none of our writers made)."""
         if partition.read_version is not None:
             return partition.read_version
         ds = self.ctx.storage.table(partition.location)
         found = base_version(ds, None)
         return int(ds.version) if found is None else found
 
-    def _leaf_works(
-        self, changed: dict[str, ComputedChange], created: dict[str, NewLeaf]
-    ) -> list[LeafWork]:
-        """Each change as exactly the next version of its base, each new partition as a
-        new leaf (one fan-out of :func:`~.kernel.commit_leaves`)."""
-        storage = self.ctx.storage
+    def _leaf_works(self, changed: _Changed, created: _Created) -> list[LeafWork]:
+        """Each change as exactly the next version of its base, each new partition a new leaf."""
         works = [
-            LeafWork(
-                oid,
-                w.partition.location,
-                w.partition.read_version,
-                True,
-                ApplyChange(w.operation, w.base, w.leaf),
-            )
+            LeafWork(oid, w.partition.location, w.partition.read_version, True, change)
             for oid, w in changed.items()
             if w.operation is not None
+            for change in [ApplyChange(w.operation, w.base, w.leaf)]
         ]
-        works += [
-            LeafWork(
-                oid,
-                storage.uri(leaf.directory),
-                None,
-                False,
-                ReplaceLeaf(leaf.fragments, leaf.leaf_schema, schema_digest(leaf.leaf_schema)),
+        for oid, leaf in created.items():
+            schema = leaf.leaf_schema
+            replace_leaf = ReplaceLeaf(leaf.fragments, schema, schema_digest(schema))
+            works.append(
+                LeafWork(oid, self.ctx.storage.uri(leaf.directory), None, False, replace_leaf)
             )
-            for oid, leaf in created.items()
-        ]
         return works
 
     def _rows(
         self,
         state: NamespaceState,
-        current: dict[str, dict[str, Any]],
-        changed: dict[str, ComputedChange],
-        created: dict[str, NewLeaf],
+        current: _Rows,
+        changed: _Changed,
+        created: _Created,
     ) -> list[dict[str, Any]]:
         """The ``__manifest`` rows the swap writes: changed partitions with their new
         read_version (a dead claim cleared), created ones with their namespaces (a
@@ -698,7 +641,7 @@ class OperationRunner:
         return rows
 
     def _changes(
-        self, selection: Selection, changed: dict[str, ComputedChange], created: dict[str, NewLeaf]
+        self, selection: Selection, changed: _Changed, created: _Created
     ) -> list[PartitionOutcome]:
         out = list(self.ctx.storage.map(self.op.dropped, list(selection.drops.values())))
         out += [replace(w.change, read_version=w.committed) for w in changed.values()]
@@ -724,7 +667,6 @@ def run_operation(
     claim_timeout: float | None = None,
     state: NamespaceState | None = None,
 ) -> OperationResult:
-    """Run ``operation`` to its one publish (see the module docstring); ``state``: the
-    latest namespace as the caller just read it (None: read here)."""
+    """Run ``operation`` to its one publish; ``state``: the latest as just read (None: here)."""
     runner = OperationRunner(ctx, operation, txn_id=txn_id, claim_timeout=claim_timeout)
     return runner.run(state)

@@ -11,6 +11,7 @@ current spec into the partitions their values give (appended, or created).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -26,10 +27,10 @@ from airflow_provider_lance.namespace.format.schema import is_deprecated
 from airflow_provider_lance.namespace.format.spec import PartitionField
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.io.storage import Storage
-from airflow_provider_lance.namespace.results import PartitionOutcome, value_text
+from airflow_provider_lance.namespace.results import value_text
 from airflow_provider_lance.namespace.write.splitting import partition_values, split
 
-from .runner import ComputedChange, NewLeaf, Selection, TableOperation, leaf_rows
+from .runner import ComputedChange, NewLeaf, Selection, TableOperation, leaf_rows, outcome
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +48,10 @@ class MisplacedRows:
     example: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "object_id": self.object_id,
-            "values": {k: value_text(v) for k, v in self.values.items()},
-            "read_version": self.read_version,
-            "rows": self.rows,
-            "misplaced": self.misplaced,
-            "example": {k: value_text(v) for k, v in self.example.items()},
-        }
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for key in ("values", "example"):
+            out[key] = {k: value_text(v) for k, v in out[key].items()}
+        return out
 
 
 @dataclass
@@ -95,8 +92,7 @@ def verify_partitions(
     report = VerifyReport(int(state.version))
     checkable = checkable_fields(state)
     for version, fields in state.specs.items():
-        unchecked = [f.name for f in fields if f not in checkable[version]]
-        if unchecked:
+        if unchecked := [f.name for f in fields if f not in checkable[version]]:
             report.unchecked_fields[version] = unchecked
 
     def one(partition: Partition) -> tuple[int, MisplacedRows | None]:
@@ -111,16 +107,10 @@ def verify_partitions(
         if not count:
             return table.num_rows, None
         first = int(pc.index(wrong, True).as_py())
-        example = {
-            f.name: values[first].as_py() for f, values in zip(fields, expected, strict=True)
-        }
-        return table.num_rows, MisplacedRows(
-            partition.object_id,
-            dict(partition.values),
-            partition.read_version,
-            table.num_rows,
-            count,
-            example,
+        example = {f.name: v[first].as_py() for f, v in zip(fields, expected, strict=True)}
+        p, rows = partition, table.num_rows
+        return rows, MisplacedRows(
+            p.object_id, dict(p.values), p.read_version, rows, count, example
         )
 
     for rows, found in storage.map(one, list(partitions)):
@@ -129,17 +119,13 @@ def verify_partitions(
         if found is not None:
             report.misplaced.append(found)
     if report.misplaced:
-        log.warning(
-            "%d row(s) in %d partition(s) are not where their values say",
-            report.misplaced_rows,
-            len(report.misplaced),
-        )
+        counts = (report.misplaced_rows, len(report.misplaced))
+        log.warning("%d row(s) in %d partition(s) are not where their values say", *counts)
     return report
 
 
 def checkable_fields(state: NamespaceState) -> dict[int, list[PartitionField]]:
-    """Per spec version, the fields whose source column is still active (a dropped
-    column's values cannot be evaluated)."""
+    """Per spec version, the fields whose source column is still active."""
     out: dict[int, list[PartitionField]] = {}
     for version, fields in state.specs.items():
         usable = []
@@ -157,8 +143,7 @@ def checkable_fields(state: NamespaceState) -> dict[int, list[PartitionField]]:
 def misplaced_mask(
     state: NamespaceState, partition: Partition, fields: Sequence[PartitionField], table: pa.Table
 ) -> tuple[pa.Array, list[pa.Array]]:
-    """Per row of ``table`` (read from ``partition``): whether it is misplaced; and the
-    values of ``fields`` each row gives."""
+    """Per row of ``table``: whether it is misplaced; and the values of ``fields`` it gives."""
     expected = partition_values(table, fields, state.schema)
     wrong = pa.array([False] * table.num_rows, pa.bool_())
     for f, values in zip(fields, expected, strict=True):
@@ -235,21 +220,15 @@ class RelocateRows(TableOperation):
         if incoming is not None:
             rows = pa.concat_tables([rows, incoming.select(rows.column_names)])
         schema, fragments = self.stage_rows(state, partition.location, rows)
-        change = PartitionOutcome(
-            oid,
-            partition.values,
-            partition.read_version,
+        inserted = 0 if incoming is None else incoming.num_rows
+        change = outcome(
+            partition,
             rows_removed=self._moved_out.get(oid, 0),
-            rows_inserted=0 if incoming is None else incoming.num_rows,
+            rows_inserted=inserted,
             fragments_before=len(leaf.get_fragments()),
         )
-        return ComputedChange(
-            partition,
-            base,
-            LanceOperation.Overwrite(schema, fragments),
-            change,
-            inputs=self.inputs(oid),
-        )
+        overwrite = LanceOperation.Overwrite(schema, fragments)
+        return ComputedChange(partition, base, overwrite, change, inputs=self.inputs(oid))
 
     def create(self, state: NamespaceState, object_id: str, values: tuple[Any, ...]) -> NewLeaf:
         rows = self._incoming[object_id]
@@ -264,11 +243,9 @@ def _digest(*tables: pa.Table | None) -> str:
             digest.update(b"-")
             continue
         digest.update(str(table.num_rows).encode())
-        for batch in table.to_batches():
-            for column in batch.columns:
-                for buffer in column.buffers():
-                    if buffer is not None:
-                        digest.update(buffer)
+        for column in (c for batch in table.to_batches() for c in batch.columns):
+            for buffer in filter(None, column.buffers()):
+                digest.update(buffer)
     return digest.hexdigest()
 
 
