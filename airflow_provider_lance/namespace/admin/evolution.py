@@ -5,6 +5,7 @@ new version number) or fail with a clear error; nothing is ever applied on a sta
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
@@ -65,9 +66,8 @@ def evolve_partition_spec(
         values = {spec_key(version): spec_to_json(resolved), SCHEMA_KEY: state.schema.to_json()}
         if not _swap_metadata(manifest, values, state):
             return Outcome.LOST
-        manifest.insert_absent(
-            latest().rows_table([row(spec_namespace_id(version), NAMESPACE, metadata="{}")])
-        )
+        namespace_row = row(spec_namespace_id(version), NAMESPACE, metadata="{}")
+        manifest.insert_absent(latest().rows_table([namespace_row]))
         _fence_spec(manifest, latest, version)
         manifest.ensure_indices()  # the new partition columns', for pushed-down prunes
         log.info("partition spec v%d: %s", version, [f.name for f in resolved])
@@ -83,8 +83,7 @@ def evolve_schema(
     change: Callable[[NamespaceState], NamespaceSchema],
     what: str,
 ) -> None:
-    """Apply a schema change computed from the latest state, as a compare-and-swap on
-    the manifest version it read; a concurrent change makes it recompute."""
+    """Apply a schema change computed from the latest state (see the module docstring)."""
 
     def attempt(_: int) -> Outcome | None:
         state = latest()
@@ -148,11 +147,10 @@ def _fence_spec(manifest: Manifest, latest: Latest, version: int) -> None:
 def _swap_metadata(manifest: Manifest, values: Mapping[str, str], state: NamespaceState) -> bool:
     """Commit metadata against ``state``'s version; False if a concurrent change won."""
     failpoint("evolve.before_commit")
-    try:
+    with contextlib.suppress(CommitConflict):
         manifest.commit_metadata(values, state.version)
-    except CommitConflict:
-        return False
-    return True
+        return True
+    return False
 
 
 def _evolution_budget(what: str) -> Budget:

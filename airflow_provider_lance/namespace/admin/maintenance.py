@@ -117,9 +117,8 @@ def maintain(
     retained = sorted(int(v["version"]) for v in latest.versions())
     oldest = _window_start(retained)
     report.retained_manifest_versions = (oldest, int(latest.version))
-    report.tagged_manifest_versions = {
-        name: int(t["version"]) for name, t in sorted(latest.tags.list().items())
-    }
+    tags = sorted(latest.tags.list().items())
+    report.tagged_manifest_versions = {name: int(t["version"]) for name, t in tags}
     at_oldest = (view if oldest == view.version else manifest.at(oldest)).published_leaves()
     below = [manifest.at(v).published_leaves() for v in retained if v < oldest]
     failpoint("maintain.before_live_stages")
@@ -143,15 +142,9 @@ def maintain(
         else:
             # min(): a caller's state older than the window must not raise the floor.
             keep = min(first, published)
+            tagged = [at_tag.get(object_id, (None, None)) for at_tag in below]
             pinned = sorted(
-                {
-                    read
-                    for at_tag in below
-                    if (kept := at_tag.get(object_id)) is not None
-                    and kept[0] == location
-                    and (read := kept[1]) is not None
-                    and read < keep
-                }
+                {r for loc, r in tagged if loc == location and r is not None and r < keep}
             )
             work.append(_LeafCleanup(partition.location, object_id, published, keep, pinned))
     done = manifest.storage.map(
@@ -194,8 +187,7 @@ class _LeafCleanup:
 
 
 def _compact(manifest: Manifest) -> tuple[int, int]:
-    """:func:`compact_manifest`, again when a concurrent commit won; after
-    :data:`COMPACT_ATTEMPTS` lost races it is left to the next run: (n, n)."""
+    """:func:`compact_manifest`, retried on lost races; after the last, left as it is: (n, n)."""
     for _ in range(COMPACT_ATTEMPTS):
         try:
             with manifest.storage.failures(
@@ -241,8 +233,7 @@ def check_flags(**flags: object) -> None:
 
 
 def _window_start(retained: list[int]) -> int:
-    """The oldest version of the unbroken run of retained versions ending at the latest
-    (older retained versions are the tagged ones the cleanup kept)."""
+    """The oldest version of the unbroken run of retained versions ending at the latest."""
     oldest = retained[-1]
     for version in reversed(retained[:-1]):
         if version != oldest - 1:

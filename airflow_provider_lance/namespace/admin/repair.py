@@ -1,19 +1,13 @@
-"""Repairing a ``__manifest`` that a foreign writer rewrote without our columns.
-
-pylance's ``DirectoryNamespace`` rewrites the whole ``__manifest`` with its five base columns
-on every write, dropping ``read_version``, the claim column, the partition columns and the
-indices; the table metadata and every row stay (pylance fact:
-test_fact_directory_namespace_writes_rewrite_the_manifest_with_its_base_columns). Repair
-takes the dropped columns back from the latest manifest version that still had them; rows
-added since get their partition values from their ancestors in that version and from the
-``partition.<name>`` properties mirrored in namespace metadata, and a NULL
-``read_version`` ("read the latest version").
+"""Repairing a ``__manifest`` that a foreign writer (pylance's ``DirectoryNamespace``: pylance
+fact test_fact_directory_namespace_writes_rewrite_the_manifest_with_its_base_columns)
+rewrote without our columns. The dropped columns come back from the latest version that
+still had them; rows added since get their partition values from their ancestors there and
+from the ``partition.<name>`` properties in namespace metadata, and a NULL ``read_version``.
 
 Repair never guesses: it raises :class:`ManifestError`, changing nothing, when the current
-``__manifest`` or the version it would restore from was written by another dialect of the
-format (the lance repository's own partitioned namespace keeps ``{"id", "fields"}`` specs in
-the Arrow schema metadata and names partition columns ``partition_field_<id>``), or when a
-leaf table the foreign tool added has a partition value nothing on record determines.
+or the restoring version was written by another dialect of the format (``{"id", "fields"}``
+specs in the Arrow schema metadata, ``partition_field_<id>`` columns), or when a leaf table
+the foreign tool added has a partition value nothing on record determines.
 """
 
 from __future__ import annotations
@@ -98,14 +92,11 @@ def repair(manifest: Manifest, root: str) -> RepairReport:
     repaired.update_metadata(meta)
     manifest.ensure_indices(repaired)
     version = int(manifest.open().version)
+    counts = (root, good.version, plan.restored, plan.derived, version)
     log.warning(
         "repaired __manifest of %s from version %d: %d rows restored, %d from partition "
         "properties (manifest v%d)",
-        root,
-        good.version,
-        plan.restored,
-        plan.derived,
-        version,
+        *counts,
     )
     return RepairReport(True, int(good.version), plan.restored, plan.derived, version)
 
@@ -131,8 +122,7 @@ def foreign_dialect_markers(dataset: ManifestView) -> list[str]:
 
 def refuse_foreign_dialect(dataset: ManifestView, root: str) -> None:
     """Raise if ``dataset`` carries another dialect's markers: its values cannot be mapped."""
-    markers = foreign_dialect_markers(dataset)
-    if markers:
+    if markers := foreign_dialect_markers(dataset):
         raise ManifestError(
             f"{root}: __manifest version {dataset.version} carries markers of another dialect "
             f"of the partitioned-namespace format: {'; '.join(markers)}. This namespace was "
@@ -212,10 +202,8 @@ def plan_repair(
             }
             if _spec_fields(oid.split(SEPARATOR)[0], state):
                 plan.derived += 1  # (other tools' objects, txn records: nothing to derive)
-            lacking = [
-                f.name for f in _leaf_fields(oid, r[OBJECT_TYPE], state) if f.name not in known
-            ]
-            if lacking:
+            leaf_fields = _leaf_fields(oid, r[OBJECT_TYPE], state)
+            if lacking := [f.name for f in leaf_fields if f.name not in known]:
                 plan.unresolved[oid] = lacking
         plan.rows.append({**{k: r.get(k) for k in names if k in r}, **extra})
     return plan
@@ -255,8 +243,7 @@ def _spec_fields(first_part: str, state: NamespaceState) -> list[PartitionField]
 
 
 def _leaf_fields(object_id: str, object_type: str, state: NamespaceState) -> list[PartitionField]:
-    """The fields a row must have values for to be a partition: leaf tables under ``v<N>``
-    (other rows are never read as partitions)."""
+    """The fields a row needs values for: those of its spec if it is a leaf table, else none."""
     parts = object_id.split(SEPARATOR)
     if object_type != TABLE or len(parts) < 2 or parts[-1] != LEAF_TABLE_NAME:
         return []

@@ -1,20 +1,13 @@
-"""The orphan sweep: files no leaf version references, and leaf tables nothing reads.
+"""The orphan sweep (see docs/design.md, "The orphan sweep"). It removes only:
 
-Killed or interrupted writers leave staged files that no version of any leaf names, and
-dropped partitions leave whole leaf tables. The sweep removes both, and only what is safe:
+* a data or deletion file of a leaf directory that no existing version of that leaf
+  references, older than ``min_age``, named by no live transaction's stage record or plan;
+* a whole leaf directory that no row of the latest ``__manifest`` and no retained version
+  points at, named by no live transaction, every file in it older than ``min_age`` (its
+  version files first, so nobody opens a table whose data is being removed).
 
-* a data or deletion file of a leaf directory goes when no existing version of that leaf
-  references it, it is older than ``min_age``, and no live transaction's stage record or
-  plan names it;
-* a whole leaf directory goes when no row of the latest ``__manifest`` and no retained
-  ``__manifest`` version points at it, no live transaction names it, and every file in it
-  is older than ``min_age``. Its version files go first, so nobody opens a table whose
-  data is being removed.
-
-``min_age`` is what protects a write in flight, whose files no version or stage record
-names yet: one below :data:`MIN_SAFE_ORPHAN_AGE` is refused (nothing removed) unless
-``enforce_min_age=False``, as delta-rs's ``vacuum`` refuses a short retention. ``dry_run``
-removes nothing, reports what would go and accepts any non-negative age.
+A ``min_age`` below :data:`MIN_SAFE_ORPHAN_AGE` is refused (nothing removed) unless
+``enforce_min_age=False``; ``dry_run`` removes nothing and accepts any non-negative age.
 """
 
 from __future__ import annotations
@@ -185,9 +178,8 @@ def _sweep_leaf(
     report: SweepReport,
 ) -> None:
     """Remove the data and deletion files of one leaf no version of it references."""
-    candidates = [
-        e for e in entries if e.path.startswith((f"{directory}/data/", f"{directory}/_deletions/"))
-    ]
+    prefixes = (f"{directory}/data/", f"{directory}/_deletions/")
+    candidates = [e for e in entries if e.path.startswith(prefixes)]
     if not candidates:
         return
     has_table = any(e.path.startswith(f"{directory}/_versions/") for e in entries)
@@ -230,8 +222,7 @@ def _remove_empty_directories(storage: Storage, directory: str) -> None:
 
 
 def _referenced(storage: Storage, directory: str) -> set[str] | None:
-    """The data and deletion files (root-relative) any existing version references
-    (None: the table cannot be read, and nothing of it is removed)."""
+    """The files any existing version of the leaf references (None: the leaf is unreadable)."""
     uri = storage.uri(directory)
     try:
         ds = storage.table(uri)
@@ -253,8 +244,7 @@ def _referenced(storage: Storage, directory: str) -> set[str] | None:
 
 
 def _unread(ctx: TransactionContext, directories: Iterable[str]) -> set[str]:
-    """Those of ``directories`` no retained ``__manifest`` version points at (newest
-    versions first; stops as soon as every one was found)."""
+    """Those of ``directories`` no retained ``__manifest`` version points at."""
     left = set(directories)
     for version in sorted(ctx.manifest.latest().retained_versions(), reverse=True):
         if not left:
@@ -272,9 +262,8 @@ def _named_by_live_transactions(ctx: TransactionContext, state: NamespaceState) 
     out: set[str] = set()
     for part in live_staged_partitions(ctx.store, state):
         for meta in part.fragment_metadata():
-            out.update(
-                f"{part.directory}/data/{f['path']}" for f in meta.to_json().get("files", [])
-            )
+            files = meta.to_json().get("files", [])
+            out.update(f"{part.directory}/data/{f['path']}" for f in files)
     return out
 
 
