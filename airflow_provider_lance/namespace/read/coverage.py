@@ -52,8 +52,7 @@ def pruned_rows(state: NamespaceState, filter: str | None) -> pa.Table:
     in_scan: list[pc.Expression | bool] = []
     for version, fields in state.specs.items():
         projection = SpecProjector(fields, state.schema).project(pred)
-        projected = projection.exact
-        if projected is False:
+        if (projected := projection.exact) is False:
             continue
         in_scan.append(projection.in_scan)
         in_version = pc.field(SPEC_COLUMN) == version
@@ -77,13 +76,10 @@ class Coverage:
 
 
 def coverage(state: NamespaceState, filter: str, candidates: pa.Table) -> Coverage:
-    """Decide ``filter`` (on namespace columns) strictly for the ``candidates`` rows of
-    :attr:`NamespaceState.tables` (see the module docstring)."""
+    """Decide ``filter`` strictly for the ``candidates`` rows of ``state.tables``."""
     bound, _ = parse_filter(filter, state.schema)
     names = filter_columns(bound)
-    covered: set[str] = set()
-    excluded: set[str] = set()
-    undecided: set[str] = set()
+    covered, excluded, undecided = set[str](), set[str](), set[str]()
     for version in state.specs:
         rows = candidates.filter(pc.equal(candidates.column(SPEC_COLUMN), version))
         if rows.num_rows == 0:
@@ -172,23 +168,20 @@ def _or(a: str, b: str) -> str:
 
 
 def _identity_columns(state: NamespaceState, version: int) -> dict[str, str]:
-    """Namespace column name -> the ``__manifest`` column of the identity field of spec
-    ``version`` on it (floating point columns left out: see the module docstring)."""
+    """Namespace column -> the ``__manifest`` column of its non-float identity field."""
     out: dict[str, str] = {}
     by_id = {field_id(f): f for f in state.schema.active}
     for f in state.specs[version]:
         source = by_id.get(f.source_id)
         if source is None or f.expression.strip() != "col":
             continue
-        if pa.types.is_floating(source.type) or pa.types.is_floating(f.result_type):
-            continue
-        out[source.name] = f.name
+        if not (pa.types.is_floating(source.type) or pa.types.is_floating(f.result_type)):
+            out[source.name] = f.name
     return out
 
 
 def partition_filter(state: NamespaceState, filter: str) -> pa.Table:
-    """The rows of :attr:`NamespaceState.tables` whose partition values make ``filter``
-    (on partition field names) TRUE."""
+    """The rows of ``state.tables`` whose partition values make ``filter`` TRUE."""
     columns = state.partition_columns
     try:
         bound = bind(filter, pa.schema(columns), "partition filter")
@@ -202,10 +195,8 @@ def partition_filter(state: NamespaceState, filter: str) -> pa.Table:
     tables = state.tables
     if tables.num_rows == 0:
         return tables
-    names = filter_columns(bound)
-    values = {n: tables.column(n) for n in names}
-    if not values:
-        values = {"__partition": pa.nulls(tables.num_rows, pa.int8())}
+    values = {n: tables.column(n) for n in filter_columns(bound)}
+    values = values or {"__partition": pa.nulls(tables.num_rows, pa.int8())}
     try:
         truth = bound.evaluate(pa.table(values))
     except ExpressionError as exc:

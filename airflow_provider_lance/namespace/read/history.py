@@ -1,21 +1,17 @@
 """The history of a namespace: what each ``__manifest`` version did, read from Lance's own
-transaction records (our commits write no description of themselves).
-
-A version's Lance operation says what kind of change it was (``Update``: rows,
-``UpdateConfig``: schema and specs, ``Rewrite``: compaction, ``Overwrite``: creation or
-repair); an ``Update``'s new fragments say which transaction row turned PUBLISHED (the
-transaction and its mode) and which partitions got a new ``read_version``; each such leaf
-version's Lance transaction gives the rows of every file it added and the transaction id.
+transaction records: a version's operation gives the kind of change; an ``Update``'s new
+fragments, the transaction row turned PUBLISHED and the partitions published; each such
+leaf version's transaction, the rows it added and the transaction id.
 
 A write without a transaction row is an overwrite when it replaced a partition that
 existed, else an append (an append rewrites a partition that predates ``add_column`` whole,
-starting with a copy of its rows). A table operation is listed under its own name, from its
-transaction row or its leaf commits' properties; partitions a publish dropped are in
-``details["dropped"]``. A version is described once and kept (versions never change).
+starting with a copy of its rows). A table operation is listed under its own name;
+partitions a publish dropped are in ``details["dropped"]``. Versions are described once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import json
@@ -57,21 +53,10 @@ log = logging.getLogger(__name__)
 #: Publishes listed under these names (``mode`` None), not as a ``write``.
 TABLE_OPERATIONS = ("delete", "drop_partitions", "merge", "optimize", "relocate")
 #: What a version did that readers see (anything else is bookkeeping: ``internal``).
-VISIBLE = frozenset(
-    {
-        "create",
-        "write",
-        "create_partitions",
-        "add_column",
-        "drop_column",
-        "rename_column",
-        "promote_column",
-        "change_schema",
-        "evolve_partition_spec",
-        *TABLE_OPERATIONS,
-        "repair",
-        "foreign_write",
-    }
+VISIBLE = (
+    frozenset({"create", "write", "create_partitions", "add_column", "drop_column", "repair"})
+    | {"rename_column", "promote_column", "change_schema", "evolve_partition_spec", "foreign_write"}
+    | set(TABLE_OPERATIONS)
 )
 
 
@@ -176,10 +161,8 @@ class History:
         kind = type(txn.operation).__name__ if txn is not None else "unknown"
         before = None
         if version - 1 in retained:
-            try:
+            with contextlib.suppress(ManifestError):  # cleaned up since it was listed
                 before = self.manifest.at(version - 1)
-            except ManifestError:  # cleaned up since it was listed
-                before = None
         if kind == "Overwrite":
             if version == 1:
                 return _Described("create_table")
@@ -215,7 +198,7 @@ class History:
             return _Described("drop_rows")
         rows = ds.rows_in_fragments(fragments)
         records = [TxnRecord.from_row(r) for r in rows if r[OBJECT_ID].startswith(TXN_PREFIX)]
-        leaves = [r for r in rows if _is_leaf(r)]
+        leaves = [r for r in rows if r[OBJECT_TYPE] == TABLE and _is_leaf_id(r[OBJECT_ID])]
         claimed = {r.get(CLAIM) for r in leaves if r.get(CLAIM)}
         for state in (TxnState.PUBLISHED, TxnState.ABORTED, TxnState.COMMITTING):
             record = next((r for r in records if r.state is state), None)
@@ -226,13 +209,9 @@ class History:
                 operation, mode = "write", record.mode
                 if mode in TABLE_OPERATIONS:
                     operation, mode = str(mode), None
+                details = _dropped_details(ds, before)
                 return _Described(
-                    operation,
-                    mode,
-                    record.txn_id,
-                    published,
-                    details=_dropped_details(ds, before),
-                    schema_before=_schema(before),
+                    operation, mode, record.txn_id, published, details, _schema(before)
                 )
             if state is TxnState.ABORTED:
                 return _Described("abort", txn_id=record.txn_id)
@@ -245,10 +224,7 @@ class History:
         moved = tuple(p for p in published if not p.compared or p.before != p.read_version)
         if moved:
             return _Described(
-                "write",
-                published=moved,
-                details=_dropped_details(ds, before),
-                schema_before=_schema(before),
+                "write", None, None, moved, _dropped_details(ds, before), _schema(before)
             )
         dropped = _dropped_leaves(ds, before)
         if dropped:
@@ -286,8 +262,7 @@ class History:
 
     # -- leaves ------------------------------------------------------------------------
     def _leaf_commits(self, published: Sequence[_Published]) -> dict[tuple[str, int], _LeafCommit]:
-        """The leaf commit of every published partition, in parallel; unreadable ones are
-        left out (only a hand removes one: maintain keeps what retained versions read)."""
+        """The leaf commit of every published partition, in parallel; unreadable ones left out."""
 
         def one(p: _Published) -> _LeafCommit | None:
             try:
@@ -298,11 +273,8 @@ class History:
 
         unique = list({(p.location, p.read_version): p for p in published}.values())
         found = self.storage.map(one, unique)
-        return {
-            (p.location, p.read_version): leaf
-            for p, leaf in zip(unique, found, strict=True)
-            if leaf is not None
-        }
+        pairs = zip(unique, found, strict=True)
+        return {(p.location, p.read_version): leaf for p, leaf in pairs if leaf is not None}
 
 
 def _leaf_commit(storage: Storage, p: _Published) -> _LeafCommit:
@@ -315,13 +287,9 @@ def _leaf_commit(storage: Storage, p: _Published) -> _LeafCommit:
     kind = type(op).__name__
     files = tuple(int(f.physical_rows) for f in getattr(op, "fragments", None) or [])
     base = int(txn.read_version)
-    properties = txn.transaction_properties or {}
+    props = txn.transaction_properties or {}
     commit = _LeafCommit(
-        kind != "Append",
-        files,
-        base,
-        properties.get(TXN_PROPERTY),
-        operation=properties.get(OPERATION_PROPERTY),
+        kind != "Append", files, base, props.get(TXN_PROPERTY), None, props.get(OPERATION_PROPERTY)
     )
     if commit.replaced and base > 0:
         try:
@@ -348,30 +316,18 @@ def _entry(
     kinds = {c.operation for c in commits.values() if c is not None}
     if operation == "write" and described.mode is None and len(kinds) == 1 and None not in kinds:
         operation = str(kinds.pop())  # a table operation without a transaction row
-    if operation in TABLE_OPERATIONS:
-        mode = None
-    else:
+    mode = None
+    if operation not in TABLE_OPERATIONS:
         mode = described.mode or _inferred_mode(described, commits, created)
     changes = tuple(
-        PartitionChange(
-            p.object_id,
-            p.values,
-            p.read_version,
-            _rows(commits[p.object_id], mode, created[p.object_id]),
-            created[p.object_id],
-        )
+        PartitionChange(p.object_id, p.values, p.read_version, _rows(leaf, mode, new), new)
         for p in described.published
+        for leaf, new in [(commits[p.object_id], created[p.object_id])]
     )
     txn_id = described.txn_id or next((c.txn_id for c in commits.values() if c and c.txn_id), None)
-    if (
-        operation == "write"
-        and all(c.created for c in changes)
-        and all(c.rows == 0 for c in changes)
-    ):
+    if operation == "write" and all(c.created and c.rows == 0 for c in changes):
         operation, mode = "create_partitions", None
-    return HistoryEntry(
-        version, ts, operation, False, mode, txn_id, changes, details=described.details
-    )
+    return HistoryEntry(version, ts, operation, False, mode, txn_id, changes, described.details)
 
 
 def _dropped_leaves(ds: ManifestView, before: ManifestView | None) -> list[str]:
@@ -485,10 +441,6 @@ def _spec_fields(metadata: Mapping[str, str]) -> dict[int, list[str]]:
 def _spec_version(object_id: str) -> int | None:
     head = object_id.split(SEPARATOR, 1)[0]
     return int(head[1:]) if head.startswith("v") and head[1:].isdigit() else None
-
-
-def _is_leaf(row: Mapping[str, Any]) -> bool:
-    return row[OBJECT_TYPE] == TABLE and _is_leaf_id(row[OBJECT_ID])
 
 
 def _is_leaf_id(oid: str) -> bool:

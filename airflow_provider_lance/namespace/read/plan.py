@@ -29,7 +29,7 @@ from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition, ReadAt
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.io.storage_options import StorageOptionValue
-from airflow_provider_lance.namespace.results import text_value, value_text
+from airflow_provider_lance.namespace.results import typed_values, value_text
 
 from .pruning import Pred, holds_for_kept_partitions, parse_filter
 from .scan import filter_columns, open_leaf, read_partition
@@ -76,8 +76,7 @@ class RowFilter:
 
 @dataclass(frozen=True)
 class FragmentInfo:
-    """One data file (Lance fragment) of a leaf at its pinned version: live rows, and
-    bytes (None when Lance recorded no size)."""
+    """One data file of a leaf at its pinned version: live rows and bytes (None: unknown)."""
 
     fragment_id: int
     rows: int
@@ -231,17 +230,14 @@ class ScanTask:
 
     @property
     def location(self) -> str:
-        """The leaf table's URI."""
         return self.partition.location
 
     @property
     def values(self) -> Mapping[str, Any]:
-        """The partition's values, by partition field name."""
         return self.partition.values
 
     @property
-    def read_version(self) -> int | None:
-        """The leaf version read (None: the latest)."""
+    def read_version(self) -> int | None:  # None: the latest
         return self.partition.read_version
 
     @property
@@ -299,25 +295,17 @@ class ScanTask:
             scan = Scan.from_json(data["scan"], storage_options)
         if scan is None:
             raise ValueError("a task written with scan=False needs the scan it belongs to")
-        types = scan.partition_types
-        values = {
-            k: text_value(v, types[k]) if k in types else v for k, v in data["values"].items()
-        }
-        fragments = data.get("fragments")
-        partition = Partition(
-            object_id=str(data["object_id"]),
-            location=str(data["location"]),
-            spec_version=int(data["spec_version"]),
-            values=values,
-            read_version=data.get("read_version"),
-            read_at=ReadAt(scan.manifest_version, scan.pinned),
+        values = typed_values(data["values"], scan.partition_types)
+        oid, location, spec = (
+            str(data["object_id"]),
+            str(data["location"]),
+            int(data["spec_version"]),
         )
-        return cls(
-            scan,
-            partition,
-            None if fragments is None else tuple(FragmentInfo.from_json(f) for f in fragments),
-            bool(data.get("exact", False)),
-        )
+        read_at = ReadAt(scan.manifest_version, scan.pinned)
+        partition = Partition(oid, location, spec, values, data.get("read_version"), read_at)
+        listed = data.get("fragments")
+        fragments = None if listed is None else tuple(FragmentInfo.from_json(f) for f in listed)
+        return cls(scan, partition, fragments, bool(data.get("exact", False)))
 
 
 @dataclass(frozen=True)
@@ -405,8 +393,7 @@ def plan_scan(
     fragments: bool = False,
     target_tasks: int | None = None,
 ) -> ScanPlan:
-    """The plan reading ``partitions`` (those ``filter`` keeps in ``state``); see
-    :meth:`~airflow_provider_lance.namespace.PartitionedNamespace.plan_scan`."""
+    """The plan reading ``partitions``; see ``PartitionedNamespace.plan_scan``."""
     state.schema.project(columns)  # the names are checked before anything is read
     scan = Scan(
         state.root,
@@ -444,11 +431,8 @@ def leaf_fragments(storage: Storage, partition: Partition) -> tuple[FragmentInfo
     out = []
     for fragment in leaf.get_fragments():
         meta = fragment.metadata
-        size: int | None = 0
-        for data_file in meta.files:
-            recorded = data_file.file_size_bytes
-            size = None if size is None or recorded is None else size + int(recorded)
-        live = meta.num_rows
-        rows = int(live) if live is not None else int(fragment.count_rows())
+        sizes = [f.file_size_bytes for f in meta.files]
+        size = None if None in sizes else sum(int(b or 0) for b in sizes)
+        rows = int(meta.num_rows) if meta.num_rows is not None else int(fragment.count_rows())
         out.append(FragmentInfo(fragment.fragment_id, rows, size))
     return tuple(out)

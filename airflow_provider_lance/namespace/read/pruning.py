@@ -209,10 +209,8 @@ def _translate(node: Any, negate: bool, schema: NamespaceSchema) -> Pred:
         return True
     if kind in ("IsNull", "IsNotNull"):
         col = column_name(children(node)[0])
-        if col is None:
-            return True
         is_null = (kind == "IsNull") != negate
-        return Leaf(col, "is null" if is_null else "not null")
+        return True if col is None else Leaf(col, "is null" if is_null else "not null")
     if kind == "InList":
         variant = node.to_variant()
         col = column_name(variant.expr())
@@ -305,14 +303,10 @@ _NO_VALUE = pa.scalar(None, pa.null())
 
 
 def _cast_constant(value: pa.Scalar, target: pa.DataType, rounding: str) -> pa.Scalar | None:
-    """The constant in the column's type, or None when no sound conversion exists.
-
-    A non-integral number against an integer column, or a zone-less timestamp with a time
-    of day against a date column (compared as the date's midnight), is rounded as
-    ``rounding`` says (``floor``, ``ceil``), or is :data:`_NO_VALUE` for ``exact``; other
-    lossy casts are given up, and so is a zone-less time against a column zoned other
-    than UTC (DataFusion reads it in the column's zone, Arrow's cast as UTC).
-    """
+    """The constant in the column's type, or None when no sound conversion exists. A
+    non-integral number against an integer column, or a zone-less timestamp with a time of
+    day against a date column, is rounded as ``rounding`` says (:data:`_NO_VALUE` for
+    ``exact``); other lossy casts and zone-less times against a non-UTC zone are given up."""
     if not value.is_valid:
         return pa.scalar(None, target)
     if _zone_less_against_a_zone(value.type, target):
@@ -346,9 +340,7 @@ _UTC_ZONES = frozenset({"utc", "etc/utc", "z", "+00:00", "-00:00", "gmt", "etc/g
 def _zone_less_against_a_zone(value: pa.DataType, target: pa.DataType) -> bool:
     """Whether a constant of type ``value`` is read in ``target``'s zone by DataFusion
     and as UTC by Arrow: a zone-less time against a timestamp column zoned other than UTC."""
-    if not pa.types.is_timestamp(target) or target.tz is None:
-        return False
-    if target.tz.lower() in _UTC_ZONES:
+    if not pa.types.is_timestamp(target) or target.tz is None or target.tz.lower() in _UTC_ZONES:
         return False
     naive = pa.types.is_timestamp(value) and value.tz is None
     return (
@@ -357,14 +349,6 @@ def _zone_less_against_a_zone(value: pa.DataType, target: pa.DataType) -> bool:
         or pa.types.is_string(value)
         or pa.types.is_large_string(value)
     )
-
-
-def _and(parts: Sequence[Pred]) -> Pred:
-    return _combine(parts, And)
-
-
-def _or(parts: Sequence[Pred]) -> Pred:
-    return _combine(parts, Or)
 
 
 def _combine(parts: Sequence[Pred], kind: type[And] | type[Or]) -> Pred:
@@ -382,18 +366,18 @@ def _combine(parts: Sequence[Pred], kind: type[And] | type[Or]) -> Pred:
     return kind(tuple(flat)) if len(flat) > 1 else flat[0]
 
 
+_and = functools.partial(_combine, kind=And)
+_or = functools.partial(_combine, kind=Or)
+
+
 # -- partitions the filter holds for entirely ------------------------------------------------
 def holds_for_kept_partitions(
     bound: BoundExpression, pred: Pred, fields: Sequence[PartitionField], schema: NamespaceSchema
 ) -> bool:
-    """Whether every row of every partition of this spec version that the pruner keeps
-    matches the filter, so reading them needs no residual filter (a static check).
-
-    True when the filter is only comparisons, ``IN``, ``BETWEEN`` and ``IS [NOT] NULL`` of
-    columns this version partitions by identity (not floating point) against constants,
-    joined by ``AND``/``OR``/``NOT``, with no ``<>``/``NOT IN`` once negations are pushed
-    down (a NULL partition passes those in the pruner, its rows do not in SQL).
-    """
+    """Whether every row of every partition of this spec version the pruner keeps matches
+    the filter: only comparisons, ``IN``, ``BETWEEN``, ``IS [NOT] NULL`` of non-float identity
+    partition sources against constants, under ``AND``/``OR``/``NOT``, and no ``<>``/``NOT
+    IN`` once negations are pushed down (a NULL partition passes those in the pruner)."""
     identity = set()
     for f in fields:
         try:
@@ -442,12 +426,8 @@ def _exact(node: Any, identity: set[str], schema: NamespaceSchema) -> bool:
         )
     if kind == "Between":
         variant = node.to_variant()
-        column = variant.expr()
-        return (
-            _column_in(column, identity)
-            and _projected(variant.low(), column, schema)
-            and _projected(variant.high(), column, schema)
-        )
+        column, bounds = variant.expr(), (variant.low(), variant.high())
+        return _column_in(column, identity) and all(_projected(b, column, schema) for b in bounds)
     return False
 
 
@@ -456,17 +436,11 @@ def _column_in(node: Any, names: set[str]) -> bool:
 
 
 def _projected(node: Any, column: Any, schema: NamespaceSchema) -> bool:
-    """Whether the pruner projects the constant ``node`` onto ``column`` (one it gives up
-    on keeps every partition)."""
+    """Whether the pruner projects the constant ``node`` onto ``column``."""
     name = column_name(column)
-    return (
-        name is not None
-        and is_constant(node)
-        and all(
-            _constants([node], name, schema, rounding) is not None
-            for rounding in ("exact", "floor", "ceil")
-        )
-    )
+    if name is None or not is_constant(node):
+        return False
+    return all(_constants([node], name, schema, r) is not None for r in ("exact", "floor", "ceil"))
 
 
 # -- projection onto one spec version ------------------------------------------------------
@@ -486,12 +460,8 @@ def _monotone(node: Any, source_type: pa.DataType) -> bool:
         if name in ("date_part", "datepart") and len(args) == 2:
             unit = _literal(args[0])
             temporal = pa.types.is_date(source_type) or pa.types.is_timestamp(source_type)
-            return (
-                isinstance(unit, str)
-                and unit.lower() == "year"
-                and temporal
-                and args[1].variant_name() == "Column"
-            )
+            year = isinstance(unit, str) and unit.lower() == "year"
+            return year and temporal and args[1].variant_name() == "Column"
         if name in ("date_trunc", "datetrunc") and len(args) == 2:
             return _literal(args[0]) is not None and args[1].variant_name() == "Column"
         if name == "left" and len(args) == 2:
@@ -518,13 +488,9 @@ def _literal(node: Any) -> Any:
 
 @dataclass(frozen=True)
 class Projection:
-    """A predicate on source columns projected onto one spec version's partition columns.
-
-    ``exact`` is the pruner's projection; ``in_scan`` is implied by it (a scan filtered by
-    it selects a superset): it keeps only the leaves the ``__manifest`` scan evaluates as
-    Arrow does (:func:`~..format.manifest.prunes_in_scan`), and no negation (SQL keeps no
-    NULL partition where Arrow's ``~isin`` does), the rest TRUE.
-    """
+    """A predicate projected onto one spec version's partition columns: ``exact`` (the
+    pruner's), and ``in_scan``, implied by it, for the ``__manifest`` scan: only leaves it
+    evaluates as Arrow does (:func:`~..format.manifest.prunes_in_scan`), no negation."""
 
     exact: pc.Expression | bool
     in_scan: pc.Expression | bool
@@ -613,19 +579,12 @@ def _is_identity(f: PartitionField, source_type: pa.DataType) -> bool:
 
 def _is_in(column: pc.Expression, values: list[pa.Scalar], dtype: Any) -> pc.Expression:
     non_null = [v.as_py() for v in values if v.is_valid]
-    has_null = len(non_null) != len(values)
-    parts: list[pc.Expression] = []
-    if non_null:
-        parts.append(column.isin(pa.array(non_null, dtype)))
-    if has_null:
+    parts = [column.isin(pa.array(non_null, dtype))] if non_null else []
+    if len(non_null) != len(values):
         parts.append(column.is_null())
     result = pc_or(parts)
     assert not isinstance(result, bool)
     return result
-
-
-def _pc_and(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
-    return _pc_combine(parts, absorbing=False)
 
 
 def pc_or(parts: Sequence[pc.Expression | bool]) -> pc.Expression | bool:
@@ -643,3 +602,6 @@ def _pc_combine(parts: Sequence[pc.Expression | bool], absorbing: bool) -> pc.Ex
     if not exprs:
         return not absorbing
     return functools.reduce(operator.or_ if absorbing else operator.and_, exprs)
+
+
+_pc_and = functools.partial(_pc_combine, absorbing=False)

@@ -37,8 +37,7 @@ log = logging.getLogger(__name__)
 
 
 def open_leaf(storage: Storage, partition: Partition) -> lance.LanceDataset:
-    """The partition's table at its published ``read_version`` (latest when NULL);
-    :class:`~.errors.VersionCleanedUp` if retention removed that version."""
+    """The partition's table at its ``read_version`` (NULL: latest); :class:`VersionCleanedUp`."""
     try:
         return storage.table(partition.location, partition.read_version)
     except TableNotFoundError as exc:
@@ -56,9 +55,8 @@ def leaf_cleaned_up(
 ) -> VersionCleanedUp | None:
     """The error for a read of ``partition`` that failed with ``exc`` because retention
     removed its ``read_version``; None if that version is still there (``exc`` stands)."""
-    if partition.read_version is None or not (
-        isinstance(exc, TableNotFoundError) or is_missing(exc)
-    ):
+    missing = isinstance(exc, TableNotFoundError) or is_missing(exc)
+    if partition.read_version is None or not missing:
         return None
     try:
         kept = [int(v["version"]) for v in storage.table(partition.location).versions()]
@@ -68,12 +66,9 @@ def leaf_cleaned_up(
         return None
     read_at = partition.read_at
     by = "" if read_at is None else f", which __manifest version {read_at.version} reads,"
+    what = f"version {partition.read_version} of the table of partition {partition.object_id}"
     return removed_by_retention(
-        f"version {partition.read_version} of the table of partition {partition.object_id} "
-        f"({partition.location}){by}",
-        kept,
-        "versions of that table",
-        read_at,
+        f"{what} ({partition.location}){by}", kept, "versions of that table", read_at
     )
 
 
@@ -128,8 +123,7 @@ def read_partition(
 
 @contextmanager
 def _retention_checked(storage: Storage, partition: Partition) -> Iterator[None]:
-    """Raise :class:`~.errors.VersionCleanedUp`, not pylance's "Not found", for a data
-    file that retention removed during the read."""
+    """Raise :class:`~.errors.VersionCleanedUp` for a data file retention removed meanwhile."""
     try:
         yield
     except (OSError, ValueError) as exc:
@@ -142,8 +136,7 @@ def _retention_checked(storage: Storage, partition: Partition) -> Iterator[None]
 def output_batches(
     table: pa.Table, residual: BoundExpression | None, output: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """``table`` (conformed to the namespace schema) filtered by ``residual`` and
-    projected to ``output``: what a read yields."""
+    """``table`` (namespace schema) filtered by ``residual`` and projected to ``output``."""
     if residual is not None:
         try:
             table = residual.filter(table)
@@ -160,9 +153,7 @@ _HASH_CALL = re.compile(r"\bhash\s*\(", re.IGNORECASE)
 def lance_filter(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> str | None:
     """``residual`` as a filter Lance can evaluate on the leaf itself (every column it
     names stored under its namespace name and type, no ``hash()``), or None."""
-    if not _pushable(residual, plan, leaf):
-        return None
-    return _backtick_identifiers(residual.sql)
+    return _backtick_identifiers(residual.sql) if _pushable(residual, plan, leaf) else None
 
 
 def _backtick_identifiers(sql: str) -> str | None:
@@ -198,12 +189,12 @@ def _backtick_identifiers(sql: str) -> str | None:
 def _pushable(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> bool:
     if _HASH_CALL.search(residual.sql):
         return False
-    for name in filter_columns(residual):
-        if plan.sources.get(name) != name or name not in leaf.names:
-            return False
-        if leaf.field(name).type != plan.target.field(name).type:
-            return False
-    return True
+    return all(
+        plan.sources.get(n) == n
+        and n in leaf.names
+        and leaf.field(n).type == plan.target.field(n).type
+        for n in filter_columns(residual)
+    )
 
 
 def _leaf_batches(
@@ -220,10 +211,8 @@ def _leaf_batches(
         )
         return iter(scanner.to_reader())
     # None of the wanted columns exist in this (older) leaf: only its row count matters
-    if fragments is None:
-        remaining = leaf.count_rows(filter_sql)
-    else:
-        remaining = sum(f.count_rows(filter_sql) for f in fragments)
+    parts = [leaf] if fragments is None else fragments
+    remaining = sum(f.count_rows(filter_sql) for f in parts)
     return null_batches(remaining, batch_size or 65536)
 
 

@@ -166,8 +166,7 @@ def list_tags(manifest: Manifest) -> list[TagInfo]:
 
 
 def create_tag(manifest: Manifest, name: str, version: int) -> TagInfo:
-    """Tag ``version`` (it must exist and hold a namespace); :class:`TagExistsError` if the
-    name is taken."""
+    """Tag ``version`` (it must exist and hold a namespace); :class:`TagExistsError` if taken."""
     check_tag_name(name)
     at = open_version(manifest, version)
     if not spec_versions(at.metadata):
@@ -209,7 +208,6 @@ def delete_tag(manifest: Manifest, name: str) -> None:
     except (ValueError, OSError) as exc:
         text = first_line(exc)
         if "not exist" in text or "not found" in text.lower():
-            raise VersionNotFoundError(
-                f"tag {name!r} of {manifest.root} was deleted concurrently"
-            ) from exc
+            message = f"tag {name!r} of {manifest.root} was deleted concurrently"
+            raise VersionNotFoundError(message) from exc
         raise storage_error(f"delete the tag {name!r} of", manifest.uri, exc) from exc
