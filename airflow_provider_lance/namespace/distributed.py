@@ -45,8 +45,7 @@ class PartitionRouter:
         self.state = state
 
     def conform(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
-        """``data`` checked and shaped into the active schema as a write does (or a project
-        error)."""
+        """``data`` checked and shaped into the active schema as a write does."""
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         return self.state.schema.conform_input(table, spec=self.state.current_spec)
 
@@ -55,10 +54,8 @@ class PartitionRouter:
         self.conform(schema.empty_table())
 
     def keys(self, data: pa.Table | pa.RecordBatch) -> pa.Array:
-        """A 64-bit key per row, equal for the rows of one partition (and, on a hash
-        collision, of two)."""
-        spec = self.state.current_spec
-        return routing_keys(self.conform(data), spec, self.state.schema)
+        """A 64-bit key per row, equal for the rows of one partition (or on a hash collision)."""
+        return routing_keys(self.conform(data), self.state.current_spec, self.state.schema)
 
 
 @dataclass(frozen=True)
@@ -78,10 +75,7 @@ class TransactionSummary:
 
     @classmethod
     def of(
-        cls,
-        ns: PartitionedNamespace,
-        txn: Transaction,
-        stages: Mapping[str, Stage] | None = None,
+        cls, ns: PartitionedNamespace, txn: Transaction, stages: Mapping[str, Stage] | None = None
     ) -> TransactionSummary:
         """The summary of ``txn``, of ``stages`` (by id) if given, else of its records."""
         parts = merge_stages(txn.stages() if stages is None else stages)
@@ -94,11 +88,11 @@ class TransactionSummary:
             rows=sum(p.rows for p in parts.values()),
             files=sum(len(p.fragments) for p in parts.values()),
             partitions=[
-                {
-                    "object_id": p.object_id,
-                    "values": {k: value_text(v) for k, v in p.values.items()},
-                    "rows": p.rows,
-                }
+                {"object_id": p.object_id, "values": _texts(p.values), "rows": p.rows}
                 for p in parts.values()
             ],
         )
+
+
+def _texts(values: Mapping[str, Any]) -> dict[str, str | None]:
+    return {k: value_text(v) for k, v in values.items()}

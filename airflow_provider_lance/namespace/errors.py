@@ -52,10 +52,7 @@ class MissingPartitionSourceError(DataValidationError):
     with NULL, every row would land in the NULL partition)."""
 
     def __init__(
-        self,
-        message: str,
-        columns: Iterable[str] = (),
-        fields: Iterable[str] = (),
+        self, message: str, columns: Iterable[str] = (), fields: Iterable[str] = ()
     ) -> None:
         #: The missing source columns, and the partition fields computed from them.
         self.columns = list(columns)
@@ -210,17 +207,10 @@ def stage_again(cause: StaleStage) -> CommitConflict:
 def is_retryable(exc: BaseException) -> bool:
     """Whether retrying the operation that raised ``exc`` may succeed (an error not of
     this project: yes, nothing shows the input was wrong)."""
-    if isinstance(exc, LanceNamespaceError):
-        return exc.retryable
-    return True
+    return exc.retryable if isinstance(exc, LanceNamespaceError) else True
 
 
 def error_classes() -> dict[str, type[LanceNamespaceError]]:
     """Every error class of this module by name (to raise one again in another process)."""
-    return {
-        obj.__name__: obj
-        for obj in globals().values()
-        if isinstance(obj, type)
-        and issubclass(obj, LanceNamespaceError)
-        and obj.__module__ == __name__
-    }
+    found = [o for o in globals().values() if isinstance(o, type) and o.__module__ == __name__]
+    return {o.__name__: o for o in found if issubclass(o, LanceNamespaceError)}

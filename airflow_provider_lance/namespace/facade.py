@@ -90,11 +90,7 @@ from airflow_provider_lance.namespace.txn.lifecycle import collect_finished
 from airflow_provider_lance.namespace.txn.records import resolve
 from airflow_provider_lance.namespace.txn.store import TXN_DIR, TransactionStore
 from airflow_provider_lance.namespace.txn.transactions import Transaction, TransactionInfo
-from airflow_provider_lance.namespace.write.staging import (
-    FLUSH_BYTES,
-    Stage,
-    StagedPartition,
-)
+from airflow_provider_lance.namespace.write.staging import FLUSH_BYTES, Stage, StagedPartition
 
 from .errors import (
     InvalidArgumentError,
@@ -147,9 +143,8 @@ class PartitionedNamespace:
         concurrency: int | None = None,
     ) -> PartitionedNamespace:
         """Create a namespace at ``uri``; an error if anything already exists there.
-
         ``concurrency`` bounds the leaf tables written, committed or opened at once (default
-        8 on a local disk, 32 on an object store, where requests are latency bound)."""
+        8 on a local disk, 32 on an object store)."""
         root = normalize_root(uri)
         ns_schema = NamespaceSchema.from_user_schema(schema)
         fields = resolve_spec(partition_fields, ns_schema, {}, RESERVED_COLUMNS)
@@ -172,9 +167,7 @@ class PartitionedNamespace:
         *,
         concurrency: int | None = None,
     ) -> PartitionedNamespace:
-        """Open an existing namespace; an error if ``uri`` is not a partitioned namespace.
-
-        ``concurrency``: see :meth:`create`."""
+        """Open an existing namespace (see :meth:`create`); an error if there is none."""
         root = normalize_root(uri)
         manifest = Manifest(Storage(root, storage_options, concurrency=concurrency))
         return cls(root, manifest, NamespaceState.load(root, manifest.latest()))
@@ -193,8 +186,7 @@ class PartitionedNamespace:
 
     @staticmethod
     def is_namespace_entry(name: str) -> bool:
-        """Whether ``name``, a top-level entry of a namespace's directory, is one the format
-        writes there: ``__manifest``, the transaction records or a leaf table."""
+        """Whether ``name``, a top-level entry of a namespace's directory, is the format's."""
         return name in (MANIFEST_NAME, TXN_DIR) or bool(LEAF_DIRECTORY.match(name))
 
     # -- state ---------------------------------------------------------------------------
@@ -213,13 +205,11 @@ class PartitionedNamespace:
         return self._storage
 
     def state(self, as_of: AsOf | None = None, *, version: int | None = None) -> NamespaceState:
-        """The namespace as of ``as_of`` (default: the latest).
-
-        ``as_of`` is a ``__manifest`` version (int), a moment (a datetime, naive = UTC: the
-        latest version committed at or before it) or a tag name; ``version`` is the older
-        name of an int ``as_of``. :class:`VersionNotFoundError` when that state does not
-        exist (not yet, never, or cleaned up by :meth:`maintain`).
-        """
+        """The namespace as of ``as_of`` (default: the latest): a ``__manifest`` version
+        (int), a moment (a datetime, naive = UTC: the latest version committed at or before
+        it) or a tag name; ``version`` is the older name of an int ``as_of``.
+        :class:`VersionNotFoundError` when that state does not exist (not yet, never, or
+        cleaned up by :meth:`maintain`)."""
         target = pick(as_of, version)
         if target is not None:
             number = resolve_as_of(self._manifest, target)
@@ -242,8 +232,7 @@ class PartitionedNamespace:
         return self._state
 
     def _adopt(self, version: int) -> None:
-        """After this handle's own publish: hold the state it made, when its ``__manifest``
-        is still open (no request), so that the next write does not stage on the one before."""
+        """Hold the state this handle's own publish made, if its ``__manifest`` is open."""
         view = self._manifest.held(version)
         if view is None or version <= self._state.version:
             return
@@ -253,10 +242,8 @@ class PartitionedNamespace:
                 self._state = state
 
     def _on_latest(self, read: Callable[[NamespaceState], R]) -> tuple[NamespaceState, R]:
-        """``read`` (which must only read) done on the latest state, and that state: the check
-        that the held state is the latest runs while ``read`` works on it; if a newer version
-        was committed, ``read`` is done again on it, as when it failed on a state that is no
-        longer the latest."""
+        """``read`` (read-only) done on the latest state, and that state: checked meanwhile,
+        and done again on a newer version if one was committed."""
         state = self._state
         check = self._storage.beside(state.view.is_latest)
         try:
@@ -277,14 +264,12 @@ class PartitionedNamespace:
 
     @property
     def schema(self) -> pa.Schema:
-        """The current columns: what reads return and writes take, each with its
-        ``lance:field_id``. A past version's is ``state(as_of).schema.active``."""
+        """The current columns (what reads return and writes take), with field ids."""
         return self.state().schema.active
 
     @property
     def stored_schema(self) -> pa.Schema:
-        """The namespace schema as the format stores it: every column ever defined, the
-        dropped ones marked ``lance:deprecated`` (their field ids are never reused)."""
+        """Every column ever defined, the dropped ones marked ``lance:deprecated``."""
         return self.state().schema.arrow
 
     @property
@@ -313,9 +298,8 @@ class PartitionedNamespace:
 
     # -- evolution -------------------------------------------------------------------------
     def evolve_partition_spec(self, fields: Sequence[PartitionField]) -> int:
-        """Add a partition spec version; new data is written under it. Returns the version.
-        Concurrent evolutions and schema changes all apply, in some order (see
-        :mod:`~.admin.evolution`)."""
+        """Add a partition spec version (returned); new data is written under it. Concurrent
+        evolutions and schema changes all apply, in some order."""
         return evolution.evolve_partition_spec(self._manifest, self.state, fields)
 
     def add_column(self, field: pa.Field) -> None:
@@ -353,11 +337,12 @@ class PartitionedNamespace:
             )
         out = []
         for f in fields:
+            value = values[f.name]
             try:
                 out.append(
-                    cast_losslessly(pa.array([values[f.name]]), f.result_type)[0].as_py()
-                    if values[f.name] is not None
-                    else None
+                    None
+                    if value is None
+                    else cast_losslessly(pa.array([value]), f.result_type)[0].as_py()
                 )
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
                 raise PartitionSpecError(
@@ -371,8 +356,7 @@ class PartitionedNamespace:
         return self.create_partitions([values])[0]
 
     def create_partitions(self, values: Iterable[Mapping[str, Any]]) -> list[Partition]:
-        """Create many (empty) partitions in one transaction (one claim, one publish whatever
-        the count); existing ones are returned."""
+        """Create many (empty) partitions in one transaction; existing ones are returned."""
         tuples = [self.partition_values(v) for v in values]
         state = self.state()
         ids = [state.leaf_id(t) for t in tuples]
@@ -393,8 +377,7 @@ class PartitionedNamespace:
         return [found[i] for i in ids]
 
     def partitions(self, *, as_of: AsOf | None = None) -> list[Partition]:
-        """Every leaf table of the namespace (all spec versions), as of ``as_of`` (see
-        :meth:`state`; default: the latest)."""
+        """Every leaf table of the namespace (all spec versions), as of ``as_of``."""
         return self._resolve(as_of, None, None)[1]
 
     def partition(self, values: Mapping[str, Any]) -> Partition:
@@ -413,15 +396,12 @@ class PartitionedNamespace:
         as_of: AsOf | None = None,
         version: int | None = None,
     ) -> list[Partition]:
-        """The partitions that can hold rows matching ``filter`` (a SQL boolean expression),
-        as of ``as_of`` (see :meth:`state`)."""
+        """The partitions that can hold rows matching the SQL ``filter``, as of ``as_of``."""
         return self._resolve(as_of, version, filter)[1]
 
     def _resolve(
         self, as_of: AsOf | None, version: int | None, filter: str | None
     ) -> tuple[NamespaceState, list[Partition]]:
-        """The state a read reads (see :meth:`state`) and the partitions ``filter`` keeps
-        in it (every one for None)."""
         if as_of is None and version is None:
             return self._on_latest(lambda state: self._prune(state, filter))
         state = self.state(as_of, version=version)
@@ -444,14 +424,10 @@ class PartitionedNamespace:
         target_tasks: int | None = None,
         progress: ProgressCallback | None = None,
     ) -> ScanPlan:
-        """The tasks reading the rows matching ``filter`` from ONE ``__manifest`` version
-        (the latest, or the one ``as_of`` names: see :meth:`state`), one per partition the
-        filter may hold rows of: serialisable, run by any process (``task.to_reader()``).
-
-        ``fragments`` lists each task's data files (one leaf manifest read per partition).
-        ``target_tasks`` splits the plan into a task per data file when it has fewer
-        partitions than that. Bad filters and unknown columns raise here. ``progress``: see
-        :meth:`write`."""
+        """Serialisable tasks (``task.to_reader()``), one per partition that may hold rows
+        matching ``filter`` in ONE ``__manifest`` version (see :meth:`state`). ``fragments``
+        lists each task's data files; ``target_tasks`` splits the plan into a task per data
+        file when it has fewer partitions. Bad filters and unknown columns raise here."""
         with reporting(progress, "plan"):
             return self._plan(filter, columns, as_of, None, fragments, target_tasks)
 
@@ -485,9 +461,8 @@ class PartitionedNamespace:
         batch_size: int | None = None,
         progress: ProgressCallback | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Stream the rows matching ``filter`` from one manifest version (the latest, or the
-        one ``as_of`` names: see :meth:`state`). Bad filters and unknown columns raise here.
-        ``progress`` hears how many of the partitions read were started."""
+        """Stream the rows matching ``filter`` from one manifest version (see :meth:`state`).
+        Bad filters and unknown columns raise here. ``progress`` hears partitions started."""
         check_callback(progress)
         batches = self._plan(filter, columns, as_of, version).to_batches(batch_size)
         return iterate_reporting(progress, "read", iter(batches))
@@ -509,9 +484,8 @@ class PartitionedNamespace:
         reader = plan.to_reader(batch_size)
         if progress is None:
             return reader
-        return pa.RecordBatchReader.from_batches(
-            reader.schema, iterate_reporting(progress, "read", iter(reader))
-        )
+        batches = iterate_reporting(progress, "read", iter(reader))
+        return pa.RecordBatchReader.from_batches(reader.schema, batches)
 
     def to_table(
         self,
@@ -522,13 +496,10 @@ class PartitionedNamespace:
         version: int | None = None,
         progress: ProgressCallback | None = None,
     ) -> pa.Table:
-        """All rows matching ``filter``, in the namespace schema (optionally projected);
-        ``as_of`` reads a past state in the schema it had then (see :meth:`state`).
-        ``progress``: see :meth:`to_batches`."""
-        reader = self.to_reader(
+        """All rows matching ``filter``; ``as_of`` reads a past state in its schema of then."""
+        return self.to_reader(
             columns=columns, filter=filter, as_of=as_of, version=version, progress=progress
-        )
-        return reader.read_all()
+        ).read_all()
 
     def count_rows_of(self, partition: Partition) -> int:
         """Rows of one partition at its published ``read_version``."""
@@ -546,16 +517,12 @@ class PartitionedNamespace:
 
     # -- query engines ---------------------------------------------------------------------
     def to_pyarrow_dataset(self, as_of: AsOf | None = None) -> NamespaceDataset:
-        """A ``pyarrow.dataset.Dataset`` of the namespace as of ``as_of`` (see :meth:`state`;
-        default: the latest, now): DuckDB (``FROM ds``), Polars (``pl.scan_pyarrow_dataset``),
-        DataFusion (``ctx.register_dataset``) and pyarrow push their filters and projections
-        into its scans, which prune partitions (see :mod:`~.read.dataset`)."""
+        """A ``pyarrow.dataset.Dataset`` of the namespace as of ``as_of`` (default: now); the
+        filters and projections engines push into its scans prune partitions."""
         return NamespaceDataset(self._storage, self.state(as_of))
 
     def to_polars(self, as_of: AsOf | None = None) -> pl.LazyFrame:
-        """A lazy Polars frame of the namespace as of ``as_of`` (pinned now, as
-        :meth:`to_pyarrow_dataset`); its queries push projection, predicate and limit into
-        the scan. Needs the ``polars`` extra."""
+        """A lazy Polars frame of :meth:`to_pyarrow_dataset` (the ``polars`` extra)."""
         return engines.to_polars(self.to_pyarrow_dataset(as_of))
 
     def to_duckdb(
@@ -565,9 +532,8 @@ class PartitionedNamespace:
         *,
         as_of: AsOf | None = None,
     ) -> duckdb.DuckDBPyConnection:
-        """``connection`` (a new in-memory one for None) with the namespace as of ``as_of``
-        registered as the view ``table_name`` (pyiceberg's ``to_duckdb``). Needs the
-        ``duckdb`` extra."""
+        """``connection`` (None: a new in-memory one) with :meth:`to_pyarrow_dataset` as the
+        view ``table_name`` (the ``duckdb`` extra)."""
         return engines.to_duckdb(self.to_pyarrow_dataset(as_of), table_name, connection)
 
     # -- table operations: each one __manifest swap (see operations) ------------------------
@@ -575,10 +541,9 @@ class PartitionedNamespace:
         self, filter: str, *, txn_id: str | None = None, claim_timeout: float | None = None
     ) -> OperationResult:
         """Remove, in one ``__manifest`` commit, the partitions whose partition values make
-        ``filter`` true (it names partition fields; one a spec version lacks is NULL there).
-        The leaf files stay until maintenance. ``txn_id`` makes a retry return the first
-        result; ``claim_timeout`` bounds the wait for partitions a transaction is
-        committing (default 120 s)."""
+        ``filter`` true (a field a spec version lacks is NULL there). ``txn_id`` makes a
+        retry return the first result; ``claim_timeout`` bounds the wait for partitions a
+        transaction is committing (default 120 s)."""
         return self._operate(DropPartitions(self._storage, filter), txn_id, claim_timeout)
 
     def delete(
@@ -592,8 +557,7 @@ class PartitionedNamespace:
         """Delete the rows matching ``filter`` in one ``__manifest`` commit: partitions it
         covers entirely are dropped, the others get Lance deletion files. ``txn_id``,
         ``claim_timeout``: see :meth:`drop_partitions`; ``progress``: see :meth:`write`."""
-        operation = DeleteRows(self._storage, filter)
-        return self._operate(operation, txn_id, claim_timeout, progress)
+        return self._operate(DeleteRows(self._storage, filter), txn_id, claim_timeout, progress)
 
     def merge(
         self,
@@ -605,11 +569,10 @@ class PartitionedNamespace:
         claim_timeout: float | None = None,
         progress: ProgressCallback | None = None,
     ) -> OperationResult:
-        """Upsert ``data`` by the key columns ``on`` (which must include every source column
-        of the current partition spec) in one ``__manifest`` commit: rows whose key is
-        stored are updated, the others inserted. ``when_not_matched_by_source_delete`` also
-        deletes every stored row whose key ``data`` lacks. ``txn_id``, ``claim_timeout``:
-        see :meth:`drop_partitions`; ``progress``: see :meth:`write`."""
+        """Upsert ``data`` by the key columns ``on`` (including every source column of the
+        current spec) in one ``__manifest`` commit. ``when_not_matched_by_source_delete``
+        also deletes every stored row whose key ``data`` lacks. ``txn_id``,
+        ``claim_timeout``: see :meth:`drop_partitions`; ``progress``: see :meth:`write`."""
         operation = MergeRows(
             self._storage, data, on, delete_unmatched=when_not_matched_by_source_delete
         )
@@ -624,10 +587,9 @@ class PartitionedNamespace:
         txn_id: str | None = None,
         progress: ProgressCallback | None = None,
     ) -> OperationResult:
-        """Compact the leaves of the partitions ``filter`` may touch (all for None) into
-        fragments of ``target_rows_per_fragment`` rows, published in one ``__manifest``
-        commit; the rows never change. Writers keep writing meanwhile (a leaf that keeps
-        changing or is being committed is left alone, reported in ``skipped``)."""
+        """Compact the leaves ``filter`` may touch (None: all) into fragments of
+        ``target_rows_per_fragment`` rows in one ``__manifest`` commit; rows never change.
+        A leaf that keeps changing or is being committed is left alone (``skipped``)."""
         operation = Optimize(
             self._storage,
             filter,
@@ -652,15 +614,9 @@ class PartitionedNamespace:
                 claim_timeout=claim_timeout,
                 state=state_with_claims(self._txn),
             )
-        log.info(
-            "%s: %d rows removed, %d updated, %d inserted, %d partitions dropped (manifest v%s)",
-            operation.kind,
-            result.rows_removed,
-            result.rows_updated,
-            result.rows_inserted,
-            len(result.dropped),
-            result.manifest_version,
-        )
+        counts = (result.rows_removed, result.rows_updated, result.rows_inserted)
+        what = f"{len(result.dropped)} partitions dropped (manifest v{result.manifest_version})"
+        log.info("%s: %d rows removed, %d updated, %d inserted, %s", operation.kind, *counts, what)
         return result
 
     # -- writes and transactions -----------------------------------------------------------
@@ -674,20 +630,16 @@ class PartitionedNamespace:
         flush_bytes: int = FLUSH_BYTES,
         progress: ProgressCallback | None = None,
     ) -> CommitResult:
-        """Write rows in one transaction: every touched partition is published in one
-        ``__manifest`` commit, so readers see the whole write or nothing of it; a failed
-        write leaves nothing. ``overwrite`` replaces exactly the partitions the data
-        touches. ``data`` is anything Arrow-exportable or an iterable of pyarrow tables or
-        batches, consumed as it is staged: at most ``flush_bytes`` of routed rows are
-        buffered, as views of the input (a generator must not refill a buffer it yielded).
-        With ``txn_id`` a retried write returns the first one's result. ``claim_timeout``
-        bounds the wait for partitions another transaction is committing (default 120 s).
-
-        ``progress`` (a callable taking a :class:`~.progress.Progress`) hears how many of
-        the partitions of each step are done, on the calling thread; one that raises is
-        logged and not called again. An interrupt (Ctrl-C) stops the write within a second:
-        nothing is published, and ``maintain(sweep_orphans=True)`` removes what it left.
-        """
+        """Write rows in one transaction, published in one ``__manifest`` commit: readers
+        see all of it or nothing; a failed write leaves nothing. ``overwrite`` replaces
+        exactly the partitions the data touches. ``data``: anything Arrow-exportable or an
+        iterable of pyarrow tables or batches, buffered up to ``flush_bytes`` as views (a
+        generator must not refill a buffer it yielded). With ``txn_id`` a retry returns
+        the first result; ``claim_timeout``: see :meth:`drop_partitions`. ``progress`` (a
+        callable taking a :class:`~.progress.Progress`) hears the partitions of each step
+        done, on the calling thread (one that raises is logged, not called again). An
+        interrupt stops it within a second, publishing nothing (``maintain(sweep_orphans=True)``
+        removes what it left)."""
         options = CommitOptions.for_claim_timeout(claim_timeout)
         check_callback(progress)
         with reporting(progress, "write"):
@@ -695,13 +647,8 @@ class PartitionedNamespace:
                 self._txn, data, mode, txn_id=txn_id, options=options, flush_bytes=flush_bytes
             )
         self._adopt(result.manifest_version)
-        log.info(
-            "%s %d rows into %d partitions (manifest v%d)",
-            mode,
-            result.rows,
-            len(result.partitions),
-            result.manifest_version,
-        )
+        counts = (result.rows, len(result.partitions), result.manifest_version)
+        log.info("%s %d rows into %d partitions (manifest v%d)", mode, *counts)
         return result
 
     @property
@@ -715,13 +662,11 @@ class PartitionedNamespace:
     ) -> Transaction:
         """Start a transaction (or resume the one with this id; an aborted one's id starts a
         new incarnation). ``anonymous`` promises that only this process records stages and
-        commits (other processes may write data files for it): recording then skips the
-        ``__manifest`` commit that orders concurrent stagers, and it cannot be retried."""
+        commits: recording skips a ``__manifest`` commit, and it cannot be retried."""
         return transactions.begin_transaction(self._txn, mode, txn_id, anonymous=anonymous)
 
     def transaction(self, txn_id: str) -> Transaction:
-        """The current incarnation of a transaction, e.g. to stage into it from another
-        process."""
+        """The current incarnation of a transaction (to stage into it from elsewhere)."""
         ctx = self._txn
         record = resolve(ctx, ctx.load_state(), txn_id)
         header = None if record is None else ctx.store.load(txn_id, record.incarnation)
@@ -737,9 +682,8 @@ class PartitionedNamespace:
         claim_timeout: float | None = None,
     ) -> CommitResult:
         """Publish staged transactions atomically, several in one ``__manifest`` commit as a
-        combined transaction ``txn_id`` (by default derived from their ids). Committing
-        again returns the same result (an anonymous transaction's raises
-        :class:`InvalidArgumentError`)."""
+        combined transaction ``txn_id`` (default: derived from their ids). Committing again
+        returns the same result (an anonymous transaction's raises InvalidArgumentError)."""
         ids = [
             t.txn_id if isinstance(t, Transaction) else t
             for t in ([txn] if isinstance(txn, (str, Transaction)) else txn)
@@ -757,9 +701,8 @@ class PartitionedNamespace:
     def abort(
         self, txn_id: str, reason: str = "aborted by the user", *, forget: bool = False
     ) -> None:
-        """Undo an unpublished transaction: its leaf versions, claims and staged files. Its
-        record stays as a tombstone, unless ``forget``: only for the caller's own anonymous
-        transaction, whose commit it saw fail. Anyone else's is fenced first."""
+        """Undo an unpublished transaction; its record stays as a tombstone unless
+        ``forget`` (only for one's own anonymous transaction whose commit failed)."""
         abort_transaction(self._txn, txn_id, reason, own_write=forget)
         if forget:
             self._store.delete(txn_id)
@@ -781,20 +724,13 @@ class PartitionedNamespace:
         enforce_min_age: bool = True,
         progress: ProgressCallback | None = None,
     ) -> MaintenanceReport:
-        """Compact ``__manifest``; with ``older_than``, also remove old versions safely
-        (tagged versions and the leaf versions they read are kept); with ``sweep_orphans``,
-        remove what killed writers left once older than ``orphan_min_age``: unpublished
-        leaf versions, unreferenced files and leaf tables no retained version reads.
-        ``dry_run`` only reports what the sweep would remove. Every argument is checked
-        before anything runs: an ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours)
-        is refused unless ``enforce_min_age=False`` or ``dry_run``. ``progress``: see
-        :meth:`write`."""
-        check_flags(
-            compact=compact,
-            sweep_orphans=sweep_orphans,
-            dry_run=dry_run,
-            enforce_min_age=enforce_min_age,
-        )
+        """Compact ``__manifest``; with ``older_than``, remove older versions (not tagged
+        ones nor the leaf versions those read); with ``sweep_orphans``, remove what killed
+        writers left, older than ``orphan_min_age`` (``dry_run``: only report it). Arguments
+        are checked first: an ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours) is
+        refused unless ``enforce_min_age=False`` or ``dry_run``."""
+        flags = {"compact": compact, "sweep_orphans": sweep_orphans, "dry_run": dry_run}
+        check_flags(**flags, enforce_min_age=enforce_min_age)
         older_than = checked_older_than(older_than)
         if sweep_orphans:
             check_min_age(
@@ -803,56 +739,36 @@ class PartitionedNamespace:
         check_callback(progress)
         with reporting(progress, "maintain"):
             # Unpublished versions first: the version cleanup then sees what they left.
-            reclaimed = (
-                reclaim(self._txn, min_age=orphan_min_age, dry_run=dry_run)
-                if sweep_orphans
-                else None
-            )
-            report = self._maintain(compact, older_than, dry_run)
+            age: dict[str, Any] = {"min_age": orphan_min_age, "dry_run": dry_run}
+            reclaimed = reclaim(self._txn, **age) if sweep_orphans else None
+            report = MaintenanceReport()
+            if not dry_run:
+                collect_finished(self._manifest, self.state(), self._store.delete)
+                state = NamespaceState.load(self._root, self._manifest.latest())
+                report = maintain(self._manifest, state, compact=compact, older_than=older_than)
             if reclaimed is not None:
                 report.unpublished = reclaimed.to_dict()
-                report.orphans = sweep(
-                    self._txn,
-                    min_age=orphan_min_age,
-                    dry_run=dry_run,
-                    enforce_min_age=enforce_min_age,
-                ).to_dict()
+                report.orphans = sweep(self._txn, **age, enforce_min_age=enforce_min_age).to_dict()
         self._reload()
         return report
-
-    def _maintain(
-        self, compact: bool, older_than: dt.timedelta | None, dry_run: bool
-    ) -> MaintenanceReport:
-        if dry_run:
-            return MaintenanceReport()
-        collect_finished(self._manifest, self.state(), self._store.delete)
-        return maintain(
-            self._manifest,
-            NamespaceState.load(self._root, self._manifest.latest()),
-            compact=compact,
-            older_than=older_than,
-        )
 
     # -- history and tags ----------------------------------------------------------------
     def history(
         self, limit: int | None = None, *, include_internal: bool = False
     ) -> list[HistoryEntry]:
-        """What each retained ``__manifest`` version did, newest first: one entry per write,
-        partition creation, schema or spec change (``include_internal``: the bookkeeping
-        versions too). Each entry's ``version`` is readable with ``as_of``."""
+        """What each retained ``__manifest`` version did, newest first (``include_internal``:
+        the bookkeeping versions too)."""
         if limit is not None and (isinstance(limit, bool) or limit < 1):
             raise InvalidArgumentError(f"limit must be a positive number, got {limit!r}")
         return self._history.entries(limit, include_internal)
 
     def versions(self) -> list[int]:
-        """The ``__manifest`` versions that exist now, oldest first (``maintain`` removes
-        old ones; each is readable with ``as_of``)."""
+        """The ``__manifest`` versions that exist now, oldest first."""
         return sorted(self._manifest.latest().retained_versions())
 
     def tag(self, name: str, as_of: AsOf | None = None, *, version: int | None = None) -> TagInfo:
-        """Pin the state ``as_of`` names (default: the latest version) under ``name``:
-        :meth:`maintain` keeps that ``__manifest`` version and every leaf version it reads
-        until :meth:`untag`; read it with ``as_of=name``."""
+        """Pin the state ``as_of`` names (default: the latest) under ``name``, read with
+        ``as_of=name`` and kept by :meth:`maintain` until :meth:`untag`."""
         target = pick(as_of, version)
         number = self.version if target is None else resolve_as_of(self._manifest, target)
         return create_tag(self._manifest, name, number)
@@ -878,12 +794,9 @@ class PartitionedNamespace:
         txn_id: str | None = None,
         claim_timeout: float | None = None,
     ) -> OperationResult:
-        """Move every row :meth:`verify` finds misplaced (in the partitions ``filter``
-        selects) to the partition of the current spec its values give, in one
-        ``__manifest`` commit. ``txn_id``, ``claim_timeout``: see :meth:`drop_partitions`."""
-        candidates = None
-        if filter is not None:
-            candidates = [p.object_id for p in self._resolve(None, None, filter)[1]]
+        """Move the rows :meth:`verify` finds misplaced to their partition of the current
+        spec, in one ``__manifest`` commit (see :meth:`drop_partitions`)."""
+        candidates = None if filter is None else [p.object_id for p in self.prune(filter)]
         return self._operate(RelocateRows(self._storage, candidates), txn_id, claim_timeout)
 
     def repair(self) -> RepairReport:

@@ -88,21 +88,14 @@ def hold(
 
 
 def _configured() -> dict[str, str]:
-    raw = os.environ.get(ENV, "")
-    out = {}
-    for item in raw.split(","):
-        name, _, action = item.strip().partition("=")
-        if name:
-            out[name] = action or "raise"
-    return out
+    items = (item.strip().partition("=") for item in os.environ.get(ENV, "").split(","))
+    return {name: action or "raise" for name, _, action in items if name}
 
 
 def failpoint(name: str) -> None:
     """Crash, raise, sleep or wait here if a test asks for it (see the module docstring)."""
-    if _holds:
-        point = _holds.get(name)
-        if point is not None:
-            point._arrive()
+    if _holds and (point := _holds.get(name)) is not None:
+        point._arrive()
     if ENV not in os.environ:
         return
     action = _configured().get(name)

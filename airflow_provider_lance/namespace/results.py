@@ -113,21 +113,17 @@ class CommitResult:
     ) -> CommitResult:
         """The result :meth:`to_dict` recorded; ``types`` (of the partition columns, by
         name) give the values their types back."""
-        return cls(
-            int(obj["manifest_version"]),
-            str(obj["mode"]),
-            [
-                PartitionCommit(
-                    p["object_id"],
-                    typed_values(p["values"], types),
-                    int(p["read_version"]),
-                    int(p["rows"]),
-                    bool(p["created"]),
-                )
-                for p in obj["partitions"]
-            ],
-            obj.get("txn_id"),
-        )
+        partitions = [
+            PartitionCommit(
+                p["object_id"],
+                typed_values(p["values"], types),
+                int(p["read_version"]),
+                int(p["rows"]),
+                bool(p["created"]),
+            )
+            for p in obj["partitions"]
+        ]
+        return cls(int(obj["manifest_version"]), str(obj["mode"]), partitions, obj.get("txn_id"))
 
 
 @dataclass(frozen=True)
@@ -194,17 +190,13 @@ class TagInfo:
     created_at: dt.datetime | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "version": self.version,
-            "created_at": None if self.created_at is None else self.created_at.isoformat(),
-        }
+        created = None if self.created_at is None else self.created_at.isoformat()
+        return {"name": self.name, "version": self.version, "created_at": created}
 
 
 @dataclass(frozen=True)
 class PartitionOutcome:
-    """What a table operation did to one partition; ``read_version``: its new published
-    version (None: dropped)."""
+    """What a table operation did to one partition (``read_version`` None: dropped)."""
 
     object_id: str
     values: Mapping[str, Any]
@@ -227,17 +219,11 @@ class PartitionOutcome:
     def from_dict(
         cls, obj: Mapping[str, Any], types: Mapping[str, pa.DataType] | None = None
     ) -> PartitionOutcome:
-        return cls(
-            str(obj["object_id"]),
-            typed_values(obj["values"], types),
-            None if obj["read_version"] is None else int(obj["read_version"]),
-            int(obj.get("rows_removed", 0)),
-            int(obj.get("rows_updated", 0)),
-            int(obj.get("rows_inserted", 0)),
-            bool(obj.get("created", False)),
-            int(obj.get("fragments_before", 0)),
-            int(obj.get("fragments_after", 0)),
-        )
+        counts = {f.name: int(obj.get(f.name, 0)) for f in fields(cls)[3:] if f.name != "created"}
+        version = None if obj["read_version"] is None else int(obj["read_version"])
+        values = typed_values(obj["values"], types)
+        created = bool(obj.get("created", False))
+        return cls(str(obj["object_id"]), values, version, created=created, **counts)
 
 
 def _as_dict(part: PartitionCommit | PartitionChange | PartitionOutcome) -> dict[str, Any]:
