@@ -55,9 +55,7 @@ def abort_transaction(
     """Undo an unpublished transaction (fence, then delete its files); an error for a
     published one. ``own_write``: the caller is the anonymous transaction's own writer,
     whose commit failed: nobody else can seal it, so without a row it needs no fence."""
-    #: An anonymous transaction's stages, read before the fence (``collect_finished`` may
-    #: delete the records once it is aborted).
-    known: dict[str, Stage] = {}
+    known: dict[str, Stage] = {}  # an anonymous one's stages, read before the fence
 
     def attempt(_: int) -> TxnRecord | Outcome | None:
         """The fenced record (None: nothing is left to clean up), or LOST."""
@@ -121,20 +119,19 @@ def abort_abandoned(
     """Abort the anonymous holders of ``blocked`` claims past their lease (see
     :func:`.lifecycle.abandoned`), as a writer waiting for them does."""
     for record in abandoned(state, blocked, holders):
+        tag, age = record.incarnation_tag, record.age
         log.warning(
             "aborting %s, a write without a txn_id that has held its partitions for %.0fs "
             "(its process died while committing?)",
-            record.incarnation_tag,
-            record.age,
+            tag,
+            age,
         )
         try:
-            abort_transaction(
-                ctx, record.txn_id, reason=f"abandoned: committing for {record.age:.0f}s"
-            )
+            abort_transaction(ctx, record.txn_id, reason=f"abandoned: committing for {age:.0f}s")
         except (InvalidArgumentError, CommitConflict) as exc:  # published meanwhile, a race
-            log.info("left %s alone: %s", record.incarnation_tag, exc)
+            log.info("left %s alone: %s", tag, exc)
         except (LanceNamespaceError, OSError) as exc:  # not the waiter's failure
-            log.warning("could not abort %s: %s", record.incarnation_tag, exc)
+            log.warning("could not abort %s: %s", tag, exc)
 
 
 def _clean_up(
@@ -142,10 +139,10 @@ def _clean_up(
 ) -> None:
     """After the fence: delete what the incarnation (and its merged sources) staged
     (``known``: stages read before the fence) and drop the unpublished rows it created."""
-    state = ctx.load_state()
+    state, tag = ctx.load_state(), record.incarnation_tag
     doomed = [(record.txn_id, record.incarnation)]
     for source in load_records(state, record.sources).values():
-        if source.merged_into == record.incarnation_tag:
+        if source.merged_into == tag:
             doomed.append((source.txn_id, source.incarnation))
     fragments: dict[str, Stage] = dict(known or {})
     for txn_id, k in doomed:
@@ -156,7 +153,7 @@ def _clean_up(
             plan = Plan.from_json(ctx.store.plan(record.txn_id, record.incarnation, record.plan))
             fragments["plan"] = Stage("plan", "plan", plan.mode, plan.spec_version, plan.partitions)
         except LanceNamespaceError as exc:  # a missing plan: nothing more to delete
-            log.debug("no plan to clean up for %s: %s", record.incarnation_tag, exc)
+            log.debug("no plan to clean up for %s: %s", tag, exc)
     seen: set[str] = set()
     for stage in fragments.values():
         discard_stage(stage, ctx.storage, keep=frozenset(seen))
@@ -164,14 +161,12 @@ def _clean_up(
     for txn_id, k in doomed:
         for stage_id in ctx.store.stages(txn_id, k):
             ctx.store.delete_stage(txn_id, k, stage_id)
-    rows = [r for r in state.view.claimed_by(record.incarnation_tag) if r[READ_VERSION] is None]
+    rows = [r for r in state.view.claimed_by(tag) if r[READ_VERSION] is None]
     if rows:
         try:
             drop_pending(ctx.manifest, state, rows)
         except CommitConflict:
-            log.info(
-                "left %d dead partition rows of %s to recovery", len(rows), record.incarnation_tag
-            )
+            log.info("left %d dead partition rows of %s to recovery", len(rows), tag)
 
 
 def staged_fragments(stages: Iterable[Stage]) -> set[str]:
@@ -190,13 +185,7 @@ def recover(ctx: TransactionContext, lease_seconds: float = DEFAULT_LEASE_SECOND
         record = current_of(header.txn_id, rows.get(header.txn_id), only(header))
         if record is None or record.state not in (TxnState.STAGED, TxnState.COMMITTING):
             continue
-        stored = rows.get(header.txn_id)
-        since = (
-            stored.updated_at
-            if stored is not None and stored.incarnation == record.incarnation
-            else header.created_at
-        )
-        idle[header.txn_id] = now - since
+        idle[header.txn_id] = now - (record.updated_at if record.stored else header.created_at)
     for txn_id, record in rows.items():
         if txn_id not in idle and record.state is TxnState.COMMITTING:
             idle[txn_id] = record.age  # its records were deleted by hand: still fence it

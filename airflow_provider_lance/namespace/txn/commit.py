@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
@@ -81,7 +81,7 @@ from .plan import (
     stage_digest,
 )
 from .publish import Prepared, publish_once
-from .publish_result import commit_result, empty_result, published_at, rebuilt_result
+from .publish_result import commit_result, published_at, rebuilt_result
 from .records import current_of, resolve, staged_source, stored_header
 from .store import check_txn_id
 
@@ -91,8 +91,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Sealed:
     """What this committer's seal wrote: the record, its plan, the state it read, the
-    claimed rows as written (by id) and the version made (while ``__manifest`` is still
-    there, the rows are current)."""
+    claimed rows as written (by id) and the version made."""
 
     record: TxnRecord
     plan: Plan
@@ -110,16 +109,13 @@ class Committer:
         self.store = ctx.store
         self.options = options or CommitOptions()
         self.token = new_token()
-        #: The plan of the last seal attempt, reused while the stages are the same.
-        self._planned: Plan | None = None
+        self._planned: Plan | None = None  # the last seal's, reused for the same stages
         self._saved_plans: set[str] = set()
         self._claims = ClaimWait(
             ctx, self.options.claim_timeout, partial(abort_abandoned, ctx), name="commit"
         )
-        #: The publish under way: the incarnation this committer sealed or took over.
-        self._publishing: ClaimPublish | None = None
+        self._publishing: ClaimPublish | None = None  # what this committer sealed or took over
 
-    # -- the loop ------------------------------------------------------------------------
     def commit(self, txn_id: str) -> CommitResult:
         """Publish ``txn_id`` (or finish or return an earlier commit of it), waiting up to
         ``claim_timeout`` for claims and ``swap_timeout`` for lost races and a committer
@@ -217,11 +213,10 @@ class Committer:
             return self._publish(running)
         if record.plan is None and record.anonymous:  # not taken over: it may be live
             raise InvalidArgumentError(
-                f"transaction {record.incarnation_tag} is an anonymous write committing "
-                "in its own process, or one whose process stopped while committing it "
-                "(such a write keeps no plan for anyone else to finish): nothing of it is "
-                "published yet; if its process is gone, abort it or let recover() "
-                "release it, then write again"
+                f"transaction {record.incarnation_tag} is an anonymous write committing in its own "
+                "process, or one whose process stopped while committing it (such a write keeps no "
+                "plan for anyone else to finish): nothing of it is published yet; if its process "
+                "is gone, abort it or let recover() release it, then write again"
             )
         if record.plan is None:
             raise ManifestError(
@@ -242,7 +237,6 @@ class Committer:
             self.store.publish_lost(publishing.record.incarnation_tag)
         return got
 
-    # -- the seal ----------------------------------------------------------------------
     def _seal(
         self,
         state: NamespaceState,
@@ -252,9 +246,9 @@ class Committer:
     ) -> CommitResult | Outcome | None:
         """Seal and claim in one swap, then publish; an Outcome when the swap lost or
         others hold partitions; None (only without ``record``) when the row was not as
-        expected. Without ``record`` the row is read with the partition rows, after the
-        stages were listed, all at ``state``'s version: that orders the seal after every
-        stager whose epoch bump it does not conflict with."""
+        expected. Without ``record`` the row is read with the partition rows at ``state``,
+        after the stages were listed: the seal is ordered after every stager whose epoch bump
+        it does not conflict with."""
         if header is None:
             assert record is not None
             header = self.store.load(record.txn_id, record.incarnation)
@@ -275,18 +269,15 @@ class Committer:
         stored, current = record_and_rows(state, header.txn_id, plan.partitions)
         if record is None:
             found = current_of(header.txn_id, stored, stored_header(self.store, header.txn_id))
-            if found is None or (found.state, found.incarnation) != (
-                TxnState.STAGED,
-                header.incarnation,
-            ):
+            staged = (TxnState.STAGED, header.incarnation)
+            if found is None or (found.state, found.incarnation) != staged:
                 return None  # not the staged incarnation this process knows: look properly
             if found.stored:
                 txn = replace(found, sources=txn.sources, anonymous=txn.anonymous)
         if not plan.partitions:  # nothing staged: published at once, against this state
             empty = Sealed(txn, plan, state, {}, state.version)
             return self._publish(ClaimPublish(self, txn, plan, empty, sources=sources))
-        # The plan (for a committer taking over, a stager checking whether it got in) is
-        # written while the claims are worked out, and durable before the swap naming it.
+        # The plan is written while the claims are worked out, durable before the swap.
         plan_id = None if txn.anonymous else plan.plan_id
         saving = None if plan_id is None else self._save_plan(txn, plan)
         try:
@@ -342,22 +333,14 @@ class Committer:
             merged_parts = merge_stages(stages)
         except StaleStage as exc:
             raise outdated_stages(state, record.txn_id, stages, exc) from None
+        schema = self._leaf_schema(state, record.txn_id, stages)
         self._planned = Plan(
-            new_token()[:16],
-            header.mode,
-            header.spec_version,
-            tuple(refs),
-            merged_parts,
-            self._leaf_schema(state, record.txn_id, stages),
+            new_token()[:16], header.mode, header.spec_version, tuple(refs), merged_parts, schema
         )
         return self._planned
 
     def _claimed_rows(
-        self,
-        state: NamespaceState,
-        record: TxnRecord,
-        plan: Plan,
-        current: Mapping[str, dict[str, Any]],
+        self, state: NamespaceState, record: TxnRecord, plan: Plan, current: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         """The claimed and created rows for the seal (``current``: the plan's rows at
         ``state``); Retry (CLAIMED) while others hold partitions, :class:`StaleStage` when
@@ -379,11 +362,9 @@ class Committer:
         if not overwrite:
             self._check_append_schemas(plan, current)
         if new:
+            values, spec = [tuple(p.values.values()) for p in new], plan.spec_version
             rows += state.plan_partitions(
-                [tuple(p.values.values()) for p in new],
-                read_version=None,
-                claim=tag,
-                spec_version=plan.spec_version,
+                values, read_version=None, claim=tag, spec_version=spec
             ).rows
         return rows
 
@@ -415,31 +396,23 @@ class Committer:
 
     def _check_append_schemas(self, plan: Plan, current: Mapping[str, Mapping[str, Any]]) -> None:
         """Before claiming: appended files go only onto a leaf version whose schema gives
-        their field ids the meaning they were staged with (opens only leaves published anew
-        since they were staged)."""
+        their field ids the meaning they were staged with."""
+        bases = {oid: p.base_read_version for oid, p in plan.partitions.items() if not p.rewrite}
         moved = [
-            (oid, row[READ_VERSION])
+            (oid, v)
             for oid, row in current.items()
-            if oid in plan.partitions
-            and not plan.partitions[oid].rewrite
-            and row[READ_VERSION] is not None
-            and row[READ_VERSION] != plan.partitions[oid].base_read_version
+            if oid in bases and (v := row[READ_VERSION]) not in (None, bases[oid])
         ]
 
         def check(item: tuple[str, int]) -> None:
             oid, published_version = item
-            part = plan.partitions[oid]
+            part, uri = plan.partitions[oid], self.ctx.storage.uri(current[oid]["location"])
             check_append_schema(
-                self.ctx.storage,
-                self.ctx.storage.uri(current[oid]["location"]),
-                published_version,
-                part.staged_on,
-                part.schema,
+                self.ctx.storage, uri, published_version, part.staged_on, part.schema
             )
 
         self.ctx.storage.map(check, moved)
 
-    # -- results -------------------------------------------------------------------------
     def still_mine(self, record: TxnRecord) -> bool:
         """Whether ``record``'s incarnation is still committing (not finished, not aborted)."""
         now = resolve(self.ctx, self.ctx.load_state(), record.txn_id)
@@ -460,21 +433,16 @@ class Committer:
 
     def result(self, record: TxnRecord, state: NamespaceState) -> CommitResult:
         """The result of a published transaction, equal to the one its publish returned:
-        recorded, or rebuilt from its plan and the version where its row turned PUBLISHED.
-        An anonymous one without a plan keeps neither: InvalidArgumentError. Values get
-        back the types of ``state``'s partition columns (read after the publish, it knows
-        every field of the plan's spec)."""
+        recorded, or rebuilt from its plan (an anonymous one without a plan keeps neither:
+        InvalidArgumentError). Values get the types of ``state``'s partition columns."""
         raw = self.store.result(record.txn_id, record.incarnation)
         if raw is not None:
             types = {f.name: f.type for f in state.partition_columns}
             try:
                 return CommitResult.from_dict(raw, types)
             except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
-                log.warning(
-                    "the recorded result of %s does not read (%s): rebuilt",
-                    record.incarnation_tag,
-                    exc,
-                )
+                tag = record.incarnation_tag
+                log.warning("the recorded result of %s does not read (%s): rebuilt", tag, exc)
         if record.anonymous and record.plan is None:  # no plan, no result kept: unknown
             raise InvalidArgumentError(
                 f"anonymous transaction {record.incarnation_tag} was published already (in "
@@ -491,43 +459,34 @@ class Committer:
 
 @dataclass
 class _Held:
-    """What the claim publish's swap is against: the row as read right before it, and each
-    partition's ``read_version`` before it (for "created")."""
+    """The row as read right before the swap, and each partition's prior ``read_version``."""
 
     record: TxnRecord
     before: dict[str, int | None]
 
 
+@dataclass(eq=False)
 class ClaimPublish:
     """The claim protocol's publish strategy: the leaves are committed once under the
     claims (:class:`~.kernel.HeldClaim`); the swap moves the row COMMITTING -> PUBLISHED
-    under our token and requires every partition still claimed by us (nothing else
-    changes those rows, so they are read right before it). With nothing staged, the swap
-    is STAGED -> PUBLISHED (sources MERGED) alone."""
+    under our token and requires every partition still claimed by us. With nothing staged,
+    the swap is STAGED -> PUBLISHED (``sources`` MERGED) alone."""
 
-    name: str = "commit"
-    kind: str | None = None
+    name: ClassVar[str] = "commit"
+    kind: ClassVar[str | None] = None
+    committer: Committer
+    record: TxnRecord
+    plan: Plan
+    sealed: Sealed | None
+    sources: Sequence[TxnRecord] = ()
+    prepared: Prepared[_Held | None] | None = None
 
-    def __init__(
-        self,
-        committer: Committer,
-        record: TxnRecord,
-        plan: Plan,
-        sealed_at: Sealed | None,
-        *,
-        sources: Sequence[TxnRecord] = (),
-    ) -> None:
-        self.committer = committer
-        self.ctx = committer.ctx
-        self.record = record
-        self.plan = plan
-        self.sealed = sealed_at
-        self.sources = list(sources)
-        self.prepared: Prepared[_Held | None] | None = None
+    @property
+    def ctx(self) -> TransactionContext:
+        return self.committer.ctx
 
     def prepare(self, attempt: int) -> Prepared[_Held | None]:
-        """The leaf work, built and checked once: an attempt after a lost swap commits
-        nothing again."""
+        """The leaf work, built and checked once (a retry after a lost swap reuses it)."""
         if self.prepared is not None:
             return self.prepared
         record, plan, storage = self.record, self.plan, self.ctx.storage
@@ -544,15 +503,9 @@ class ClaimPublish:
             staged_work(storage, part, dict(rows[oid]), schema, replace=overwrite or part.rewrite)
             for oid, part in plan.partitions.items()
         ]
-        check_works_files(
-            storage,
-            works,
-            record.incarnation_tag,
-            record.anonymous,
-            lambda: self.committer.still_mine(record),
-        )
-        guard = HeldClaim(self.ctx.manifest, record.incarnation_tag)
-        self.prepared = Prepared(state, works, guard, record.incarnation_tag, None)
+        tag, mine = record.incarnation_tag, partial(self.committer.still_mine, record)
+        check_works_files(storage, works, tag, record.anonymous, mine)
+        self.prepared = Prepared(state, works, HeldClaim(self.ctx.manifest, tag), tag, None)
         return self.prepared
 
     def _check_claims(self, rows: Mapping[str, Mapping[str, Any]]) -> None:
@@ -566,7 +519,7 @@ class ClaimPublish:
             raise Retry(Outcome.TAKEN_OVER)
         raise ManifestError(
             f"transaction {record.incarnation_tag} is committing but does not hold its claims "
-            "(was __manifest rewritten by another tool?)",
+            "(was __manifest rewritten by another tool?)"
         )
 
     def swap(self, prepared: Prepared[_Held | None]) -> Swap:
@@ -610,21 +563,14 @@ class ClaimPublish:
         result = commit_result(
             version, plan.mode, record.txn_id, plan.partitions, prepared.versions, held.before
         )
-        if not plan.partitions:
-            result = empty_result(version, plan.mode, record.txn_id)
         self.committer.save_result(record, result)
-        best_effort("deleting superseded copies", lambda: self._drop_superseded())
-        log.info(
-            "transaction %s published %d partitions (manifest v%d)",
-            record.incarnation_tag,
-            len(result.partitions),
-            version,
-        )
+        best_effort("deleting superseded copies", self._drop_superseded)
+        tag, n = record.incarnation_tag, len(result.partitions)
+        log.info("transaction %s published %d partitions (manifest v%d)", tag, n, version)
         return result
 
     def _drop_superseded(self) -> None:
-        """Delete the copies of published rows rewriting stages made (see
-        :func:`~.plan.merge_stages`): nothing published references them."""
+        """Delete the copies of published rows that rewriting stages made and the plan left out."""
         storage = self.ctx.storage
         for part in self.plan.partitions.values():
             if part.superseded:

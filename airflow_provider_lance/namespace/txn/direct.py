@@ -1,32 +1,27 @@
 """Direct publish: a write no other process knows commits in one ``__manifest`` swap.
 
-``ns.write()`` without a ``txn_id`` is such a write: nobody else stages into it, commits
-it or retries it, so it needs no fence, no durable plan and no claim while its leaves
-commit. It takes the optimistic path of Delta and Iceberg:
+``ns.write()`` without a ``txn_id`` is such a write: nobody else stages into, commits or
+retries it, so it needs no fence, durable plan or claim (the optimistic path of Delta):
 
-1. staged against manifest version S, each leaf written and committed in one Lance call
-   on its published version (a new partition's leaf is created);
-2. the touched partition rows are read at S;
-3. a leaf version from step 1 right above the version still published is used as it is;
-   any other leaf is committed again on its published ``read_version``
-   (:func:`~..write.leaf_commit.commit_leaf`), rolling back what lies above it;
-4. one compare-and-swap against S sets the new ``read_version``\\ s and inserts new
+1. staged against manifest version S, each leaf committed in one Lance call on its
+   published version (a new partition's leaf is created);
+2. the touched partition rows are read at S; a leaf version from step 1 right above the
+   version still published is used as it is, any other leaf is committed again on its
+   published ``read_version`` (:func:`~..write.leaf_commit.commit_leaf`);
+3. one compare-and-swap against S sets the new ``read_version``\\ s and inserts new
    partitions' rows; if any of those rows changed since S, back to 2 at the newer version.
 
 Safe beside the claim protocol: the swap needs every touched row unclaimed at S and
-unchanged since, so it never publishes a partition a committing transaction holds, and a
-claim placed after S makes it fail. A leaf version committed but not published lies above
-the published one: the next commit to that leaf rolls it back, and the published version
-stays readable. A claimed partition, or races lost too often, hand the staged files to the
-claim protocol, which waits its turn. A failure before the swap deletes the staged files;
-a swap of unknown outcome keeps them (:func:`~.kernel.published_after_all`).
+unchanged since. A leaf version committed but not published is rolled back by the next
+commit to that leaf. A claimed partition, or races lost too often, hand the staged files
+to the claim protocol. A failure before the swap deletes the staged files; a swap of
+unknown outcome keeps them (:func:`~.kernel.published_after_all`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_lance.namespace.errors import OutcomeUnknown
@@ -47,7 +42,7 @@ from .kernel import (
 )
 from .plan import check_staged_against, merge_stages
 from .publish import Prepared, publish_once
-from .publish_result import commit_result, empty_result
+from .publish_result import commit_result
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +62,7 @@ def publish_stage(
         failpoint("direct.staged")
         strategy = DirectWrite(ctx, state, stage, owner)
         if not strategy.parts:
-            return empty_result(state.version, stage.mode, stage.txn_id)
+            return CommitResult(state.version, stage.mode, [], stage.txn_id)
         if DIRECT_ATTEMPTS < 1:
             raise Spent
         budgets = {
@@ -86,11 +81,8 @@ def publish_stage(
         raise
 
 
-@dataclass
-class _Read:
-    """The touched partition rows as an attempt read them (by object id)."""
-
-    current: dict[str, dict[str, Any]]
+#: The touched partition rows as an attempt read them (by object id).
+_Read = dict[str, dict[str, Any]]
 
 
 class DirectWrite:
@@ -135,18 +127,16 @@ class DirectWrite:
             log.info("partitions of %s are claimed: committing through the claim protocol", owner)
             raise Retry(Outcome.CLAIMED)
         check_staged_against(parts, unmet, lambda stale: "")  # write() says "write again"
-        storage = self.ctx.storage
+        storage, schema, overwrite = self.ctx.storage, self.leaf_schema, self.overwrite
         works = [
-            staged_work(
-                storage, p, current.get(oid), self.leaf_schema, replace=self.overwrite or p.rewrite
-            )
+            staged_work(storage, p, current.get(oid), schema, replace=overwrite or p.rewrite)
             for oid, p in parts.items()
         ]
         for work in works:
             work.committed = _made_while_staging(parts[work.object_id], current)
         check_works_files(storage, [w for w in works if w.committed is None], self.owner, True)
         guard = StillPublished(self.ctx.manifest, storage)
-        self.last = Prepared(state, works, guard, self.owner, _Read(current))
+        self.last = Prepared(state, works, guard, self.owner, current)
         return self.last
 
     def swap(self, prepared: Prepared[_Read]) -> Swap:
@@ -156,14 +146,13 @@ class DirectWrite:
             # The winner rolled back our first versions and ``maintain`` may have removed
             # their files: checked again (a later publish makes the swap fail, and this rerun).
             check_works_files(self.ctx.storage, prepared.works, self.owner, True)
-        current = prepared.detail.current
+        current = prepared.detail
         rows = [dict(row, **{READ_VERSION: versions[oid]}) for oid, row in current.items()]
         new = [p for oid, p in self.parts.items() if oid not in current]
         if new:
+            values, spec = [tuple(p.values.values()) for p in new], self.stage.spec_version
             created = prepared.state.plan_partitions(
-                [tuple(p.values.values()) for p in new],
-                read_version=None,
-                spec_version=self.stage.spec_version,
+                values, read_version=None, spec_version=spec
             ).rows
             for r in created:  # fresh rows: set in place
                 r[READ_VERSION] = versions.get(r[OBJECT_ID])
@@ -173,11 +162,9 @@ class DirectWrite:
 
     def finish(self, prepared: Prepared[_Read], version: int | None) -> CommitResult:
         assert version is not None  # (a stage with partitions always swaps)
-        before = {oid: row[READ_VERSION] for oid, row in prepared.detail.current.items()}
-        stage = self.stage
-        return commit_result(
-            version, stage.mode, stage.txn_id, self.parts, prepared.versions, before
-        )
+        before = {oid: row[READ_VERSION] for oid, row in prepared.detail.items()}
+        mode, txn_id = self.stage.mode, self.stage.txn_id
+        return commit_result(version, mode, txn_id, self.parts, prepared.versions, before)
 
 
 def _made_while_staging(part: StagedPartition, current: Mapping[str, Any]) -> int | None:

@@ -1,20 +1,15 @@
 """The publish kernel: what every publish path (:mod:`.commit`, :mod:`.direct`,
 :mod:`~..ops.runner`) does alike.
 
-* **Leaf fan-out.** A publish is a :class:`LeafWork` per touched leaf, each a
-  :data:`LeafChange` (:class:`AppendFiles`, :class:`ReplaceLeaf`, :class:`ApplyChange`);
-  :func:`commit_leaves` commits them in ONE ``storage.map`` with the guards of
-  :mod:`~..write.leaf_commit` (G1: a commit is used only as base + 1; G3: a roll-back
-  restored exactly the base; G5: an append only onto a leaf of its files' schema; G6: a
-  partition that does not exist is replaced whole), one :class:`LeafGuard` asked before
-  any roll-back (G2: :class:`HeldClaim` or :class:`StillPublished`) and G4 (the staged
-  files still exist: :func:`check_works_files`).
-* **Requirements and claims.** :func:`staged_requirements` is what staged files need of
-  their rows; :class:`ClaimWait` the one wait for partitions other transactions hold.
-* **Failures.** :func:`leaf_failure` judges a failed leaf commit (a lost race, or the
-  attempt's error); :func:`published_after_all` a swap that reported a storage error
-  (pyiceberg's ``CommitStateUnknown``: when it cannot tell, the files are kept);
-  :func:`best_effort` runs what follows a publish.
+* :func:`commit_leaves` commits one :class:`LeafWork` per touched leaf in ONE
+  ``storage.map`` with the guards of :mod:`~..write.leaf_commit` (G1: a commit counts only
+  as base + 1; G3: a roll-back restored exactly the base; G5: an append only onto a leaf of
+  its files' schema; G6: a partition that does not exist is replaced whole), a
+  :class:`LeafGuard` asked before any roll-back (G2) and G4 (:func:`check_works_files`).
+* :func:`staged_requirements`: what staged files need of their rows; :class:`ClaimWait`:
+  the one wait for partitions other transactions hold.
+* :func:`leaf_failure` judges a failed leaf commit; :func:`published_after_all` a swap that
+  reported a storage error (when it cannot tell, the files are kept).
 """
 
 from __future__ import annotations
@@ -23,6 +18,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import lance
@@ -78,11 +74,8 @@ class CommitOptions:
         """The defaults with the caller's ``claim_timeout``, checked before anything runs."""
         if claim_timeout is None:
             return cls()
-        if (
-            isinstance(claim_timeout, bool)
-            or not isinstance(claim_timeout, (int, float))
-            or not 0 <= claim_timeout < math.inf
-        ):
+        number = isinstance(claim_timeout, (int, float)) and not isinstance(claim_timeout, bool)
+        if not number or not 0 <= claim_timeout < math.inf:
             raise InvalidArgumentError(
                 f"claim_timeout must be a number of seconds, 0 or more, got {claim_timeout!r}"
             )
@@ -110,7 +103,6 @@ def state_with_claims(ctx: TransactionContext) -> NamespaceState:
     return state
 
 
-# -- leaf work -------------------------------------------------------------------------------
 #: Staged fragments, or how to parse them (in the fan-out's threads).
 Fragments = Sequence[FragmentMetadata] | Callable[[], Sequence[FragmentMetadata]]
 
@@ -175,27 +167,19 @@ def staged_work(
     """The work of committing ``part`` onto its partition's ``row`` (None: new)."""
     published = None if row is None else row[READ_VERSION]
     fragments = part.fragment_metadata
-    change: LeafChange = (
-        ReplaceLeaf(fragments, leaf_schema, part.schema)
-        if replace
-        else AppendFiles(fragments, leaf_schema, part.staged_on, part.schema)
-    )
+    change: LeafChange = ReplaceLeaf(fragments, leaf_schema, part.schema)
+    if not replace:
+        change = AppendFiles(fragments, leaf_schema, part.staged_on, part.schema)
     location = part.directory if row is None else row["location"]
     exists = part.existed or published is not None
     return LeafWork(part.object_id, storage.uri(location), published, exists, change, files=part)
 
 
-# -- guards before a roll-back (G2) ----------------------------------------------------------
 class LeafGuard(Protocol):
     """Asked before rolling back versions above ``base`` (or when ``base`` cannot be read):
     False (they may be another writer's) makes the commit raise ``LeafMoved`` instead."""
 
     def may_roll_back(self, work: LeafWork, base: int) -> bool: ...
-
-
-def _row_now(manifest: Manifest, object_id: str) -> dict[str, Any] | None:
-    """The partition's row in the latest ``__manifest`` version."""
-    return manifest.latest().rows_by_id([object_id]).get(object_id)
 
 
 @dataclass(frozen=True)
@@ -207,7 +191,7 @@ class HeldClaim:
     writer: str
 
     def may_roll_back(self, work: LeafWork, base: int) -> bool:
-        row = _row_now(self.manifest, work.object_id)
+        row = self.manifest.latest().rows_by_id([work.object_id]).get(work.object_id)
         return row is not None and row[CLAIM] == self.writer
 
 
@@ -221,22 +205,17 @@ class StillPublished:
     storage: Storage
 
     def may_roll_back(self, work: LeafWork, base: int) -> bool:
-        row = _row_now(self.manifest, work.object_id)
+        row = self.manifest.latest().rows_by_id([work.object_id]).get(work.object_id)
         if row is None or row[CLAIM] is not None:
             return False
         published = row[READ_VERSION]
-        if published is None and work.published is None:
-            return not foreign_above(self.storage, work.uri, base)
+        if published is None and work.published is None:  # no foreign version above base
+            ds = self.storage.table(work.uri)
+            above = range(base + 1, int(ds.version) + 1)
+            return all(committed_by(ds, v) is not None for v in above)
         return published in (base, work.published)
 
 
-def foreign_above(storage: Storage, uri: str, base: int) -> bool:
-    """Whether a version above ``base`` of the leaf at ``uri`` has no transaction tag."""
-    ds = storage.table(uri)
-    return any(committed_by(ds, v) is None for v in range(base + 1, int(ds.version) + 1))
-
-
-# -- the fan-out -----------------------------------------------------------------------------
 def check_works_files(
     storage: Storage,
     works: Sequence[LeafWork],
@@ -245,8 +224,7 @@ def check_works_files(
     still_live: Callable[[], bool] | None = None,
 ) -> None:
     """G4: :func:`~.leaf_commit.check_staged_files` for the staged files of ``works``."""
-    parts = {w.object_id: w.files for w in works if w.files is not None}
-    if parts:
+    if parts := {w.object_id: w.files for w in works if w.files is not None}:
         check_staged_files(storage, parts, owner, anonymous, still_live)
 
 
@@ -265,10 +243,7 @@ def commit_leaves(
 
     def commit_one(work: LeafWork) -> None:
         change = work.change
-
-        def may_roll_back(base: int) -> bool:
-            return guard.may_roll_back(work, base)
-
+        may_roll_back = partial(guard.may_roll_back, work)
         if isinstance(change, ApplyChange):
             work.committed = commit_change(
                 storage,
@@ -307,18 +282,13 @@ def commit_leaves(
     return out
 
 
-# -- what a swap requires ------------------------------------------------------------------
 def staged_requirements(
     parts: Mapping[str, StagedPartition], *, overwrite: bool
 ) -> list[Requirement]:
     """What staged files need of the rows they are published onto."""
-    out: list[Requirement] = [RowExists(oid) for oid, p in parts.items() if p.existed]
-    out += [
-        ReadVersionIs(oid, p.base_read_version)
-        for oid, p in parts.items()
-        if overwrite or p.rewrite
-    ]
-    return out
+    exist: list[Requirement] = [RowExists(oid) for oid, p in parts.items() if p.existed]
+    at = [ReadVersionIs(o, p.base_read_version) for o, p in parts.items() if overwrite or p.rewrite]
+    return exist + at
 
 
 class ClaimWait:
@@ -337,18 +307,12 @@ class ClaimWait:
         what: str = "",
         after: str = "",
     ) -> None:
-        self.ctx = ctx
-        self.timeout = timeout
-        self.name = name
-        self._abandon = abandon
-        self._what, self._after = what, after
+        self.ctx, self.timeout, self.name = ctx, timeout, name
+        self._abandon, self._what, self._after = abandon, what, after
         self._last: tuple[dict[str, str], Mapping[str, TxnRecord]] = ({}, {})
 
     def live(
-        self,
-        state: NamespaceState,
-        rows: Mapping[str, Mapping[str, Any]],
-        mine: str | None = None,
+        self, state: NamespaceState, rows: Mapping[str, Mapping[str, Any]], mine: str | None = None
     ) -> tuple[dict[str, str], Mapping[str, TxnRecord]]:
         """The partitions among ``rows`` held by a live transaction other than ``mine``
         (-> ``txn#k``), and the holders' records."""
@@ -373,7 +337,6 @@ class ClaimWait:
         return claims_timed_out(blocked, holders, self.timeout, what=self._what, after=self._after)
 
 
-# -- leaf failures and the outcome of a swap -------------------------------------------------
 def moved_on(ctx: TransactionContext, state: NamespaceState) -> bool:
     """Whether what an attempt on ``state`` reads may have been removed since: its version
     is cleaned up, or a partition was published anew (``maintain`` may then remove it)."""
@@ -395,18 +358,14 @@ def leaf_failure(ctx: TransactionContext, state: NamespaceState, error: Exceptio
     namespace moved on), False when ``error`` is the attempt's failure."""
     if isinstance(error, CommitConflict):
         return True
-    return (
-        isinstance(error, LanceNamespaceError)
-        and not isinstance(error, InvalidArgumentError)
-        and moved_on(ctx, state)
-    )
+    valid = isinstance(error, LanceNamespaceError) and not isinstance(error, InvalidArgumentError)
+    return valid and moved_on(ctx, state)
 
 
 def published_after_all(manifest: Manifest, swap: Swap, error: StorageError) -> int:
-    """The manifest version ``swap`` made although it reported ``error``: the first after
-    its base holding a row only it writes (every version: another may have published over
-    it). None holds one: ``error`` again (nothing published; the caller may delete its
-    files). The versions cannot be read: :class:`OutcomeUnknown` (the files are kept)."""
+    """The manifest version ``swap`` made although it reported ``error`` (the first after
+    its base holding a row only it writes); none: ``error`` again (nothing published);
+    unreadable versions: :class:`OutcomeUnknown` (the files are kept)."""
     try:
         latest = manifest.latest().version
         for version in range(swap.base_version + 1, latest + 1):
@@ -415,16 +374,14 @@ def published_after_all(manifest: Manifest, swap: Swap, error: StorageError) -> 
                 return version
     except LanceNamespaceError as exc:
         raise OutcomeUnknown(
-            f"a publish reported {error}, and whether it committed cannot be told ({exc}): "
-            "its files are kept; read the data to see whether it was published before "
-            "writing it again"
+            f"a publish reported {error}, and whether it committed cannot be told ({exc}): its "
+            "files are kept; read the data to see whether it was published before writing it again"
         ) from error
     raise error
 
 
 def best_effort(what: str, call: Callable[[], object]) -> None:
-    """Run ``call`` after a publish: a failure is logged, never raised (the publish stands;
-    reporting it failed would make its caller write it again)."""
+    """Run ``call`` after a publish: a failure is logged, never raised (the publish stands)."""
     try:
         call()
     except Exception as exc:

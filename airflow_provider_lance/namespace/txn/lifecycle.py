@@ -1,12 +1,11 @@
 """The transaction state machine: every state, every transition, one arbiter.
 
 A transaction's fate is its row in ``__manifest`` (``__txn$<txn_id>``, state in
-``metadata``), beside the partition rows it claims and publishes. Every transition is one
-compare-and-swap that fails if the row (or a partition row it touches) changed since it
-was read, so no two processes both move a transaction, and the move that publishes is the
-commit that sets the ``read_version``\\ s: the linearisation point. As Percolator's
-primary lock: whoever changes the row first wins; abort and recovery *fence* the row
-before deleting anything; a committer whose fence is gone cannot publish.
+``metadata``). Every transition is one compare-and-swap that fails if the row (or a
+partition row it touches) changed since it was read, so no two processes both move a
+transaction, and the move that publishes sets the ``read_version``\\ s (the
+linearisation point). Abort and recovery *fence* the row before deleting anything; a
+committer whose fence is gone cannot publish.
 
 States (``k`` = incarnation, ``X#k`` = its tag)::
 
@@ -96,14 +95,9 @@ def abandoned(
     found = []
     for tag in sorted(set(blocked.values())):
         record = records.get(parse_incarnation_tag(tag)[0])
-        if (
-            record is None
-            or not record.anonymous
-            or not claim_is_live(tag, records)
-            or record.age <= ANONYMOUS_LEASE_SECONDS
-        ):
+        if record is None or not record.anonymous or not claim_is_live(tag, records):
             continue
-        if record.age > anonymous_lease(state, tag):
+        if record.age > ANONYMOUS_LEASE_SECONDS and record.age > anonymous_lease(state, tag):
             found.append(record)
     return found
 
@@ -124,12 +118,8 @@ def claims_timed_out(
 ) -> CommitConflict:
     """The error once a wait for claimed partitions spent its timeout, naming each holder
     (``blocked``: partition -> ``txn#k``) with its age, and the remedy."""
-    held = sorted(
-        {
-            f"{claim} (committing for {records[parse_incarnation_tag(claim)[0]].age:.0f}s)"
-            for claim in blocked.values()
-        }
-    )
+    ages = {c: records[parse_incarnation_tag(c)[0]].age for c in blocked.values()}
+    held = sorted(f"{claim} (committing for {age:.0f}s)" for claim, age in ages.items())
     return CommitConflict(
         f"{what}partitions are held by other transactions {held} for longer than the "
         f"claim timeout ({timeout:g}s); they are still committing, or crashed: retry "
@@ -154,7 +144,6 @@ def drop_pending(
     manifest.commit(Swap(state.view, drops=[str(r[OBJECT_ID]) for r in rows]))
 
 
-# -- the transitions: each a TxnMove, applied by Manifest.commit ----------------------------
 def bumped(record: TxnRecord) -> TxnMove:
     """STAGED -> STAGED: order a recorded stage before any later seal."""
     return TxnMove(record, record.moved(TxnState.STAGED, epoch=record.epoch + 1))
@@ -188,22 +177,19 @@ def published(record: TxnRecord, token: str | None) -> TxnMove:
 
 
 def operation_published(record: TxnRecord) -> TxnMove:
-    """A table operation's row, PUBLISHED in its one swap (any earlier incarnation's row
-    was ABORTED)."""
+    """A table operation's row, PUBLISHED in its one swap."""
     return TxnMove(None, record)
 
 
 def aborted(record: TxnRecord, reason: str, sources: Iterable[TxnRecord] = ()) -> list[TxnMove]:
     """STAGED | COMMITTING -> ABORTED; sources merged into it are aborted with it."""
+    tag, error = record.incarnation_tag, f"{reason} (merged into {record.incarnation_tag})"
     moves = [TxnMove(record, record.moved(TxnState.ABORTED, owner=None, error=reason))]
-    moves += [
-        TxnMove(
-            s, s.moved(TxnState.ABORTED, error=f"{reason} (merged into {record.incarnation_tag})")
-        )
+    return moves + [
+        TxnMove(s, s.moved(TxnState.ABORTED, error=error))
         for s in sources
-        if s.state is TxnState.MERGED and s.merged_into == record.incarnation_tag
+        if s.state is TxnState.MERGED and s.merged_into == tag
     ]
-    return moves
 
 
 def collect_finished(

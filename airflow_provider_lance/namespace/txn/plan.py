@@ -9,6 +9,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +21,9 @@ from airflow_provider_lance.namespace.format.swap import ReadVersionIs, Requirem
 from airflow_provider_lance.namespace.results import value_text
 from airflow_provider_lance.namespace.write.leaf_commit import schema_digest
 from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition
+
+#: What a stage saw of a partition: stages that saw it differently cannot be merged.
+_SEEN = attrgetter("rewrite", "base_read_version", "existed", "schema")
 
 
 def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, StagedPartition]:
@@ -36,12 +40,7 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
                 merged[oid] = part
                 first[oid] = stage
                 continue
-            if (part.rewrite, part.base_read_version, part.existed, part.schema) != (
-                into.rewrite,
-                into.base_read_version,
-                into.existed,
-                into.schema,
-            ):
+            if _SEEN(part) != _SEEN(into):
                 raise StaleStage(
                     f"stages {stage_name(first[oid])} and {stage_name(stage)} saw partition "
                     f"{partition_text(part)} differently ({seen_as(into)}, {seen_as(part)}): "
@@ -54,10 +53,7 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
             if oid not in copied:
                 copied.add(oid)
                 into = merged[oid] = replace(
-                    into,
-                    values=dict(into.values),
-                    listed=list(into.fragments),
-                    superseded=list(into.superseded),
+                    into, values=dict(into.values), listed=list(into.fragments)
                 )
             # Each rewriting stage copied the published rows: only the first copy is kept.
             into.superseded = [*into.superseded, *part.base_fragments]
@@ -90,11 +86,9 @@ def check_staged_against(
     remedy: Callable[[list[str]], str],
 ) -> None:
     """The one rule for what staged files may be published onto (seal and direct publish
-    alike); ``unmet``: the :func:`~.kernel.staged_requirements` the rows now miss. A
-    partition staged into as existing that has no row was dropped since: the commit fails
-    rather than bring it back holding only these rows (a drop is deliberate; one created
-    again takes the append). A partition the stage replaces must still be at the version
-    it replaces, else rows published over it would be lost. Neither heals by waiting:
+    alike; ``unmet``: the :func:`~.kernel.staged_requirements` the rows now miss): a
+    partition staged into as existing must still have a row (a drop is not undone), and
+    one the stage replaces must still be at the version it replaces. Else
     :class:`StaleStage` (not retryable), with ``remedy(stale partition ids)``."""
     dropped = [parts[r.object_id] for r in unmet if isinstance(r, RowExists)]
     moved = [parts[r.object_id] for r in unmet if isinstance(r, ReadVersionIs)]
@@ -189,14 +183,10 @@ class Plan:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        merged = Stage(
-            "plan", self.plan_id, self.mode, self.spec_version, self.partitions, self.leaf_schema
-        )
-        return {
-            "plan_id": self.plan_id,
-            "stages": [list(s) for s in self.stages],
-            "merged": merged.to_json(),
-        }
+        merged = Stage("plan", self.plan_id, self.mode, self.spec_version, self.partitions)
+        merged.leaf_schema = self.leaf_schema
+        stages = [list(s) for s in self.stages]
+        return {"plan_id": self.plan_id, "stages": stages, "merged": merged.to_json()}
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Plan:

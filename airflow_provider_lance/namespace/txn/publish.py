@@ -1,20 +1,14 @@
 """One publish attempt, the same for the claim protocol (:mod:`.commit`), the direct write
-(:mod:`.direct`) and the table operations (:mod:`~..ops.runner`): delta-rs's CommitBuilder
--> PreparedCommit -> PostCommitHook, over :mod:`.kernel`.
+(:mod:`.direct`) and the table operations (:mod:`~..ops.runner`), over :mod:`.kernel`:
 
-1. The strategy **prepares**: reads the rows the swap is against, checks what the swap
-   will require of them and names the leaf work; :class:`~..retry.Retry` ends the attempt
-   (a claim to wait for, a lost race).
-2. :func:`~.kernel.commit_leaves` commits the leaf work in one fan-out under the
-   strategy's :class:`~.kernel.LeafGuard`; a failure is judged by
-   :func:`~.kernel.leaf_failure`.
-3. The strategy builds one :class:`~..format.swap.Swap` and
-   :meth:`~..format.manifest.Manifest.commit` applies it: a lost compare-and-swap, a
-   refused move or an unmet requirement is LOST; a reported storage error is decided by
-   :func:`~.kernel.published_after_all`.
-4. The strategy builds the result; the post-commit hook compacts ``__manifest`` when due.
-   From the swap on nothing raises but a simulated crash: a publish reported as failed
-   would be written again.
+1. the strategy **prepares**: reads the rows the swap is against, checks what it will
+   require of them and names the leaf work (:class:`~..retry.Retry` ends the attempt);
+2. :func:`~.kernel.commit_leaves` commits the leaf work under the strategy's
+   :class:`~.kernel.LeafGuard` (a failure judged by :func:`~.kernel.leaf_failure`);
+3. the strategy builds one :class:`~..format.swap.Swap`: lost, refused or unmet is LOST;
+   a reported storage error is decided by :func:`~.kernel.published_after_all`;
+4. the strategy builds the result; ``__manifest`` is compacted when due. From the swap on
+   nothing raises (a publish reported as failed would be written again).
 
 Failpoints ``{name}.before_publish`` and ``{name}.after_publish`` bracket the swap.
 """
@@ -69,30 +63,24 @@ class Prepared(Generic[X]):
 
 
 class PublishStrategy(Protocol[X, R_co]):
-    """What one publish path decides; :func:`publish_once` does the rest."""
+    """What one publish path decides; :func:`publish_once` does the rest. ``name``: the
+    failpoint prefix ("commit", "direct", or the operation kind); ``kind``: the table
+    operation tagging its leaf versions (None for writes); ``prepare`` reads what the swap
+    is against and checks its requirements (or raises Retry); ``swap`` builds the swap
+    given the committed leaf versions (``prepared.versions``); ``finish`` builds the result
+    of the swap that made ``version`` (None: an empty swap) and never raises."""
 
     @property
-    def name(self) -> str:
-        """Failpoint prefix ("commit", "direct", or the operation kind)."""
-        ...
+    def name(self) -> str: ...
 
     @property
-    def kind(self) -> str | None:
-        """The table operation tagging its leaf versions (None for writes)."""
-        ...
+    def kind(self) -> str | None: ...
 
-    def prepare(self, attempt: int) -> Prepared[X]:
-        """Read what the swap is against and check its requirements (or raise Retry)."""
-        ...
+    def prepare(self, attempt: int) -> Prepared[X]: ...
 
-    def swap(self, prepared: Prepared[X]) -> Swap:
-        """The swap, given the committed leaf versions (``prepared.versions``)."""
-        ...
+    def swap(self, prepared: Prepared[X]) -> Swap: ...
 
-    def finish(self, prepared: Prepared[X], version: int | None) -> R_co:
-        """The result of the swap that made ``version`` (None: an empty swap, nothing
-        published); never raises: the publish happened."""
-        ...
+    def finish(self, prepared: Prepared[X], version: int | None) -> R_co: ...
 
 
 def publish_once(

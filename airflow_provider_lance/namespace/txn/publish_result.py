@@ -34,20 +34,11 @@ def commit_result(
     """The result of publishing ``partitions`` as ``version`` with ``read_versions``;
     ``before``: their versions before the swap. A partition without a published version
     before is created (as :mod:`.history` says too)."""
-    return CommitResult(
-        version,
-        mode,
-        [
-            PartitionCommit(oid, p.values, int(read_versions[oid]), p.rows, before.get(oid) is None)
-            for oid, p in partitions.items()
-        ],
-        txn_id=txn_id,
-    )
-
-
-def empty_result(version: int, mode: str, txn_id: str | None) -> CommitResult:
-    """The result of a publish that wrote nothing (no rows staged, or no plan)."""
-    return CommitResult(version, mode, [], txn_id)
+    changes = [
+        PartitionCommit(oid, p.values, int(read_versions[oid]), p.rows, before.get(oid) is None)
+        for oid, p in partitions.items()
+    ]
+    return CommitResult(version, mode, changes, txn_id=txn_id)
 
 
 def rebuilt_result(
@@ -60,7 +51,7 @@ def rebuilt_result(
     (None: no plan) as the version where its row turned PUBLISHED published them."""
     version = published_at(load_state, record)
     if partitions is None:
-        return empty_result(version, mode, record.txn_id)
+        return CommitResult(version, mode, [], record.txn_id)
     ids = list(partitions)
     after, before = (
         {r[OBJECT_ID]: r[READ_VERSION] for r in load_state(v).full_rows(ids).to_pylist()}
@@ -79,6 +70,7 @@ def operation_result(
 def published_at(load_state: Callable[..., NamespaceState], record: TxnRecord) -> int:
     """The first version where ``record``'s incarnation is PUBLISHED (binary search: once
     published, a row stays so until collected)."""
+    wanted = (record.incarnation, TxnState.PUBLISHED)
 
     def published(version: int) -> bool:
         try:
@@ -86,10 +78,6 @@ def published_at(load_state: Callable[..., NamespaceState], record: TxnRecord) -
         except LanceNamespaceError:  # cleaned up: long before the publish
             return False
         found = load_records(state, [record.txn_id]).get(record.txn_id)
-        return (
-            found is not None
-            and found.incarnation == record.incarnation
-            and found.state is TxnState.PUBLISHED
-        )
+        return found is not None and (found.incarnation, found.state) == wanted
 
     return 1 + bisect.bisect_left(range(1, load_state().version), True, key=published)

@@ -14,9 +14,7 @@ from .store import TransactionStore
 
 
 def current_of(
-    txn_id: str,
-    stored: TxnRecord | None,
-    header_of: Callable[[int], TransactionHeader | None],
+    txn_id: str, stored: TxnRecord | None, header_of: Callable[[int], TransactionHeader | None]
 ) -> TxnRecord | None:
     """The current incarnation of ``txn_id``: no row and a header, 1 STAGED; a row ABORTED
     in k and a header for k+1, k+1 STAGED; otherwise the row."""
@@ -32,9 +30,8 @@ def current_of(
 
 def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord | None:
     """The current incarnation of ``txn_id`` as of ``state`` (None: none). Headers are
-    read from storage after ``state``, never from the cache: a finished anonymous
-    transaction's records and row are collected, and a cached header would make one
-    aborted meanwhile look staged again (its commit would publish an empty plan)."""
+    read from storage after ``state``, never from the cache (a collected one must not
+    look staged again)."""
     stored = load_records(state, [txn_id]).get(txn_id)
     return current_of(txn_id, stored, stored_header(ctx.store, txn_id))
 

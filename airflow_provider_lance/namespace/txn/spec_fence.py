@@ -1,13 +1,10 @@
 """Merges against partition spec changes: intents and fences in ``__manifest``.
 
-A merge inserts a key only where no partition holds it. Under one spec two merges of a
-key touch the same row and conflict; across a spec change they do not: a merge under S
-inserts into a partition of S, one under S+1 (not seeing it yet) into a partition of
-S+1, and the key is there twice. That S partition is a phantom to the S+1 merge, so the S
-merge must fail, and Lance rebases its ``merge_insert`` over the spec change (pylance
-fact: tests/namespace/test_pylance_facts.py::
-test_fact_merge_insert_conflict_retries_0_is_rebased_over_any_update_config). So the
-order goes through rows, as Delta's "metadata changed" conflict goes through its log:
+Across a spec change two merges of one key do not conflict (one under S inserts into a
+partition of S, one under S+1 into a partition of S+1: the key is there twice), and Lance
+rebases a ``merge_insert`` over the spec change (pylance fact: tests/namespace/
+test_pylance_facts.py::test_fact_merge_insert_conflict_retries_0_is_rebased_over_any_update_config).
+So the order goes through rows:
 
 * every merge *registers an intent* (row ``__merge$<id>``) before the state it computes
   on, and its swap deletes that row;
@@ -17,9 +14,8 @@ order goes through rows, as Delta's "metadata changed" conflict goes through its
 * a merge computes under S+1 only at a version holding its fence (fencing it itself if
   the evolver died first).
 
-So every merge under S published before the fence of S+1 (which every S+1 merge sees) or
-fails. Spec 1 needs no fence. ``maintain`` removes intents older than
-:data:`INTENT_MAX_AGE` (a live merge that loses its intent only computes again).
+So every merge under S published before the fence of S+1 or fails. Spec 1 needs no fence.
+``maintain`` removes intents older than :data:`INTENT_MAX_AGE`.
 """
 
 from __future__ import annotations
@@ -73,10 +69,8 @@ def register_intent(manifest: Manifest, state: NamespaceState, intent: str, owne
     """Insert the intent row ``intent`` (a fresh id: Lance rebases the insert over
     whatever was committed meanwhile)."""
     failpoint("merge.before_intent")
-    rows = state.rows_table(
-        [row(intent, NAMESPACE, metadata=_payload(owner=owner, started_at=time.time()))]
-    )
-    manifest.insert_absent(rows)
+    metadata = _payload(owner=owner, started_at=time.time())
+    manifest.insert_absent(state.rows_table([row(intent, NAMESPACE, metadata=metadata)]))
 
 
 def fence_spec(manifest: Manifest, state: NamespaceState, spec_version: int) -> bool:

@@ -1,20 +1,16 @@
 """Transaction records under the namespace root: ``_transactions/<txn_id>/<k>/``.
 
-``k`` is the *incarnation*: an id begun again after an abort gets a new directory, so
-nothing an earlier incarnation wrote can be taken for the new one's. Per incarnation:
-``txn.json`` (the header, written once by ``begin``), ``stage-<stage_id>.json`` (one per
-staging attempt), ``plan-<plan_id>.json`` (what a commit publishes, fixed at its seal),
-``result.json`` (a commit's result, written after its publish: rebuilt from the plan
-when missing) and ``outcome-<token>.json`` (a table operation's, written before its
-publish, named by its row: it cannot be rebuilt).
-
-These files decide nothing: a transaction's state is its ``__manifest`` row (see
-:mod:`.lifecycle`). Each is written whole in one PUT (atomic on object stores and,
-through rename, on local disks).
+``k`` is the *incarnation* (an id begun again after an abort gets a new directory). Per
+incarnation: ``txn.json`` (the header, written once by ``begin``), ``stage-<stage_id>.json``
+(one per staging attempt), ``plan-<plan_id>.json`` (fixed at the seal), ``result.json`` (a
+commit's result, after its publish) and ``outcome-<token>.json`` (a table operation's,
+before its publish). These files decide nothing: a transaction's state is its
+``__manifest`` row (:mod:`.lifecycle`). Each is written whole in one atomic PUT.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,6 +30,9 @@ RESULT = "result.json"
 IO_THREADS = 16
 #: Publishes of anonymous transactions a handle remembers (see ``may_have_published``).
 PUBLISHES_KEPT = 10_000
+
+#: The name of a stage record, at the end of its path.
+_STAGE = re.compile(r"/stage-[^/]*\.json$")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -63,12 +62,10 @@ class TransactionStore:
         self.storage = storage
         #: Headers are written once per incarnation and never change: keep those seen.
         self._headers: dict[tuple[str, int], TransactionHeader] = {}
-        #: Anonymous ``txn#k`` whose publishing swap this handle sent and did not lose
-        #: (bounded, oldest forgotten first).
+        #: Anonymous ``txn#k`` whose publishing swap this handle sent and did not lose.
         self._publishing: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
-    # -- publishes of anonymous transactions -------------------------------------------
     def sending_publish(self, tag: str) -> None:
         """A publishing swap of anonymous incarnation ``tag`` is about to be sent."""
         with self._lock:
@@ -96,7 +93,6 @@ class TransactionStore:
     def directory(txn_id: str, incarnation: int) -> str:
         return f"{TXN_DIR}/{check_txn_id(txn_id)}/{int(incarnation)}"
 
-    # -- headers -----------------------------------------------------------------------
     def load(
         self, txn_id: str, incarnation: int, *, fresh: bool = False
     ) -> TransactionHeader | None:
@@ -135,18 +131,13 @@ class TransactionStore:
             if header is not None:
                 yield header
 
-    # -- stages ------------------------------------------------------------------------
     def _stage_path(self, txn_id: str, incarnation: int, stage_id: str) -> str:
         return f"{self.directory(txn_id, incarnation)}/stage-{check_txn_id(stage_id)}.json"
 
     def save_stages(self, txn_id: str, incarnation: int, stages: Mapping[str, Any]) -> None:
         """Write stage records (in parallel)."""
-        _in_parallel(
-            lambda item: self.storage.put_json(
-                self._stage_path(txn_id, incarnation, item[0]), item[1]
-            ),
-            list(stages.items()),
-        )
+        paths = {self._stage_path(txn_id, incarnation, sid): raw for sid, raw in stages.items()}
+        _in_parallel(lambda path: self.storage.put_json(path, paths[path]), list(paths))
 
     def stage(self, txn_id: str, incarnation: int, stage_id: str) -> Any | None:
         """One stage record, or None (without listing or reading the others)."""
@@ -166,21 +157,11 @@ class TransactionStore:
 
     def _load_stages(self, directory: str) -> dict[str, Any]:
         """The stage records below ``directory`` by path, in order (read in parallel)."""
-        paths = sorted(
-            p
-            for p in self.storage.list(directory)
-            if p.startswith(f"{directory}/")
-            and p.rsplit("/", 1)[-1].startswith("stage-")
-            and p.endswith(".json")
-        )
-        loaded = _in_parallel(self._maybe, paths)
-        return {
-            p: raw
-            for p, raw in zip(paths, loaded, strict=True)
-            if raw is not None  # withdrawn meanwhile
-        }
+        listed = self.storage.list(directory)
+        paths = sorted(p for p in listed if p.startswith(f"{directory}/") and _STAGE.search(p))
+        loaded = _in_parallel(self._maybe, paths)  # None: withdrawn meanwhile
+        return {p: raw for p, raw in zip(paths, loaded, strict=True) if raw is not None}
 
-    # -- plans and results -----------------------------------------------------------------
     def save_plan(self, txn_id: str, incarnation: int, plan_id: str, plan: Any) -> None:
         self.storage.put_json(
             f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json", plan
@@ -210,14 +191,10 @@ class TransactionStore:
         name = RESULT if token is None else f"outcome-{check_txn_id(token)}.json"
         return f"{self.directory(txn_id, incarnation)}/{name}"
 
-    # -- removal -----------------------------------------------------------------------
     def delete(self, txn_id: str, incarnation: int | None = None) -> None:
         """Delete every record of one incarnation (or of every incarnation)."""
-        prefix = (
-            f"{TXN_DIR}/{check_txn_id(txn_id)}"
-            if incarnation is None
-            else self.directory(txn_id, incarnation)
-        )
+        every = f"{TXN_DIR}/{check_txn_id(txn_id)}"
+        prefix = every if incarnation is None else self.directory(txn_id, incarnation)
         for key in [k for k in self._headers if k[0] == txn_id]:
             if incarnation is None or key[1] == incarnation:
                 del self._headers[key]

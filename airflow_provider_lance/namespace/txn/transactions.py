@@ -90,20 +90,9 @@ class Transaction:
 
     def __init__(self, header: TransactionHeader, ctx: TransactionContext) -> None:
         self.header = header
+        self.txn_id, self.mode, self.incarnation = header.txn_id, header.mode, header.incarnation
         self._ctx = ctx
         self._store = ctx.store
-
-    @property
-    def txn_id(self) -> str:
-        return self.header.txn_id
-
-    @property
-    def mode(self) -> str:
-        return self.header.mode
-
-    @property
-    def incarnation(self) -> int:
-        return self.header.incarnation
 
     @property
     def state(self) -> TxnState:
@@ -122,13 +111,11 @@ class Transaction:
         manifest_version: int | None = None,
         flush_bytes: int = FLUSH_BYTES,
     ) -> Stage:
-        """Write ``data`` as data files of its partitions; nothing becomes visible.
-
-        Staging again under a ``stage_id`` replaces that stage (its files are deleted): a
-        retried task never duplicates rows. ``record=False`` only returns the stage (e.g.
-        from a Spark executor), for :meth:`record` later. ``manifest_version`` pins the
-        partitions staged against; ``flush_bytes`` bounds the routed rows buffered.
-        """
+        """Write ``data`` as data files of its partitions; nothing becomes visible. Staging
+        again under a ``stage_id`` replaces that stage (a retried task never duplicates
+        rows). ``record=False`` only returns the stage, for :meth:`record` later;
+        ``manifest_version`` pins the partitions staged against; ``flush_bytes`` bounds the
+        routed rows buffered."""
         if not self.header.anonymous:  # (else only we can close it: the seal checks)
             self._check_open()
         stage_id = check_txn_id(stage_id or uuid.uuid4().hex)
@@ -138,12 +125,8 @@ class Transaction:
                 f"the partition spec changed (v{self.header.spec_version} -> "
                 f"v{state.spec_version}) after transaction {self.txn_id} began; begin a new one"
             )
-        stage = Stager(
-            state,
-            Stage(self.txn_id, stage_id, self.mode, state.spec_version),
-            self._ctx.storage,
-            flush_bytes,
-        ).write(data)
+        empty = Stage(self.txn_id, stage_id, self.mode, state.spec_version)
+        stage = Stager(state, empty, self._ctx.storage, flush_bytes).write(data)
         failpoint("stage.written")
         if record:
             self.record(stage)
@@ -217,12 +200,12 @@ class Transaction:
             if plan is None
             or plan.included(self.txn_id, self.incarnation, stage_id) != stage_digest(raw)
         ]
-        if not excluded:
-            return
         for stage in excluded:
             if plan is None or plan.included(self.txn_id, self.incarnation, stage.stage_id) is None:
                 self._store.delete_stage(self.txn_id, self.incarnation, stage.stage_id)
             discard_stage(stage, self._ctx.storage)
+        if not excluded:
+            return
         ids = [s.stage_id for s in excluded]
         if record.state is TxnState.ABORTED:
             raise TransactionAborted(
@@ -244,10 +227,7 @@ class Transaction:
         return Plan.from_json(self._store.plan(txn_id, incarnation, record.plan))
 
     def stages(self) -> dict[str, Stage]:
-        return {
-            k: Stage.from_json(v)
-            for k, v in self._store.stages(self.txn_id, self.incarnation).items()
-        }
+        return _stages(self._store, self.header)
 
     def to_reader(
         self,
@@ -261,13 +241,9 @@ class Transaction:
 
         if self.state is TxnState.ABORTED:
             raise TransactionAborted(f"transaction {self.txn_id} was aborted: nothing is staged")
+        state, stages = self._ctx.load_state(), self.stages().values()
         return staged_reader(
-            self._ctx.storage,
-            self._ctx.load_state(),
-            self.stages().values(),
-            columns=columns,
-            filter=filter,
-            batch_size=batch_size,
+            self._ctx.storage, state, stages, columns=columns, filter=filter, batch_size=batch_size
         )
 
     def to_table(
@@ -277,9 +253,8 @@ class Transaction:
         return self.to_reader(columns=columns, filter=filter).read_all()
 
     def discard(self, stage_ids: Iterable[str] | None = None) -> list[str]:
-        """Remove stages (all by default) and delete their files; returns their ids (e.g.
-        failed task attempts', or a retried job's earlier run's). :class:`TransactionClosed`
-        if a commit sealed the transaction with some of them."""
+        """Remove stages (all by default) and delete their files; returns their ids.
+        :class:`TransactionClosed` if a commit sealed the transaction with some of them."""
         self._check_open()
         wanted = None if stage_ids is None else set(stage_ids)
         raws = {
@@ -297,8 +272,8 @@ class Transaction:
         for sid, raw in raws.items():
             if plan is not None and plan.included(self.txn_id, self.incarnation, sid):
                 kept.append(sid)  # the seal took it: its files will be published
-                continue
-            discard_stage(Stage.from_json(raw), self._ctx.storage)
+            else:
+                discard_stage(Stage.from_json(raw), self._ctx.storage)
         if kept:
             raise TransactionClosed(
                 f"transaction {self.txn_id} was sealed by a commit that includes stages {kept}; "
@@ -430,22 +405,21 @@ def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> Tra
             f"transactions {ids} were staged under different partition specs {specs}"
         )
     header = TransactionHeader(
-        txn_id,
-        modes[0],
-        incarnation,
-        min(s.base_version for s in sources),
-        specs[0],
-        sources=ids,
+        txn_id, modes[0], incarnation, min(s.base_version for s in sources), specs[0], sources=ids
     )
     ctx.store.save(header)
     failpoint("combine.done")
     return header
 
 
-def info(store: TransactionStore, header: TransactionHeader, record: TxnRecord) -> TransactionInfo:
-    stages = {
+def _stages(store: TransactionStore, header: TransactionHeader) -> dict[str, Stage]:
+    return {
         k: Stage.from_json(v) for k, v in store.stages(header.txn_id, header.incarnation).items()
     }
+
+
+def info(store: TransactionStore, header: TransactionHeader, record: TxnRecord) -> TransactionInfo:
+    stages = _stages(store, header)
     partitions = {oid for s in stages.values() for oid in s.partitions}
     return TransactionInfo(
         header.txn_id,

@@ -75,13 +75,9 @@ def write_direct(
     held, newer_state = _held_state(ctx)
     txn_id = uuid.uuid4().hex
     owner = incarnation_tag(txn_id, 1)
+    empty = Stage(txn_id, "write", mode, held.spec_version)
     stager = Stager(
-        held,
-        Stage(txn_id, "write", mode, held.spec_version),
-        ctx.storage,
-        flush_bytes,
-        create_leaves_as=owner,
-        newer_state=newer_state,
+        held, empty, ctx.storage, flush_bytes, create_leaves_as=owner, newer_state=newer_state
     )
     stage = stager.write(data)
     state = stager.state  # the latest when its first rows were routed
@@ -116,10 +112,7 @@ def _held_state(
 
 
 def commit_staged(
-    ctx: TransactionContext,
-    txn: Transaction,
-    stage: Callable[[], object],
-    options: CommitOptions,
+    ctx: TransactionContext, txn: Transaction, stage: Callable[[], object], options: CommitOptions
 ) -> CommitResult:
     """Stage (``stage()``) and commit ``txn``; a failure aborts it (nothing of it stays)."""
     try:

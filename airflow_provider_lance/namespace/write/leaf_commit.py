@@ -42,35 +42,21 @@ def stage_fragments(
     storage: Storage, target: str | lance.LanceDataset, data: pa.Table, *, overwrite: bool = False
 ) -> list[FragmentMetadata]:
     """Write ``data`` as new data files of the leaf ``target``; nothing becomes visible.
-
-    Files for an overwrite take the field ids of ``data``'s schema; files for an append,
-    those of ``target``: pass the leaf opened at its published version (an unpublished
-    newer one may have another schema; see :func:`schema_digest`).
-    """
+    Files for an overwrite take the field ids of ``data``'s schema, for an append those of
+    ``target`` (pass the leaf opened at its published version)."""
     return storage.write_fragments(data, target, overwrite=overwrite)
 
 
 #: The fields of pylance's ``DataFile`` and ``FragmentMetadata`` :func:`fragment_text`
 #: writes by hand (pylance fact: test_pylance_facts.py::
 #: test_fact_data_file_and_fragment_metadata_fields); with others it calls ``to_json``.
-_DATA_FILE_FIELDS = (
-    "_path",
-    "fields",
-    "column_indices",
-    "file_major_version",
-    "file_minor_version",
-    "file_size_bytes",
-    "base_id",
+_DATA_FILE_FIELDS = tuple(
+    "_path fields column_indices file_major_version file_minor_version file_size_bytes "  # noqa: SIM905
+    "base_id".split()
 )
-_FRAGMENT_FIELDS = (
-    "id",
-    "files",
-    "physical_rows",
-    "deletion_file",
-    "row_id_meta",
-    "created_at_version_meta",
-    "last_updated_at_version_meta",
-    "overlays",
+_FRAGMENT_FIELDS = tuple(
+    "id files physical_rows deletion_file row_id_meta created_at_version_meta "  # noqa: SIM905
+    "last_updated_at_version_meta overlays".split()
 )
 _PLAIN_TEXT = (
     tuple(f.name for f in dataclasses.fields(DataFile)) == _DATA_FILE_FIELDS
@@ -91,29 +77,10 @@ def fragment_text(meta: FragmentMetadata) -> str:
     ):
         return json.dumps(meta.to_json())
     files = [
-        {
-            "fields": list(f.fields),
-            "column_indices": list(f.column_indices),
-            "file_major_version": f.file_major_version,
-            "file_minor_version": f.file_minor_version,
-            "file_size_bytes": f.file_size_bytes,
-            "base_id": f.base_id,
-            "path": f._path,
-        }
-        for f in meta.files
+        {**{k: getattr(f, k) for k in _DATA_FILE_FIELDS[1:]}, "path": f._path} for f in meta.files
     ]
-    return json.dumps(
-        {
-            "id": meta.id,
-            "files": files,
-            "overlays": [],
-            "physical_rows": meta.physical_rows,
-            "deletion_file": None,
-            "row_id_meta": None,
-            "created_at_version_meta": None,
-            "last_updated_at_version_meta": None,
-        }
-    )
+    plain = {"id": meta.id, "files": files, "overlays": [], "physical_rows": meta.physical_rows}
+    return json.dumps(plain | dict.fromkeys(_FRAGMENT_FIELDS[3:7]))
 
 
 class StagedFiles(Protocol):
@@ -136,14 +103,11 @@ def check_staged_files(
     anonymous: bool = False,
     still_live: Callable[[], bool] | None = None,
 ) -> None:
-    """Check that every file staged in ``parts`` still exists, before any is committed
-    (Lance commits a fragment whose files are gone, and every read would then fail).
+    """Check that every file staged in ``parts`` still exists, before any is committed.
 
-    Raises :class:`StagedFilesMissing` (not retryable: abort and stage again) naming the
-    missing files; for ``anonymous`` (a write nobody else knows, whose retry stages anew) a
-    retryable :class:`CommitConflict`; :class:`TransactionAborted` if ``still_live()``,
-    asked once files are missing, says the transaction was aborted (its abort deleted
-    them). ``owner`` is the transaction's ``txn#k`` tag.
+    Raises :class:`StagedFilesMissing` naming the missing files (for ``anonymous``: a
+    retryable :class:`CommitConflict`), or :class:`TransactionAborted` if ``still_live()``,
+    asked once files are missing, says the transaction (``owner``: ``txn#k``) was aborted.
     """
     ids = list(parts)
 
@@ -181,22 +145,20 @@ def check_staged_files(
 
 def schema_digest(schema: LanceSchema | pa.Schema) -> str:
     """Identifies what the columns of data files written against ``schema`` mean: the id,
-    name, type, nullability and metadata of every field (Lance data files name columns by
-    field id, and a leaf rewritten under another schema may reuse an id for another
-    column). A ``pa.Schema`` stands for a table created from it. Pylance facts:
+    name, type, nullability and metadata of every field. A ``pa.Schema`` stands for a table
+    created from it. Pylance facts:
     test_pylance_facts.py::test_fact_schema_from_pyarrow_equals_the_schema_of_a_table_created_from_it,
     test_fact_write_fragments_take_the_field_ids_of_the_version_they_target.
     """
     lance_schema = schema if isinstance(schema, LanceSchema) else LanceSchema.from_pyarrow(schema)
     # Lance's rendering shows all of that: equal renderings are equal schemas.
     key = repr(lance_schema)
-    known = _DIGESTS.get(key)
-    if known is not None:
-        return known
-    digest = _digest(lance_schema)
-    if len(_DIGESTS) >= 256:
-        _DIGESTS.clear()
-    _DIGESTS[key] = digest
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        digest = _digest(lance_schema)
+        if len(_DIGESTS) >= 256:
+            _DIGESTS.clear()
+        _DIGESTS[key] = digest
     return digest
 
 
@@ -267,19 +229,12 @@ def _created(
     schema: pa.Schema,
     properties: dict[str, str],
 ) -> bool:
-    """Create the leaf table as version 1 holding exactly ``fragments``; False if a table
-    is there already (version 1 is a conditional put: one of concurrent creators wins)."""
+    """Create the leaf as version 1 holding exactly ``fragments``; False if one is there."""
     failpoint("leaf.before_commit")
+    operation = LanceOperation.Overwrite(schema, list(fragments))
+    created = Transaction(0, operation, transaction_properties=properties)
     try:
-        storage.commit(
-            uri,
-            Transaction(
-                0,
-                LanceOperation.Overwrite(schema, list(fragments)),
-                transaction_properties=properties,
-            ),
-            conflict=f"{uri} was created concurrently",
-        )
+        storage.commit(uri, created, conflict=f"{uri} was created concurrently")
     except LanceNamespaceError:
         return False
     return True
@@ -301,19 +256,16 @@ def commit_leaf(
     may_roll_back: Callable[[int], bool] | None = None,
 ) -> int:
     """Commit staged fragments as a leaf version holding exactly base + ``fragments``,
-    recording ``owner`` (a ``txn#k`` tag) in its properties; the version.
+    tagged ``owner`` (``txn#k``); returns the version.
 
-    ``published`` is the partition's read_version when claimed (None: new, or published
-    as "read the latest", see :func:`base_version`). Zombies may commit or restore
-    concurrently and Lance rebases a stale ``Append`` silently (pylance fact:
-    test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri), so a commit
-    counts only if it became ``base + 1``, else it is rolled back and made again; a latest
-    version ``owner`` made earlier is reused only if it holds exactly base + ours. Without
-    a published row (``exists`` False) the leaf is replaced whole: no row of a table left
-    at its location comes back. ``staged_schema``, the :func:`schema_digest` the files were
-    written against (the version ``staged_on`` for an append, ``schema`` for a
-    replacement), must match, else :class:`CommitConflict` and nothing is committed.
-    ``may_roll_back(base)`` False refuses a roll-back with :class:`LeafMoved`.
+    ``published``: the partition's read_version (None: new, or "read the latest", see
+    :func:`base_version`). A commit counts only if it became ``base + 1`` (pylance fact:
+    test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri), else it is
+    rolled back and made again; a latest version ``owner`` made earlier is reused only if
+    it holds exactly base + ours. ``exists`` False: the leaf is replaced whole.
+    ``staged_schema`` (the :func:`schema_digest` of version ``staged_on`` for an append, of
+    ``schema`` for a replacement) must match, else :class:`CommitConflict`, nothing
+    committed. ``may_roll_back(base)`` False refuses a roll-back with :class:`LeafMoved`.
     """
 
     def check_replacement() -> None:  # an Overwrite gives the files ``schema``'s field ids
@@ -357,13 +309,10 @@ def commit_leaf(
                 if not isinstance(settled, _Base):
                     return settled
                 base = settled.version
+        operation: LanceOperation.BaseOperation = LanceOperation.Append(list(fragments))
         if overwrite:
             check_replacement()
-        operation: LanceOperation.BaseOperation = (
-            LanceOperation.Overwrite(schema, list(fragments))
-            if overwrite
-            else LanceOperation.Append(list(fragments))
-        )
+            operation = LanceOperation.Overwrite(schema, list(fragments))
         version = _commit_on(storage, uri, base, operation, properties)
         return Outcome.AGAIN if version is None else version
 
@@ -382,23 +331,16 @@ def commit_change(
     opened: lance.LanceDataset | None = None,
     latest_is_read: bool = True,
 ) -> int:
-    """Commit ``operation`` (a ``Delete``, ``Update`` or ``Rewrite`` computed on leaf
-    version ``base``, the published one) as version ``base + 1`` of exactly the content it
-    was computed for, with :func:`commit_leaf`'s discipline: versions above ``base`` are
-    rolled back and the restore checked, a commit counts only as ``base + 1``, and a latest
-    version ``owner`` made earlier is reused only if it holds what ``operation`` makes of
-    ``base``. A restore keeps fragment ids (pylance facts:
+    """Commit ``operation`` (a ``Delete``, ``Update`` or ``Rewrite`` computed on the
+    published leaf version ``base``) as version ``base + 1`` of exactly the content it was
+    computed for, with :func:`commit_leaf`'s discipline (pylance facts:
     test_fact_stale_delete_and_rewrite_are_rebased_over_an_append,
     test_fact_restore_keeps_fragment_ids_so_a_change_computed_before_applies_after).
 
-    ``operation_kind`` is recorded in the commit's properties (see ``history``).
-    ``may_roll_back(base)`` False (the partition was published or claimed anew) raises
-    :class:`LeafMoved` instead of a roll-back, or of the error of a ``base`` that cannot be
-    read or committed on (``maintain`` may remove it once published over). ``opened``: the
-    leaf at ``base``, for the first commit. ``latest_is_read`` (a partition published as
-    "read the latest"): ``base`` is first checked to be the latest, lest a commit rebased
-    above another version be read before it is rolled back; a pinned leaf needs no such
-    listing (tests/namespace/write/test_leaf_commit_reuse.py).
+    ``operation_kind`` is recorded in the commit's properties. ``may_roll_back(base)``
+    False raises :class:`LeafMoved` instead of a roll-back, or of the error of a ``base``
+    that cannot be read. ``opened``: the leaf at ``base``, for the first commit.
+    ``latest_is_read``: ``base`` is first checked to be the latest.
     """
     properties = owner_properties(owner, operation_kind)
 
@@ -452,10 +394,8 @@ def _settle(
     may_roll_back: Callable[[int], bool] | None,
 ) -> _Base | int | Outcome:
     """What a leaf commit on ``base`` finds at the latest version of ``ds``: the version to
-    commit on (the base, or the base restored above versions nobody published), a latest
-    version ``owner`` made earlier that holds exactly ``expected()`` (reused: returned as
-    the committed version), or AGAIN (a commit landed on the restore: look again).
-    ``may_roll_back(base)`` False raises :class:`LeafMoved` instead of rolling back."""
+    commit on (the base, or the base restored), a latest version ``owner`` made holding
+    exactly ``expected()`` (reused), or AGAIN (a commit landed on the restore)."""
     latest = int(ds.version)
     if latest == base:
         return _Base(base)
@@ -468,8 +408,7 @@ def _settle(
 
 
 def _until_committed(uri: str, attempt: Callable[[int], int | Outcome]) -> int:
-    """``attempt`` until it commits (AGAIN: a concurrent commit or a restore intervened),
-    at most :data:`LEAF_ATTEMPTS` times."""
+    """``attempt`` until it commits (AGAIN: look again), at most :data:`LEAF_ATTEMPTS` times."""
     changing = Budget(
         lambda: CommitConflict(
             f"partition table {uri} kept changing under the commit (concurrent writers of the "
@@ -537,12 +476,8 @@ def content_after(
 def _roll_back(storage: Storage, uri: str, ds: lance.LanceDataset, base: int) -> int | None:
     """Restore version ``base`` above the (unpublished) versions after it; the restored
     version, or None if another commit landed on the restore before it was read."""
-    log.warning(
-        "rolling back %d unpublished version(s) of %s to version %d",
-        int(ds.version) - base,
-        uri,
-        base,
-    )
+    n = int(ds.version) - base
+    log.warning("rolling back %d unpublished version(s) of %s to version %d", n, uri, base)
     with storage.failures("roll back", uri):
         storage.table(uri, base).restore()  # type: ignore[no-untyped-call]
     failpoint("leaf.rolled_back")
@@ -561,16 +496,13 @@ def _commit_on(
     *,
     on: lance.LanceDataset | None = None,
 ) -> int | None:
-    """Commit ``operation`` on version ``base``: the new version if it is ``base + 1``
-    (nothing landed in between), None if a concurrent commit won or Lance rebased it
-    (look again). ``on``: the table opened at ``base`` (see :meth:`Storage.commit`)."""
+    """Commit ``operation`` on version ``base``: the new version if it is ``base + 1``, None
+    if a concurrent commit won or Lance rebased it. ``on``: the table opened at ``base``."""
     failpoint("leaf.before_commit")
+    transaction = Transaction(base, operation, transaction_properties=properties)
     try:
         committed = storage.commit(
-            uri,
-            Transaction(base, operation, transaction_properties=properties),
-            conflict=f"a concurrent commit to {uri} won",
-            on=on,
+            uri, transaction, conflict=f"a concurrent commit to {uri} won", on=on
         )
     except CommitConflict:
         return None  # a concurrent commit won: look again

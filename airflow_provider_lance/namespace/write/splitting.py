@@ -48,9 +48,7 @@ def group_rows(table: pa.Table, keys: Sequence[pa.Array]) -> Iterator[PartitionC
     field, aligned with the rows), each group keeping its rows in input order.
 
     Arrow's hash grouping defines the groups (NULL is a value of its own; floats are equal
-    when their bits are: -0.0 is not 0.0); the order of the groups is unspecified. One
-    partition is passed through uncopied, and input whose partitions each lie in one run
-    of rows is sliced without grouping; otherwise the table is taken once, then sliced.
+    when their bits are: -0.0 is not 0.0); the order of the groups is unspecified.
     """
     if table.num_rows == 0:
         return
@@ -66,12 +64,8 @@ def group_rows(table: pa.Table, keys: Sequence[pa.Array]) -> Iterator[PartitionC
             yield PartitionChunk(tuple(v[i] for v in values), table.slice(start, end - start))
         return
     names = [f"__p{i}" for i in range(len(keys))]
-    key_table = pa.table(
-        {
-            **dict(zip(names, keys, strict=True)),
-            "__row": pa.array(np.arange(table.num_rows, dtype=np.int64)),
-        }
-    )
+    row = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    key_table = pa.table({**dict(zip(names, keys, strict=True)), "__row": row})
     grouped = key_table.group_by(names, use_threads=False).aggregate([("__row", "list")])
     rows = grouped.column("__row_list").combine_chunks()
     offsets = rows.offsets.to_numpy()
@@ -79,9 +73,8 @@ def group_rows(table: pa.Table, keys: Sequence[pa.Array]) -> Iterator[PartitionC
     ordered = table.take(rows.flatten())
     values = [grouped.column(n).to_pylist() for n in names]
     for i in range(grouped.num_rows):
-        yield PartitionChunk(
-            tuple(v[i] for v in values), ordered.slice(bounds[i], bounds[i + 1] - bounds[i])
-        )
+        chunk = ordered.slice(bounds[i], bounds[i + 1] - bounds[i])
+        yield PartitionChunk(tuple(v[i] for v in values), chunk)
 
 
 _FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}

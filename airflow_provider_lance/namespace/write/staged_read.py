@@ -1,10 +1,6 @@
-"""Reading what a transaction staged, before anything of it is published (write-audit-
-publish): the staged data files are read directly with Lance's file reader; nothing is
-committed or written.
-
-The rows are the ones the transaction *writes* (an append's new rows, an overwrite's new
-content; never the copy of published rows a rewrite starts from), under the current column
-names (files name columns by namespace field id).
+"""Reading what a transaction staged, before anything of it is published: the rows it
+*writes* (never the copy of published rows a rewrite starts from), under the current column
+names, read from the staged data files directly; nothing is committed or written.
 """
 
 from __future__ import annotations
@@ -37,12 +33,9 @@ def staged_reader(
     filter: str | None = None,
     batch_size: int | None = None,
 ) -> pa.RecordBatchReader:
-    """The rows ``stages`` staged, in the namespace schema of ``state``, as a stream.
-
-    ``columns`` projects, ``filter`` (a SQL boolean expression over namespace columns, as
-    for reads) keeps matching rows. Bad names and filters raise here, before a file is
-    opened; files are read one batch at a time (nothing is collected).
-    """
+    """The rows ``stages`` staged, in the namespace schema of ``state``, as a stream;
+    ``columns`` projects, ``filter`` (SQL, as for reads) keeps matching rows. Bad names and
+    filters raise here, before a file is opened."""
     schema = state.schema
     output = schema.project(columns)  # validates the names
     residual = parse_filter(filter, schema)[0] if filter is not None else None

@@ -103,6 +103,10 @@ class StagedPartition:
         return self.base_read_version if self.existed else None
 
 
+#: The fields of a :class:`StagedPartition` its record holds as they are.
+_KEPT = ("object_id", "directory", "base_read_version", "rewrite", "fragments", "rows", "existed")
+
+
 @dataclass
 class Stage:
     """One staging attempt's output: JSON-serialisable, small (no row data)."""
@@ -125,23 +129,14 @@ class Stage:
         with pa.ipc.new_stream(sink, values.schema) as writer:
             writer.write_table(values)
         return {
-            "txn_id": self.txn_id,
-            "stage_id": self.stage_id,
-            "mode": self.mode,
-            "spec_version": self.spec_version,
+            **{k: getattr(self, k) for k in ("txn_id", "stage_id", "mode", "spec_version")},
             "values_ipc": base64.b64encode(sink.getvalue().to_pybytes()).decode(),
             "leaf_schema_ipc": None
             if self.leaf_schema is None
             else base64.b64encode(self.leaf_schema.serialize().to_pybytes()).decode(),
             "partitions": [
                 {
-                    "object_id": p.object_id,
-                    "directory": p.directory,
-                    "base_read_version": p.base_read_version,
-                    "rewrite": p.rewrite,
-                    "fragments": p.fragments,
-                    "rows": p.rows,
-                    "existed": p.existed,
+                    **{k: getattr(p, k) for k in _KEPT},
                     "base_fragments": list(p.base_fragments),
                     "superseded": list(p.superseded),
                     "schema": p.schema,
@@ -155,28 +150,17 @@ class Stage:
         raw = base64.b64decode(obj["values_ipc"])
         values = pa.ipc.open_stream(raw).read_all().to_pylist() if obj["partitions"] else []
         schema = obj.get("leaf_schema_ipc")
+        if schema is not None:
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema)))
         stage = cls(
-            obj["txn_id"],
-            obj["stage_id"],
-            obj["mode"],
-            int(obj["spec_version"]),
-            leaf_schema=None
-            if schema is None
-            else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema))),
+            obj["txn_id"], obj["stage_id"], obj["mode"], int(obj["spec_version"]), {}, schema
         )
         for p, v in zip(obj["partitions"], values, strict=True):
             stage.partitions[p["object_id"]] = StagedPartition(
-                object_id=p["object_id"],
-                directory=p["directory"],
-                values=v,
-                base_read_version=p["base_read_version"],
-                rewrite=p["rewrite"],
-                listed=list(p["fragments"]),
-                rows=int(p["rows"]),
-                existed=bool(p.get("existed", False)),
-                base_fragments=tuple(p.get("base_fragments", ())),
-                superseded=tuple(p.get("superseded", ())),
-                schema=p.get("schema"),
+                *(p["object_id"], p["directory"], v, p["base_read_version"], p["rewrite"]),
+                *(list(p["fragments"]), int(p["rows"]), bool(p.get("existed", False))),
+                *(tuple(p.get("base_fragments", ())), tuple(p.get("superseded", ()))),
+                p.get("schema"),
             )
         return stage
 
@@ -185,11 +169,9 @@ class Stager:
     """Writes one stage: conform, route, buffer, flush data files per partition.
 
     ``create_leaves_as`` (a ``txn#k`` owner, for a write nobody else knows) commits each
-    leaf while it stages, files and version in one Lance call; the version is kept
-    (``committed_version``) only if it lies right above the version it was written on, so
-    it holds exactly that version's rows plus these: anything else is left as staged files,
-    committed at publish like any other. ``newer_state`` is asked once, after the first
-    rows are routed and before anything is written: a newer state to stage on instead.
+    leaf while it stages; the version is kept (``committed_version``) only if it lies right
+    above the version it was written on, else its files are staged like any other.
+    ``newer_state`` is asked once, before anything is written: a newer state to stage on.
     """
 
     def __init__(
@@ -217,16 +199,11 @@ class Stager:
         stage.partitions.clear()
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered = 0
-        #: Partitions appended to, as published; of those, the schema of the published
-        #: version of the ones looked at (their files are shaped to it).
-        self._appended: dict[str, Partition] = {}
-        self._leaf_schemas: dict[str, pa.Schema] = {}
-        #: Leaves opened at their published version, until their first rows are written;
-        #: of those, the ones that had versions above the published one.
-        self._opened: dict[str, lance.LanceDataset] = {}
-        self._covered: set[str] = set()
-        #: Leaf schemas (by digest) that have every namespace column, and shapers into them.
-        self._complete: dict[str, pa.Schema] = {}
+        self._appended: dict[str, Partition] = {}  # partitions appended to, as published
+        self._leaf_schemas: dict[str, pa.Schema] = {}  # their published versions' schemas
+        self._opened: dict[str, lance.LanceDataset] = {}  # until their first rows are written
+        self._covered: set[str] = set()  # leaves with versions above the published one
+        self._complete: dict[str, pa.Schema] = {}  # leaf schemas with every column, by digest
         self._shapers: dict[str, Callable[[pa.Table], pa.Table]] = {}
         self._created_digest: str | None = None  # see _digest_of_created
         self._new_schema = stage.leaf_schema = state.schema.leaf_schema()
@@ -253,12 +230,8 @@ class Stager:
                 rows += table.num_rows
                 if self._buffered >= self.flush_bytes:
                     self._flush()
-                    log.info(
-                        "staged %d rows into %d partitions (%.1fs)",
-                        rows,
-                        len(self.stage.partitions),
-                        time.monotonic() - started,
-                    )
+                    n, seconds = len(self.stage.partitions), time.monotonic() - started
+                    log.info("staged %d rows into %d partitions (%.1fs)", rows, n, seconds)
             self._stage_on_newest()  # no rows: published on the newest state all the same
             self._flush()
         except BaseException:
@@ -332,21 +305,14 @@ class Stager:
         # It predates add_column: rewrite it whole, from a copy of its published rows
         # (files of their own: a commit of several such stages takes one copy).
         target.rewrite = True
-        copy = self._published_rows(existing)
+        published = open_leaf(self.storage, existing)
+        plan = self.state.schema.read_plan(published.schema)
+        copy = plan.apply(published.to_table(columns=plan.leaf_columns))
         if copy.num_rows:
-            fragments = stage_fragments(
-                self.storage,
-                self.storage.uri(target.directory),
-                self.state.schema.to_leaf(copy, self._new_schema),
-                overwrite=True,
-            )
+            rows, into = self.state.schema.to_leaf(copy, self._new_schema), target.directory
+            fragments = stage_fragments(self.storage, self.storage.uri(into), rows, overwrite=True)
             target.base_fragments = [fragment_text(f) for f in fragments]
             target.fragments += target.base_fragments
-
-    def _published_rows(self, partition: Partition) -> pa.Table:
-        leaf = open_leaf(self.storage, partition)
-        plan = self.state.schema.read_plan(leaf.schema)
-        return plan.apply(leaf.to_table(columns=plan.leaf_columns))
 
     def _flush(self) -> None:
         """Write the buffered rows of every partition as data files, in parallel."""
@@ -403,9 +369,7 @@ class Stager:
     ) -> Sequence[str] | None:
         """Commit ``shaped`` to the partition's leaf now, onto the published version (or
         the one an earlier flush committed); the fragments written, or None: stage files
-        instead. Lance rebases a write onto versions made meanwhile (see
-        :meth:`Storage.write_onto`), so only a version right above its base is kept.
-        """
+        instead. Only a version right above its base is kept."""
         committed, target.committed_version = target.committed_version, None
         head: lance.LanceDataset | None
         if committed is not None:  # a later flush: add to what the earlier one committed
@@ -484,8 +448,7 @@ class Stager:
         target.committed_version = version
 
     def _digest_of_created(self, table: lance.LanceDataset) -> str:
-        """The :func:`~.leaf_commit.schema_digest` of ``table``, a new leaf created from
-        rows in the new leaf schema: the same for all of them, read from the first."""
+        """The schema digest of ``table``, a new leaf (the same for all: read once)."""
         if self._created_digest is None:
             self._created_digest = schema_digest(table.lance_schema)
         return self._created_digest
