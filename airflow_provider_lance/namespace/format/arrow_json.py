@@ -1,10 +1,8 @@
 """Arrow types and schemas <-> the lance-namespace ``JsonArrowDataType`` / ``JsonArrowSchema``.
 
-Type names follow the lance-namespace reference converter (``int64``, ``utf8``, ``date32``,
-``bool``, ``list``, ``struct``, decimals as ``length = precision * 1000 + scale``), so other
-implementations read what we write. The unit and time zone of ``timestamp``/``time``/
-``duration``, which the reference drops, are kept in extra keys ``unit`` and ``timezone``
-(readers that ignore them read its default: microseconds, no zone).
+Type names follow the lance-namespace reference converter (decimals as ``length = precision
+* 1000 + scale``). The unit and time zone of ``timestamp``/``time``/``duration``, which it
+drops, are kept in extra keys ``unit`` and ``timezone`` (others read microseconds, no zone).
 """
 
 from __future__ import annotations
@@ -17,26 +15,11 @@ import pyarrow as pa
 
 from airflow_provider_lance.namespace.errors import SchemaError
 
+_PLAIN = ("null", "float16", "float32", "float64", "date32", "date64", "utf8", "large_utf8")
 _SIMPLE: dict[str, pa.DataType] = {
-    "null": pa.null(),
     "bool": pa.bool_(),
-    "int8": pa.int8(),
-    "uint8": pa.uint8(),
-    "int16": pa.int16(),
-    "uint16": pa.uint16(),
-    "int32": pa.int32(),
-    "uint32": pa.uint32(),
-    "int64": pa.int64(),
-    "uint64": pa.uint64(),
-    "float16": pa.float16(),
-    "float32": pa.float32(),
-    "float64": pa.float64(),
-    "date32": pa.date32(),
-    "date64": pa.date64(),
-    "utf8": pa.utf8(),
-    "large_utf8": pa.large_utf8(),
-    "binary": pa.binary(),
-    "large_binary": pa.large_binary(),
+    **{name: getattr(pa, name)() for name in (*_PLAIN, "binary", "large_binary")},
+    **{f"{u}int{n}": getattr(pa, f"{u}int{n}")() for u in ("", "u") for n in (8, 16, 32, 64)},
 }
 _SIMPLE_NAMES = {v: k for k, v in _SIMPLE.items()}
 _ALIASES = {"boolean": "bool", "string": "utf8", "large_string": "large_utf8"}
@@ -44,8 +27,7 @@ _DEFAULT_UNIT = {"timestamp": "us", "duration": "us", "time32": "ms", "time64": 
 
 
 def normalize_type(dtype: pa.DataType) -> pa.DataType:
-    """The storable form of a type: view and dictionary types (which have no
-    JsonArrowDataType name and read back as their plain type) become their plain type."""
+    """The storable form of a type: view and dictionary types become their plain type."""
     if pa.types.is_dictionary(dtype):
         return normalize_type(dtype.value_type)
     if dtype == pa.string_view():
@@ -71,14 +53,10 @@ def type_to_json(dtype: pa.DataType) -> dict[str, Any]:
     if name is not None:
         return {"type": name}
     if pa.types.is_timestamp(dtype):
-        out: dict[str, Any] = {"type": "timestamp", "unit": dtype.unit}
-        if dtype.tz is not None:
-            out["timezone"] = dtype.tz
-        return out
-    if pa.types.is_time32(dtype) or pa.types.is_time64(dtype):
-        return {"type": "time32" if pa.types.is_time32(dtype) else "time64", "unit": dtype.unit}
-    if pa.types.is_duration(dtype):
-        return {"type": "duration", "unit": dtype.unit}
+        zone = {} if dtype.tz is None else {"timezone": dtype.tz}
+        return {"type": "timestamp", "unit": dtype.unit, **zone}
+    if pa.types.is_time(dtype) or pa.types.is_duration(dtype):
+        return {"type": str(dtype).split("[")[0], "unit": dtype.unit}  # time32, time64, duration
     if pa.types.is_decimal(dtype):
         return {"type": f"decimal{dtype.bit_width}", "length": dtype.precision * 1000 + dtype.scale}
     if pa.types.is_fixed_size_binary(dtype):
@@ -87,11 +65,8 @@ def type_to_json(dtype: pa.DataType) -> dict[str, Any]:
         kind = "list" if pa.types.is_list(dtype) else "large_list"
         return {"type": kind, "fields": [field_to_json(dtype.value_field)]}
     if pa.types.is_fixed_size_list(dtype):
-        return {
-            "type": "fixed_size_list",
-            "fields": [field_to_json(dtype.value_field)],
-            "length": dtype.list_size,
-        }
+        fields = [field_to_json(dtype.value_field)]
+        return {"type": "fixed_size_list", "fields": fields, "length": dtype.list_size}
     if pa.types.is_struct(dtype):
         return {"type": "struct", "fields": [field_to_json(f) for f in dtype]}
     if pa.types.is_map(dtype):
@@ -114,20 +89,13 @@ def type_from_json(obj: Any) -> pa.DataType:
     try:
         if name == "timestamp":
             return pa.timestamp(unit, tz=obj.get("timezone"))
-        if name == "time32":
-            return pa.time32(unit)
-        if name == "time64":
-            return pa.time64(unit)
-        if name == "duration":
-            return pa.duration(unit)
+        if name in ("time32", "time64", "duration"):
+            return getattr(pa, name)(unit)
         if name.startswith("decimal") and name[7:] in ("32", "64", "128", "256"):
             encoded = int(obj.get("length", 0))
             precision = (encoded + 128) // 1000
             scale = encoded - precision * 1000
-            ctor = {"32": pa.decimal32, "64": pa.decimal64, "128": pa.decimal128}.get(
-                name[7:], pa.decimal256
-            )
-            return ctor(precision, scale)
+            return getattr(pa, name)(precision, scale)  # decimal32 ... decimal256
         if name == "fixed_size_binary":
             return pa.binary(int(obj["length"]))
         if name in ("list", "large_list", "fixed_size_list", "map"):
@@ -135,14 +103,11 @@ def type_from_json(obj: Any) -> pa.DataType:
             if len(fields) != 1:
                 raise SchemaError(f"a JsonArrowDataType {name!r} needs exactly one child field")
             inner = field_from_json(fields[0])
-            if name == "list":
-                return pa.list_(inner)
-            if name == "large_list":
-                return pa.large_list(inner)
             if name == "fixed_size_list":
                 return pa.list_(inner, int(obj["length"]))
-            key, item = inner.type[0], inner.type[1]
-            return pa.map_(key, item)
+            if name == "map":
+                return pa.map_(inner.type[0], inner.type[1])
+            return pa.list_(inner) if name == "list" else pa.large_list(inner)
         if name == "struct":
             return pa.struct([field_from_json(f) for f in obj.get("fields") or []])
     except (ValueError, TypeError, KeyError, pa.ArrowException) as exc:
@@ -151,11 +116,7 @@ def type_from_json(obj: Any) -> pa.DataType:
 
 
 def field_to_json(field: pa.Field) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "name": field.name,
-        "nullable": field.nullable,
-        "type": type_to_json(field.type),
-    }
+    out = {"name": field.name, "nullable": field.nullable, "type": type_to_json(field.type)}
     if field.metadata:
         out["metadata"] = {k.decode(): v.decode() for k, v in field.metadata.items()}
     return out
@@ -167,12 +128,8 @@ def field_from_json(obj: Any) -> pa.Field:
     metadata = obj.get("metadata") or None
     if metadata is not None and not isinstance(metadata, Mapping):
         raise SchemaError(f"field {obj['name']!r}: 'metadata' must be an object")
-    return pa.field(
-        obj["name"],
-        type_from_json(obj.get("type")),
-        nullable=bool(obj.get("nullable", True)),
-        metadata=dict(metadata) if metadata else None,
-    )
+    dtype, nullable = type_from_json(obj.get("type")), bool(obj.get("nullable", True))
+    return pa.field(obj["name"], dtype, nullable, dict(metadata) if metadata else None)
 
 
 def schema_to_json(schema: pa.Schema) -> str:

@@ -1,10 +1,8 @@
 """DataFusion SQL expressions: partition expressions and filters, with the ``hash`` UDF.
 
-Evaluated by DataFusion itself, in a session pinned to UTC. A Python UDF has one signature
-and DataFusion coerces other argument types to it (an int32 given to a utf8 ``hash`` would
-be hashed as its decimal text), so an expression is planned in a probe session to learn the
-argument type of its ``hash(...)`` calls, then bound to a session whose ``hash`` takes
-exactly that type.
+Evaluated in a session pinned to UTC. A UDF has one signature that DataFusion coerces other
+types to, so an expression is planned in a probe session to learn the argument type of its
+``hash(...)`` calls, then bound to a session whose ``hash`` takes exactly that type.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from airflow_provider_lance.namespace.errors import ExpressionError
 from .arrow_json import normalize_type
 from .hashing import hash_array, hashable_type
 
-#: Unique names for data registered in a session while an expression evaluates it.
 _FRAME_IDS = itertools.count()
 
 
@@ -43,39 +40,20 @@ def registered(session: SessionContext, data: pa.Table) -> Iterator[DataFrame]:
 
 #: Functions whose result depends on something other than their arguments.
 NON_DETERMINISTIC = frozenset(
-    {
-        "random",
-        "uuid",
-        "now",
-        "current_timestamp",
-        "current_date",
-        "current_time",
-        "localtime",
-        "localtimestamp",
-        "today",
-    }
+    {"random", "uuid", "now", "today", "localtime", "localtimestamp", "current_timestamp"}
+    | {"current_date", "current_time"}
 )
 _LEAVES = ("Reference", "Literal")
 _FORBIDDEN_VARIANTS = frozenset(
-    {
-        "ScalarSubquery",
-        "InSubquery",
-        "Exists",
-        "AggregateFunction",
-        "WindowFunction",
-        "Placeholder",
-        "OuterReferenceColumn",
-        "Wildcard",
-        "GroupingSet",
-        "Unnest",
-    }
+    {"ScalarSubquery", "InSubquery", "Exists", "AggregateFunction", "WindowFunction", "Unnest"}
+    | {"Placeholder", "OuterReferenceColumn", "Wildcard", "GroupingSet"}
 )
 
 
 def new_session(hash_input: pa.DataType | None = None) -> SessionContext:
-    """A DataFusion session pinned to UTC, with ``hash`` bound to ``hash_input`` if given,
-    and one target partition, so that values come out in the order of the input rows.
-    pylance facts: test_fact_datafusion_with_one_target_partition_keeps_the_input_order,
+    """A session pinned to UTC, ``hash`` bound to ``hash_input``, one target partition (so
+    values come out in input order). pylance facts:
+    test_fact_datafusion_with_one_target_partition_keeps_the_input_order,
     test_fact_datafusion_coerces_udf_arguments_to_its_one_signature,
     test_fact_datafusion_evaluates_zoned_timestamps_in_their_zone_and_naive_ones_in_utc.
     """
@@ -88,7 +66,6 @@ def new_session(hash_input: pa.DataType | None = None) -> SessionContext:
     return ctx
 
 
-# -- expression trees --------------------------------------------------------------------
 def children(expr: Any) -> list[Any]:
     """The operand sub-expressions of a DataFusion ``RawExpr`` (leaves have none)."""
     rtype = str(expr.rex_type())
@@ -112,15 +89,12 @@ def walk(expr: Any) -> Iterator[Any]:
 
 
 def function_name(expr: Any) -> str | None:
-    if expr.variant_name() != "ScalarFunction":
-        return None
-    return str(expr.rex_call_operator()).lower()
+    is_call = expr.variant_name() == "ScalarFunction"
+    return str(expr.rex_call_operator()).lower() if is_call else None
 
 
 def column_name(expr: Any) -> str | None:
-    if expr.variant_name() != "Column":
-        return None
-    return str(expr.to_variant().name())
+    return str(expr.to_variant().name()) if expr.variant_name() == "Column" else None
 
 
 def raw(expr: Expr | Any) -> Any:
@@ -139,7 +113,6 @@ def check_deterministic(expr: Any, what: str) -> None:
             )
 
 
-# -- binding an expression to a schema ------------------------------------------------------
 @dataclass
 class BoundExpression:
     """A SQL expression planned against a schema, ready to evaluate on matching data."""
@@ -149,21 +122,15 @@ class BoundExpression:
     output_type: pa.DataType
     hash_input: pa.DataType | None
     _session: SessionContext = field(repr=False)
-    _expr: Expr = field(repr=False)
-    #: ``schema`` with no rows, as :func:`bind` registered it (for :meth:`unplannable`).
-    _empty: DataFrame | None = field(default=None, repr=False)
-
-    @property
-    def expr(self) -> Expr:
-        return self._expr
+    expr: Expr = field(repr=False)
+    #: ``schema`` with no rows, as :func:`bind` parsed ``expr`` against it.
+    _empty: DataFrame = field(repr=False)
 
     @contextmanager
     def frame(self, data: pa.Table | pa.RecordBatch) -> Iterator[DataFrame]:
         """``data`` as a DataFusion frame, for the duration of the ``with`` block."""
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
-        if data.num_rows == 0:
-            data = pa.table({f.name: pa.array([], f.type) for f in data.schema})
         with registered(self._session, data) as frame:
             yield frame
 
@@ -172,7 +139,7 @@ class BoundExpression:
         if data.num_rows == 0:
             return pa.chunked_array([], self.output_type)
         with self.frame(data) as frame, self._failures():
-            result = frame.select(self._reparse(frame).alias("__value")).to_arrow_table()
+            result = frame.select(frame.parse_sql_expr(self.sql).alias("__value")).to_arrow_table()
         return result.column("__value")
 
     def filter(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
@@ -180,7 +147,7 @@ class BoundExpression:
         if data.num_rows == 0:
             return data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
         with self.frame(data) as frame, self._failures():
-            out = frame.filter(self._reparse(frame)).to_arrow_table()
+            out = frame.filter(frame.parse_sql_expr(self.sql)).to_arrow_table()
         return out.cast(data.schema) if out.schema != data.schema else out
 
     @contextmanager
@@ -191,18 +158,9 @@ class BoundExpression:
             raise ExpressionError(f"evaluating {self.sql!r} failed: {_first_line(exc)}") from exc
 
     def unplannable(self) -> tuple[Any, str] | None:
-        """The smallest part of the expression DataFusion cannot plan, and why; None if it
-        plans. Planning coerces literals, so one that is no value of its type (``DATE
-        '2025-13-45'``) fails here, on no rows, as a read would."""
-        if self._empty is not None:  # the expression was parsed against it
-            return _unplannable_in(self._empty, raw(self._expr))
-        empty = pa.table({f.name: pa.array([], f.type) for f in self.schema})
-        with self.frame(empty) as frame:
-            return _unplannable_in(frame, raw(self._reparse(frame)))
-
-    def _reparse(self, frame: DataFrame) -> Expr:
-        # Column references are qualified by the frame's table, so parse against each frame.
-        return frame.parse_sql_expr(self.sql)
+        """The smallest part of the expression DataFusion cannot plan (``DATE '2025-13-45'``),
+        and why; None if it plans."""
+        return _unplannable_in(self._empty, raw(self.expr))
 
 
 def bind(sql: str, schema: pa.Schema, what: str) -> BoundExpression:
@@ -210,43 +168,32 @@ def bind(sql: str, schema: pa.Schema, what: str) -> BoundExpression:
     if not isinstance(sql, str) or not sql.strip():
         raise ExpressionError(f"{what} must be a non-empty SQL expression string")
     empty = pa.table({f.name: pa.array([], f.type) for f in schema})
-    probe = new_session(pa.utf8())
+    session = new_session(pa.utf8())  # a probe: without hash() calls, its hash is never called
     try:
-        frame = probe.from_arrow(empty)
-        parsed = frame.parse_sql_expr(sql)
-        check_deterministic(parsed, what)
-        hash_args = [
-            arg
-            for node in walk(raw(parsed))
-            if function_name(node) == "hash"
-            for arg in children(node)
-        ]
-        hash_types = {normalize_type(_type_of(frame, arg)) for arg in hash_args}
-    except ExpressionError:
-        raise
-    except Exception as exc:
-        raise ExpressionError(
-            f"{what} {sql!r} is not a valid expression: {_first_line(exc)}"
-        ) from exc
-    if len(hash_types) > 1:
-        raise ExpressionError(
-            f"{what} {sql!r} calls hash() on values of different types "
-            f"({', '.join(map(str, hash_types))}); use one type per expression"
-        )
-    hash_input = next(iter(hash_types)) if hash_types else None
-    if hash_input is not None and not hashable_type(hash_input):
-        raise ExpressionError(f"{what} {sql!r}: hash() is not defined for type {hash_input}")
-    session, expr = probe, parsed  # without hash() calls, the probe's hash is never called
-    try:
+        frame = session.from_arrow(empty)
+        expr = frame.parse_sql_expr(sql)
+        check_deterministic(expr, what)
+        calls = [node for node in walk(raw(expr)) if function_name(node) == "hash"]
+        hash_types = {normalize_type(_type_of(frame, a)) for n in calls for a in children(n)}
+        if len(hash_types) > 1:
+            raise ExpressionError(
+                f"{what} {sql!r} calls hash() on values of different types "
+                f"({', '.join(map(str, hash_types))}); use one type per expression"
+            )
+        hash_input = next(iter(hash_types), None)
         if hash_input is not None:
+            if not hashable_type(hash_input):
+                error = f"{what} {sql!r}: hash() is not defined for type {hash_input}"
+                raise ExpressionError(error)
             session = new_session(hash_input)
             frame = session.from_arrow(empty)
             expr = frame.parse_sql_expr(sql)
         output_type = frame.select(expr.alias("__value")).schema().field("__value").type
+    except ExpressionError:
+        raise
     except Exception as exc:
-        raise ExpressionError(
-            f"{what} {sql!r} is not a valid expression: {_first_line(exc)}"
-        ) from exc
+        error = f"{what} {sql!r} is not a valid expression: {_first_line(exc)}"
+        raise ExpressionError(error) from exc
     return BoundExpression(sql, schema, output_type, hash_input, session, expr, frame)
 
 
@@ -267,7 +214,7 @@ def _unplannable_in(frame: DataFrame, node: Any) -> tuple[Any, str] | None:
 
 
 def _plan_error(frame: DataFrame, node: Any) -> str | None:
-    """Why DataFusion cannot plan (optimize) ``node`` over ``frame``: its root cause."""
+    """Why DataFusion cannot plan ``node`` over ``frame``; None if it can."""
     try:
         frame.select(Expr(node).alias("__v")).optimized_logical_plan()
     except Exception as exc:
@@ -285,14 +232,12 @@ def root_cause(exc: BaseException) -> str:
     return unqualified(_ERROR_PREFIX.sub("", lines[-1])) if lines else type(exc).__name__
 
 
-#: The names DataFusion gives the tables an expression is planned against (a frame of
-#: ``from_arrow``, ours of :func:`registered`): never the user's, so never shown.
+#: The names of the tables an expression is planned against: never shown.
 _INTERNAL_QUALIFIER = re.compile(r"\b(?:c[0-9a-f]{32}|__input_\d+)\.")
 
 
 def unqualified(message: str) -> str:
-    """``message`` without the internal table names DataFusion qualifies columns with
-    (``Did you mean 'c5ab...e.name'?`` is ``Did you mean 'name'?``)."""
+    """``message`` without the internal table names DataFusion qualifies columns with."""
     return _INTERNAL_QUALIFIER.sub("", message)
 
 
@@ -306,8 +251,7 @@ _SQL_REWRITES = (
 
 
 def to_sql(node: Any) -> str:
-    """A ``RawExpr`` as SQL close to what a user wrote (``DATE '2025-13-45'``, not
-    DataFusion's ``CAST(Utf8("2025-13-45") AS Date32)``), for error messages."""
+    """A ``RawExpr`` as SQL close to what a user wrote (``DATE '2025-13-45'``)."""
     text = str(node.canonical_name())
     for pattern, replacement in _SQL_REWRITES:
         text = pattern.sub(replacement, text)
@@ -331,8 +275,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 _CONSTANTS: list[SessionContext] = []
-#: Constants evaluated in the shared session, by DataFusion's canonical name of the
-#: expression (type and value: ``CAST(Utf8("2025-12-10") AS Date32)``).
+#: Constants evaluated in the shared session, by the expression's canonical name.
 _CONSTANT_VALUES: dict[str, pa.Scalar] = {}
 _CONSTANT_VALUES_MAX = 1024
 

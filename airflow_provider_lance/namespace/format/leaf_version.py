@@ -19,9 +19,7 @@ def committed_by(ds: lance.LanceDataset, version: int) -> str | None:
     txn = ds.read_transaction(version)
     props = (txn.transaction_properties or {}) if txn is not None else {}
     txn_id = props.get(TXN_PROPERTY)
-    if txn_id is None:
-        return None
-    return f"{txn_id}#{props.get(INCARNATION_PROPERTY, '0')}"
+    return None if txn_id is None else f"{txn_id}#{props.get(INCARNATION_PROPERTY, '0')}"
 
 
 def owner_properties(owner: str, operation: str | None = None) -> dict[str, str]:

@@ -51,15 +51,11 @@ class SwapToCommit(Protocol):
 
     @property
     def base_version(self) -> int: ...
-
     @property
     def is_empty(self) -> bool: ...
-
     @property
     def drops(self) -> Sequence[str]: ...
-
     def check(self) -> None: ...
-
     def table(self) -> pa.Table: ...
 
 
@@ -93,12 +89,11 @@ READ_VERSION_FIELD = pa.field(READ_VERSION, pa.uint64())
 #: Bookkeeping (reserved ``__`` prefix): the transaction holding a partition's commit claim.
 CLAIM = "__txn_id"
 CLAIM_FIELD = pa.field(CLAIM, pa.utf8())
-#: ``object_id`` prefixes of reserved rows (object_type ``namespace``, outside every
-#: spec-version namespace, so no partition listing shows them): a transaction's state
-#: (``__txn$<txn_id>``, see ``lifecycle``) and a running merge's intent (see ``spec_fence``).
+#: ``object_id`` prefixes of reserved rows (type ``namespace``, outside every spec version,
+#: so no partition listing shows them): a transaction's state (``lifecycle``), a running
+#: merge's intent and the fence row of a spec version (``__fence$v3``; ``spec_fence``).
 TXN_PREFIX = "__txn$"
 INTENT_PREFIX = "__merge$"
-#: ``object_id`` prefix of the fence row of a spec version (``__fence$v3``, see ``spec_fence``).
 FENCE_PREFIX = "__fence$v"
 #: Column names a partition field may not take (``__``-prefixed names are reserved too).
 RESERVED_COLUMNS = frozenset(f.name for f in (*BASE_FIELDS, READ_VERSION_FIELD, CLAIM_FIELD))
@@ -106,8 +101,7 @@ RESERVED_COLUMNS = frozenset(f.name for f in (*BASE_FIELDS, READ_VERSION_FIELD, 
 
 #: A ``__manifest`` row as Lance returns it: column name -> value.
 ManifestRow = dict[str, Any]
-#: Ids looked up by an ``object_id IN (...)`` filter, at most, before
-#: :meth:`ManifestView.existing` reads every id instead.
+#: Ids :meth:`ManifestView.existing` looks up by an ``IN`` filter before reading every id.
 POINT_LOOKUP_IDS = 64
 #: Rows of ``__manifest`` read whole in about the time of a filtered scan.
 CHEAP_WHOLE_ROWS = 5000
@@ -126,8 +120,7 @@ def manifest_schema(partition_columns: list[pa.Field]) -> pa.Schema:
 
 #: Versions of ``__manifest`` a :class:`Manifest` keeps open for its commits.
 OPENED_KEPT = 4
-#: Lance's I/O block size for ``__manifest`` on an object store: a data file no larger is
-#: read in one request (a local directory keeps Lance's default).
+#: Lance's I/O block size for ``__manifest`` on an object store (one request per file).
 MANIFEST_BLOCK_SIZE = 1 << 20
 
 
@@ -146,15 +139,12 @@ class Manifest:
         self.storage = storage
         self.root = storage.root
         self.uri = storage.uri(MANIFEST_NAME)
-        #: One Lance session for every version opened: their metadata is read once.
-        self._session = Session()
+        self._session = Session()  # one for every version opened: metadata read once
         #: The table as this handle's last compare-and-swap left it (None before one).
         self.last_swapped: lance.LanceDataset | None = None
-        #: The versions opened last, by number: a swap on one commits on a copy.
         self._opened: dict[int, lance.LanceDataset] = {}
         self._lock = threading.Lock()
 
-    # -- opening ---------------------------------------------------------------------------
     def at(self, version: int) -> ManifestView:
         """The table at ``version``, to query (:class:`ManifestError` if cleaned up)."""
         return ManifestView(self.open(version))
@@ -164,15 +154,11 @@ class Manifest:
         return ManifestView(self.open())
 
     def open(self, version: int | None = None) -> lance.LanceDataset:
+        block_size = None if self.storage.local else MANIFEST_BLOCK_SIZE
         try:
-            ds = self.storage.table(
-                self.uri,
-                version,
-                session=self._session,
-                block_size=None if self.storage.local else MANIFEST_BLOCK_SIZE,
-            )
+            ds = self.storage.table(self.uri, version, session=self._session, block_size=block_size)
         except TableNotFoundError as exc:
-            if version is not None and self._exists():
+            if version is not None and self._opens(None, NamespaceNotFoundError):
                 raise ManifestError(
                     f"__manifest version {version} of {self.root} no longer exists "
                     f"(cleaned up?): {exc}"
@@ -189,7 +175,7 @@ class Manifest:
         return ds
 
     def _keep(self, ds: lance.LanceDataset) -> None:
-        """Keep a copy of ``ds``: callers commit on (advance) what they are given."""
+        """Keep a copy of ``ds`` (the last :data:`OPENED_KEPT`): commits advance theirs."""
         with self._lock:
             self._opened[int(ds.version)] = copy.copy(ds)
             while len(self._opened) > OPENED_KEPT:
@@ -207,8 +193,7 @@ class Manifest:
         return None if ds is None else ManifestView(ds)
 
     def _base(self, base_version: int, ids: Sequence[str]) -> tuple[lance.LanceDataset, bool]:
-        """A table at ``base_version`` of its own to commit on (a commit advances it in
-        place), and whether it is a copy of one opened before."""
+        """A table at ``base_version`` to commit on, and whether it is a copy of one held."""
         opened = self._copy_of(base_version)
         if opened is not None:
             return opened, True
@@ -217,28 +202,18 @@ class Manifest:
         except ManifestError as exc:  # cleaned up meanwhile: the rows may have changed since
             raise _cleaned_up(base_version, ids) from exc
 
-    def _gone(self, base_version: int) -> bool:
-        """Whether ``base_version`` was cleaned up (``maintain``) since it was read."""
+    def _opens(self, version: int | None, missing: type[Exception]) -> bool:
+        """Whether ``version`` (None: the latest) opens, rather than raising ``missing``."""
         try:
-            self.open(base_version)
-        except ManifestError:
-            return True
-        return False
-
-    def _exists(self) -> bool:
-        try:
-            self.open()
-        except NamespaceNotFoundError:
+            self.open(version)
+        except missing:
             return False
         return True
 
     def create(self, metadata: Mapping[str, str], first_rows: pa.Table) -> lance.LanceDataset:
-        """Create the table with ``first_rows``, its metadata and scalar indices.
-
-        Crash-safe and idempotent (three Lance commits: table, metadata, indices): an
-        interrupted create (our first rows, no metadata) is finished, one that holds exactly
-        ``metadata`` is returned as it is; anything else raises :class:`NamespaceExistsError`.
-        """
+        """Create the table with ``first_rows``, its metadata and scalar indices. Crash-safe
+        and idempotent: an interrupted create (our first rows, no metadata) is finished, one
+        holding exactly ``metadata`` returned; anything else: :class:`NamespaceExistsError`."""
 
         def attempt(_: int) -> lance.LanceDataset | Outcome:
             try:
@@ -270,7 +245,7 @@ class Manifest:
             except CommitConflict:
                 return Outcome.AGAIN  # a concurrent create finished it first: compare again
             failpoint("create.after_metadata")
-            return Outcome.AGAIN  # set: index it and return it
+            return Outcome.AGAIN
 
         racing = Budget(
             lambda: NamespaceExistsError(
@@ -301,14 +276,10 @@ class Manifest:
         return types <= {NAMESPACE}
 
     def ensure_indices(self, ds: lance.LanceDataset | None = None) -> None:
-        """Index what ``__manifest`` reads filter on: a BTREE on every partition column
-        (prunes), a BLOOMFILTER on ``object_id`` (lookups by id) and a BITMAP on
-        ``object_type``. Never a BTREE on ``object_id``: ``merge_insert`` would miss
-        concurrent inserts of the same key (pylance facts:
-        test_fact_btree_on_merge_key_makes_merge_insert_miss_concurrent_inserts,
-        test_fact_other_indices_keep_merge_insert_conflicts). Best effort: an index that
-        cannot be made (made concurrently, a type Lance cannot index) is skipped.
-        """
+        """Best effort: a BTREE on every partition column, a BLOOMFILTER on ``object_id``, a
+        BITMAP on ``object_type``. Never a BTREE on ``object_id``: ``merge_insert`` would miss
+        concurrent inserts (pylance facts: test_fact_btree_on_merge_key_makes_merge_insert_miss_*,
+        test_fact_other_indices_keep_merge_insert_conflicts)."""
         ds = ds if ds is not None else self.open()
         for column, kind in self.missing_indices(ds):
             try:
@@ -324,7 +295,6 @@ class Manifest:
         wanted += [(name, "BTREE") for name in btree_columns(ds.schema)]
         return [(column, kind) for column, kind in wanted if (column,) not in indexed]
 
-    # -- metadata and columns -------------------------------------------------------------
     def add_columns(self, fields: list[pa.Field]) -> None:
         """Add nullable partition columns (schema only: existing rows read NULL)."""
         if not fields:
@@ -340,17 +310,15 @@ class Manifest:
             ):
                 ds.add_columns(pa.schema([f.with_nullable(True) for f in missing]))
 
-    # -- rows ---------------------------------------------------------------------------
     def conform(self, rows: pa.Table, ds: lance.LanceDataset) -> pa.Table:
         """Reorder/fill ``rows`` into the table's current schema (missing columns NULL)."""
-        schema = ds.schema
-        arrays = []
-        for f in schema:
-            if f.name in rows.column_names:
-                arrays.append(rows.column(f.name).cast(f.type))
-            else:
-                arrays.append(pa.nulls(rows.num_rows, f.type))
-        return pa.Table.from_arrays(arrays, schema=schema)
+        arrays = [
+            rows.column(f.name).cast(f.type)
+            if f.name in rows.column_names
+            else pa.nulls(rows.num_rows, f.type)
+            for f in ds.schema
+        ]
+        return pa.Table.from_arrays(arrays, schema=ds.schema)
 
     def insert_absent(self, rows: pa.Table) -> int:
         """Insert the rows whose ``object_id`` is absent (present ones are left untouched);
@@ -359,19 +327,15 @@ class Manifest:
         if rows.num_rows == 0:
             return 0
         ds = self.open()
-        result = (
-            ds.merge_insert(OBJECT_ID).when_not_matched_insert_all().execute(self.conform(rows, ds))
-        )
-        return int(result["num_inserted_rows"])
+        builder = ds.merge_insert(OBJECT_ID).when_not_matched_insert_all()
+        return int(builder.execute(self.conform(rows, ds))["num_inserted_rows"])
 
     def commit(self, swap: SwapToCommit) -> int:
-        """Apply ``swap`` (see :mod:`.swap`): its moves and requirements checked, then its
-        rows upserted and its drops deleted in ONE ``merge_insert`` without conflict
-        retries, which fails with :class:`CommitConflict` if any of those rows changed (or
-        was inserted) after its base version; changes to other rows are rebased (pylance
-        facts: ``test_fact_merge_insert_*``). Returns the new version (the base version for
-        an empty swap).
-        """
+        """Apply ``swap``: its moves and requirements checked, then its rows upserted and its
+        drops deleted in ONE ``merge_insert`` without retries, which fails with
+        :class:`CommitConflict` if any of those rows changed (or was inserted) since its base
+        version; changes to other rows are rebased (pylance facts: ``test_fact_merge_insert_*``).
+        Returns the new version (the base version for an empty swap)."""
         swap.check()
         if swap.is_empty:
             return swap.base_version
@@ -393,29 +357,24 @@ class Manifest:
                     builder = builder.when_not_matched_by_source_delete(ids_filter(drops))
                 builder.conflict_retries(0).execute(self.conform(rows, base))
                 failpoint("manifest.after_swap")  # committed: "=error" makes it unknown
-        except (StorageError, TableNotFoundError) as exc:
-            # On a copy, a version cleaned up meanwhile is found only now: a lost race too.
-            if copied and self._gone(base_version):
+        except (StorageError, TableNotFoundError) as exc:  # on a copy: cleaned up meanwhile?
+            if copied and not self._opens(base_version, ManifestError):
                 raise _cleaned_up(base_version, ids) from exc
             raise
         self.last_swapped = base  # the commit advanced it to the version it made
-        self._keep(base)  # a commit on the version it made needs no request either
+        self._keep(base)
         return int(base.version)
 
     def commit_metadata(self, values: Mapping[str, str], base_version: int) -> int:
         """Set table metadata keys, failing if a concurrent commit set any of them since
         ``base_version`` (pylance fact:
         test_fact_update_config_races_conflict_on_the_same_key_only)."""
-        operation = LanceOperation.UpdateConfig(
-            table_metadata_updates=LanceOperation.UpdateMap(dict(values))
+        updates = LanceOperation.UpdateMap(dict(values))
+        txn = Transaction(base_version, LanceOperation.UpdateConfig(table_metadata_updates=updates))
+        conflict = (
+            f"a concurrent change to the namespace metadata ({', '.join(values)}) won the race"
         )
-        committed = self.storage.commit(
-            self.uri,
-            Transaction(base_version, operation),
-            conflict=f"a concurrent change to the namespace metadata ({', '.join(values)}) "
-            "won the race",
-        )
-        return int(committed.version)
+        return int(self.storage.commit(self.uri, txn, conflict=conflict).version)
 
     def delete_rows(self, object_ids: list[str]) -> None:
         """Delete rows by id (rows of partitions that were never published, intents of
@@ -435,28 +394,21 @@ class Manifest:
 
 
 class ManifestView:
-    """One version of the ``__manifest`` table, queried by named questions: the only code
-    that writes a filter over its rows. Rows looked up by id, the row count and the ids are
-    read once. Reads raise Lance's own errors (a :class:`~.state.NamespaceState` says when
-    retention removed its version).
-    """
+    """One version of ``__manifest``, queried by named questions (the only code that writes
+    a filter over its rows); reads raise Lance's own errors."""
 
     def __init__(self, dataset: lance.LanceDataset) -> None:
         self._ds = dataset  # read-only: never commit through it (a commit advances it)
         self.version = int(dataset.version)
-        #: Rows looked up by id (None: absent in this version), full columns.
         self._looked_up: dict[str, ManifestRow | None] = {}
 
-    # -- the table ---------------------------------------------------------------------------
     @property
     def metadata(self) -> dict[str, str]:
-        metadata: dict[str, str] = self._ds.metadata
-        return metadata
+        return self._ds.metadata
 
     @cached_property
     def schema(self) -> pa.Schema:
-        schema: pa.Schema = self._ds.schema
-        return schema
+        return self._ds.schema
 
     @cached_property
     def column_types(self) -> dict[str, pa.DataType]:
@@ -483,14 +435,11 @@ class ManifestView:
         """This version's fragments (the rows a commit wrote are in the ones it added)."""
         return list(self._ds.get_fragments())
 
-    # -- rows by id ----------------------------------------------------------------------------
     def rows_by_id(
         self, object_ids: Sequence[str], where: pc.Expression | None = None
     ) -> dict[str, ManifestRow]:
-        """The rows with these ids (every column), each read once per version: by an
-        ``object_id IN (...)`` filter, by reading the whole table when that is cheaper, or
-        through ``where``, a predicate on partition columns that every such row satisfies
-        (answered by their BTREEs)."""
+        """The rows with these ids (every column), each read once per version; ``where``: a
+        predicate on partition columns every such row satisfies (answered by their BTREEs)."""
         wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
         if wanted:
             if self.scan_is_cheaper(len(wanted)):
@@ -512,8 +461,7 @@ class ManifestView:
         return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
 
     def scan_is_cheaper(self, ids: int) -> bool:
-        """Whether reading the whole table finds ``ids`` rows faster than an ``IN`` list
-        or an index: always when it is read in one round (:attr:`_read_whole`)."""
+        """Whether reading the whole table finds ``ids`` rows faster than an index does."""
         return self._read_whole or self._row_count <= 20 * ids + 2000
 
     @cached_property
@@ -543,35 +491,23 @@ class ManifestView:
         found = self._ds.to_table(columns=columns, filter=ids_filter(object_ids))
         return {r[OBJECT_ID]: r.get(READ_VERSION) for r in found.to_pylist()}
 
-    # -- rows by kind ------------------------------------------------------------------------
     def all_rows(self) -> list[ManifestRow]:
         return list(self._ds.to_table().to_pylist())
 
     def leaf_rows(self, columns: Sequence[str], where: pc.Expression | None = None) -> pa.Table:
         """These columns of every table row (published, being created, or foreign), or of
-        those ``where`` (a predicate on partition columns, answered by their indices)
-        selects; the row kind is checked on the rows found, not in the scan filter."""
+        those ``where`` (a predicate on partition columns) selects."""
         whole = self._read_whole
         late = False if whole else None
+        scan: dict[str, Any] = {"use_scalar_index": not whole, "late_materialization": late}
         if where is None:
-            return self._ds.to_table(
-                columns=list(columns),
-                filter=_LEAVES,
-                use_scalar_index=not whole,
-                late_materialization=late,
-            )
-        rows = self._ds.to_table(
-            columns=[*columns, OBJECT_TYPE],
-            filter=where,
-            use_scalar_index=not whole,
-            late_materialization=late,
-        )
+            return self._ds.to_table(columns=list(columns), filter=_LEAVES, **scan)
+        rows = self._ds.to_table(columns=[*columns, OBJECT_TYPE], filter=where, **scan)
         return rows.filter(pc.equal(rows.column(OBJECT_TYPE), TABLE)).drop_columns([OBJECT_TYPE])
 
     @property
     def loads_whole_cheaply(self) -> bool:
-        """Whether reading every leaf row costs about what a filtered scan does
-        (:attr:`_read_whole`, or at most :data:`CHEAP_WHOLE_ROWS` rows; no request)."""
+        """Whether reading every leaf row costs about what a filtered scan does (no request)."""
         if self._read_whole:
             return True
         rows = sum(f.metadata.physical_rows or 0 for f in self._ds.get_fragments())
@@ -579,9 +515,8 @@ class ManifestView:
 
     @cached_property
     def _read_whole(self) -> bool:
-        """Whether a filtered scan reads the data files whole instead of through the
-        indices: on an object store, when they fit in one I/O block
-        (:data:`MANIFEST_BLOCK_SIZE`), so one round of requests reads them."""
+        """Whether scans read the data files whole, not through the indices: on an object
+        store, when they fit in one :data:`MANIFEST_BLOCK_SIZE` block."""
         if urlparse(str(self._ds.uri)).scheme in ("", "file"):
             return False
         sizes = [f.file_size_bytes for g in self._ds.get_fragments() for f in g.data_files()]
@@ -599,13 +534,11 @@ class ManifestView:
                 f"__manifest version {self.version} has no {LOCATION} column; the orphan "
                 "sweep cannot tell which leaf tables it reads (repair the namespace first)"
             )
-        rows = self.leaf_rows([LOCATION])
-        return {loc for loc in rows.column(LOCATION).to_pylist() if loc}
+        return {loc for loc in self.leaf_rows([LOCATION]).column(LOCATION).to_pylist() if loc}
 
     def published_leaves(self) -> dict[str, tuple[str, int | None]]:
-        """Leaf object id -> (stored location, read_version) of the published table rows
-        (not those a transaction is still creating: claimed, no ``read_version``). Without
-        a ``read_version`` column (a clobbered version) every leaf reads its latest."""
+        """Leaf object id -> (stored location, read_version) of the published table rows (not
+        those a transaction is creating; no ``read_version`` column: None, the latest)."""
         names = self.column_types
         columns = [c for c in (OBJECT_ID, LOCATION, READ_VERSION, CLAIM) if c in names]
         return {
@@ -627,8 +560,7 @@ class ManifestView:
         return self._with_prefix(INTENT_PREFIX)
 
     def _with_prefix(self, prefix: str) -> list[ManifestRow]:
-        """The rows whose id starts with ``prefix`` (transactions, merge intents): found
-        through the partition columns' indices (all NULL), then by prefix."""
+        """The rows whose id starts with ``prefix`` (their partition columns are all NULL)."""
         nulls = [pc.field(name).is_null() for name in btree_columns(self._ds.schema)]
         if not nulls or self._read_whole:
             table = self._ds.to_table(filter=f"starts_with({OBJECT_ID}, {_sql_literal(prefix)})")
@@ -637,25 +569,22 @@ class ManifestView:
             table = table.filter(pc.starts_with(table.column(OBJECT_ID), prefix))
         return list(table.to_pylist())
 
-    # -- claims ------------------------------------------------------------------------------
     def claimed_by(self, claim: str) -> list[ManifestRow]:
         """The rows holding ``claim`` (a transaction incarnation, ``txn#k``)."""
-        if not self.has_claim_column:
-            return []
-        return list(self._ds.to_table(filter=f"{CLAIM} = {_sql_literal(claim)}").to_pylist())
+        return self._claimed(f"{CLAIM} = {_sql_literal(claim)}")
 
     def claimed_rows(self) -> list[ManifestRow]:
         """Every row some transaction holds a claim on."""
-        if not self.has_claim_column:
-            return []
-        return list(self._ds.to_table(filter=_CLAIMED).to_pylist())
+        return self._claimed(_CLAIMED)
 
     def claimed_ids(self) -> set[str]:
         """The ids of :meth:`claimed_rows`."""
+        return {r[OBJECT_ID] for r in self._claimed(_CLAIMED, [OBJECT_ID])}
+
+    def _claimed(self, where: str, columns: list[str] | None = None) -> list[ManifestRow]:
         if not self.has_claim_column:
-            return set()
-        rows = self._ds.to_table(columns=[OBJECT_ID], filter=_CLAIMED)
-        return set(rows.column(OBJECT_ID).to_pylist())
+            return []
+        return list(self._ds.to_table(columns=columns, filter=where).to_pylist())
 
 
 def btree_columns(schema: pa.Schema) -> list[str]:
@@ -664,21 +593,21 @@ def btree_columns(schema: pa.Schema) -> list[str]:
 
 
 def prunes_in_scan(dtype: pa.DataType) -> bool:
-    """Whether a prune's predicate on a partition column of this type is pushed into the
-    ``__manifest`` scan (and the column indexed): where Lance evaluates it as Arrow does
-    (not floating point: Lance orders NaN, Arrow compares it false)."""
-    return bool(
-        pa.types.is_integer(dtype)
-        or pa.types.is_temporal(dtype)
-        or pa.types.is_string(dtype)
-        or pa.types.is_large_string(dtype)
-        or pa.types.is_decimal(dtype)
-        or pa.types.is_boolean(dtype)
+    """Whether prunes on a partition column of this type are pushed into the ``__manifest``
+    scan (and it is indexed): Lance evaluates them as Arrow does (not floats: NaN)."""
+    t = pa.types
+    tests = (
+        t.is_integer,
+        t.is_temporal,
+        t.is_string,
+        t.is_large_string,
+        t.is_decimal,
+        t.is_boolean,
     )
+    return any(test(dtype) for test in tests)
 
 
 def _sql_literal(text: str) -> str:
-    """``text`` as a SQL string literal for a Lance filter."""
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -694,17 +623,8 @@ def row(
     location: str | None = None,
     metadata: str | None = None,
     read_version: int | None = None,
-    partition_values: Mapping[str, Any] | None = None,
     claim: str | None = None,
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        OBJECT_ID: object_id,
-        OBJECT_TYPE: object_type,
-        LOCATION: location,
-        METADATA: metadata,
-        BASE_OBJECTS: None,
-        READ_VERSION: read_version,
-        CLAIM: claim,
-    }
-    out.update(partition_values or {})
+    out: dict[str, Any] = {OBJECT_ID: object_id, OBJECT_TYPE: object_type, LOCATION: location}
+    out |= {METADATA: metadata, BASE_OBJECTS: None, READ_VERSION: read_version, CLAIM: claim}
     return out

@@ -1,10 +1,8 @@
-"""Compaction of ``__manifest``: every ``merge_insert`` adds a fragment, so publishes compact
-it once it holds :data:`AUTO_COMPACT_FRAGMENTS` fragments (best effort, after the publish),
-and ``maintain`` does it on demand.
+"""Compaction of ``__manifest`` (every ``merge_insert`` adds a fragment): after a publish,
+once it holds :data:`AUTO_COMPACT_FRAGMENTS` fragments, and on demand by ``maintain``.
 
-A publish's compaction folds only the fragments no index covers into one, leaving the
-indexed ones and their indices alone; once the rows outside the indices reach
-:data:`REINDEX_ROWS` (or an index is missing or covers nothing) it compacts and re-indexes
+A publish's compaction folds the fragments no index covers into one; once the rows outside
+the indices reach :data:`REINDEX_ROWS` (or an index is missing) it compacts and re-indexes
 the whole table, as ``maintain`` always does.
 """
 
@@ -25,17 +23,15 @@ log = logging.getLogger(__name__)
 
 #: Compact ``__manifest`` after a publish once it has this many fragments.
 AUTO_COMPACT_FRAGMENTS = 16
-#: Rows outside the indices (scanned by every query) at which a publish's compaction
-#: re-indexes the whole table instead of folding them into one fragment.
+#: Rows outside the indices at which a publish's compaction re-indexes the whole table.
 REINDEX_ROWS = 8192
 #: Fragments of at most this many rows (Lance's default file size, as ``maintain`` makes).
 TARGET_ROWS_PER_FRAGMENT = 1 << 20
 
 
 def compact_manifest(manifest: Manifest, ds: lance.LanceDataset | None = None) -> tuple[int, int]:
-    """Merge the manifest's fragments and bring its indices up to date (creating those a
-    namespace made by an earlier release lacks); (before, after). ``ds``: the latest
-    version, if the caller just opened it."""
+    """Merge the manifest's fragments and bring its indices up to date; (before, after)
+    fragments. ``ds``: the latest version, if the caller just opened it."""
     ds = ds if ds is not None else manifest.open()
     before = len(ds.get_fragments())
     if before > 1:
@@ -48,10 +44,8 @@ def compact_manifest(manifest: Manifest, ds: lance.LanceDataset | None = None) -
 
 
 def compact_unindexed(manifest: Manifest, ds: lance.LanceDataset | None = None) -> tuple[int, int]:
-    """Fold the fragments of ``__manifest`` that no index covers into one, or compact and
-    re-index the whole table when that is due (see the module docstring); (before,
-    after). ``ds``: the latest version as the caller knows it, which the compaction
-    commits on (advances): give a copy."""
+    """Fold the fragments no index covers into one, or compact and re-index the whole table
+    when due; (before, after). ``ds``: the latest version, which it advances: give a copy."""
     ds = ds if ds is not None else manifest.open()
     indexed = indexed_fragments(ds)
     fragments = ds.get_fragments()
@@ -82,10 +76,9 @@ def maybe_compact(
     threshold: int = AUTO_COMPACT_FRAGMENTS,
     then: Callable[[lance.LanceDataset], object] | None = None,
 ) -> None:
-    """Best-effort compaction after a publish, when the table as the publish left it has
-    ``threshold`` fragments; ``then`` runs after it, on the table as the compaction left it.
-    Never raises a storage error or a conflict: the publish is committed already, and a
-    caller told it failed would retry it."""
+    """Best-effort compaction after a publish, when the table has ``threshold`` fragments;
+    ``then`` runs after it, on the table it left. Never raises a storage error or a
+    conflict: the publish is committed already."""
     try:
         latest = manifest.last_swapped or manifest.open()
         if len(latest.get_fragments()) < threshold:

@@ -1,10 +1,8 @@
 """Object ids, partition namespace names and leaf locations.
 
-Partition namespace names are 16-character base36 strings (as the spec requires) drawn
-from a BLAKE2b digest of the parent object id and the partition value, not at random: two
-writers creating the same partition pick the same name, so the ``__manifest``
-insert-if-absent on ``object_id`` lets exactly one win. Leaf directories (``<8
-hex>_<object_id>``) are derived the same way, so every writer stages a new partition's files
+Names are derived, not random: a partition namespace's is 16 base36 characters of a BLAKE2b
+digest of the parent id and the value, a leaf directory is ``<8 hex>_<object_id>``. So two
+writers creating one partition pick the same id (insert-if-absent lets one win) and stage
 in the one directory that will hold its table.
 """
 

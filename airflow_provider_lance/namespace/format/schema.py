@@ -1,9 +1,8 @@
 """The namespace schema: field ids, evolution, and the spec's read/write consistency rules.
 
-The namespace schema is the union of every column that ever existed. Each top-level field
-carries ``lance:field_id``; a dropped column stays, marked ``lance:deprecated``. Leaf tables
-carry the same id under :data:`LEAF_FIELD_ID_KEY` (Lance reserves and strips ``lance:*``
-field metadata), so a rename never has to touch the data and old partitions map by id.
+The schema is the union of every column that ever existed: each field carries
+``lance:field_id``, a dropped one stays, marked ``lance:deprecated``. Leaf tables carry the
+id under :data:`LEAF_FIELD_ID_KEY`, so a rename never touches data and partitions map by id.
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ LEAF_FIELD_ID_KEY = "partitioned-namespace:field_id"
 
 
 class SourcedField(Protocol):
-    """What :meth:`NamespaceSchema.conform_input` needs of a :class:`~.spec.PartitionField`."""
-
     @property
     def name(self) -> str: ...
 
@@ -46,8 +43,7 @@ class SourcedField(Protocol):
 
 
 def field_id(field: pa.Field, key: str = FIELD_ID_KEY) -> int | None:
-    meta = field.metadata or {}
-    raw = meta.get(key.encode())
+    raw = (field.metadata or {}).get(key.encode())
     return int(raw) if raw is not None else None
 
 
@@ -83,7 +79,6 @@ class NamespaceSchema:
     def _identity(self) -> str:
         return self.to_json()
 
-    # -- construction -------------------------------------------------------------------
     @classmethod
     def from_user_schema(cls, schema: pa.Schema) -> NamespaceSchema:
         """Validate a user's schema and assign field ids 0..n-1 where none are given."""
@@ -116,7 +111,6 @@ class NamespaceSchema:
     def to_json(self) -> str:
         return schema_to_json(self.arrow)
 
-    # -- lookups --------------------------------------------------------------------------
     @functools.cached_property
     def active(self) -> pa.Schema:
         """The columns reads return and writes accept (deprecated columns left out)."""
@@ -124,7 +118,6 @@ class NamespaceSchema:
 
     @functools.cached_property
     def _by_id(self) -> dict[int | None, pa.Field]:
-        """Every field (deprecated ones too) by field id."""
         return {field_id(f): f for f in self.arrow}
 
     @property
@@ -132,7 +125,7 @@ class NamespaceSchema:
         return max((field_id(f) or 0) for f in self.arrow)
 
     def field(self, name: str) -> pa.Field:
-        """The active field called ``name``; a clear error names the known columns."""
+        """The active field called ``name``."""
         found = _active_by_name(self.arrow, name)
         if found is not None:
             return found
@@ -154,7 +147,6 @@ class NamespaceSchema:
         assert fid is not None
         return fid
 
-    # -- evolution --------------------------------------------------------------------
     def add_column(self, field: pa.Field) -> NamespaceSchema:
         if not isinstance(field, pa.Field):
             raise SchemaError(f"add_column needs a pyarrow.Field, got {type(field).__name__}")
@@ -216,13 +208,11 @@ class NamespaceSchema:
                 return i
         raise SchemaError(f"unknown column {name!r}")
 
-    # -- consistency rules: the data a user hands to a write ---------------------------
     def conform_input(self, table: pa.Table, *, spec: Sequence[SourcedField]) -> pa.Table:
-        """Check and shape user data into the active namespace schema, before it is routed
-        by ``spec``. Errors: unknown or dropped columns, a missing source column of a
-        ``spec`` field, NULLs in a non-nullable column, a value :func:`cast_losslessly`
-        refuses. Other missing nullable columns become NULL.
-        """
+        """User data shaped into the active schema, before it is routed by ``spec``. Errors:
+        unknown or dropped columns, a missing source column of a ``spec`` field, NULLs in a
+        non-nullable column, a value :func:`cast_losslessly` refuses; missing nullable
+        columns become NULL."""
         active = self.active
         known = set(active.names)
         dropped = {f.name for f in self.arrow if is_deprecated(f)} - known
@@ -291,17 +281,14 @@ class NamespaceSchema:
                 fields=[name for fs in missing.values() for name in fs],
             )
 
-    # -- consistency rules: leaf tables ------------------------------------------------
     def leaf_schema(self) -> pa.Schema:
         """The schema a new leaf table is written with: active columns, ids as leaf metadata."""
         return pa.schema([_leaf_field(f) for f in self.active])
 
     def to_leaf(self, table: pa.Table, leaf: pa.Schema) -> pa.Table:
-        """Shape conformed data into an existing leaf's schema, by the spec's write rules:
-        a namespace column the leaf lacks is an error (evolve the leaf first:
-        :meth:`missing_in_leaf`); a leaf column the namespace does not know gets NULL (an
-        error if not nullable); other types are cast, an error if a value does not fit.
-        """
+        """Conformed data in an existing leaf's schema, by the spec's write rules: a column
+        the leaf lacks is an error (evolve it first), a leaf column the namespace does not
+        know gets NULL (an error if not nullable), other types are cast losslessly."""
         return self.leaf_shaper(leaf)(table)
 
     def leaf_shaper(self, leaf: pa.Schema) -> Callable[[pa.Table], pa.Table]:
@@ -317,14 +304,12 @@ class NamespaceSchema:
                 )
             sources.append((lf, None if ns_field is None else ns_field.name))
         covered = {name for _, name in sources if name is not None}
-        # Every leaf column is the namespace column of its name: data laid out as the leaf
-        # is (no evolution since the leaf was made) only takes its schema.
         names = [lf.name for lf in leaf]
         types = [lf.type for lf in leaf]
         plain = all(name == lf.name for lf, name in sources)
 
         def shape(table: pa.Table) -> pa.Table:
-            if plain and table.schema.equals(leaf, check_metadata=True):  # shaped (0.1 us)
+            if plain and table.schema.equals(leaf, check_metadata=True):
                 return table
             if plain and table.column_names == names and table.schema.types == types:
                 return pa.Table.from_arrays(table.columns, schema=leaf)
@@ -344,12 +329,8 @@ class NamespaceSchema:
         return shape
 
     def missing_in_leaf(self, leaf: pa.Schema) -> list[pa.Field]:
-        """Active namespace columns (as leaf fields) a leaf table cannot take rows of as
-        they are: columns it lacks (added since) or holds in a narrower type (promoted
-        since). A write rewrites such a leaf in the leaf schema, so every partition takes
-        what :attr:`active` shows; a leaf column of another type (a foreign writer's)
-        keeps the spec's rule (:meth:`to_leaf`).
-        """
+        """Active columns (as leaf fields) a leaf lacks (added since) or holds in a narrower
+        type (promoted since): a write rewrites such a leaf in the leaf schema."""
         stored = {f.name: leaf.field(name).type for name, f in self._leaf_mapping(leaf).items()}
         return [
             _leaf_field(f)
@@ -362,10 +343,7 @@ class NamespaceSchema:
         wanted = self.project(columns)
         by_leaf = self._leaf_mapping(leaf)
         ns_to_leaf = {f.name: leaf_name for leaf_name, f in by_leaf.items()}
-        return ReadPlan(
-            target=wanted,
-            sources={f.name: ns_to_leaf.get(f.name) for f in wanted},
-        )
+        return ReadPlan(wanted, {f.name: ns_to_leaf.get(f.name) for f in wanted})
 
     def project(self, columns: Iterable[str] | None) -> pa.Schema:
         """The active columns named in ``columns`` (all of them for None), in that order."""
@@ -400,21 +378,19 @@ class ReadPlan:
 
     def apply(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
         """Spec read rules: missing -> NULL, extra -> ignored, other type -> cast or error."""
-        arrays = []
-        for f in self.target:
-            src = self.sources[f.name]
-            if src is None:
-                arrays.append(pa.nulls(batch.num_rows, f.type))
-            else:
-                arrays.append(_cast_column(batch.column(src), f.type, f.name, reading=True))
+        arrays = [
+            pa.nulls(batch.num_rows, f.type)
+            if (src := self.sources[f.name]) is None
+            else _cast_column(batch.column(src), f.type, f.name, reading=True)
+            for f in self.target
+        ]
         if not arrays:  # no column read: the rows are still counted
             return pa.Table.from_arrays([pa.nulls(batch.num_rows)], names=["_"]).select([])
         return pa.Table.from_arrays(arrays, schema=self.target)
 
 
 def _unknown_column_advice(name: str, active: pa.Schema) -> str:
-    """What to do about data naming no namespace column: the one it may mean, else how
-    to add or rename it."""
+    """What to do about data naming no namespace column."""
     same_case = [c for c in active.names if c.lower() == name.lower()]
     close = same_case or difflib.get_close_matches(name, active.names, n=1)
     if close:
@@ -438,15 +414,11 @@ def pandas_index_columns(schema: pa.Schema) -> list[str]:
 
 
 def _active_by_name(schema: pa.Schema, name: str) -> pa.Field | None:
-    for f in schema:
-        if f.name == name and not is_deprecated(f):
-            return f
-    return None
+    return next((f for f in schema if f.name == name and not is_deprecated(f)), None)
 
 
 def _narrower(stored: pa.DataType, wanted: pa.DataType) -> bool:
-    """A leaf column of type ``stored`` is narrower than the namespace's ``wanted`` (a
-    promotion since), compared normalized (a type Lance spells otherwise is not one)."""
+    """A leaf column of type ``stored`` is narrower than the namespace's ``wanted``."""
     stored, wanted = normalize_type(stored), normalize_type(wanted)
     return stored != wanted and is_widening(stored, wanted)
 
@@ -475,7 +447,6 @@ def _cast_column(column: Any, dtype: pa.DataType, name: str, *, reading: bool = 
 
 
 def _read_cast(column: Any, dtype: pa.DataType) -> Any:
-    """A leaf column in the namespace type it was promoted to (a widening: never lossy)."""
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
     return pc.cast(column, dtype, safe=True)

@@ -1,10 +1,8 @@
 """Partition fields and versioned partition specs (``partition_spec_v<N>``).
 
-A :class:`PartitionField` names a source column, a DataFusion expression over ``col`` and the
-result type. :func:`resolve_spec` validates a list of fields against the namespace schema and
-the earlier spec versions and fills in ``field_id`` and ``source_id`` by the spec's rules:
-reuse the id of an identical (source, name, expression) field, otherwise a fresh id above all
-ids ever assigned; one name always has one result type.
+:func:`resolve_spec` validates fields against the schema and the earlier spec versions and
+fills in ``field_id`` and ``source_id`` by the spec's rules: the id of an identical (source,
+name, expression) field, else a fresh id above all ever assigned; a name keeps its type.
 """
 
 from __future__ import annotations
@@ -89,11 +87,8 @@ def spec_key(version: int) -> str:
 
 def spec_versions(metadata: Mapping[str, str]) -> list[int]:
     """The spec versions present in ``__manifest`` table metadata, ascending."""
-    out = []
-    for key in metadata:
-        if key.startswith(SPEC_KEY_PREFIX) and key[len(SPEC_KEY_PREFIX) :].isdigit():
-            out.append(int(key[len(SPEC_KEY_PREFIX) :]))
-    return sorted(out)
+    tails = (key[len(SPEC_KEY_PREFIX) :] for key in metadata if key.startswith(SPEC_KEY_PREFIX))
+    return sorted(int(tail) for tail in tails if tail.isdigit())
 
 
 def spec_to_json(fields: Sequence[PartitionField]) -> str:
@@ -110,7 +105,6 @@ def spec_from_json(text: str, schema: NamespaceSchema, version: int) -> list[Par
     return [PartitionField.from_json_obj(o, schema) for o in obj]
 
 
-# -- evaluation ---------------------------------------------------------------------------
 _FAMILIES: tuple[tuple[str, Any], ...] = (
     ("integer", pa.types.is_integer),
     ("floating", pa.types.is_floating),
@@ -123,10 +117,7 @@ _FAMILIES: tuple[tuple[str, Any], ...] = (
 
 
 def _family(dtype: pa.DataType) -> str | None:
-    for name, test in _FAMILIES:
-        if test(dtype):
-            return name
-    return None
+    return next((name for name, test in _FAMILIES if test(dtype)), None)
 
 
 def result_cast_allowed(inferred: pa.DataType, declared: pa.DataType) -> bool:
@@ -155,8 +146,7 @@ class FieldEvaluator:
 
     @cached_property
     def identity(self) -> bool:
-        """The expression is the source column itself: its values are the column's, and
-        DataFusion need not run (written ``col``, it is not even planned)."""
+        """The expression is the source column itself (DataFusion need not run)."""
         if self.field.expression.strip().lower() == "col":
             return True
         return bool(self.bound.expr.variant_name() == "Column")
@@ -199,7 +189,7 @@ class FieldEvaluator:
 
 
 def _check_no_overflow(raw: Any, out: Any) -> None:
-    """A finite number that became infinite in the result type (a float64 beyond float32)."""
+    """Raise if a finite number became infinite in the result type."""
     if not (pa.types.is_floating(out.type) and kind(raw.type) == "number"):
         return
     finite = pc.is_finite(raw) if pa.types.is_floating(raw.type) else pc.is_valid(raw)
@@ -210,8 +200,7 @@ def _check_no_overflow(raw: Any, out: Any) -> None:
 
 
 def _first_failing(bound: BoundExpression, values: pa.Array) -> tuple[Any, str] | None:
-    """A value ``bound`` fails to evaluate for, and DataFusion's reason; None if it fails
-    for no single value of ``values``."""
+    """A value ``bound`` fails for, and DataFusion's reason; None if there is no one."""
     reason = _failure_of(bound, values)
     if reason is None or len(values) == 0:
         return None
@@ -236,15 +225,13 @@ def _failure_of(bound: BoundExpression, values: pa.Array) -> str | None:
 
 @lru_cache(maxsize=256)
 def bound_expression(expression: str, source_type: pa.DataType) -> BoundExpression:
-    """A partition expression bound to its source type (cached: binding plans SQL)."""
+    """A partition expression bound to its source type (cached)."""
     return bind(expression, pa.schema([pa.field("col", source_type)]), "partition expression")
 
 
-def evaluator(field: PartitionField, source_type: pa.DataType) -> FieldEvaluator:
-    return FieldEvaluator(field, source_type)
+evaluator = FieldEvaluator
 
 
-# -- validation and id assignment ------------------------------------------------------------
 def resolve_spec(
     fields: Iterable[PartitionField],
     schema: NamespaceSchema,
@@ -294,13 +281,9 @@ def resolve_spec(
                 f"partition field {f.name!r}: {f.expression!r} produces {bound.output_type}, "
                 f"which cannot be stored as result_type {result_type}"
             )
+        key = (fid_source, f.name, f.expression)
         reuse = next(
-            (
-                p.field_id
-                for p in previous
-                if p.source_id == fid_source and p.name == f.name and p.expression == f.expression
-            ),
-            None,
+            (p.field_id for p in previous if (p.source_id, p.name, p.expression) == key), None
         )
         if reuse is None:
             reuse, next_id = next_id, next_id + 1
@@ -317,11 +300,7 @@ def _resolve_source(f: PartitionField, schema: NamespaceSchema) -> pa.Field:
         raise PartitionSpecError(f"partition field {f.name!r} needs a source column")
     try:
         source = (
-            schema.field(f.source)
-            if f.source is not None
-            else schema.field_by_id(
-                f.source_id  # type: ignore[arg-type]
-            )
+            schema.field(f.source) if f.source is not None else schema.field_by_id(f.source_id or 0)
         )
     except SchemaError as exc:
         raise PartitionSpecError(f"partition field {f.name!r}: {exc}") from exc
@@ -366,8 +345,8 @@ _PROBES: dict[str, list[Any]] = {
 
 
 def _check_defined(f: PartitionField, bound: BoundExpression, source_type: pa.DataType) -> None:
-    """Refuse an expression that fails for every probe value of its source type: it is
-    defined for no value (``col % 0``: division by zero), so every write would fail."""
+    """Refuse an expression that fails for every probe value of its source type
+    (``col % 0``): every write would fail."""
     probes = []
     for value in _PROBES.get(kind(source_type), []):
         try:

@@ -1,8 +1,7 @@
 """One version of the namespace, parsed: schema, specs, and its leaf-table partitions.
 
-A :class:`NamespaceState` is immutable and tied to one ``__manifest`` version, so everything
-derived from it (pruning, the ``read_version`` of every partition) is isolated from
-concurrent writers. It also plans the ``__manifest`` rows that create new partitions.
+A :class:`NamespaceState` is immutable and tied to one ``__manifest`` version, so all derived
+from it is isolated from concurrent writers. It also plans the rows of new partitions.
 """
 
 from __future__ import annotations
@@ -68,8 +67,7 @@ _FULL_ROW_LOOKUPS = 1000
 
 @dataclass(frozen=True)
 class ReadAt:
-    """The ``__manifest`` version a read resolved, and whether the reader named it
-    (``as_of``) or asked for the latest state (see :func:`removed_by_retention`)."""
+    """The ``__manifest`` version a read resolved, and whether the reader named it (``as_of``)."""
 
     version: int
     pinned: bool = False
@@ -77,10 +75,9 @@ class ReadAt:
 
 @dataclass(frozen=True)
 class Partition:
-    """One leaf table of the namespace: ``location`` its absolute URI, ``values`` each
-    partition field of its spec version -> value, ``read_version`` the published version
-    readers use (None: the latest), ``read_at`` the manifest version it was read from
-    (None: not from a :class:`NamespaceState`), for errors only."""
+    """One leaf table: ``location`` its absolute URI, ``values`` partition field -> value,
+    ``read_version`` the published version readers use (None: the latest), ``read_at`` the
+    manifest version it was read from (for errors only)."""
 
     object_id: str
     location: str
@@ -91,7 +88,6 @@ class Partition:
 
     @property
     def directory(self) -> str:
-        """The leaf directory name, relative to the namespace root."""
         return self.location.rsplit("/", 1)[-1]
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,16 +113,15 @@ def version_ranges(versions: Iterable[int]) -> str:
 
 
 def is_missing(exc: BaseException) -> bool:
-    """Whether a Lance error (never a project error) says a file or version is not there."""
+    """Whether a Lance error (not a project error) says a file or version is not there."""
     return not isinstance(exc, LanceNamespaceError) and "not found" in str(exc).lower()
 
 
 def removed_by_retention(
     subject: str, kept: Iterable[int], what_kept: str, read_at: ReadAt | None
 ) -> VersionCleanedUp:
-    """The error of a read whose version (``subject``) retention removed: retryable
-    :class:`LatestVersionCleanedUp` for a read of the latest state (``read_at`` not pinned
-    or unknown), :class:`VersionCleanedUp` for one that named its version."""
+    """The error of a read whose version retention removed: retryable
+    :class:`LatestVersionCleanedUp` unless ``read_at`` is pinned (:class:`VersionCleanedUp`)."""
     window = f"{what_kept} kept: {version_ranges(kept)}"
     if read_at is None or not read_at.pinned:
         return LatestVersionCleanedUp(
@@ -165,8 +160,7 @@ class NamespaceState:
 
     @classmethod
     def load(cls, root: str, view: ManifestView, *, pinned: bool = False) -> NamespaceState:
-        """The state ``view`` (``__manifest`` at one version) holds; ``pinned``: the
-        reader named that version (``as_of``) rather than asking for the latest."""
+        """The state ``view`` holds; ``pinned``: the reader named that version (``as_of``)."""
         metadata = view.metadata
         versions = spec_versions(metadata)
         if not versions:
@@ -190,8 +184,7 @@ class NamespaceState:
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
-        """Reads of this ``__manifest`` version: one that finds it removed by retention
-        raises :class:`VersionCleanedUp` saying so, not pylance's "Not found"."""
+        """A read finding this version removed by retention raises :class:`VersionCleanedUp`."""
         try:
             yield
         except (OSError, ValueError) as exc:
@@ -223,7 +216,6 @@ class NamespaceState:
                 out.setdefault(f.name, pa.field(f.name, f.result_type))
         return list(out.values())
 
-    # -- partitions --------------------------------------------------------------------
     @property
     def tables(self) -> pa.Table:
         """The leaf-table rows of this version, loaded once: ``object_id``, ``location``,
@@ -235,22 +227,17 @@ class NamespaceState:
         return self._tables
 
     def load_tables_beside(self) -> Future[pa.Table] | None:
-        """Start reading :attr:`tables` on a storage thread, for a caller about to parse a
-        filter, when reading them whole costs about what the filtered scan would
-        (:attr:`~.manifest.ManifestView.loads_whole_cheaply`); None otherwise or when they
-        are read already."""
+        """Start reading :attr:`tables` on a storage thread when that costs about what a
+        filtered scan would; None otherwise or when they are read already."""
         if self._tables is not None or not self.view.loads_whole_cheaply:
             return None
         return beside(lambda: self.tables)
 
     def candidates(self, where: pc.Expression | bool | None) -> pa.Table:
-        """Rows of :attr:`tables` among which are all those ``where`` selects (every row
-        for None or True, none for False), and usually few more: the caller filters them
-        exactly. ``where``, a predicate on partition columns, is pushed into the
-        ``__manifest`` scan unless the rows are loaded already; a scan Lance cannot plan
-        loads every row instead.
-        """
-        if where is False:  # nothing can match: no scan at all
+        """Rows of :attr:`tables` including all those ``where`` (a predicate on partition
+        columns; None or True: every row, False: none) selects, and usually few more: the
+        caller filters them exactly."""
+        if where is False:
             if self._tables is not None:
                 return self._tables.slice(0, 0)
             return self._narrow(self.rows_table([]).select(self._columns))
@@ -280,8 +267,7 @@ class NamespaceState:
         return [*wanted, CLAIM] if self.view.has_claim_column else wanted
 
     def _narrow(self, rows: pa.Table) -> pa.Table:
-        """Leaf rows of the partitioned dataset only (under a spec-version namespace, not
-        being created by a transaction), with their spec version."""
+        """Leaf rows under a spec version, not being created, with their spec version."""
         ids = rows.column(OBJECT_ID)
         spec = pa.nulls(rows.num_rows, pa.int32())
         for version in sorted(self.specs):
@@ -298,29 +284,20 @@ class NamespaceState:
         return rows.append_column(SPEC_COLUMN, spec)
 
     def partitions_from_rows(self, rows: pa.Table) -> list[Partition]:
-        """Partition objects for rows of :attr:`tables` (column-wise: a hot path)."""
+        """Partition objects for rows of :attr:`tables`."""
         ids = rows.column(OBJECT_ID).to_pylist()
         locations = rows.column(LOCATION).to_pylist()
         read_versions = rows.column(READ_VERSION).to_pylist()
         versions = rows.column(SPEC_COLUMN).to_pylist()
         columns = {f.name: rows.column(f.name).to_pylist() for f in self.partition_columns}
         names = {v: [f.name for f in fields] for v, fields in self.specs.items()}
-        prefix = self.root + "/"
         read_at = self.read_at
         out = []
         for i, object_id in enumerate(ids):
             version, location = versions[i], locations[i]
-            uri = prefix + location if _plain(location) else child_uri(self.root, location)
-            out.append(
-                Partition(
-                    object_id=object_id,
-                    location=uri,
-                    spec_version=version,
-                    values={n: columns[n][i] for n in names.get(version, ())},
-                    read_version=read_versions[i],
-                    read_at=read_at,
-                )
-            )
+            uri = child_uri(self.root, location)
+            values = {n: columns[n][i] for n in names.get(version, ())}
+            out.append(Partition(object_id, uri, version, values, read_versions[i], read_at))
         return out
 
     @cached_property
@@ -328,7 +305,7 @@ class NamespaceState:
         return tuple(self.partitions_from_rows(self.tables))
 
     def partitions(self) -> list[Partition]:
-        """Every published partition of this version (built once: the state is immutable)."""
+        """Every published partition of this version."""
         return list(self._all_partitions)
 
     def full_rows(self, object_ids: Sequence[str]) -> pa.Table:
@@ -342,17 +319,14 @@ class NamespaceState:
             return self.view.scan_by_id(object_ids)
 
     def _rows(
-        self, object_ids: Sequence[str], where: pc.Expression | None = None
+        self, ids: Sequence[str], where: pc.Expression | None = None
     ) -> dict[str, ManifestRow]:
-        """The rows with these ids (see :meth:`ManifestView.rows_by_id`)."""
         with self._reading():
-            return self.view.rows_by_id(object_ids, where)
+            return self.view.rows_by_id(ids, where)
 
     def _chain_predicate(self, value_tuples: Sequence[Sequence[Any]]) -> pc.Expression | None:
-        """A predicate on the first partition column that the rows of these partitions
-        (values under the current spec), of their parent namespaces and of the spec's own
-        namespace all satisfy (``IS NULL`` or one of the values); None with more than one
-        spec version or a column prunes do not push down."""
+        """A predicate on the first partition column that the rows of these partitions and
+        of their parent namespaces satisfy; None if there is none."""
         if len(self.specs) != 1:
             return None
         first = self.current_spec[0]
@@ -368,10 +342,6 @@ class NamespaceState:
             return None
         return column.is_null() | column.isin(found)
 
-    def _scan_is_cheaper(self, ids: int) -> bool:
-        with self._reading():
-            return self.view.scan_is_cheaper(ids)
-
     def read_versions(self) -> list[tuple[str, int | None]]:
         """``(object_id, read_version)`` of every partition, in the order of :attr:`tables`."""
         ids = self.tables.column(OBJECT_ID).to_pylist()
@@ -386,18 +356,15 @@ class NamespaceState:
     ) -> dict[str, Partition]:
         """The existing partitions among ``object_ids`` (leaf table ids), by id; ``values``
         (each id's partition values under the current spec, if known) let a lookup by id
-        use the partition columns' index. A few ids, or a first lookup a scan answers, are
-        looked up by id with their parents (the rows a commit needs); a state asked often
-        loads the partition rows once and indexes them.
-        """
+        use the partition columns' index."""
         self._lookups += 1
         few = len(object_ids) <= POINT_LOOKUP_IDS
         first = self._lookups == 1 and len(object_ids) <= _FULL_ROW_LOOKUPS
         by_id = self._tables is None and (few or first)
         if by_id:
-            # Their parent namespaces too: creating a partition needs to know which exist.
             with_parents = list(dict.fromkeys(p for i in object_ids for p in _prefixes(i)))
-            by_id = few or self._scan_is_cheaper(len(with_parents))
+            with self._reading():
+                by_id = few or self.view.scan_is_cheaper(len(with_parents))
         if by_id:
             where = self._chain_predicate(values) if values is not None else None
             found = self._rows(with_parents, where)
@@ -416,14 +383,12 @@ class NamespaceState:
         with self._reading():
             return self.view.existing(object_ids)
 
-    # -- creating partitions -------------------------------------------------------------
     def leaf_id(self, values: Sequence[Any], spec_version: int | None = None) -> str:
         """The object id of the leaf table holding ``values`` (one per field, in order)."""
         return self._chain(spec_version or self.spec_version, [value_text(v) for v in values])[-1]
 
     def _chain(self, version: int, texts: Sequence[str | None]) -> list[str]:
-        """The ids of the spec's namespace, of the partition namespaces holding these value
-        texts (one per field of spec ``version``) and of their leaf table."""
+        """The ids of the namespaces holding these value texts, root first, then the leaf."""
         chain = [spec_namespace_id(version)]
         for f, t in zip(self.specs[version], texts, strict=True):
             assert f.field_id is not None
@@ -438,11 +403,9 @@ class NamespaceState:
         spec_version: int | None = None,
     ) -> PartitionRows:
         """Rows creating every missing partition among ``value_tuples`` under
-        ``spec_version`` (default the current spec); rows that exist in this version are
-        skipped. Each namespace and leaf row carries its own and its ancestors' values,
-        mirrored in namespace rows as ``partition.<name>`` metadata for foreign readers;
-        leaf rows carry ``claim`` when given.
-        """
+        ``spec_version`` (default the current spec). Each row carries its own and its
+        ancestors' values (in namespace rows also as ``partition.<name>`` metadata); leaf
+        rows carry ``claim``."""
         version = spec_version or self.spec_version
         fields = self.specs[version]
         chains: list[list[str]] = []  # per tuple: its namespace ids, root first, then the leaf
@@ -469,29 +432,16 @@ class NamespaceState:
                 if t is not None:  # NULL values have no entry (a property value is a string)
                     props.append(f"{key}:{encode_basestring(t)}")
                 if parent not in existing and parent not in rows:
-                    rows[parent] = row(
-                        parent,
-                        NAMESPACE,
-                        metadata="{" + ",".join(props) + "}",
-                        partition_values=dict(inherited),
-                    )
+                    metadata = "{" + ",".join(props) + "}"
+                    rows[parent] = row(parent, NAMESPACE, metadata=metadata) | inherited
             leaf = chain[-1]
             if leaf in existing or leaf in rows:
                 continue
-            location = leaf_directory(leaf)
-            rows[leaf] = row(
-                leaf,
-                TABLE,
-                location=location,
-                read_version=read_version,
-                partition_values=dict(inherited),
-                claim=claim,
-            )
-            partitions.append(
-                Partition(
-                    leaf, child_uri(self.root, location), version, dict(inherited), read_version
-                )
-            )
+            location, leaf_values = leaf_directory(leaf), dict(inherited)
+            leaf_row = row(leaf, TABLE, location=location, read_version=read_version, claim=claim)
+            rows[leaf] = leaf_row | leaf_values
+            uri = child_uri(self.root, location)
+            partitions.append(Partition(leaf, uri, version, leaf_values, read_version))
         return PartitionRows(list(rows.values()), partitions)
 
     def rows_table(self, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
@@ -502,10 +452,3 @@ def _prefixes(object_id: str) -> list[str]:
     """The id and those of its parent namespaces (``v1``, ``v1$a``, ``v1$a$dataset``)."""
     parts = object_id.split(SEPARATOR)
     return [SEPARATOR.join(parts[: k + 1]) for k in range(len(parts))]
-
-
-def _plain(location: str | None) -> bool:
-    """A location that is a plain child directory name (the fast path of child_uri)."""
-    if not location or location in (".", ".."):
-        return False
-    return "/" not in location and ":" not in location

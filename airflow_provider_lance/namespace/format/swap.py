@@ -1,11 +1,10 @@
 """One ``__manifest`` compare-and-swap as data (pyiceberg's updates + requirements).
 
-A :class:`Swap` says what one commit writes (rows upserted, rows dropped, transaction rows
+A :class:`Swap` says what one commit writes (rows upserted and dropped, transaction rows
 moved between states) and what it requires of the rows it read at its base version.
 :meth:`~.manifest.Manifest.commit` checks the moves against the state machine and the
-requirements against the rows read, then writes the rows in one ``merge_insert`` that
-fails if any of them changed since. Nothing else writes ``__manifest`` rows under a
-condition.
+requirements against the rows read, then writes in one ``merge_insert`` that fails if any
+of those rows changed since. Nothing else writes ``__manifest`` rows under a condition.
 """
 
 from __future__ import annotations
@@ -62,9 +61,8 @@ def requirements_unmet(
     rows: Mapping[str, Mapping[str, Any]],
     holders: Mapping[str, TxnRecord] | None,
 ) -> list[Requirement]:
-    """The requirements the ``rows`` read (by object id; absent: no row) do not meet.
-    ``holders``: the rows of the transactions holding claims among them (None: every
-    claim counts as live)."""
+    """The requirements the ``rows`` read (by object id) do not meet. ``holders``: the
+    transactions holding claims among them (None: every claim counts as live)."""
 
     def met(req: Requirement) -> bool:
         row = rows.get(req.object_id)
@@ -83,8 +81,7 @@ def requirements_unmet(
 
 
 class TransitionRefused(Exception):
-    """A transaction row's move is not a transition of the state machine from the state
-    read (``record``); the caller decides what that means."""
+    """A transaction row's move is no transition of the state machine from ``record``."""
 
     def __init__(self, record: TxnRecord) -> None:
         super().__init__(f"transaction {record.incarnation_tag} is {record.state.value}")
@@ -135,10 +132,8 @@ class TxnMove:
 @dataclass(frozen=True)
 class Swap:
     """One conditional ``__manifest`` commit against ``base`` (the version its rows were
-    read at): ``rows`` upserted, ``drops`` deleted, ``moves`` applied, all conditional on
-    none of them having changed since ``base`` and on ``requires`` holding for the rows
-    ``read`` (``holders``: the records of claims among them, see
-    :func:`requirements_unmet`)."""
+    read at): ``rows`` upserted, ``drops`` deleted, ``moves`` applied, if none of them
+    changed since ``base`` and ``requires`` holds for the rows ``read`` (and ``holders``)."""
 
     base: ManifestView
     rows: Sequence[Mapping[str, Any]] = ()
@@ -179,16 +174,12 @@ class Swap:
     def made(self, row: Mapping[str, Any]) -> bool:
         """Whether ``row`` (read at a later version) is one only this swap writes: a
         transaction row in the state it moved it to, or a partition row naming the leaf
-        version it set (leaf versions a publish commits are tagged with its writer, and no
-        other writer publishes them)."""
+        version it set (no other writer publishes those)."""
         oid = str(row[OBJECT_ID])
         for move in self.moves:
             if row_id(move.after.txn_id) == oid:
-                found = TxnRecord.from_row(row)
-                return (found.incarnation, found.state) == (
-                    move.after.incarnation,
-                    move.after.state,
-                )
+                found, after = TxnRecord.from_row(row), move.after
+                return (found.incarnation, found.state) == (after.incarnation, after.state)
         for mine in self.rows:
             if mine[OBJECT_ID] == oid and mine[READ_VERSION] is not None:
                 return bool(row[READ_VERSION] == mine[READ_VERSION])

@@ -1,7 +1,6 @@
-"""A transaction as the format records it: its ``__manifest`` row (``__txn$<id>``, parsed
-into :class:`TxnRecord`), its states, the name of one incarnation (``X#k``) and the header
-of ``txn.json``. Only data: the transitions between states are in :mod:`.swap` and
-``lifecycle``."""
+"""A transaction as the format records it: its ``__manifest`` row (``__txn$<id>``), its
+states, the name of one incarnation (``X#k``) and ``txn.json``'s header. Only data: the
+transitions are in :mod:`.swap` and ``lifecycle``."""
 
 from __future__ import annotations
 
@@ -33,12 +32,11 @@ class TransactionHeader:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TransactionHeader:
-        known = {k: obj[k] for k in cls.__dataclass_fields__ if k in obj}
-        return cls(**known)
+        return cls(**{k: obj[k] for k in cls.__dataclass_fields__ if k in obj})
 
 
 class TxnState(str, enum.Enum):
-    """The state of one incarnation of a transaction (see the module docstring)."""
+    """The state of one incarnation of a transaction."""
 
     STAGED = "staged"
     COMMITTING = "committing"
@@ -56,33 +54,25 @@ class TxnState(str, enum.Enum):
 
 
 def incarnation_tag(txn_id: str, incarnation: int) -> str:
-    """The name of one incarnation: in claims, leaf-version properties and records."""
+    """The name of one incarnation (in claims, leaf-version properties and records)."""
     return f"{txn_id}#{incarnation}"
 
 
 def parse_incarnation_tag(text: str) -> tuple[str, int]:
     """``(txn_id, incarnation)`` of a tag (claims written before incarnations: 0)."""
     txn_id, sep, number = text.rpartition("#")
-    if not sep or not number.isdigit():
-        return text, 0
-    return txn_id, int(number)
+    return (txn_id, int(number)) if sep and number.isdigit() else (text, 0)
 
 
 def claim_is_live(claim: str, records: Mapping[str, TxnRecord]) -> bool:
-    """Whether a claim is held by a transaction that may still publish.
-
-    A claim ``X#k`` is live only while X's row is COMMITTING in incarnation k; one held by
-    an aborted, merged, published, newer or missing incarnation is dead and anyone may
-    take it over (Percolator's rule for a secondary lock whose primary rolled back).
-    """
+    """Whether a claim is held by a transaction that may still publish: ``X#k`` is live
+    only while X's row is COMMITTING in incarnation k; else anyone may take it over
+    (Percolator's rule for a secondary lock whose primary rolled back)."""
     txn_id, incarnation = parse_incarnation_tag(claim)
     record = records.get(txn_id)
-    return (
-        record is not None
-        and record.state.holds_claims
-        and record.incarnation == incarnation
-        and incarnation > 0
-    )
+    if record is None or incarnation < 1:
+        return False
+    return record.state.holds_claims and record.incarnation == incarnation
 
 
 def row_id(txn_id: str) -> str:
@@ -121,7 +111,7 @@ class TxnRecord:
 
     @property
     def incarnation_tag(self) -> str:
-        """``txn#k``: this incarnation's name in claims, leaf versions and messages."""
+        """``txn#k``: this incarnation's name."""
         return incarnation_tag(self.txn_id, self.incarnation)
 
     @property
@@ -134,8 +124,7 @@ class TxnRecord:
 
     def to_row(self) -> dict[str, Any]:
         payload = asdict(self)
-        payload.pop("txn_id")
-        payload.pop("stored")
+        del payload["txn_id"], payload["stored"]
         payload["state"] = self.state.value
         payload["sources"] = list(self.sources)
         return row(
@@ -154,14 +143,8 @@ class TxnRecord:
 
     @classmethod
     def staged(cls, header: TransactionHeader) -> TxnRecord:
-        """The staged incarnation ``header`` describes, before it has a row (a fence
-        writes its row with the header's mode and ``anonymous``: only anonymous rows are
-        collected)."""
+        """The staged incarnation ``header`` describes, before it has a row."""
+        state, anonymous = TxnState.STAGED, header.anonymous
         return cls(
-            header.txn_id,
-            header.incarnation,
-            TxnState.STAGED,
-            mode=header.mode,
-            stored=False,
-            anonymous=header.anonymous,
+            header.txn_id, header.incarnation, state, header.mode, stored=False, anonymous=anonymous
         )

@@ -1,10 +1,8 @@
-"""Storage I/O of one namespace: every table it opens, writes or commits, every file it
-reads, writes or deletes.
+"""Storage I/O of one namespace: every table it opens, writes or commits, every file.
 
 One :class:`Storage` per namespace holds the root and the storage options and turns storage
-failures into project errors, so no other module threads storage options or reads Lance's
-error strings. Small documents go through Lance's object-store client: one PUT each, atomic
-on object stores and (temporary file, then rename) on local disks.
+failures into project errors (no other module reads Lance's error strings). Small documents
+are one PUT each: atomic on object stores, a temporary file then a rename on local disks.
 """
 
 from __future__ import annotations
@@ -56,12 +54,10 @@ log = logging.getLogger(__name__)
 READ_ATTEMPTS = 4
 #: Rows per data file written to a table.
 MAX_ROWS_PER_FILE = 1_048_576
-#: Leaf tables worked on at once: a local disk is saturated by a few threads, an object
-#: store is bound by latency.
+#: Leaf tables worked on at once (a local disk is saturated by a few threads).
 LOCAL_CONCURRENCY = 8
 REMOTE_CONCURRENCY = 32
-#: How often a thread waiting for a fan-out wakes up, so that a signal handler (Ctrl-C)
-#: runs while it waits: Python runs handlers on the main thread only.
+#: How often a thread waiting for a fan-out wakes up, so that Ctrl-C's handler runs.
 POLL_SECONDS = 0.1
 
 T = TypeVar("T")
@@ -83,7 +79,6 @@ def _per_process(cache: dict[tuple[int, int], R], key: int, make: Callable[[], R
 
 
 def _writing_session() -> Session:
-    """The process's cacheless session for tables opened to write."""
     return _per_process(
         _writing_sessions, 0, lambda: Session(index_cache_size_bytes=0, metadata_cache_size_bytes=0)
     )
@@ -120,7 +115,6 @@ def beside(fn: Callable[[], R], concurrency: int = LOCAL_CONCURRENCY) -> Future[
 
 
 def _inline(fn: Callable[[T], R], items: Sequence[T], ticker: progress.Ticker) -> list[R]:
-    """``fn`` over ``items`` on this thread (:meth:`Storage.map` without threads)."""
     out = []
     for item in items:
         out.append(fn(item))
@@ -130,7 +124,6 @@ def _inline(fn: Callable[[T], R], items: Sequence[T], ticker: progress.Ticker) -
 
 
 def _result(future: Future[R]) -> R:
-    """``future``'s result, waited for in steps of :data:`POLL_SECONDS`."""
     while True:
         try:
             return future.result(timeout=POLL_SECONDS)
@@ -145,8 +138,8 @@ def default_concurrency(root: str) -> int:
 
 
 def is_conflict(exc: BaseException) -> bool:
-    """Whether a Lance commit failed because a concurrent commit won (retry after re-reading).
-    Lance's words: pinned by the conflict facts of tests/namespace/test_pylance_facts.py."""
+    """Whether a Lance commit failed because a concurrent commit won (pylance facts: the
+    conflict facts of tests/namespace/test_pylance_facts.py)."""
     if isinstance(exc, CommitConflictError):
         return True
     text = str(exc).lower()
@@ -175,8 +168,7 @@ _UNKNOWN_SCHEME = re.compile(r"No object store provider found for scheme")
 _NOT_A_DIRECTORY = re.compile(r"Not a directory|os error 20\b")
 _DENIED = re.compile(r"Permission denied|Operation not permitted|os error 13\b")
 _READ_ONLY = re.compile(r"Read-only file system|os error 30\b")
-#: A store's refusal: an HTTP status, an S3/Azure/GCS error code, object_store's words for
-#: a PermissionDenied or Unauthenticated answer, pyarrow's S3 error kinds.
+#: A store's refusal: an HTTP status, an S3/Azure/GCS error code, object_store's words.
 _REFUSED = re.compile(
     r"status code: (40[13])\b|\b(AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|"
     r"AuthorizationFailure|AuthorizationPermissionMismatch|AuthenticationFailed|"
@@ -195,10 +187,9 @@ def _user() -> str:
 
 
 def storage_error(action: str, uri: str, exc: BaseException, hint: str = "") -> StorageError:
-    """The project error for a storage call that failed with ``exc`` (the one place where a
-    library's words for a failure decide its class): :class:`StorageAccessError`, saying
-    what to fix, when the store's answer cannot change; else a retryable
-    :class:`StorageError` with the first line and ``hint``. The caller chains ``exc``."""
+    """The project error for a storage call that failed with ``exc``:
+    :class:`StorageAccessError`, saying what to fix, when the store's answer cannot change;
+    else a retryable :class:`StorageError` with ``hint``. The caller chains ``exc``."""
     where = f"cannot {action} {uri}"
     reason = _permanent(exc, uri)
     if reason is not None:
@@ -207,9 +198,8 @@ def storage_error(action: str, uri: str, exc: BaseException, hint: str = "") -> 
 
 
 def permanent_failure(exc: BaseException) -> StorageAccessError | None:
-    """The :class:`StorageAccessError` an untranslated library ``OSError`` amounts to when
-    it is permanent (read-only, denied, ...); None otherwise. For the last line of defence
-    (the command line, Airflow's error mapping)."""
+    """The :class:`StorageAccessError` a library ``OSError`` amounts to when it is permanent
+    (read-only, denied, ...); None otherwise."""
     if isinstance(exc, LanceNamespaceError) or not isinstance(exc, OSError):
         return None
     reason = _permanent(exc, "")
@@ -243,12 +233,9 @@ def _permanent(exc: BaseException, uri: str) -> str | None:
         return "the file system is read-only; choose a path on a writable one"
     refused = _REFUSED.search(text)
     if refused:
-        lacked = refused.group(3) or ""
-        answer = (
-            refused.group(1)
-            or refused.group(2)
-            or ("no permission" if "privileges" in lacked else "not authenticated")
-        )
+        no_rights = "privileges" in (refused.group(3) or "")
+        lacked = "no permission" if no_rights else "not authenticated"
+        answer = refused.group(1) or refused.group(2) or lacked
         return (
             f"the store refused access ({answer}); check the credentials in the storage "
             "options and that they may read and write this location"
@@ -310,17 +297,14 @@ class Storage:
     def map(self, fn: Callable[[T], R], items: Sequence[T], *, step: str | None = None) -> list[R]:
         """``fn`` over ``items``, at most :attr:`concurrency` at once, results in order.
 
-        Every call runs, even after one failed: the first error is raised once all have
-        finished, so nothing is still writing when the caller cleans up. An interrupt of the
-        waiting thread (Ctrl-C) stops it at once: nothing more starts, the running calls
-        finish, and it is raised. Progress is reported as ``step`` (:mod:`~..progress`). A
-        call from a storage thread runs inline, so nested work never waits for itself.
+        Every call runs even after one failed: the first error is raised once all finished.
+        An interrupt (Ctrl-C) starts nothing more, lets the running calls finish and is
+        raised. Progress is reported as ``step``; a call from a storage thread runs inline.
         """
         items = items if isinstance(items, Sequence) else list(items)  # (a set, dict keys)
         reporter = progress.current()
         if len(items) <= 1 or self.concurrency == 1 or getattr(_worker, "active", False):
             return _inline(fn, items, progress.Ticker(reporter, len(items), step))
-        # Each thread takes the next item until none is left: a few futures, not one per item.
         results: list[Any] = [None] * len(items)
         errors: dict[int, BaseException] = {}
         taken = iter(range(len(items)))
@@ -343,7 +327,7 @@ class Storage:
                     finished += 1
 
         threads = [
-            self._pool().submit(_in_worker, drain, None)
+            _shared_pool(self.concurrency).submit(_in_worker, drain, None)
             for _ in range(min(self.concurrency, len(items)))
         ]
         ticker = progress.Ticker(reporter, len(items), step)
@@ -379,7 +363,7 @@ class Storage:
         done = 0
         try:
             for item in items:
-                window.append(self._pool().submit(_in_worker, fn, item))
+                window.append(_shared_pool(self.concurrency).submit(_in_worker, fn, item))
                 if len(window) >= self.concurrency:
                     yield _result(window.popleft())
                     done += 1
@@ -397,10 +381,6 @@ class Storage:
         """The module's :func:`beside` with this storage's concurrency."""
         return beside(fn, self.concurrency)
 
-    def _pool(self) -> ThreadPoolExecutor:
-        return _shared_pool(self.concurrency)
-
-    # -- Lance tables ------------------------------------------------------------------
     def table(
         self,
         uri: str,
@@ -414,11 +394,7 @@ class Storage:
         table or version, :class:`StorageError` if it cannot be read."""
         try:
             return lance.dataset(
-                uri,
-                version=version,
-                storage_options=self.options,
-                session=session,
-                block_size=block_size,
+                uri, version, storage_options=self.options, session=session, block_size=block_size
             )
         except (ValueError, FileNotFoundError, OSError) as exc:
             if is_not_found(exc):
@@ -429,8 +405,8 @@ class Storage:
             ) from exc
 
     def table_to_write(self, uri: str, version: int | None = None) -> lance.LanceDataset:
-        """:meth:`table`, opened only to write to, through the process's cacheless session.
-        pylance fact: test_fact_a_cacheless_session_opens_tables_to_write."""
+        """:meth:`table`, opened to write, through a cacheless session (pylance fact:
+        test_fact_a_cacheless_session_opens_tables_to_write)."""
         return self.table(uri, version, session=_writing_session())
 
     def table_or_none(self, uri: str) -> lance.LanceDataset | None:
@@ -444,25 +420,15 @@ class Storage:
         self, data: pa.Table, uri: str, properties: Mapping[str, str] | None = None
     ) -> bool:
         """Create the table at ``uri`` as version 1 holding exactly ``data``; False if a
-        table is there already (a concurrent creator won; its files are deleted).
-
-        Exclusive, unlike ``write_dataset(mode="create")``: the files are written, then
-        version 1 is committed only if absent. pylance facts:
-        test_fact_overwrite_at_read_version_0_without_retries_is_exclusive,
-        test_fact_create_is_not_exclusive_a_losing_creator_lands_as_a_later_version.
-        """
+        table is there already (a concurrent creator won; its files are deleted). Exclusive,
+        unlike ``mode="create"`` (pylance facts: test_fact_create_is_not_exclusive_*,
+        test_fact_overwrite_at_read_version_0_without_retries_is_exclusive)."""
         fragments = self.write_fragments(data, uri, overwrite=True)
         failpoint("storage.before_create")
+        operation = LanceOperation.Overwrite(data.schema, fragments)
+        txn = Transaction(0, operation, transaction_properties=dict(properties or {}) or None)
         try:
-            self.commit(
-                uri,
-                Transaction(
-                    0,
-                    LanceOperation.Overwrite(data.schema, fragments),
-                    transaction_properties=dict(properties) if properties else None,
-                ),
-                conflict=f"{uri} was created concurrently",
-            )
+            self.commit(uri, txn, conflict=f"{uri} was created concurrently")
         except LanceNamespaceError:
             existing = self.table_or_none(uri)
             if existing is not None and set(_data_paths(fragments)) <= set(
@@ -478,14 +444,10 @@ class Storage:
     def create_leaf(
         self, data: pa.Table, uri: str, properties: Mapping[str, str]
     ) -> tuple[int, lance.LanceDataset] | None:
-        """A new table at ``uri`` holding ``data``, files and version in one Lance call:
-        the version made and the table at it; None if a table was there before the call
-        (nothing written) or the commit lost as a conflict (files left for the sweep).
-
-        Not exclusive: a losing concurrent creator's call may succeed as a later version
-        holding its own data, so only version 1 is known to be nobody else's. pylance fact:
-        test_fact_create_is_not_exclusive_a_losing_creator_lands_as_a_later_version.
-        """
+        """A new table at ``uri`` holding ``data`` in one Lance call: the version made and
+        the table at it; None if a table was there (nothing written) or the commit lost.
+        Not exclusive: only version 1 is known to be nobody else's (pylance fact:
+        test_fact_create_is_not_exclusive_a_losing_creator_lands_as_a_later_version)."""
         try:
             made = self._write_table(data, uri, "create", properties)
         except StorageError:  # Lance's refusal names no error kind: look for the table
@@ -502,16 +464,11 @@ class Storage:
         overwrite: bool,
         properties: Mapping[str, str],
     ) -> lance.LanceDataset | None:
-        """Append ``data`` to (or replace with it) the table ``on`` is open on, files and
-        version in one Lance call; the table at the version made, or None if a concurrent
-        commit made the write impossible (its files are left for the orphan sweep).
-
-        Lance rebases the commit onto versions made since ``on`` was opened, so only a
-        version ``on.version + 1`` holds exactly ``on``'s rows plus ``data`` (or ``data``
-        alone). pylance facts:
-        test_fact_stale_append_is_rebased_over_an_append_and_fails_over_an_overwrite,
-        test_fact_stale_overwrite_silently_wins_over_a_concurrent_append.
-        """
+        """Append ``data`` to (or replace with it) the table ``on`` is open on, in one Lance
+        call; the table at the version made, or None if a concurrent commit won. Lance
+        rebases onto later versions, so only version ``on.version + 1`` holds exactly
+        ``on``'s rows plus ``data`` (pylance facts: test_fact_stale_append_is_rebased_*,
+        test_fact_stale_overwrite_silently_wins_over_a_concurrent_append)."""
         return self._write_table(data, on, "overwrite" if overwrite else "append", properties)
 
     def _write_table(
@@ -564,26 +521,18 @@ class Storage:
         conflict: str,
         on: lance.LanceDataset | None = None,
     ) -> lance.LanceDataset:
-        """Commit ``transaction`` to the table at ``uri`` against its read version (no
-        rebase retries); :class:`CommitConflict` (saying ``conflict``) if another commit
-        won. ``on``: the table already opened, so that Lance does not open it again; the
-        commit is the same (pylance fact:
-        test_fact_commit_through_a_stale_handle_is_rebased_like_a_commit_by_uri)."""
+        """Commit ``transaction`` to the table at ``uri`` without retries;
+        :class:`CommitConflict` (saying ``conflict``) if another commit won. ``on``: the table
+        already opened (pylance fact: test_fact_commit_through_a_stale_handle_is_rebased_*)."""
         with self.failures("commit to", uri, conflict=conflict):
             return lance.LanceDataset.commit(
-                uri if on is None else on,
-                transaction,
-                storage_options=self.options,
-                max_retries=0,
+                uri if on is None else on, transaction, storage_options=self.options, max_retries=0
             )
 
     def clean_up(self, table: lance.LanceDataset, **options: Any) -> Any:
-        """Lance's ``cleanup_old_versions(**options)`` of ``table``; its statistics.
-
-        Lance counts files it could not delete instead of raising: then a probe file is
-        written and deleted beside them, so a store that refuses raises what
-        :func:`storage_error` makes of it; otherwise the failure is logged, and the next
-        cleanup deletes those files."""
+        """Lance's ``cleanup_old_versions(**options)`` of ``table``; its statistics. Files it
+        could not delete: a probe file written and deleted beside them raises a store's
+        refusal; otherwise they are logged, for the next cleanup."""
         with self.failures("clean up", table.uri):
             stats = table.cleanup_old_versions(**options)
         failed = int(getattr(stats, "failed_deletes", 0) or 0)
@@ -599,8 +548,8 @@ class Storage:
                     os.unlink(local)
                 session.delete_file(probe)
             log.warning(
-                "version cleanup of %s could not delete %d old files; the next cleanup "
-                "deletes them",
+                "version cleanup of %s could not delete %d old files; the next cleanup deletes "
+                "them",
                 table.uri,
                 failed,
             )
@@ -608,12 +557,7 @@ class Storage:
 
     @contextlib.contextmanager
     def failures(
-        self,
-        action: str,
-        uri: str,
-        *,
-        conflict: str | None = None,
-        partitions: Sequence[str] = (),
+        self, action: str, uri: str, *, conflict: str | None = None, partitions: Sequence[str] = ()
     ) -> Iterator[None]:
         """Translate a storage failure of the enclosed call into :class:`CommitConflict`
         (when ``conflict`` says what lost) or what :func:`storage_error` makes of it."""
@@ -626,7 +570,6 @@ class Storage:
                 raise CommitConflict(conflict, partitions) from exc
             raise storage_error(action, uri, exc) from exc
 
-    # -- files ---------------------------------------------------------------------------
     def _session(self, base: str | None = None) -> LanceFileSession:
         base = base or self.root
         session = self._sessions.get(base)
@@ -635,8 +578,7 @@ class Storage:
         return session
 
     def _table_files(self, table_uri: str) -> tuple[LanceFileSession, str]:
-        """A file session and the prefix of ``table_uri``'s files in it: the root's session
-        for a table inside the root (not one kept per leaf table)."""
+        """A file session and the prefix of ``table_uri``'s files in it (the root's inside)."""
         inside = self.root.rstrip("/") + "/"
         if table_uri.startswith(inside):
             return self._session(), table_uri[len(inside) :].rstrip("/") + "/"
@@ -644,13 +586,9 @@ class Storage:
 
     def put_json(self, path: str, obj: Any, *, indent: int | None = None) -> None:
         """Write ``obj`` as the JSON document at ``path`` (relative to the root), whole."""
-        # dumps, not dump: only the one-shot encoder is the C one.
+        separators = None if indent else (",", ":")
         text = json.dumps(
-            obj,
-            indent=indent,
-            separators=None if indent else (",", ":"),
-            sort_keys=indent is not None,
-            default=str,
+            obj, indent=indent, separators=separators, sort_keys=indent is not None, default=str
         )
         fd, local = tempfile.mkstemp(suffix=".json")
         try:
@@ -662,9 +600,8 @@ class Storage:
             os.unlink(local)
 
     def get_json(self, path: str) -> Any:
-        """The JSON document at ``path``; :class:`KeyError` if there is none. A document
-        being written meanwhile (missing when downloaded, present when checked, or half
-        written) is read again before it is called unreadable."""
+        """The JSON document at ``path``; :class:`KeyError` if there is none. One being
+        written meanwhile is read again before it is called unreadable."""
         session = self._session()
         fd, local = tempfile.mkstemp(suffix=".json")
         os.close(fd)
@@ -706,9 +643,8 @@ class Storage:
             return list(self._session().list(prefix))
 
     def list_files(self, prefix: str = "") -> Sequence[FileEntry]:
-        """Every file under ``prefix`` (relative to the root) with its size and mtime,
-        through pyarrow's filesystems: local disks and S3 (options translated from
-        Lance's); other stores raise :class:`InvalidArgumentError`."""
+        """Every file under ``prefix`` with its size and mtime, on local disks and S3 (other
+        stores: :class:`InvalidArgumentError`)."""
         filesystem, base = self._filesystem()
         start = f"{base}/{prefix}".rstrip("/") if prefix else base
         with self.failures("list", self.uri(prefix) if prefix else self.root):
@@ -763,8 +699,7 @@ class Storage:
                 raise storage_error("delete", self.uri(path), exc) from exc
 
     def missing_files(self, directory: str, paths: Sequence[str]) -> Sequence[str]:
-        """The ``paths`` (relative to ``directory``, itself relative to the root) that do not
-        exist: a ``stat`` each on a local disk, a HEAD each on an object store."""
+        """The ``paths`` (relative to ``directory``, relative to the root) that do not exist."""
         if self._local_root is not None:
             base = os.path.join(self._local_root, directory)
             return [p for p in paths if not os.path.exists(os.path.join(base, p))]
@@ -773,9 +708,8 @@ class Storage:
             return [p for p in paths if not session.contains(f"{directory}/{p}")]
 
     def delete_data_files(self, table_uri: str, fragments: Sequence[FragmentMetadata]) -> int:
-        """Delete the data files of fragments no table version references (staged, never
-        committed); how many went. One that cannot be deleted is logged and left for the
-        orphan sweep."""
+        """Delete the data files of fragments no version references; how many went (the
+        others are logged, for the orphan sweep)."""
         if not fragments:
             return 0
         session, prefix = self._table_files(table_uri)
@@ -792,5 +726,4 @@ class Storage:
 
 
 def _data_paths(fragments: Sequence[FragmentMetadata]) -> list[str]:
-    """The data files of ``fragments``, relative to their table's root."""
     return [f"data/{d['path']}" for f in fragments for d in f.to_json().get("files", [])]

@@ -16,21 +16,15 @@ StorageOptionValue = str | bool | int | float
 #: Options the object stores parse as a duration ("30s", "1500ms"), also with a store's
 #: prefix (``aws_timeout``): a number given for one is seconds.
 _DURATION_OPTIONS = frozenset(
-    {
-        "timeout",
-        "connect_timeout",
-        "pool_idle_timeout",
-        "http2_keep_alive_interval",
-        "http2_keep_alive_timeout",
-    }
+    {"timeout", "connect_timeout", "pool_idle_timeout", "http2_keep_alive_interval"}
+    | {"http2_keep_alive_timeout"}
 )
 _STORE_PREFIXES = ("aws_", "google_", "azure_")
 
 
 def options_from_json(raw: str, where: str) -> dict[str, StorageOptionValue | None]:
-    """Storage options written as a JSON object (an environment variable, a Spark option),
-    for :func:`normalize_options`; errors name ``where``, never the text (it may hold a
-    secret)."""
+    """Storage options written as a JSON object (an environment variable, a Spark option);
+    errors name ``where``, never the text (it may hold a secret)."""
     try:
         parsed = json.loads(raw)
     except ValueError as exc:

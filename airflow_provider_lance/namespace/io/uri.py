@@ -10,8 +10,7 @@ from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceN
 
 
 def has_scheme(uri: str) -> bool:
-    parsed = urlparse(uri)
-    return len(parsed.scheme) > 1  # a Windows drive letter is not a scheme
+    return len(urlparse(uri).scheme) > 1  # a Windows drive letter is not a scheme
 
 
 #: ASCII characters of a local path kept as they are in its ``file://`` URI (besides
