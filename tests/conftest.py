@@ -3,7 +3,6 @@ S3-compatible server on loopback; the helpers they use are in tests/support.py."
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.support import (
     TAGGED,
     TrapServer,
     env_without_aws,
+    moto_s3,
     seeded_namespace,
     tagged_rows,
 )
@@ -98,34 +98,8 @@ def default_endpoint_trap() -> Iterator[TrapServer]:
 @pytest.fixture(scope="module")
 def storage_options(default_endpoint_trap: TrapServer) -> Iterator[dict[str, str]]:
     """A moto S3 server on loopback with one bucket; yields Lance's storage options for it."""
-    werkzeug = logging.getLogger("werkzeug")
-    level = werkzeug.level
-    werkzeug.setLevel(logging.WARNING)  # moto logs every request otherwise
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name=REGION,
-        ).create_bucket(Bucket=BUCKET)
-        yield {
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-            "aws_region": REGION,
-            "aws_endpoint": endpoint,
-            "allow_http": "true",
-        }
-    finally:
-        server.stop()
-        werkzeug.setLevel(level)
+    with moto_s3(BUCKET) as options:
+        yield options
 
 
 @pytest.fixture(scope="module")

@@ -523,6 +523,40 @@ BUCKET = "lance-ns-test"
 REGION = "us-east-1"
 
 
+@contextmanager
+def moto_s3(bucket: str = BUCKET) -> Iterator[dict[str, str]]:
+    """A moto S3 server on loopback with ``bucket``; yields Lance's storage options for it.
+    The caller cleans the AWS environment (see :func:`env_without_aws`)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    werkzeug = logging.getLogger("werkzeug")
+    level = werkzeug.level
+    werkzeug.setLevel(logging.WARNING)  # moto logs every request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name=REGION,
+        ).create_bucket(Bucket=bucket)
+        yield {
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "aws_region": REGION,
+            "aws_endpoint": endpoint,
+            "allow_http": "true",
+        }
+    finally:
+        server.stop()
+        werkzeug.setLevel(level)
+
+
 class TrapServer(http.server.ThreadingHTTPServer):
     """Records every request and denies it (403 is not retried by Lance's S3 client)."""
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.airflow.conftest import RunResult
-from tests.namespace.io.failing_stores import ReadOnlyS3, moto_s3, prepare
+from tests.namespace.io.failing_stores import ReadOnlyS3, prepare
+from tests.support import moto_s3
 
 pytestmark = pytest.mark.s3
 

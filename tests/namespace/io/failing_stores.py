@@ -278,41 +278,6 @@ class _ReadOnlyHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
-    """A moto S3 server on loopback with ``bucket``; yields Lance's storage options for it.
-    The caller cleans the AWS environment (see tests/test_s3.py)."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    werkzeug = logging.getLogger("werkzeug")
-    level = werkzeug.level
-    werkzeug.setLevel(logging.WARNING)  # moto logs every request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        options = {
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-            "aws_region": "us-east-1",
-            "aws_endpoint": endpoint,
-            "allow_http": "true",
-        }
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket=bucket)
-        yield options
-    finally:
-        server.stop()
-        werkzeug.setLevel(level)
-
-
 if __name__ == "__main__":
     logging.disable(logging.WARNING)
     print(json.dumps(attempt(sys.argv[1], sys.argv[2:] or ALL)))

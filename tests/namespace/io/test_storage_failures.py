@@ -29,12 +29,11 @@ from tests.namespace.io.failing_stores import (
     attempt,
     attempt_in_child,
     denied,
-    moto_s3,
     prepare,
     read_only_mount,
     without_privileges,
 )
-from tests.support import tree
+from tests.support import moto_s3, tree
 
 RUST_LOCATION = re.compile(r"\.rs:\d+|/home/runner/|\.cargo/")
 
