@@ -95,43 +95,34 @@ if TYPE_CHECKING:  # what type checkers see (``X as X``: re-exported); at run ti
     from .write.staging import FLUSH_BYTES as FLUSH_BYTES
     from .write.staging import Stage as Stage
 
-#: Where each public name lives, by module: imported on first use, so that importing a
-#: light module of the core (errors, naming) or an Airflow DAG file that names an
-#: operator does not load pylance, PyArrow and DataFusion.
+#: Where each public name lives, by module (README's "The public API" says what each is): imported
+#: on first use, so that importing a light module of the core (errors, naming) or an Airflow
+#: DAG file that names an operator does not load pylance, PyArrow and DataFusion.
 _EXPORTS = {
     name: module
     for module, names in {
-        # the namespace, its fields and states; types of the arguments
         "facade": "PartitionedNamespace",
         "format.spec": "PartitionField",
         "format.state": "Partition NamespaceState",
         "read.timetravel": "AsOf check_tag_name",
         "types": "ArrowData WriteMode MODES",
-        # reads: scan plans
         "read.plan": "ScanPlan ScanTask Scan FragmentInfo RowFilter",
-        # reads by query engines (DuckDB, Polars, DataFusion, pyarrow)
         "read.dataset": "NamespaceDataset NamespaceScanner NamespaceFragment",
-        # writes from many processes, transactions
         "txn.transactions": "Transaction TransactionInfo",
         "format.txn_row": "TxnState",
         "write.staging": "Stage FLUSH_BYTES",
         "distributed": "PartitionRouter TransactionSummary",
         "progress": "Progress ProgressCallback",
-        # results
         "results": "CommitResult PartitionCommit OperationResult PartitionOutcome "
         "PartitionChange SkipReason HistoryEntry TagInfo value_text",
         "ops.verification": "VerifyReport MisplacedRows",
-        # defaults of the methods' arguments
         "admin.sweep": "DEFAULT_MIN_AGE MIN_SAFE_ORPHAN_AGE",
         "ops.compaction": "DEFAULT_TARGET_ROWS",
-        # names, ids and types the format defines
         "format.naming": "TXN_ID_PATTERN spec_version_of",
         "format.arrow_json": "type_from_json type_to_json",
-        # URIs, storage options and small JSON documents beside the data
         "io.uri": "normalize_root has_scheme",
         "io.storage_options": "StorageOptionValue normalize_options options_from_json option_text",
         "io.json_files": "read_json write_json remove_json",
-        # errors (also in the public module airflow_provider_lance.namespace.errors)
         "errors": "LanceNamespaceError is_retryable CommitConflict StaleStage "
         "TransactionAborted TransactionClosed OutcomeUnknown StorageError "
         "DataValidationError MissingPartitionSourceError SchemaError FilterError "

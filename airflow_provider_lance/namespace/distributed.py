@@ -31,7 +31,7 @@ from airflow_provider_lance.namespace.txn.plan import merge_stages
 from airflow_provider_lance.namespace.txn.store import TransactionStore
 from airflow_provider_lance.namespace.txn.transactions import Transaction
 from airflow_provider_lance.namespace.write.splitting import routing_keys
-from airflow_provider_lance.namespace.write.staging import Stage
+from airflow_provider_lance.namespace.write.staging import Stage, StagedPartition
 
 if TYPE_CHECKING:
     from .facade import PartitionedNamespace
@@ -78,21 +78,13 @@ class TransactionSummary:
         cls, ns: PartitionedNamespace, txn: Transaction, stages: Mapping[str, Stage] | None = None
     ) -> TransactionSummary:
         """The summary of ``txn``, of ``stages`` (by id) if given, else of its records."""
-        parts = merge_stages(txn.stages() if stages is None else stages)
-        return cls(
-            txn_id=txn.txn_id,
-            uri=ns.uri,
-            mode=txn.mode,
-            state=txn.state.value,
-            record_uri=f"{ns.uri}/{TransactionStore.directory(txn.txn_id, txn.incarnation)}",
-            rows=sum(p.rows for p in parts.values()),
-            files=sum(len(p.fragments) for p in parts.values()),
-            partitions=[
-                {"object_id": p.object_id, "values": _texts(p.values), "rows": p.rows}
-                for p in parts.values()
-            ],
-        )
+        parts = list(merge_stages(txn.stages() if stages is None else stages).values())
+        record_uri = f"{ns.uri}/{TransactionStore.directory(txn.txn_id, txn.incarnation)}"
+        rows, files = sum(p.rows for p in parts), sum(len(p.fragments) for p in parts)
+        listed = [_listed(p) for p in parts]
+        return cls(txn.txn_id, ns.uri, txn.mode, txn.state.value, record_uri, rows, files, listed)
 
 
-def _texts(values: Mapping[str, Any]) -> dict[str, str | None]:
-    return {k: value_text(v) for k, v in values.items()}
+def _listed(part: StagedPartition) -> dict[str, Any]:
+    values = {k: value_text(v) for k, v in part.values.items()}
+    return {"object_id": part.object_id, "values": values, "rows": part.rows}

@@ -1,10 +1,9 @@
 """The project's exceptions: every error bad input can cause is a :class:`LanceNamespaceError`
 whose message names the problem and what to do, never a library's stack trace.
 
-Whether a retry can help is decided once, by each class's :attr:`retryable` (storage errors
-and conflicts with concurrent writers: yes; bad input, paths, access, finished
-transactions: no); operators, the Spark job's exit codes and the CLI ask
-:func:`is_retryable`.
+Whether a retry can help is decided once, by each class's :attr:`retryable` (storage errors and
+conflicts with concurrent writers: yes; bad input, paths, access, finished transactions: no);
+operators, the Spark job's exit codes and the CLI ask :func:`is_retryable`.
 """
 
 from __future__ import annotations
@@ -55,8 +54,7 @@ class MissingPartitionSourceError(DataValidationError):
         self, message: str, columns: Iterable[str] = (), fields: Iterable[str] = ()
     ) -> None:
         #: The missing source columns, and the partition fields computed from them.
-        self.columns = list(columns)
-        self.fields = list(fields)
+        self.columns, self.fields = list(columns), list(fields)
         super().__init__(message)
 
 
@@ -134,11 +132,10 @@ class CommitConflict(LanceNamespaceError):
 
 
 class StaleStage(CommitConflict):
-    """Data was staged against partitions that changed since in a way no commit can mend
-    (a partition appended to was dropped, one replaced got a newer version, two stages saw
-    one differently). Not retryable: the message names the stages to discard and stage
-    again, or says to abort; a write that stages itself is retried (:func:`stage_again`).
-    """
+    """Data was staged against partitions that changed since in a way no commit can mend (a
+    partition appended to was dropped, one replaced got a newer version, two stages saw one
+    differently). Not retryable: the message names the stages to discard and stage again,
+    or says to abort; a write that stages itself is retried (:func:`stage_again`)."""
 
     retryable = False
 

@@ -36,11 +36,8 @@ class Hold:
     """A point where threads stop until released (see :func:`hold`)."""
 
     def __init__(self, name: str, times: int | None, when: Callable[[], bool] | None) -> None:
-        self.name = name
-        self._remaining = times
-        self._when = when
-        self._reached = threading.Event()
-        self._released = threading.Event()
+        self.name, self._remaining, self._when = name, times, when
+        self._reached, self._released = threading.Event(), threading.Event()
         self._lock = threading.Lock()
         self.hits = 0
 

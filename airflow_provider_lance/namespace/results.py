@@ -113,16 +113,11 @@ class CommitResult:
     ) -> CommitResult:
         """The result :meth:`to_dict` recorded; ``types`` (of the partition columns, by
         name) give the values their types back."""
-        partitions = [
-            PartitionCommit(
-                p["object_id"],
-                typed_values(p["values"], types),
-                int(p["read_version"]),
-                int(p["rows"]),
-                bool(p["created"]),
-            )
-            for p in obj["partitions"]
-        ]
+        partitions: list[PartitionCommit] = []
+        for p in obj["partitions"]:
+            values = typed_values(p["values"], types)
+            counts = int(p["read_version"]), int(p["rows"]), bool(p["created"])
+            partitions.append(PartitionCommit(p["object_id"], values, *counts))
         return cls(int(obj["manifest_version"]), str(obj["mode"]), partitions, obj.get("txn_id"))
 
 
@@ -294,10 +289,6 @@ class OperationResult:
     ) -> OperationResult:
         """The result :meth:`to_dict` recorded (``types``: see CommitResult.from_dict)."""
         version = obj.get("manifest_version")
-        return cls(
-            str(obj["operation"]),
-            None if version is None else int(version),
-            [PartitionOutcome.from_dict(p, types) for p in obj.get("partitions", ())],
-            obj.get("txn_id"),
-            dict(obj.get("skipped") or {}),
-        )
+        parts = [PartitionOutcome.from_dict(p, types) for p in obj.get("partitions", ())]
+        skipped, version = dict(obj.get("skipped") or {}), None if version is None else int(version)
+        return cls(str(obj["operation"]), version, parts, obj.get("txn_id"), skipped)

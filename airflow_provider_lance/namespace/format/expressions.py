@@ -55,12 +55,9 @@ def new_session(hash_input: pa.DataType | None = None) -> SessionContext:
     values come out in input order). pylance facts:
     test_fact_datafusion_with_one_target_partition_keeps_the_input_order,
     test_fact_datafusion_coerces_udf_arguments_to_its_one_signature,
-    test_fact_datafusion_evaluates_zoned_timestamps_in_their_zone_and_naive_ones_in_utc.
-    """
-    config = (
-        SessionConfig().set("datafusion.execution.time_zone", "+00:00").with_target_partitions(1)
-    )
-    ctx = SessionContext(config)
+    test_fact_datafusion_evaluates_zoned_timestamps_in_their_zone_and_naive_ones_in_utc."""
+    config = SessionConfig().set("datafusion.execution.time_zone", "+00:00")
+    ctx = SessionContext(config.with_target_partitions(1))
     if hash_input is not None:
         ctx.register_udf(udf(hash_array, [hash_input], pa.int64(), "immutable", "hash"))
     return ctx

@@ -136,9 +136,7 @@ class Manifest:
     """Access to one namespace's ``__manifest`` table, through the namespace's storage."""
 
     def __init__(self, storage: Storage) -> None:
-        self.storage = storage
-        self.root = storage.root
-        self.uri = storage.uri(MANIFEST_NAME)
+        self.storage, self.root, self.uri = storage, storage.root, storage.uri(MANIFEST_NAME)
         self._session = Session()  # one for every version opened: metadata read once
         #: The table as this handle's last compare-and-swap left it (None before one).
         self.last_swapped: lance.LanceDataset | None = None
@@ -247,12 +245,8 @@ class Manifest:
             failpoint("create.after_metadata")
             return Outcome.AGAIN
 
-        racing = Budget(
-            lambda: NamespaceExistsError(
-                f"{self.root}: concurrent creators kept changing __manifest"
-            ),
-            attempts=CREATE_ATTEMPTS,
-        )
+        kept = NamespaceExistsError(f"{self.root}: concurrent creators kept changing __manifest")
+        racing = Budget(lambda: kept, attempts=CREATE_ATTEMPTS)
         return retry_until(attempt, {Outcome.AGAIN: racing})
 
     def _check_empty_root(self) -> None:
@@ -302,12 +296,9 @@ class Manifest:
         ds = self.open()
         missing = [f for f in fields if f.name not in ds.schema.names]
         if missing:
-            with self.storage.failures(
-                "add columns to",
-                self.uri,
-                conflict="a concurrent commit to __manifest won the race to add "
-                f"{[f.name for f in missing]}",
-            ):
+            names = [f.name for f in missing]
+            race = f"a concurrent commit to __manifest won the race to add {names}"
+            with self.storage.failures("add columns to", self.uri, conflict=race):
                 ds.add_columns(pa.schema([f.with_nullable(True) for f in missing]))
 
     def conform(self, rows: pa.Table, ds: lance.LanceDataset) -> pa.Table:
@@ -343,13 +334,10 @@ class Manifest:
         ids = [*rows.column(OBJECT_ID).to_pylist(), *swap.drops]
         drops, base_version = list(swap.drops), swap.base_version
         base, copied = self._base(base_version, ids)
+        lost = "a concurrent writer changed the __manifest rows this commit depends on"
         try:
-            with self.storage.failures(
-                "commit to",
-                self.uri,
-                conflict="a concurrent writer changed the __manifest rows this commit depends on",
-                partitions=partition_ids(ids),
-            ):
+            touched = partition_ids(ids)
+            with self.storage.failures("commit to", self.uri, conflict=lost, partitions=touched):
                 failpoint("manifest.before_swap")
                 builder = base.merge_insert(OBJECT_ID).when_matched_update_all()
                 builder = builder.when_not_matched_insert_all()
@@ -380,11 +368,8 @@ class Manifest:
         """Delete rows by id (rows of partitions that were never published, intents of
         merges); unconditional, Lance retries what conflicts."""
         if object_ids:
-            with self.storage.failures(
-                "delete rows of",
-                self.uri,
-                conflict="a concurrent commit to __manifest changed the rows being deleted",
-            ):
+            changed = "a concurrent commit to __manifest changed the rows being deleted"
+            with self.storage.failures("delete rows of", self.uri, conflict=changed):
                 self.open().delete(ids_filter(object_ids))
 
     def ensure_claim_column(self) -> None:
@@ -442,12 +427,9 @@ class ManifestView:
         predicate on partition columns every such row satisfies (answered by their BTREEs)."""
         wanted = [i for i in dict.fromkeys(object_ids) if i not in self._looked_up]
         if wanted:
-            if self.scan_is_cheaper(len(wanted)):
-                table = self.scan_by_id(wanted)
-            elif where is not None:
-                table = self._ds.to_table(filter=where)
-                ids = pa.array(wanted, pa.utf8())
-                table = table.filter(pc.is_in(table.column(OBJECT_ID), ids))
+            cheaper = self.scan_is_cheaper(len(wanted))
+            if cheaper or where is not None:
+                table = self.scan_by_id(wanted, None if cheaper else where)
             else:
                 table = self._ds.to_table(filter=ids_filter(wanted))
             found = {r[OBJECT_ID]: r for r in table.to_pylist()}
@@ -455,9 +437,9 @@ class ManifestView:
                 self._looked_up[i] = found.get(i)
         return {i: r for i in object_ids if (r := self._looked_up[i]) is not None}
 
-    def scan_by_id(self, object_ids: Sequence[str]) -> pa.Table:
-        """The rows with these ids, found by reading the whole table (in table order)."""
-        rows = self._ds.to_table()
+    def scan_by_id(self, object_ids: Sequence[str], where: pc.Expression | None = None) -> pa.Table:
+        """The rows with these ids in table order, read whole (or those ``where`` selects)."""
+        rows = self._ds.to_table(filter=where)
         return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
 
     def scan_is_cheaper(self, ids: int) -> bool:
@@ -596,15 +578,8 @@ def prunes_in_scan(dtype: pa.DataType) -> bool:
     """Whether prunes on a partition column of this type are pushed into the ``__manifest``
     scan (and it is indexed): Lance evaluates them as Arrow does (not floats: NaN)."""
     t = pa.types
-    tests = (
-        t.is_integer,
-        t.is_temporal,
-        t.is_string,
-        t.is_large_string,
-        t.is_decimal,
-        t.is_boolean,
-    )
-    return any(test(dtype) for test in tests)
+    tests = (t.is_integer, t.is_temporal, t.is_string, t.is_large_string, t.is_decimal)
+    return t.is_boolean(dtype) or any(test(dtype) for test in tests)
 
 
 def _sql_literal(text: str) -> str:

@@ -153,11 +153,10 @@ class NamespaceSchema:
         existing = _active_by_name(self.arrow, field.name)
         if existing is not None:
             raise SchemaError(
-                f"cannot add column {field.name!r}: a column of that name exists "
-                f"({existing.type}, field id {field_id(existing)}), a duplicate column name. "
-                "Widen its type with promote_column, free the name with rename_column, or "
-                "drop_column it first (a column added again is new and empty: the dropped "
-                "column's values never come back)"
+                f"cannot add column {field.name!r}: a column of that name exists ({existing.type}, "
+                f"field id {field_id(existing)}), a duplicate column name. Widen its type with "
+                "promote_column, free the name with rename_column, or drop_column it first (a "
+                "column added again is new and empty: the dropped column's values never come back)"
             )
         _check_names([*self.active.names, field.name])
         if not field.nullable:
@@ -165,11 +164,8 @@ class NamespaceSchema:
                 f"cannot add non-nullable column {field.name!r}: partitions written before it "
                 "have no values for it, so it must be nullable"
             )
-        new = _with_meta(
-            field.with_type(normalize_type(field.type)),
-            field_id=str(self.max_field_id + 1),
-            deprecated=None,
-        )
+        fid = str(self.max_field_id + 1)
+        new = _with_meta(field.with_type(normalize_type(field.type)), field_id=fid, deprecated=None)
         return NamespaceSchema(self.arrow.append(new))
 
     def drop_column(self, name: str) -> NamespaceSchema:
@@ -209,10 +205,9 @@ class NamespaceSchema:
         raise SchemaError(f"unknown column {name!r}")
 
     def conform_input(self, table: pa.Table, *, spec: Sequence[SourcedField]) -> pa.Table:
-        """User data shaped into the active schema, before it is routed by ``spec``. Errors:
-        unknown or dropped columns, a missing source column of a ``spec`` field, NULLs in a
-        non-nullable column, a value :func:`cast_losslessly` refuses; missing nullable
-        columns become NULL."""
+        """User data shaped into the active schema, before it is routed by ``spec``. Errors: unknown
+        or dropped columns, a missing source column of a ``spec`` field, NULLs in a non-nullable
+        column, a value :func:`cast_losslessly` refuses; missing nullable columns become NULL."""
         active = self.active
         known = set(active.names)
         dropped = {f.name for f in self.arrow if is_deprecated(f)} - known
@@ -225,10 +220,9 @@ class NamespaceSchema:
                 )
             if name not in known and name in pandas_index_columns(table.schema):
                 raise DataValidationError(
-                    f"the pandas DataFrame's index {name!r} is not a namespace column "
-                    f"(columns: {', '.join(active.names)}): a named index is written as a "
-                    "column. Leave it out with df.reset_index(drop=True), or rename it to a "
-                    "namespace column"
+                    f"the pandas DataFrame's index {name!r} is not a namespace column (columns: "
+                    f"{', '.join(active.names)}): a named index is written as a column. Leave it "
+                    "out with df.reset_index(drop=True), or rename it to a namespace column"
                 )
             if name not in known:
                 raise DataValidationError(

@@ -45,13 +45,8 @@ class PartitionField:
     def to_json_obj(self) -> dict[str, Any]:
         if self.field_id is None or self.source_id is None or self.result_type is None:
             raise PartitionSpecError(f"partition field {self.name!r} is not resolved yet")
-        return {
-            "field_id": self.field_id,
-            "name": self.name,
-            "source_id": self.source_id,
-            "expression": self.expression,
-            "result_type": type_to_json(self.result_type),
-        }
+        obj = {key: getattr(self, key) for key in _FIELD_KEYS}
+        return obj | {"result_type": type_to_json(self.result_type)}
 
     @classmethod
     def from_json_obj(cls, obj: Any, schema: NamespaceSchema | None = None) -> PartitionField:
@@ -181,10 +176,9 @@ class FieldEvaluator:
         value, reason = failing
         source = f"of column {self.field.source!r} " if self.field.source else ""
         return ExpressionError(
-            f"partition field {self.field.name!r}: {self.field.expression!r} fails for the "
-            f"value {value!r} {source}({reason}); correct that value in the data, or "
-            "change the partition spec (evolve_partition_spec) to an expression defined "
-            "for every value"
+            f"partition field {self.field.name!r}: {self.field.expression!r} fails for the value "
+            f"{value!r} {source}({reason}); correct that value in the data, or change the "
+            "partition spec (evolve_partition_spec) to an expression defined for every value"
         )
 
 
@@ -246,6 +240,8 @@ def resolve_spec(
     previous = [f for version in sorted(earlier) for f in earlier[version]]
     next_id = max([FIRST_PARTITION_FIELD_ID - 1, *(f.field_id or 0 for f in previous)]) + 1
     type_by_name = {f.name: f.result_type for f in previous}
+    # the id of an identical earlier field (the first one: the dict keeps the last it sees)
+    ids = {(p.source_id, p.name, p.expression): p.field_id for p in reversed(previous)}
     out: list[PartitionField] = []
     seen_names: set[str] = set()
     for f in fields:
@@ -262,8 +258,8 @@ def resolve_spec(
             )
         seen_names.add(f.name)
         source = _resolve_source(f, schema)
-        fid_source = field_id(source)
-        assert fid_source is not None
+        sid = field_id(source)
+        assert sid is not None
         bound = _bind_checked(f, source.type)
         result_type = normalize_type(f.result_type) if f.result_type is not None else None
         if result_type is None:
@@ -281,16 +277,11 @@ def resolve_spec(
                 f"partition field {f.name!r}: {f.expression!r} produces {bound.output_type}, "
                 f"which cannot be stored as result_type {result_type}"
             )
-        key = (fid_source, f.name, f.expression)
-        reuse = next(
-            (p.field_id for p in previous if (p.source_id, p.name, p.expression) == key), None
-        )
-        if reuse is None:
-            reuse, next_id = next_id, next_id + 1
+        fid = ids.get((sid, f.name, f.expression))
+        if fid is None:
+            fid, next_id = next_id, next_id + 1
         out.append(
-            replace(
-                f, source=source.name, result_type=result_type, field_id=reuse, source_id=fid_source
-            )
+            replace(f, source=source.name, result_type=result_type, field_id=fid, source_id=sid)
         )
     return out
 
@@ -357,7 +348,6 @@ def _check_defined(f: PartitionField, bound: BoundExpression, source_type: pa.Da
     if probes and all(reasons):
         tried = ", ".join(repr(p[0].as_py()) for p in probes)
         raise ExpressionError(
-            f"partition field {f.name!r}: {f.expression!r} fails for every {source_type} "
-            f"value tried ({tried}): {reasons[0]}; every write would fail. Correct the "
-            "expression"
+            f"partition field {f.name!r}: {f.expression!r} fails for every {source_type} value "
+            f"tried ({tried}): {reasons[0]}; every write would fail. Correct the expression"
         )

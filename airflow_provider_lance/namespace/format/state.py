@@ -285,19 +285,16 @@ class NamespaceState:
 
     def partitions_from_rows(self, rows: pa.Table) -> list[Partition]:
         """Partition objects for rows of :attr:`tables`."""
-        ids = rows.column(OBJECT_ID).to_pylist()
-        locations = rows.column(LOCATION).to_pylist()
-        read_versions = rows.column(READ_VERSION).to_pylist()
-        versions = rows.column(SPEC_COLUMN).to_pylist()
+        named = (OBJECT_ID, LOCATION, SPEC_COLUMN, READ_VERSION)
+        fixed = [rows.column(c).to_pylist() for c in named]
         columns = {f.name: rows.column(f.name).to_pylist() for f in self.partition_columns}
         names = {v: [f.name for f in fields] for v, fields in self.specs.items()}
         read_at = self.read_at
         out = []
-        for i, object_id in enumerate(ids):
-            version, location = versions[i], locations[i]
+        for i, (object_id, location, version, read_version) in enumerate(zip(*fixed, strict=True)):
             uri = child_uri(self.root, location)
             values = {n: columns[n][i] for n in names.get(version, ())}
-            out.append(Partition(object_id, uri, version, values, read_versions[i], read_at))
+            out.append(Partition(object_id, uri, version, values, read_version, read_at))
         return out
 
     @cached_property
@@ -402,10 +399,9 @@ class NamespaceState:
         claim: str | None = None,
         spec_version: int | None = None,
     ) -> PartitionRows:
-        """Rows creating every missing partition among ``value_tuples`` under
-        ``spec_version`` (default the current spec). Each row carries its own and its
-        ancestors' values (in namespace rows also as ``partition.<name>`` metadata); leaf
-        rows carry ``claim``."""
+        """Rows creating every missing partition among ``value_tuples`` under ``spec_version``
+        (default the current spec). Each row carries its own and its ancestors' values (in namespace
+        rows also as ``partition.<name>`` metadata); leaf rows carry ``claim``."""
         version = spec_version or self.spec_version
         fields = self.specs[version]
         chains: list[list[str]] = []  # per tuple: its namespace ids, root first, then the leaf

@@ -190,7 +190,6 @@ class RequirementsUnmet(CommitConflict):
     """A swap's requirements do not hold for the rows it read (``unmet``): nothing committed."""
 
     def __init__(self, unmet: Sequence[Requirement]) -> None:
-        super().__init__(
-            "the rows this commit depends on changed", sorted({r.object_id for r in unmet})
-        )
+        ids = sorted({r.object_id for r in unmet})
+        super().__init__("the rows this commit depends on changed", ids)
         self.unmet = list(unmet)

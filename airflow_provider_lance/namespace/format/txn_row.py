@@ -127,11 +127,8 @@ class TxnRecord:
         del payload["txn_id"], payload["stored"]
         payload["state"] = self.state.value
         payload["sources"] = list(self.sources)
-        return row(
-            row_id(self.txn_id),
-            NAMESPACE,
-            metadata=json.dumps(payload, separators=(",", ":"), sort_keys=True),
-        )
+        metadata = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+        return row(row_id(self.txn_id), NAMESPACE, metadata=metadata)
 
     @classmethod
     def from_row(cls, raw: Mapping[str, Any]) -> TxnRecord:
@@ -144,7 +141,5 @@ class TxnRecord:
     @classmethod
     def staged(cls, header: TransactionHeader) -> TxnRecord:
         """The staged incarnation ``header`` describes, before it has a row."""
-        state, anonymous = TxnState.STAGED, header.anonymous
-        return cls(
-            header.txn_id, header.incarnation, state, header.mode, stored=False, anonymous=anonymous
-        )
+        staged = (header.txn_id, header.incarnation, TxnState.STAGED, header.mode)
+        return cls(*staged, stored=False, anonymous=header.anonymous)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import lance
 import pyarrow as pa
 import pyarrow.fs as pafs
-from lance import LanceOperation, Transaction
+from lance import LanceDataset, LanceOperation, Transaction
 from lance.commit import CommitConflictError
 from lance.dataset import Session  # type: ignore[attr-defined]
 from lance.file import LanceFileSession
@@ -94,11 +94,8 @@ def _in_worker(fn: Callable[[T], R], item: T) -> R:
 
 def _shared_pool(concurrency: int) -> ThreadPoolExecutor:
     """The process's threads for this concurrency, shared by every namespace opened."""
-    return _per_process(
-        _pools,
-        concurrency,
-        lambda: ThreadPoolExecutor(concurrency, thread_name_prefix=f"lance-leaves-{concurrency}"),
-    )
+    prefix = f"lance-leaves-{concurrency}"  # the threads' names
+    return _per_process(_pools, concurrency, lambda: ThreadPoolExecutor(concurrency, prefix))
 
 
 def beside(fn: Callable[[], R], concurrency: int = LOCAL_CONCURRENCY) -> Future[R]:
@@ -388,7 +385,7 @@ class Storage:
         *,
         session: Session | None = None,
         block_size: int | None = None,
-    ) -> lance.LanceDataset:
+    ) -> LanceDataset:
         """The table at ``uri`` (at ``version``, default latest); ``block_size``: Lance's
         I/O block size (None: its default). :class:`TableNotFoundError` if there is no such
         table or version, :class:`StorageError` if it cannot be read."""
@@ -404,12 +401,12 @@ class Storage:
                 "read", uri, exc, "; check the URI, credentials and endpoint in the storage options"
             ) from exc
 
-    def table_to_write(self, uri: str, version: int | None = None) -> lance.LanceDataset:
+    def table_to_write(self, uri: str, version: int | None = None) -> LanceDataset:
         """:meth:`table`, opened to write, through a cacheless session (pylance fact:
         test_fact_a_cacheless_session_opens_tables_to_write)."""
         return self.table(uri, version, session=_writing_session())
 
-    def table_or_none(self, uri: str) -> lance.LanceDataset | None:
+    def table_or_none(self, uri: str) -> LanceDataset | None:
         """The latest version of the table at ``uri``, or None if there is none."""
         try:
             return self.table(uri)
@@ -443,7 +440,7 @@ class Storage:
 
     def create_leaf(
         self, data: pa.Table, uri: str, properties: Mapping[str, str]
-    ) -> tuple[int, lance.LanceDataset] | None:
+    ) -> tuple[int, LanceDataset] | None:
         """A new table at ``uri`` holding ``data`` in one Lance call: the version made and
         the table at it; None if a table was there (nothing written) or the commit lost.
         Not exclusive: only version 1 is known to be nobody else's (pylance fact:
@@ -457,13 +454,8 @@ class Storage:
         return None if made is None else (int(made.version), made)
 
     def write_onto(
-        self,
-        data: pa.Table,
-        on: lance.LanceDataset,
-        *,
-        overwrite: bool,
-        properties: Mapping[str, str],
-    ) -> lance.LanceDataset | None:
+        self, data: pa.Table, on: LanceDataset, *, overwrite: bool, properties: Mapping[str, str]
+    ) -> LanceDataset | None:
         """Append ``data`` to (or replace with it) the table ``on`` is open on, in one Lance
         call; the table at the version made, or None if a concurrent commit won. Lance
         rebases onto later versions, so only version ``on.version + 1`` holds exactly
@@ -472,12 +464,8 @@ class Storage:
         return self._write_table(data, on, "overwrite" if overwrite else "append", properties)
 
     def _write_table(
-        self,
-        data: pa.Table,
-        target: str | lance.LanceDataset,
-        mode: str,
-        properties: Mapping[str, str],
-    ) -> lance.LanceDataset | None:
+        self, data: pa.Table, target: str | LanceDataset, mode: str, properties: Mapping[str, str]
+    ) -> LanceDataset | None:
         uri = target if isinstance(target, str) else target.uri
         try:
             with self.failures("write", uri, conflict=f"{uri} was committed concurrently"):
@@ -492,13 +480,13 @@ class Storage:
         except CommitConflict:  # lost to a concurrent commit (its files: orphans)
             return None
 
-    def replace_table(self, data: pa.Table, uri: str) -> lance.LanceDataset:
+    def replace_table(self, data: pa.Table, uri: str) -> LanceDataset:
         """A new version of the table at ``uri`` holding exactly ``data``."""
         with self.failures("write", uri):
             return lance.write_dataset(data, uri, mode="overwrite", storage_options=self.options)
 
     def write_fragments(
-        self, data: pa.Table, target: str | lance.LanceDataset, *, overwrite: bool
+        self, data: pa.Table, target: str | LanceDataset, *, overwrite: bool
     ) -> list[FragmentMetadata]:
         """Write ``data`` as new data files of a table (nothing commits them)."""
         uri = target if isinstance(target, str) else target.uri
@@ -514,22 +502,17 @@ class Storage:
             )
 
     def commit(
-        self,
-        uri: str,
-        transaction: Transaction,
-        *,
-        conflict: str,
-        on: lance.LanceDataset | None = None,
-    ) -> lance.LanceDataset:
+        self, uri: str, transaction: Transaction, *, conflict: str, on: LanceDataset | None = None
+    ) -> LanceDataset:
         """Commit ``transaction`` to the table at ``uri`` without retries;
         :class:`CommitConflict` (saying ``conflict``) if another commit won. ``on``: the table
         already opened (pylance fact: test_fact_commit_through_a_stale_handle_is_rebased_*)."""
         with self.failures("commit to", uri, conflict=conflict):
-            return lance.LanceDataset.commit(
+            return LanceDataset.commit(
                 uri if on is None else on, transaction, storage_options=self.options, max_retries=0
             )
 
-    def clean_up(self, table: lance.LanceDataset, **options: Any) -> Any:
+    def clean_up(self, table: LanceDataset, **options: Any) -> Any:
         """Lance's ``cleanup_old_versions(**options)`` of ``table``; its statistics. Files it
         could not delete: a probe file written and deleted beside them raises a store's
         refusal; otherwise they are logged, for the next cleanup."""

@@ -78,6 +78,5 @@ def option_text(key: str, value: object) -> str:
         return f"{int(seconds)}s" if seconds.is_integer() else f"{round(seconds * 1000)}ms"
     raise InvalidArgumentError(  # the value is not shown: it may be a secret
         f"storage option {key!r} must be a string, a boolean or a number, got a "
-        f"{type(value).__name__}; Lance takes every option as text (e.g. "
-        '"true", "30s")'
+        f'{type(value).__name__}; Lance takes every option as text (e.g. "true", "30s")'
     )

@@ -41,7 +41,6 @@ def pruned_rows(state: NamespaceState, filter: str | None) -> pa.Table:
     ``filter`` (all of them for None); a bad filter raises :class:`FilterError`."""
     if filter is None:
         return state.tables
-    # DataFusion's parse overlaps Lance's scan
     loading = None if is_parsed(filter, state.schema) else state.load_tables_beside()
     _, pred = parse_filter(filter, state.schema)
     if loading is not None:
@@ -90,7 +89,7 @@ def coverage(state: NamespaceState, filter: str, candidates: pa.Table) -> Covera
         if not known and names:
             undecided.update(ids)
             continue
-        for oid, truth in zip(ids, _truths(bound, rows, known, names, state), strict=True):
+        for oid, truth in zip(ids, _truths(bound, rows, known, state), strict=True):
             {_TRUE: covered, _FALSE: excluded, _NULL: excluded}.get(truth, undecided).add(oid)
     return Coverage(frozenset(covered), frozenset(excluded), frozenset(undecided))
 
@@ -101,19 +100,14 @@ _FLIP = {_TRUE: _FALSE, _FALSE: _TRUE}
 
 
 def _truths(
-    bound: BoundExpression,
-    rows: pa.Table,
-    known: dict[str, str],
-    names: list[str],
-    state: NamespaceState,
+    bound: BoundExpression, rows: pa.Table, known: dict[str, str], state: NamespaceState
 ) -> list[str]:
-    """The filter's value for every row of each partition in ``rows``: evaluated on the
-    partition values where the columns it names are identity partition columns
-    (``known``: column -> ``__manifest`` column), and combined through ``AND``, ``OR``
-    and ``NOT`` (Kleene's logic) where only some of a sub-expression's columns are;
-    ``_UNKNOWN`` where the rows must decide."""
+    """The filter's value for every row of each partition in ``rows``: evaluated on the partition
+    values where the columns it names are identity partition columns (``known``: column ->
+    ``__manifest`` column), and combined through ``AND``, ``OR`` and ``NOT`` (Kleene's logic) where
+    only some of a sub-expression's columns are; ``_UNKNOWN`` where the rows must decide."""
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
-    for name in names:
+    for name in filter_columns(bound):
         dtype = state.schema.field(name).type
         if name in known:
             columns[name] = rows.column(known[name]).cast(dtype)
@@ -188,8 +182,7 @@ def partition_filter(state: NamespaceState, filter: str) -> pa.Table:
     except ExpressionError as exc:
         raise FilterError(
             f"{exc}. drop_partitions filters on partition fields "
-            f"({', '.join(f.name for f in columns)}); to remove rows by other columns use "
-            "delete()"
+            f"({', '.join(f.name for f in columns)}); to remove rows by other columns use delete()"
         ) from exc
     check_boolean(filter, bound)
     tables = state.tables

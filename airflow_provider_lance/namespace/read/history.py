@@ -119,7 +119,7 @@ class History:
         times = version_times(self.manifest)
         retained = {v for v, _ in times}
         tagged: dict[int, list[str]] = {}
-        for tag in list_tags(self.manifest):
+        for tag in list_tags(self.manifest):  # by version, then name
             tagged.setdefault(tag.version, []).append(tag.name)
         chosen: list[tuple[int, dt.datetime, _Described | None]] = []
         for version, ts in reversed(times):
@@ -144,11 +144,8 @@ class History:
         for version, ts, new in chosen:
             if new is not None:
                 self._entries[version] = _entry(version, ts, new, leaves)
-        return [
-            replace(self._entries[v], tags=tuple(sorted(tagged.get(v, ())))) for v, _, _ in chosen
-        ]
+        return [replace(self._entries[v], tags=tuple(tagged.get(v, ()))) for v, _, _ in chosen]
 
-    # -- one version ---------------------------------------------------------------------
     def _describe(self, version: int, retained: set[int]) -> _Described:
         ds = self.manifest.at(version)
         try:
@@ -205,27 +202,23 @@ class History:
             if record is None:
                 continue
             if state is TxnState.PUBLISHED:
-                published = self._published(ds, before, leaves)
+                made = self._published(ds, before, leaves)
                 operation, mode = "write", record.mode
                 if mode in TABLE_OPERATIONS:
                     operation, mode = str(mode), None
                 details = _dropped_details(ds, before)
-                return _Described(
-                    operation, mode, record.txn_id, published, details, _schema(before)
-                )
+                return _Described(operation, mode, record.txn_id, made, details, _schema(before))
             if state is TxnState.ABORTED:
                 return _Described("abort", txn_id=record.txn_id)
-            return _Described(
-                "seal" if record.incarnation_tag in claimed else "takeover", txn_id=record.txn_id
-            )
+            step = "seal" if record.incarnation_tag in claimed else "takeover"
+            return _Described(step, txn_id=record.txn_id)
         if records:
             return _Described("stage", txn_id=records[0].txn_id)
         published = self._published(ds, before, leaves)
         moved = tuple(p for p in published if not p.compared or p.before != p.read_version)
         if moved:
-            return _Described(
-                "write", None, None, moved, _dropped_details(ds, before), _schema(before)
-            )
+            details = _dropped_details(ds, before)
+            return _Described("write", None, None, moved, details, _schema(before))
         dropped = _dropped_leaves(ds, before)
         if dropped:
             return _Described("drop_partitions", details={"dropped": dropped})
@@ -247,20 +240,15 @@ class History:
         previous: dict[str, int | None] = {}
         if before is not None:
             previous = before.read_versions([r[OBJECT_ID] for r in rows])
-        fields = _spec_fields(ds.metadata)
-        return tuple(
-            _Published(
-                object_id=r[OBJECT_ID],
-                location=child_uri(self.manifest.root, r[LOCATION]),
-                values={n: r.get(n) for n in fields.get(_spec_version(r[OBJECT_ID]) or 0, [])},
-                read_version=int(r[READ_VERSION]),
-                before=previous.get(r[OBJECT_ID]),
-                compared=before is not None,
-            )
-            for r in rows
-        )
+        root, fields, compared = self.manifest.root, _spec_fields(ds.metadata), before is not None
+        out = []
+        for r in rows:
+            oid, names = r[OBJECT_ID], fields.get(_spec_version(r[OBJECT_ID]) or 0, [])
+            values, location = {n: r.get(n) for n in names}, child_uri(root, r[LOCATION])
+            at = int(r[READ_VERSION]), previous.get(oid), compared
+            out.append(_Published(oid, location, values, *at))
+        return tuple(out)
 
-    # -- leaves ------------------------------------------------------------------------
     def _leaf_commits(self, published: Sequence[_Published]) -> dict[tuple[str, int], _LeafCommit]:
         """The leaf commit of every published partition, in parallel; unreadable ones left out."""
 
@@ -301,33 +289,29 @@ def _leaf_commit(storage: Storage, p: _Published) -> _LeafCommit:
 
 
 def _entry(
-    version: int,
-    ts: dt.datetime,
-    described: _Described,
-    leaves: Mapping[tuple[str, int], _LeafCommit],
+    version: int, ts: dt.datetime, d: _Described, leaves: Mapping[tuple[str, int], _LeafCommit]
 ) -> HistoryEntry:
-    internal = described.operation not in VISIBLE
-    if not described.published:
-        d = described
+    internal = d.operation not in VISIBLE
+    if not d.published:
         return HistoryEntry(version, ts, d.operation, internal, d.mode, d.txn_id, details=d.details)
-    commits = {p.object_id: leaves.get((p.location, p.read_version)) for p in described.published}
-    created = {p.object_id: _created(p, commits[p.object_id]) for p in described.published}
-    operation = described.operation
+    commits = {p.object_id: leaves.get((p.location, p.read_version)) for p in d.published}
+    created = {p.object_id: _created(p, commits[p.object_id]) for p in d.published}
+    operation = d.operation
     kinds = {c.operation for c in commits.values() if c is not None}
-    if operation == "write" and described.mode is None and len(kinds) == 1 and None not in kinds:
+    if operation == "write" and d.mode is None and len(kinds) == 1 and None not in kinds:
         operation = str(kinds.pop())  # a table operation without a transaction row
     mode = None
     if operation not in TABLE_OPERATIONS:
-        mode = described.mode or _inferred_mode(described, commits, created)
+        mode = d.mode or _inferred_mode(d, commits, created)
     changes = tuple(
         PartitionChange(p.object_id, p.values, p.read_version, _rows(leaf, mode, new), new)
-        for p in described.published
+        for p in d.published
         for leaf, new in [(commits[p.object_id], created[p.object_id])]
     )
-    txn_id = described.txn_id or next((c.txn_id for c in commits.values() if c and c.txn_id), None)
+    txn_id = d.txn_id or next((c.txn_id for c in commits.values() if c and c.txn_id), None)
     if operation == "write" and all(c.created and c.rows == 0 for c in changes):
         operation, mode = "create_partitions", None
-    return HistoryEntry(version, ts, operation, False, mode, txn_id, changes, described.details)
+    return HistoryEntry(version, ts, operation, False, mode, txn_id, changes, d.details)
 
 
 def _dropped_leaves(ds: ManifestView, before: ManifestView | None) -> list[str]:
@@ -381,7 +365,6 @@ def _rows(leaf: _LeafCommit | None, mode: str | None, created: bool) -> int | No
     return leaf.written
 
 
-# -- schema and spec changes ---------------------------------------------------------------
 def _config_change(op: Any, before: ManifestView | None) -> _Described:
     updates = getattr(op, "table_metadata_updates", None)
     values: dict[str, str] = dict(getattr(updates, "updates", None) or {})
@@ -416,9 +399,8 @@ def _schema_change(old: NamespaceSchema, new: NamespaceSchema) -> _Described:
         if f.name != was.name:
             changes.append(("rename_column", {"column": was.name, "new_name": f.name}))
         if f.type != was.type:
-            changes.append(
-                ("promote_column", {"column": f.name, "from": str(was.type), "to": str(f.type)})
-            )
+            promoted = {"column": f.name, "from": str(was.type), "to": str(f.type)}
+            changes.append(("promote_column", promoted))
     if len(changes) == 1:
         return _Described(changes[0][0], details=changes[0][1])
     return _Described("change_schema", details={"changes": [dict(c[1], op=c[0]) for c in changes]})

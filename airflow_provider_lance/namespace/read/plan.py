@@ -1,10 +1,9 @@
 """Scan plans: a read of one ``__manifest`` version, planned once, run by any process.
 
-A :class:`ScanPlan` is a :class:`Scan` (what every task shares: the namespace, the manifest
-version, its schema, the projection and the filter) and a :class:`ScanTask` per partition
-(or per data file, when split). A task reads its leaf at the pinned ``read_version``,
-conformed to the namespace schema, projected and filtered, here or in another process
-after a trip through JSON or pickle.
+A :class:`ScanPlan` is a :class:`Scan` (what every task shares) and a :class:`ScanTask` per
+partition (or per data file, when split). A task reads its leaf at the pinned
+``read_version``, conformed to the namespace schema, projected and filtered, here or in
+another process after a trip through JSON or pickle.
 
 **Storage options** (credentials) belong to the :class:`Scan`: no ``repr``, ``str`` or
 ``to_json`` shows them (give them to ``from_json`` where the task runs). A pickle carries
@@ -17,7 +16,7 @@ import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, TypeVar, cast
 
 import pyarrow as pa
@@ -29,7 +28,7 @@ from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition, ReadAt
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.io.storage_options import StorageOptionValue
-from airflow_provider_lance.namespace.results import typed_values, value_text
+from airflow_provider_lance.namespace.results import typed_values
 
 from .pruning import Pred, holds_for_kept_partitions, parse_filter
 from .scan import filter_columns, open_leaf, read_partition
@@ -109,17 +108,14 @@ class Scan:
         storage_options: StorageOptions = None,
         storage: Storage | None = None,
     ) -> None:
-        self.uri = uri
-        self.manifest_version = manifest_version
-        self.namespace_schema = schema
-        self.columns = None if columns is None else tuple(columns)
-        self.filter = filter
+        self.uri, self.manifest_version, self.namespace_schema = uri, manifest_version, schema
+        self.columns, self.filter = None if columns is None else tuple(columns), filter
         #: The type of every partition field (of any spec version), by name.
         self.partition_types = dict(partition_types or {})
         #: The reader named the version (``as_of``), rather than reading the latest.
         self.pinned = pinned
-        self._options = storage.options if storage is not None else storage_options
         self._storage = storage
+        self._options = storage.options if storage is not None else storage_options
         self.schema.names  # noqa: B018 (an unknown column fails here)
 
     @cached_property
@@ -214,10 +210,8 @@ class Scan:
 @dataclass(frozen=True)
 class ScanTask:
     """One partition of a plan (or some of its data files): read it with :meth:`to_reader`.
-
     ``fragments``: the data files it covers (None: all, unlisted); ``exact``: every row
-    matches the filter (proven from its partition values), so none is applied.
-    """
+    matches the filter (proven from its partition values), so none is applied."""
 
     scan: Scan = field(repr=False, compare=False)
     partition: Partition
@@ -266,16 +260,8 @@ class ScanTask:
     def to_json(self, *, scan: bool = True) -> dict[str, Any]:
         """The task as JSON-safe data (no storage options); ``scan=False`` leaves out the
         :class:`Scan` it shares with its plan (give it to :meth:`from_json`)."""
-        p = self.partition
-        out: dict[str, Any] = {
-            "object_id": p.object_id,
-            "location": p.location,
-            "spec_version": p.spec_version,
-            "values": {k: value_text(v) for k, v in p.values.items()},
-            "read_version": p.read_version,
-            "fragments": None if self.fragments is None else [f.to_json() for f in self.fragments],
-            "exact": self.exact,
-        }
+        fragments = None if self.fragments is None else [f.to_json() for f in self.fragments]
+        out = self.partition.to_dict() | {"fragments": fragments, "exact": self.exact}
         if scan:
             out["scan"] = self.scan.to_json()
         return out
@@ -296,13 +282,9 @@ class ScanTask:
         if scan is None:
             raise ValueError("a task written with scan=False needs the scan it belongs to")
         values = typed_values(data["values"], scan.partition_types)
-        oid, location, spec = (
-            str(data["object_id"]),
-            str(data["location"]),
-            int(data["spec_version"]),
-        )
+        named = str(data["object_id"]), str(data["location"]), int(data["spec_version"])
         read_at = ReadAt(scan.manifest_version, scan.pinned)
-        partition = Partition(oid, location, spec, values, data.get("read_version"), read_at)
+        partition = Partition(*named, values, data.get("read_version"), read_at)
         listed = data.get("fragments")
         fragments = None if listed is None else tuple(FragmentInfo.from_json(f) for f in listed)
         return cls(scan, partition, fragments, bool(data.get("exact", False)))
@@ -407,12 +389,8 @@ def plan_scan(
     )
     exact: set[int] = set()
     if scan.row_filter is not None:
-        bound, pred = scan.row_filter._parsed
-        exact = {
-            v
-            for v, fields in state.specs.items()
-            if holds_for_kept_partitions(bound, pred, fields, state.schema)
-        }
+        holds = partial(holds_for_kept_partitions, *scan.row_filter._parsed)
+        exact = {v for v, fields in state.specs.items() if holds(fields, state.schema)}
     split = target_tasks is not None and len(partitions) < target_tasks
     listed: Sequence[tuple[FragmentInfo, ...] | None] = [None] * len(partitions)
     if fragments or split:

@@ -6,11 +6,10 @@ version's partition expressions onto the ``__manifest`` partition columns: ``=``
 (:func:`_monotone`), ``<>``, ``NOT IN`` and ``IS NOT NULL`` only through identity;
 ``AND``/``OR``/``NOT`` combine, and anything else keeps every partition.
 
-The result is sound (keeping a partition is always safe): every partition that holds a
-matching row is kept, and the full filter is then applied to the rows. Keeping answers "not
-understood", never "cannot be evaluated": a literal that is no value of its type
-(``DATE '2025-13-45'``) or a constant that fails (``1/0``) raises
-:class:`InvalidLiteralError` naming it.
+The result is sound (keeping a partition is always safe): every partition that holds a matching row
+is kept, and the full filter is then applied to the rows. Keeping answers "not understood", never
+"cannot be evaluated": a literal that is no value of its type (``DATE '2025-13-45'``) or a constant
+that fails (``1/0``) raises :class:`InvalidLiteralError` naming it.
 """
 
 from __future__ import annotations
@@ -61,7 +60,6 @@ _COMPARISONS = frozenset(_FLIP)
 _NEGATED = frozenset({"!=", "not in"})
 
 
-# -- a small predicate algebra ---------------------------------------------------------------
 @dataclass(frozen=True)
 class Leaf:
     """``column op values``: op is a comparison, ``in``, ``not in``, ``is null``, ``not null``."""
@@ -342,13 +340,9 @@ def _zone_less_against_a_zone(value: pa.DataType, target: pa.DataType) -> bool:
     and as UTC by Arrow: a zone-less time against a timestamp column zoned other than UTC."""
     if not pa.types.is_timestamp(target) or target.tz is None or target.tz.lower() in _UTC_ZONES:
         return False
-    naive = pa.types.is_timestamp(value) and value.tz is None
-    return (
-        naive
-        or pa.types.is_date(value)
-        or pa.types.is_string(value)
-        or pa.types.is_large_string(value)
-    )
+    t = pa.types
+    naive = t.is_timestamp(value) and value.tz is None
+    return naive or t.is_date(value) or t.is_string(value) or t.is_large_string(value)
 
 
 def _combine(parts: Sequence[Pred], kind: type[And] | type[Or]) -> Pred:
@@ -370,7 +364,6 @@ _and = functools.partial(_combine, kind=And)
 _or = functools.partial(_combine, kind=Or)
 
 
-# -- partitions the filter holds for entirely ------------------------------------------------
 def holds_for_kept_partitions(
     bound: BoundExpression, pred: Pred, fields: Sequence[PartitionField], schema: NamespaceSchema
 ) -> bool:
@@ -418,16 +411,11 @@ def _exact(node: Any, identity: set[str], schema: NamespaceSchema) -> bool:
         )
     if kind in ("IsNull", "IsNotNull"):
         return _column_in(children(node)[0], identity)
-    if kind == "InList":
+    if kind in ("InList", "Between"):
         variant = node.to_variant()
         column = variant.expr()
-        return _column_in(column, identity) and all(
-            _projected(v, column, schema) for v in variant.list()
-        )
-    if kind == "Between":
-        variant = node.to_variant()
-        column, bounds = variant.expr(), (variant.low(), variant.high())
-        return _column_in(column, identity) and all(_projected(b, column, schema) for b in bounds)
+        values = variant.list() if kind == "InList" else (variant.low(), variant.high())
+        return _column_in(column, identity) and all(_projected(v, column, schema) for v in values)
     return False
 
 
@@ -443,7 +431,6 @@ def _projected(node: Any, column: Any, schema: NamespaceSchema) -> bool:
     return all(_constants([node], name, schema, r) is not None for r in ("exact", "floor", "ceil"))
 
 
-# -- projection onto one spec version ------------------------------------------------------
 @functools.lru_cache(maxsize=256)
 def _order_preserving(expression: str, source_type: pa.DataType) -> bool:
     """Whether ``expression`` is monotone non-decreasing in its source value."""

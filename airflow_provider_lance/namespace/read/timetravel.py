@@ -125,10 +125,9 @@ def version_at(manifest: Manifest, moment: dt.datetime) -> int:
     if i + 1 < len(times) and times[i + 1][0] != version + 1:
         after, after_ts = times[i + 1]
         raise VersionNotFoundError(
-            f"the state of {manifest.root} as of {when.isoformat()} may be one of the "
-            f"__manifest versions {version + 1}-{after - 1}, which were cleaned up; the "
-            f"nearest retained are {version} ({ts.isoformat()}) and {after} "
-            f"({after_ts.isoformat()})"
+            f"the state of {manifest.root} as of {when.isoformat()} may be one of the __manifest "
+            f"versions {version + 1}-{after - 1}, which were cleaned up; the nearest retained are "
+            f"{version} ({ts.isoformat()}) and {after} ({after_ts.isoformat()})"
         )
     return version
 

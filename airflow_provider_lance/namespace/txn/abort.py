@@ -96,14 +96,11 @@ def abort_transaction(
         log.info("transaction %s aborted: %s", record.incarnation_tag, reason)
         return record
 
-    lost = Budget(
-        lambda: CommitConflict(
-            f"could not abort transaction {txn_id}: concurrent commits kept winning "
-            f"for {SWAP_TIMEOUT:.0f}s; nothing was aborted"
-        ),
-        seconds=SWAP_TIMEOUT,
+    stuck = CommitConflict(
+        f"could not abort transaction {txn_id}: concurrent commits kept winning "
+        f"for {SWAP_TIMEOUT:.0f}s; nothing was aborted"
     )
-    record = retry_until(attempt, {Outcome.LOST: lost})
+    record = retry_until(attempt, {Outcome.LOST: Budget(lambda: stuck, seconds=SWAP_TIMEOUT)})
     if record is None:
         return
     failpoint("abort.after_fence")
@@ -116,8 +113,7 @@ def abort_abandoned(
     blocked: Mapping[str, str],
     holders: Mapping[str, TxnRecord],
 ) -> None:
-    """Abort the anonymous holders of ``blocked`` claims past their lease (see
-    :func:`.lifecycle.abandoned`), as a writer waiting for them does."""
+    """Abort the anonymous holders of ``blocked`` past their lease (:func:`abandoned`)."""
     for record in abandoned(state, blocked, holders):
         tag, age = record.incarnation_tag, record.age
         log.warning(

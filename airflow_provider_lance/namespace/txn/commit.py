@@ -56,7 +56,7 @@ from airflow_provider_lance.namespace.format.txn_row import (
 )
 from airflow_provider_lance.namespace.results import CommitResult
 from airflow_provider_lance.namespace.retry import Budget, Outcome, Retry, retry_until
-from airflow_provider_lance.namespace.write.leaf_commit import check_append_schema, schema_digest
+from airflow_provider_lance.namespace.write.leaf_commit import check_append_schema
 from airflow_provider_lance.namespace.write.staging import Stage
 
 from .abort import abort_abandoned
@@ -90,8 +90,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Sealed:
-    """What this committer's seal wrote: the record, its plan, the state it read, the
-    claimed rows as written (by id) and the version made."""
+    """What this committer's seal wrote (``claimed``: the claimed rows as written, by id)."""
 
     record: TxnRecord
     plan: Plan
@@ -104,9 +103,7 @@ class Committer:
     """Runs the claim protocol for one transaction (see the module docstring)."""
 
     def __init__(self, ctx: TransactionContext, options: CommitOptions | None = None) -> None:
-        self.ctx = ctx
-        self.manifest = ctx.manifest
-        self.store = ctx.store
+        self.ctx, self.manifest, self.store = ctx, ctx.manifest, ctx.store
         self.options = options or CommitOptions()
         self.token = new_token()
         self._planned: Plan | None = None  # the last seal's, reused for the same stages
@@ -132,27 +129,22 @@ class Committer:
             return self._step(target, known)
 
         seconds = self.options.swap_timeout
-        return retry_until(
-            attempt,
-            {
-                Outcome.CLAIMED: Budget(self._claims.timed_out, seconds=self.options.claim_timeout),
-                Outcome.LOST: Budget(lambda: self._lost(target[0]), seconds=seconds),
-                Outcome.TAKEN_OVER: Budget(
-                    lambda: CommitConflict(
-                        f"transaction {target[0]} is being committed by another process; "
-                        "its outcome is not known yet: commit it again later"
-                    ),
-                    seconds=seconds,
-                ),
-                Outcome.AGAIN: Budget(
-                    lambda: InvalidArgumentError(f"transaction {txn_id} merges without end"),
-                    attempts=64,
-                ),
-            },
-        )
+        endless = InvalidArgumentError(f"transaction {txn_id} merges without end")
+        budgets = {
+            Outcome.CLAIMED: Budget(self._claims.timed_out, seconds=self.options.claim_timeout),
+            Outcome.LOST: Budget(lambda: self._spent(target[0]), seconds=seconds),
+            Outcome.TAKEN_OVER: Budget(lambda: self._spent(target[0], True), seconds=seconds),
+            Outcome.AGAIN: Budget(lambda: endless, attempts=64),
+        }
+        return retry_until(attempt, budgets)
 
-    def _lost(self, txn_id: str) -> CommitConflict:
+    def _spent(self, txn_id: str, taken_over: bool = False) -> CommitConflict:
         seconds = self.options.swap_timeout
+        if taken_over:
+            return CommitConflict(
+                f"transaction {txn_id} is being committed by another process; "
+                "its outcome is not known yet: commit it again later"
+            )
         if self._publishing is None:
             return CommitConflict(
                 f"could not seal transaction {txn_id} within {seconds:g}s (the swap "
@@ -184,7 +176,7 @@ class Committer:
             target[0] = parse_incarnation_tag(record.merged_into)[0]
             return Outcome.AGAIN
         if record.state is TxnState.COMMITTING:
-            return self._publish_or_take_over(state, record)
+            return self._committing(state, record)
         sealed_now = self._seal(state, record)
         assert sealed_now is not None  # (None only without a record)
         return sealed_now
@@ -202,9 +194,8 @@ class Committer:
             )
         return TransactionAborted(f"transaction {tag} was aborted meanwhile (its records are gone)")
 
-    def _publish_or_take_over(
-        self, state: NamespaceState, record: TxnRecord
-    ) -> CommitResult | Outcome:
+    def _committing(self, state: NamespaceState, record: TxnRecord) -> CommitResult | Outcome:
+        """COMMITTING: publish what we sealed, or take it over (or wait for whoever did)."""
         running = self._publishing
         if running is not None and running.record.incarnation_tag == record.incarnation_tag:
             if record.owner != self.token:  # another committer took it over
@@ -261,7 +252,7 @@ class Committer:
         sources = [staged_source(self.ctx, state, source) for source in header.sources]
         failpoint("commit.before_seal")
         try:
-            plan = self._plan(state, header, txn, sources)
+            plan = self._plan(state, header, [txn, *sources])
         except CommitConflict:
             if record is None:  # the row has not been read yet: it decides first
                 return None
@@ -311,17 +302,13 @@ class Committer:
         return self.ctx.storage.beside(save)
 
     def _plan(
-        self,
-        state: NamespaceState,
-        header: TransactionHeader,
-        record: TxnRecord,
-        sources: list[TxnRecord],
+        self, state: NamespaceState, header: TransactionHeader, txns: list[TxnRecord]
     ) -> Plan:
-        """The stages recorded now (read after the state: none recorded before an epoch
-        bump is missed) and their merged partitions."""
+        """The stages of ``txns`` (the transaction, then its sources) recorded now (read after
+        the state: none recorded before an epoch bump is missed) and their merged partitions."""
         refs: list[tuple[str, int, str, str]] = []
         raws: list[Mapping[str, Any]] = []
-        for txn in (record, *sources):
+        for txn in txns:
             for stage_id, raw in self.store.stages(txn.txn_id, txn.incarnation).items():
                 refs.append((txn.txn_id, txn.incarnation, stage_id, stage_digest(raw)))
                 raws.append(raw)
@@ -332,8 +319,8 @@ class Committer:
         try:
             merged_parts = merge_stages(stages)
         except StaleStage as exc:
-            raise outdated_stages(state, record.txn_id, stages, exc) from None
-        schema = self._leaf_schema(state, record.txn_id, stages)
+            raise outdated_stages(state, header.txn_id, stages, exc) from None
+        schema = common_leaf_schema(state, header.txn_id, stages)
         self._planned = Plan(
             new_token()[:16], header.mode, header.spec_version, tuple(refs), merged_parts, schema
         )
@@ -347,14 +334,9 @@ class Committer:
         the stages can never be published."""
         tag, overwrite = record.incarnation_tag, plan.mode == "overwrite"
         blocked, holders = self._claims.live(state, current, mine=tag)
-        unmet = requirements_unmet(
-            staged_requirements(plan.partitions, overwrite=overwrite), current, holders
-        )
-        check_staged_against(
-            plan.partitions,
-            unmet,
-            lambda stale: restage_remedy(record.txn_id, self._holding(plan, stale)),
-        )
+        required = staged_requirements(plan.partitions, overwrite=overwrite)
+        unmet = requirements_unmet(required, current, holders)
+        check_staged_against(plan.partitions, unmet, partial(self._remedy, plan, record.txn_id))
         if blocked:
             raise self._claims.wait(state, blocked, holders)
         rows = [dict(current[oid], **{CLAIM: tag}) for oid in plan.partitions if oid in current]
@@ -368,31 +350,15 @@ class Committer:
             ).rows
         return rows
 
-    @staticmethod
-    def _leaf_schema(
-        state: NamespaceState, txn_id: str, stages: Sequence[Stage]
-    ) -> pa.Schema | None:
-        """:func:`common_leaf_schema`, naming the stages written before a schema change."""
-        try:
-            return common_leaf_schema(stages)
-        except StaleStage as exc:
-            now = schema_digest(state.schema.leaf_schema())
-            held: dict[str, list[str]] = {}
-            for stage in stages:
-                if stage.leaf_schema is not None and schema_digest(stage.leaf_schema) != now:
-                    held.setdefault(stage.txn_id, []).append(stage.stage_id)
-            raise StaleStage(exc.problem, (), restage_remedy(txn_id, held)) from None
-
-    def _holding(self, plan: Plan, partitions: Sequence[str]) -> dict[str, list[str]]:
-        """The stages of ``plan`` holding any of ``partitions``, by transaction (to name them
-        in an error)."""
+    def _remedy(self, plan: Plan, txn_id: str, partitions: Sequence[str]) -> str:
+        """:func:`restage_remedy` naming the stages of ``plan`` that hold ``partitions``."""
         wanted = set(partitions)
         held: dict[str, list[str]] = {}
-        for txn_id, incarnation, stage_id, _ in plan.stages:
-            raw = self.store.stage(txn_id, incarnation, stage_id)
+        for source, incarnation, stage_id, _ in plan.stages:
+            raw = self.store.stage(source, incarnation, stage_id)
             if raw is not None and wanted & {p["object_id"] for p in raw["partitions"]}:
-                held.setdefault(txn_id, []).append(stage_id)
-        return held
+                held.setdefault(source, []).append(stage_id)
+        return restage_remedy(txn_id, held)
 
     def _check_append_schemas(self, plan: Plan, current: Mapping[str, Mapping[str, Any]]) -> None:
         """Before claiming: appended files go only onto a leaf version whose schema gives
@@ -404,14 +370,14 @@ class Committer:
             if oid in bases and (v := row[READ_VERSION]) not in (None, bases[oid])
         ]
 
+        storage = self.ctx.storage
+
         def check(item: tuple[str, int]) -> None:
             oid, published_version = item
-            part, uri = plan.partitions[oid], self.ctx.storage.uri(current[oid]["location"])
-            check_append_schema(
-                self.ctx.storage, uri, published_version, part.staged_on, part.schema
-            )
+            part, uri = plan.partitions[oid], storage.uri(current[oid]["location"])
+            check_append_schema(storage, uri, published_version, part.staged_on, part.schema)
 
-        self.ctx.storage.map(check, moved)
+        storage.map(check, moved)
 
     def still_mine(self, record: TxnRecord) -> bool:
         """Whether ``record``'s incarnation is still committing (not finished, not aborted)."""

@@ -96,10 +96,7 @@ class DirectWrite:
     def __init__(
         self, ctx: TransactionContext, state: NamespaceState, stage: Stage, owner: str
     ) -> None:
-        self.ctx = ctx
-        self.state = state
-        self.stage = stage
-        self.owner = owner
+        self.ctx, self.state, self.stage, self.owner = ctx, state, stage, owner
         self.parts = merge_stages([stage])
         self.overwrite = stage.mode == "overwrite"
         self.leaf_schema = stage.leaf_schema or state.schema.leaf_schema()

@@ -1,15 +1,11 @@
 """The publish kernel: what every publish path (:mod:`.commit`, :mod:`.direct`,
-:mod:`~..ops.runner`) does alike.
-
-* :func:`commit_leaves` commits one :class:`LeafWork` per touched leaf in ONE
-  ``storage.map`` with the guards of :mod:`~..write.leaf_commit` (G1: a commit counts only
-  as base + 1; G3: a roll-back restored exactly the base; G5: an append only onto a leaf of
-  its files' schema; G6: a partition that does not exist is replaced whole), a
-  :class:`LeafGuard` asked before any roll-back (G2) and G4 (:func:`check_works_files`).
-* :func:`staged_requirements`: what staged files need of their rows; :class:`ClaimWait`:
-  the one wait for partitions other transactions hold.
-* :func:`leaf_failure` judges a failed leaf commit; :func:`published_after_all` a swap that
-  reported a storage error (when it cannot tell, the files are kept).
+:mod:`~..ops.runner`) does alike. :func:`commit_leaves` commits one :class:`LeafWork` per
+touched leaf in ONE ``storage.map`` with the guards of :mod:`~..write.leaf_commit` (G1: a
+commit counts only as base + 1; G3: a roll-back restored exactly the base; G5: an append
+only onto a leaf of its files' schema; G6: a partition that does not exist is replaced
+whole), a :class:`LeafGuard` asked before any roll-back (G2) and G4
+(:func:`check_works_files`). The one claim wait, the requirements of staged files and the
+judges of failures (:func:`leaf_failure`, :func:`published_after_all`) are here too.
 """
 
 from __future__ import annotations
@@ -282,9 +278,7 @@ def commit_leaves(
     return out
 
 
-def staged_requirements(
-    parts: Mapping[str, StagedPartition], *, overwrite: bool
-) -> list[Requirement]:
+def staged_requirements(parts: Mapping[str, StagedPartition], overwrite: bool) -> list[Requirement]:
     """What staged files need of the rows they are published onto."""
     exist: list[Requirement] = [RowExists(oid) for oid, p in parts.items() if p.existed]
     at = [ReadVersionIs(o, p.base_read_version) for o, p in parts.items() if overwrite or p.rewrite]

@@ -1,11 +1,10 @@
 """The transaction state machine: every state, every transition, one arbiter.
 
-A transaction's fate is its row in ``__manifest`` (``__txn$<txn_id>``, state in
-``metadata``). Every transition is one compare-and-swap that fails if the row (or a
-partition row it touches) changed since it was read, so no two processes both move a
-transaction, and the move that publishes sets the ``read_version``\\ s (the
-linearisation point). Abort and recovery *fence* the row before deleting anything; a
-committer whose fence is gone cannot publish.
+A transaction's fate is its row in ``__manifest`` (``__txn$<txn_id>``, state in ``metadata``). Every
+transition is one compare-and-swap that fails if the row (or a partition row it touches) changed
+since it was read, so no two processes both move a transaction, and the move that publishes sets the
+``read_version``\\ s (the linearisation point). Abort and recovery *fence* the row before deleting
+anything; a committer whose fence is gone cannot publish.
 
 States (``k`` = incarnation, ``X#k`` = its tag)::
 
@@ -159,10 +158,8 @@ def sealed(
 
 def merged(sources: Iterable[TxnRecord], into: TxnRecord, plan: str | None) -> list[TxnMove]:
     """STAGED sources -> MERGED into ``into`` (a combined transaction's seal takes them)."""
-    return [
-        TxnMove(s, s.moved(TxnState.MERGED, merged_into=into.incarnation_tag, plan=plan))
-        for s in sources
-    ]
+    tag = into.incarnation_tag
+    return [TxnMove(s, s.moved(TxnState.MERGED, merged_into=tag, plan=plan)) for s in sources]
 
 
 def stolen(record: TxnRecord, token: str) -> TxnMove:
@@ -185,20 +182,16 @@ def aborted(record: TxnRecord, reason: str, sources: Iterable[TxnRecord] = ()) -
     """STAGED | COMMITTING -> ABORTED; sources merged into it are aborted with it."""
     tag, error = record.incarnation_tag, f"{reason} (merged into {record.incarnation_tag})"
     moves = [TxnMove(record, record.moved(TxnState.ABORTED, owner=None, error=reason))]
-    return moves + [
-        TxnMove(s, s.moved(TxnState.ABORTED, error=error))
-        for s in sources
-        if s.state is TxnState.MERGED and s.merged_into == tag
-    ]
+    into_it = [s for s in sources if s.state is TxnState.MERGED and s.merged_into == tag]
+    return moves + [TxnMove(s, s.moved(TxnState.ABORTED, error=error)) for s in into_it]
 
 
 def collect_finished(
     manifest: Manifest, state: NamespaceState, forget: Callable[[str], None]
 ) -> int:
-    """Delete the rows of finished anonymous transactions (nobody can retry an id never
-    seen); returns how many (0: a concurrent commit won). Their records go first
-    (``forget``): a header without a row reads as staged, and aborting that would delete a
-    published one's files."""
+    """Delete the rows of finished anonymous transactions (nobody can retry an id never seen);
+    returns how many (0: a concurrent commit won). Their records go first (``forget``): a header
+    without a row reads as staged, and aborting that would delete a published one's files."""
     done = [r for r in all_records(state) if r.anonymous and r.state.is_terminal]
     if not done:
         return 0

@@ -37,8 +37,7 @@ def merge_stages(stages: Mapping[str, Stage] | Sequence[Stage]) -> dict[str, Sta
         for oid, part in stage.partitions.items():
             into = merged.get(oid)
             if into is None:
-                merged[oid] = part
-                first[oid] = stage
+                merged[oid], first[oid] = part, stage
                 continue
             if _SEEN(part) != _SEEN(into):
                 raise StaleStage(
@@ -142,18 +141,26 @@ def restage_remedy(txn_id: str, held: Mapping[str, Sequence[str]]) -> str:
     )
 
 
-def common_leaf_schema(stages: Sequence[Stage]) -> pa.Schema | None:
-    """The leaf schema every stage was written with (None: none recorded one);
-    :class:`StaleStage` if they differ (a schema change happened while staging)."""
+def common_leaf_schema(
+    state: NamespaceState, txn_id: str, stages: Sequence[Stage]
+) -> pa.Schema | None:
+    """The leaf schema every stage of ``txn_id`` was written with (None: none recorded one);
+    if they differ (a schema change happened while staging), :class:`StaleStage` naming
+    those written before the change."""
     schemas = {schema_digest(s.leaf_schema): s.leaf_schema for s in stages if s.leaf_schema}
-    if len(schemas) > 1:
-        raise StaleStage(
-            "stages of one transaction were written under different namespace schemas (a "
-            "schema change happened while staging)",
-            (),
-            "stage again those written before the change, or abort the transaction",
-        )
-    return next(iter(schemas.values()), None)
+    if len(schemas) <= 1:
+        return next(iter(schemas.values()), None)
+    now = schema_digest(state.schema.leaf_schema())
+    held: dict[str, list[str]] = {}
+    for stage in stages:
+        if stage.leaf_schema is not None and schema_digest(stage.leaf_schema) != now:
+            held.setdefault(stage.txn_id, []).append(stage.stage_id)
+    raise StaleStage(
+        "stages of one transaction were written under different namespace schemas (a "
+        "schema change happened while staging)",
+        (),
+        restage_remedy(txn_id, held),
+    )
 
 
 def stage_digest(raw: Mapping[str, Any]) -> str:
@@ -190,12 +197,6 @@ class Plan:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Plan:
-        merged = Stage.from_json(raw["merged"])
-        return cls(
-            raw["plan_id"],
-            merged.mode,
-            merged.spec_version,
-            tuple((str(t), int(k), str(s), str(d)) for t, k, s, d in raw["stages"]),
-            merged.partitions,
-            merged.leaf_schema,
-        )
+        m = Stage.from_json(raw["merged"])
+        stages = tuple((str(t), int(k), str(s), str(d)) for t, k, s, d in raw["stages"])
+        return cls(raw["plan_id"], m.mode, m.spec_version, stages, m.partitions, m.leaf_schema)

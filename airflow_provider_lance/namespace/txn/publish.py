@@ -47,9 +47,8 @@ R_co = TypeVar("R_co", covariant=True)
 
 @dataclass
 class Prepared(Generic[X]):
-    """An attempt ready for its leaf commits: the state its swap is against, the leaf work,
-    the guard asked before a roll-back, the writer tagging leaf versions (``txn#k``) and
-    what the strategy carries between its steps."""
+    """An attempt ready for its leaf commits (``writer``: the ``txn#k`` tagging leaf versions;
+    ``detail``: what the strategy carries between its steps)."""
 
     state: NamespaceState
     works: Sequence[LeafWork]
@@ -63,23 +62,17 @@ class Prepared(Generic[X]):
 
 
 class PublishStrategy(Protocol[X, R_co]):
-    """What one publish path decides; :func:`publish_once` does the rest. ``name``: the
+    """What one publish path decides (its steps: see the module docstring). ``name``: the
     failpoint prefix ("commit", "direct", or the operation kind); ``kind``: the table
-    operation tagging its leaf versions (None for writes); ``prepare`` reads what the swap
-    is against and checks its requirements (or raises Retry); ``swap`` builds the swap
-    given the committed leaf versions (``prepared.versions``); ``finish`` builds the result
-    of the swap that made ``version`` (None: an empty swap) and never raises."""
+    operation tagging its leaf versions (None for writes); ``swap`` reads the committed leaf
+    versions in ``prepared.versions``; ``finish`` gets None for an empty swap, never raises."""
 
     @property
     def name(self) -> str: ...
-
     @property
     def kind(self) -> str | None: ...
-
     def prepare(self, attempt: int) -> Prepared[X]: ...
-
     def swap(self, prepared: Prepared[X]) -> Swap: ...
-
     def finish(self, prepared: Prepared[X], version: int | None) -> R_co: ...
 
 

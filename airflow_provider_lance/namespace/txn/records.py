@@ -29,9 +29,8 @@ def current_of(
 
 
 def resolve(ctx: TransactionContext, state: NamespaceState, txn_id: str) -> TxnRecord | None:
-    """The current incarnation of ``txn_id`` as of ``state`` (None: none). Headers are
-    read from storage after ``state``, never from the cache (a collected one must not
-    look staged again)."""
+    """The current incarnation of ``txn_id`` as of ``state`` (None: none). Headers are read from
+    storage after ``state``, never from the cache (a collected one must not look staged again)."""
     stored = load_records(state, [txn_id]).get(txn_id)
     return current_of(txn_id, stored, stored_header(ctx.store, txn_id))
 

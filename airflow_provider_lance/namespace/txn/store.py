@@ -93,9 +93,7 @@ class TransactionStore:
     def directory(txn_id: str, incarnation: int) -> str:
         return f"{TXN_DIR}/{check_txn_id(txn_id)}/{int(incarnation)}"
 
-    def load(
-        self, txn_id: str, incarnation: int, *, fresh: bool = False
-    ) -> TransactionHeader | None:
+    def load(self, txn_id: str, incarnation: int, fresh: bool = False) -> TransactionHeader | None:
         """A header (immutable: cached), or None; ``fresh`` asks storage whether it is
         still there (see :func:`.records.resolve`)."""
         cached = None if fresh else self._headers.get((txn_id, incarnation))
@@ -114,9 +112,8 @@ class TransactionStore:
         return max(known, key=lambda h: h.incarnation, default=None)
 
     def save(self, header: TransactionHeader) -> None:
-        self.storage.put_json(
-            f"{self.directory(header.txn_id, header.incarnation)}/{HEADER}", asdict(header)
-        )
+        path = f"{self.directory(header.txn_id, header.incarnation)}/{HEADER}"
+        self.storage.put_json(path, asdict(header))
         self._headers[(header.txn_id, header.incarnation)] = header
 
     def headers(self) -> Iterator[TransactionHeader]:
@@ -163,9 +160,8 @@ class TransactionStore:
         return {p: raw for p, raw in zip(paths, loaded, strict=True) if raw is not None}
 
     def save_plan(self, txn_id: str, incarnation: int, plan_id: str, plan: Any) -> None:
-        self.storage.put_json(
-            f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json", plan
-        )
+        path = f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json"
+        self.storage.put_json(path, plan)
 
     def plan(self, txn_id: str, incarnation: int, plan_id: str) -> Any:
         path = f"{self.directory(txn_id, incarnation)}/plan-{check_txn_id(plan_id)}.json"
@@ -195,8 +191,7 @@ class TransactionStore:
         """Delete every record of one incarnation (or of every incarnation)."""
         every = f"{TXN_DIR}/{check_txn_id(txn_id)}"
         prefix = every if incarnation is None else self.directory(txn_id, incarnation)
-        for key in [k for k in self._headers if k[0] == txn_id]:
-            if incarnation is None or key[1] == incarnation:
-                del self._headers[key]
+        for key in [k for k in self._headers if k[0] == txn_id and incarnation in (None, k[1])]:
+            del self._headers[key]
         for path in self.storage.list(prefix):
             self.storage.delete(path)

@@ -91,8 +91,7 @@ class Transaction:
     def __init__(self, header: TransactionHeader, ctx: TransactionContext) -> None:
         self.header = header
         self.txn_id, self.mode, self.incarnation = header.txn_id, header.mode, header.incarnation
-        self._ctx = ctx
-        self._store = ctx.store
+        self._ctx, self._store = ctx, ctx.store
 
     @property
     def state(self) -> TxnState:
@@ -111,11 +110,10 @@ class Transaction:
         manifest_version: int | None = None,
         flush_bytes: int = FLUSH_BYTES,
     ) -> Stage:
-        """Write ``data`` as data files of its partitions; nothing becomes visible. Staging
-        again under a ``stage_id`` replaces that stage (a retried task never duplicates
-        rows). ``record=False`` only returns the stage, for :meth:`record` later;
-        ``manifest_version`` pins the partitions staged against; ``flush_bytes`` bounds the
-        routed rows buffered."""
+        """Write ``data`` as data files of its partitions; nothing becomes visible. Staging again
+        under a ``stage_id`` replaces that stage (a retried task never duplicates rows).
+        ``record=False`` only returns the stage, for :meth:`record` later; ``manifest_version`` pins
+        the partitions staged against; ``flush_bytes`` bounds the routed rows buffered."""
         if not self.header.anonymous:  # (else only we can close it: the seal checks)
             self._check_open()
         stage_id = check_txn_id(stage_id or uuid.uuid4().hex)
@@ -179,14 +177,11 @@ class Transaction:
             self._withdraw_excluded(record, recorded)
             return None
 
-        lost = Budget(
-            lambda: CommitConflict(
-                f"could not record stages of {self.txn_id}: concurrent commits kept winning "
-                f"for {SWAP_TIMEOUT:.0f}s"
-            ),
-            seconds=SWAP_TIMEOUT,
+        stuck = CommitConflict(
+            f"could not record stages of {self.txn_id}: concurrent commits kept winning "
+            f"for {SWAP_TIMEOUT:.0f}s"
         )
-        retry_until(attempt, {Outcome.LOST: lost})
+        retry_until(attempt, {Outcome.LOST: Budget(lambda: stuck, seconds=SWAP_TIMEOUT)})
 
     def _withdraw_excluded(
         self, record: TxnRecord, recorded: Mapping[str, tuple[Stage, Mapping[str, Any]]]
@@ -194,14 +189,13 @@ class Transaction:
         """The transaction left STAGED while stages were recorded: keep those its plan
         includes (with this content), remove the others and say so."""
         plan = self._sealed_plan(record)
-        excluded = [
-            stage
-            for stage_id, (stage, raw) in recorded.items()
-            if plan is None
-            or plan.included(self.txn_id, self.incarnation, stage_id) != stage_digest(raw)
-        ]
+
+        def included(stage_id: str) -> str | None:
+            return None if plan is None else plan.included(self.txn_id, self.incarnation, stage_id)
+
+        excluded = [s for sid, (s, raw) in recorded.items() if included(sid) != stage_digest(raw)]
         for stage in excluded:
-            if plan is None or plan.included(self.txn_id, self.incarnation, stage.stage_id) is None:
+            if included(stage.stage_id) is None:
                 self._store.delete_stage(self.txn_id, self.incarnation, stage.stage_id)
             discard_stage(stage, self._ctx.storage)
         if not excluded:
@@ -257,11 +251,8 @@ class Transaction:
         :class:`TransactionClosed` if a commit sealed the transaction with some of them."""
         self._check_open()
         wanted = None if stage_ids is None else set(stage_ids)
-        raws = {
-            sid: raw
-            for sid, raw in self._store.stages(self.txn_id, self.incarnation).items()
-            if wanted is None or sid in wanted
-        }
+        recorded = self._store.stages(self.txn_id, self.incarnation)
+        raws = {sid: raw for sid, raw in recorded.items() if wanted is None or sid in wanted}
         for sid in raws:
             self._store.delete_stage(self.txn_id, self.incarnation, sid)
         if not self.header.anonymous and raws:
@@ -413,26 +404,17 @@ def combine(ctx: TransactionContext, txn_ids: Sequence[str], txn_id: str) -> Tra
 
 
 def _stages(store: TransactionStore, header: TransactionHeader) -> dict[str, Stage]:
-    return {
-        k: Stage.from_json(v) for k, v in store.stages(header.txn_id, header.incarnation).items()
-    }
+    raws = store.stages(header.txn_id, header.incarnation)
+    return {k: Stage.from_json(v) for k, v in raws.items()}
 
 
 def info(store: TransactionStore, header: TransactionHeader, record: TxnRecord) -> TransactionInfo:
     stages = _stages(store, header)
     partitions = {oid for s in stages.values() for oid in s.partitions}
-    return TransactionInfo(
-        header.txn_id,
-        header.mode,
-        record.state.value,
-        header.created_at,
-        record.updated_at if record.stored else header.created_at,
-        len(stages),
-        sum(s.rows for s in stages.values()),
-        len(partitions),
-        record.error,
-        header.incarnation,
-    )
+    updated = record.updated_at if record.stored else header.created_at
+    named = (header.txn_id, header.mode, record.state.value, header.created_at, updated)
+    counts = (len(stages), sum(s.rows for s in stages.values()), len(partitions))
+    return TransactionInfo(*named, *counts, record.error, header.incarnation)
 
 
 def listing(ctx: TransactionContext) -> list[TransactionInfo]:

@@ -1,10 +1,9 @@
 """``PartitionedNamespace.write``: one transaction per write, published whole or not at all.
 
-A write without a ``txn_id`` publishes directly (:mod:`.direct`) and hands its staged
-files to the claim protocol only when a partition is claimed or it keeps losing races. A
-write with a ``txn_id`` stages into that transaction and commits it, so a retry finds the
-first attempt's outcome. A failed write is aborted: nothing of it stays, and the error
-says whether a retry will succeed.
+A write without a ``txn_id`` publishes directly (:mod:`.direct`) and hands its staged files to the
+claim protocol only when a partition is claimed or it keeps losing races. A write with a ``txn_id``
+stages into that transaction and commits it, so a retry finds the first attempt's outcome. A failed
+write is aborted: nothing of it stays, and the error says whether a retry will succeed.
 """
 
 from __future__ import annotations
