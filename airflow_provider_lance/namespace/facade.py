@@ -821,14 +821,17 @@ class PartitionedNamespace:
         orphan_min_age: dt.timedelta = DEFAULT_MIN_AGE,
         dry_run: bool = False,
         enforce_min_age: bool = True,
+        indices: bool = True,
         progress: ProgressCallback | None = None,
     ) -> MaintenanceReport:
         """Compact ``__manifest``; with ``older_than``, remove older versions (not tagged
         ones nor the leaf versions those read); with ``sweep_orphans``, remove what killed
-        writers left, older than ``orphan_min_age`` (``dry_run``: only report it). Arguments
-        are checked first: an ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours) is
-        refused unless ``enforce_min_age=False`` or ``dry_run``."""
+        writers left, older than ``orphan_min_age`` (``dry_run``: only report it); with
+        ``indices``, :meth:`optimize_indices` first. Arguments are checked first: an
+        ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours) is refused unless
+        ``enforce_min_age=False`` or ``dry_run``."""
         flags = {"compact": compact, "sweep_orphans": sweep_orphans, "dry_run": dry_run}
+        flags["indices"] = indices
         check_flags(**flags, enforce_min_age=enforce_min_age)
         older_than = checked_older_than(older_than)
         if sweep_orphans:
@@ -841,10 +844,14 @@ class PartitionedNamespace:
             age: dict[str, Any] = {"min_age": orphan_min_age, "dry_run": dry_run}
             reclaimed = reclaim(self._txn, **age) if sweep_orphans else None
             report = MaintenanceReport()
+            indexed = None
+            if indices and not dry_run and self.state().view.index_rows():
+                indexed = self.optimize_indices().to_dict()
             if not dry_run:
                 collect_finished(self._manifest, self.state(), self._store.delete)
                 state = NamespaceState.load(self._root, self._manifest.latest())
                 report = maintain(self._manifest, state, compact=compact, older_than=older_than)
+                report.indices = indexed
             if reclaimed is not None:
                 report.unpublished = reclaimed.to_dict()
                 report.orphans = sweep(self._txn, **age, enforce_min_age=enforce_min_age).to_dict()

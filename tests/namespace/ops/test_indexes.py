@@ -4,65 +4,18 @@ in one ``__manifest`` commit; bad input is a project error that names what to do
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import lance
-import numpy as np
-import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import (
     InvalidArgumentError,
     PartitionedNamespace,
-    PartitionField,
     SchemaError,
 )
 from airflow_provider_lance.namespace.errors import IndexExistsError, IndexNotFoundError
 from airflow_provider_lance.namespace.testing import hold
+from tests.namespace.ops.index_data import leaf_indices
 from tests.support import Worker, other
-
-DIM = 8
-VECTORS = pa.schema(
-    [
-        pa.field("id", pa.int64(), nullable=False),
-        pa.field("part", pa.int32()),
-        pa.field("txt", pa.utf8()),
-        pa.field("vec", pa.list_(pa.float32(), DIM)),
-    ]
-)
-
-
-def vector_rows(parts: list[int], per_part: int, first_id: int, seed: int = 0) -> pa.Table:
-    rng = np.random.default_rng(seed + first_id)
-    n = len(parts) * per_part
-    values = rng.standard_normal(n * DIM).astype("float32")
-    return pa.table(
-        {
-            "id": pa.array(range(first_id, first_id + n), pa.int64()),
-            "part": pa.array([p for p in parts for _ in range(per_part)], pa.int32()),
-            "txt": [f"word{i % 7} common" for i in range(n)],
-            "vec": pa.FixedSizeListArray.from_arrays(pa.array(values), DIM),
-        },
-        schema=VECTORS,
-    )
-
-
-@pytest.fixture
-def vectors(root: Path) -> PartitionedNamespace:
-    """Partitions 1-4 by ``part``, 300 rows each (ids 0-1199)."""
-    ns = PartitionedNamespace.create(root, VECTORS, [PartitionField("part", "part")])
-    ns.write(vector_rows([1, 2, 3, 4], 300, first_id=0))
-    return ns
-
-
-def leaf_indices(ns: PartitionedNamespace, version: int | None = None) -> dict[int, list[str]]:
-    """Partition ``part`` -> the index names its published leaf version has."""
-    return {
-        p.values["part"]: sorted(
-            d.name for d in lance.dataset(p.location, version=p.read_version).describe_indices()
-        )
-        for p in ns.state(version).partitions()
-    }
 
 
 def test_a_scalar_index_is_built_on_every_partition_and_published_in_one_commit(
