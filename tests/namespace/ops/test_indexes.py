@@ -14,7 +14,7 @@ from airflow_provider_lance.namespace import (
 )
 from airflow_provider_lance.namespace.errors import IndexExistsError, IndexNotFoundError
 from airflow_provider_lance.namespace.testing import hold
-from tests.namespace.ops.index_data import leaf_indices
+from tests.namespace.ops.index_data import leaf_indices, vector_rows
 from tests.support import Worker, other
 
 
@@ -189,3 +189,18 @@ def test_a_name_that_exists_is_refused_unless_replaced(vectors: PartitionedNames
     p = vectors.partition({"part": 1})
     leaf = lance.dataset(p.location, version=p.read_version)
     assert [d.index_type for d in leaf.describe_indices()] == ["Bitmap"]
+
+
+def test_history_names_the_index_operations(vectors: PartitionedNamespace) -> None:
+    vectors.create_scalar_index("id", "BTREE", txn_id="build-ids")
+    vectors.write(vector_rows([5], 10, first_id=5000))
+    vectors.optimize_indices()
+    vectors.drop_index("id_idx")
+    found = [(h.operation, h.mode) for h in vectors.history(4)]
+    assert found == [
+        ("drop_index", None),
+        ("optimize_indices", None),
+        ("write", "append"),
+        ("create_index", None),
+    ]
+    assert vectors.history(4)[3].txn_id == "build-ids"
