@@ -54,6 +54,7 @@ from airflow_provider_lance.namespace.io.uri import normalize_root
 from airflow_provider_lance.namespace.ops import indexing
 from airflow_provider_lance.namespace.ops.compaction import DEFAULT_TARGET_ROWS, Optimize
 from airflow_provider_lance.namespace.ops.deletion import DeleteRows, DropPartitions
+from airflow_provider_lance.namespace.ops.index_model import MODEL_DIR
 from airflow_provider_lance.namespace.ops.merging import MergeRows
 from airflow_provider_lance.namespace.ops.runner import TableOperation, run_operation
 from airflow_provider_lance.namespace.ops.verification import (
@@ -188,7 +189,7 @@ class PartitionedNamespace:
     @staticmethod
     def is_namespace_entry(name: str) -> bool:
         """Whether ``name``, a top-level entry of a namespace's directory, is the format's."""
-        return name in (MANIFEST_NAME, TXN_DIR) or bool(LEAF_DIRECTORY.match(name))
+        return name in (MANIFEST_NAME, TXN_DIR, MODEL_DIR) or bool(LEAF_DIRECTORY.match(name))
 
     # -- state ---------------------------------------------------------------------------
     @property

@@ -578,7 +578,19 @@ def declaration_for(
     if filter is not None and (not isinstance(filter, str) or not filter.strip()):
         raise InvalidArgumentError(f"filter must be a non-empty SQL expression, got {filter!r}")
     name = check_name(name if name is not None else f"{column}_idx")
-    return IndexDeclaration(name, fid, index_type.upper(), dict(params), filter)
+    kind, params = index_type.upper(), dict(params)
+    field = state.schema.field(column)
+    if "PQ" in kind and params.get("num_sub_vectors") is None and is_vector(field.type):
+        params["num_sub_vectors"] = default_sub_vectors(field.type)
+    return IndexDeclaration(name, fid, kind, params, filter)
+
+
+def default_sub_vectors(dtype: pa.DataType) -> int:
+    """pylance's ``IndicesBuilder`` default: dimension / 16, else / 8, else 1."""
+    if pa.types.is_list(dtype):
+        dtype = dtype.value_type
+    dimension = int(dtype.list_size)
+    return next((dimension // d for d in (16, 8) if dimension % d == 0), 1)
 
 
 def index_info(storage: Storage, state: NamespaceState) -> list[IndexInfo]:

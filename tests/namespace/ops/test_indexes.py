@@ -91,6 +91,18 @@ def test_each_leaf_trains_its_own_model_without_a_shared_one(
     assert info.partitions_indexed == 4
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_pq_takes_pylances_default_number_of_sub_vectors(
+    vectors: PartitionedNamespace, shared: bool
+) -> None:
+    """pylance's create_index requires num_sub_vectors for PQ; the namespace declares the
+    IndicesBuilder default (dimension / 16, else / 8)."""
+    vectors.create_index("vec", "IVF_PQ", shared_model=shared, num_partitions=1)
+    (info,) = vectors.list_indices()
+    assert info.params["num_sub_vectors"] == 1  # 8 dimensions / 8
+    assert info.partitions_indexed == 4
+
+
 def test_a_retry_with_the_same_txn_id_returns_the_first_result(
     vectors: PartitionedNamespace,
 ) -> None:
