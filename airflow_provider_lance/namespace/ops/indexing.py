@@ -44,6 +44,7 @@ from airflow_provider_lance.namespace.format.state import NamespaceState, Partit
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.results import IndexInfo, SkipReason
+from airflow_provider_lance.namespace.write.leaf_commit import kept_above
 
 from .deletion import live_rows
 from .index_model import ModelSpec, SharedModel, model_arguments, shares_model, train_model
@@ -153,6 +154,19 @@ def leaf_segments(leaf: lance.LanceDataset, name: str) -> list[Index]:
                 for s in found.segments
             ]
     return []
+
+
+def current_segments(
+    storage: Storage, partition: Partition, leaf: lance.LanceDataset, name: str
+) -> list[Index]:
+    """The segments of index ``name`` a commit on ``leaf`` (open at the published version)
+    builds on: those of the newest version kept above it, if any (an index built with
+    pylance: :func:`~..write.leaf_commit.kept_above`), else ``leaf``'s."""
+    base = int(leaf.version)
+    latest = storage.table(partition.location)
+    if int(latest.version) != base and (kept := kept_above(latest, base)) != base:
+        return leaf_segments(latest.checkout_version(kept), name)
+    return leaf_segments(leaf, name)
 
 
 def covered(segments: Iterable[Index]) -> set[int]:
@@ -366,7 +380,7 @@ class CreateIndex(_IndexOperation):
         d = self.declaration
         leaf = self.storage.table(partition.location, base)
         fragments = [f.fragment_id for f in leaf.get_fragments()]
-        existing = leaf_segments(leaf, d.name)
+        existing = current_segments(self.storage, partition, leaf, d.name)
         change = outcome(partition, fragments_before=len(fragments), fragments_after=len(fragments))
         if existing and self._old is None and not self.replace:
             raise IndexExistsError(
@@ -465,7 +479,7 @@ class OptimizeIndices(_IndexOperation):
         column = None if name is None else leaf_column(state, leaf, name)
         if column is None:
             return None
-        existing = leaf_segments(leaf, declaration.name)
+        existing = current_segments(self.storage, partition, leaf, declaration.name)
         done = covered(existing)
         missing = [
             f.fragment_id
@@ -507,7 +521,7 @@ class DropIndex(TableOperation):
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         leaf = self.storage.table(partition.location, base)
-        existing = leaf_segments(leaf, self.name)
+        existing = current_segments(self.storage, partition, leaf, self.name)
         n = len(leaf.get_fragments())
         change = outcome(partition, fragments_before=n, fragments_after=n)
         if not existing:

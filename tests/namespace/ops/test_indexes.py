@@ -216,3 +216,19 @@ def test_history_names_the_index_operations(vectors: PartitionedNamespace) -> No
         ("create_index", None),
     ]
     assert vectors.history(4)[3].txn_id == "build-ids"
+
+
+def test_an_index_of_the_same_name_built_on_a_leaf_with_pylance_is_not_built_twice(
+    vectors: PartitionedNamespace,
+) -> None:
+    """The leaf's unpublished version with the user's index is kept by the build's commit:
+    building the declared index there too left two segments over the same fragments."""
+    lance.dataset(vectors.partition({"part": 1}).location).create_scalar_index("id", "BTREE")
+    before = vectors.version
+    with pytest.raises(IndexExistsError, match=r"partition \{'part': 1\}"):
+        vectors.create_scalar_index("id", "BTREE")
+    assert vectors.version == before
+    vectors.create_scalar_index("id", "BTREE", replace=True)
+    for p in vectors.state().partitions():
+        (index,) = lance.dataset(p.location, version=p.read_version).describe_indices()
+        assert len(index.segments) == 1
