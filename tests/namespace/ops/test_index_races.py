@@ -17,6 +17,7 @@ import lance
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace
+from airflow_provider_lance.namespace.errors import IndexExistsError
 from airflow_provider_lance.namespace.testing import ENV, FailpointError, hold
 from tests.namespace.ops.index_data import leaf_indices, vector_rows
 from tests.support import Worker, claims, no_duplicates, other
@@ -174,3 +175,39 @@ def test_a_build_killed_part_way_publishes_nothing_and_its_retry_publishes_once(
     assert leaf_indices(other(vectors)) == {p: ["vec_idx"] for p in (1, 2, 3, 4)}
     assert coverage(other(vectors)) == {"vec_idx": (4, 1200, 0)}
     assert no_duplicates(other(vectors)) == list(range(1200))
+
+
+def test_two_builds_of_one_name_at_once_publish_one_index(
+    vectors: PartitionedNamespace,
+) -> None:
+    """The first build parks once computed; the second builds the same name and publishes.
+    The first's swap conflicts on the declaration row, and its next attempt is told the
+    name exists: one declaration, one segment per leaf."""
+    with hold("create_index.computed") as parked:
+        first = Worker(other(vectors).create_scalar_index, "id", "BTREE")
+        first.start()
+        parked.wait_reached()
+        other(vectors).create_scalar_index("id", "BITMAP", "id_idx")
+    with pytest.raises(IndexExistsError, match="declared already"):
+        first.outcome()
+    (info,) = vectors.list_indices()
+    assert (info.index_type, info.partitions_indexed) == ("BITMAP", 4)
+    for p in vectors.state().partitions():
+        (index,) = lance.dataset(p.location, version=p.read_version).describe_indices()
+        assert len(index.segments) == 1
+    assert claims(vectors) == []
+
+
+def test_two_builds_of_different_indexes_at_once_both_publish(
+    vectors: PartitionedNamespace,
+) -> None:
+    """Both compute on the same published versions; the one parked loses its race to the
+    other's publish, reuses what it built on the new versions and publishes too."""
+    with hold("create_index.computed") as parked:
+        first = Worker(other(vectors).create_scalar_index, "id", "BTREE")
+        first.start()
+        parked.wait_reached()
+        other(vectors).create_scalar_index("txt", "INVERTED")
+    assert first.outcome().rows_indexed == 1200
+    assert leaf_indices(vectors) == {p: ["id_idx", "txt_idx"] for p in (1, 2, 3, 4)}
+    assert coverage(vectors) == {"id_idx": (4, 1200, 0), "txt_idx": (4, 1200, 0)}
