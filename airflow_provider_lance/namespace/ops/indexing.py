@@ -40,6 +40,7 @@ from airflow_provider_lance.namespace.format.manifest import (
     NAMESPACE,
     row,
 )
+from airflow_provider_lance.namespace.format.schema import is_deprecated
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
@@ -108,10 +109,9 @@ class IndexDeclaration:
         """The column's current name (None: dropped since)."""
         try:
             found = state.schema.field_by_id(self.field_id)
-            state.schema.field(found.name)
         except SchemaError:
             return None
-        return str(found.name)
+        return None if is_deprecated(found) else str(found.name)
 
 
 def declarations(state: NamespaceState) -> dict[str, IndexDeclaration]:

@@ -5,6 +5,7 @@ in one ``__manifest`` commit; bad input is a project error that names what to do
 from __future__ import annotations
 
 import lance
+import pyarrow as pa
 import pytest
 
 from airflow_provider_lance.namespace import (
@@ -232,3 +233,22 @@ def test_an_index_of_the_same_name_built_on_a_leaf_with_pylance_is_not_built_twi
     for p in vectors.state().partitions():
         (index,) = lance.dataset(p.location, version=p.read_version).describe_indices()
         assert len(index.segments) == 1
+
+
+def test_an_index_follows_its_column_through_a_rename_and_stops_at_a_drop(
+    vectors: PartitionedNamespace,
+) -> None:
+    vectors.create_scalar_index("id", "BTREE", "ids")
+    vectors.rename_column("txt", "text")
+    vectors.create_scalar_index("text", "BITMAP", "texts")
+    vectors.rename_column("text", "body")
+    vectors.write(vector_rows([5], 10, first_id=5000).rename_columns(["id", "part", "body", "vec"]))
+    vectors.optimize_indices()
+    assert {i.name: i.column for i in vectors.list_indices()} == {"ids": "id", "texts": "body"}
+    assert leaf_indices(vectors)[5] == ["ids", "texts"]
+    vectors.drop_column("body")
+    vectors.add_column(pa.field("body", pa.utf8()))  # a new column of the old name
+    vectors.write(vector_rows([6], 10, first_id=6000).rename_columns(["id", "part", "body", "vec"]))
+    vectors.optimize_indices()
+    assert {i.name: i.column for i in vectors.list_indices()} == {"ids": "id", "texts": None}
+    assert leaf_indices(vectors)[6] == ["ids"]
