@@ -51,8 +51,10 @@ from airflow_provider_lance.namespace.format.state import SCHEMA_KEY, NamespaceS
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.io.storage_options import StorageOptionValue
 from airflow_provider_lance.namespace.io.uri import normalize_root
+from airflow_provider_lance.namespace.ops import indexing
 from airflow_provider_lance.namespace.ops.compaction import DEFAULT_TARGET_ROWS, Optimize
 from airflow_provider_lance.namespace.ops.deletion import DeleteRows, DropPartitions
+from airflow_provider_lance.namespace.ops.index_model import MODEL_DIR
 from airflow_provider_lance.namespace.ops.merging import MergeRows
 from airflow_provider_lance.namespace.ops.runner import TableOperation, run_operation
 from airflow_provider_lance.namespace.ops.verification import (
@@ -101,7 +103,7 @@ from .errors import (
 )
 from .failpoints import failpoint
 from .progress import ProgressCallback, check_callback, iterate_reporting, reporting
-from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
+from .results import CommitResult, HistoryEntry, IndexInfo, OperationResult, TagInfo
 from .types import ArrowData, WriteMode
 
 if TYPE_CHECKING:
@@ -187,7 +189,7 @@ class PartitionedNamespace:
     @staticmethod
     def is_namespace_entry(name: str) -> bool:
         """Whether ``name``, a top-level entry of a namespace's directory, is the format's."""
-        return name in (MANIFEST_NAME, TXN_DIR) or bool(LEAF_DIRECTORY.match(name))
+        return name in (MANIFEST_NAME, TXN_DIR, MODEL_DIR) or bool(LEAF_DIRECTORY.match(name))
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -598,6 +600,104 @@ class PartitionedNamespace:
         )
         return self._operate(operation, txn_id, None, progress)
 
+    # -- indexes: declared on the namespace, built per leaf, each one __manifest swap ----------
+    def create_index(
+        self,
+        column: str,
+        index_type: str,
+        name: str | None = None,
+        *,
+        filter: str | None = None,
+        replace: bool = False,
+        shared_model: bool = True,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+        progress: ProgressCallback | None = None,
+        **params: Any,
+    ) -> OperationResult:
+        """Declare an index ``name`` (default ``<column>_idx``) on ``column`` and build it on
+        every partition ``filter`` may touch (None: all), published in one ``__manifest``
+        commit; ``params`` are pylance's ``create_index`` arguments (``metric``,
+        ``num_partitions``, ``num_sub_vectors``, ...). IVF types share one model trained on
+        a sample of all partitions unless ``shared_model=False``. Partitions created later
+        get it from :meth:`optimize_indices`. ``txn_id``, ``claim_timeout``: see
+        :meth:`drop_partitions`."""
+        types = indexing.VECTOR_TYPES | indexing.SCALAR_TYPES
+        operation = self._create_index(
+            column, index_type, name, filter, types, replace, params, shared_model
+        )
+        return self._operate(operation, txn_id, claim_timeout, progress)
+
+    def create_scalar_index(
+        self,
+        column: str,
+        index_type: str,
+        name: str | None = None,
+        *,
+        filter: str | None = None,
+        replace: bool = False,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+        progress: ProgressCallback | None = None,
+        **params: Any,
+    ) -> OperationResult:
+        """:meth:`create_index` for pylance's scalar types (BTREE, BITMAP, LABEL_LIST,
+        INVERTED, FTS, NGRAM, ZONEMAP, BLOOMFILTER, RTREE)."""
+        types = indexing.SCALAR_TYPES
+        operation = self._create_index(column, index_type, name, filter, types, replace, params)
+        return self._operate(operation, txn_id, claim_timeout, progress)
+
+    def _create_index(
+        self,
+        column: str,
+        index_type: str,
+        name: str | None,
+        filter: str | None,
+        types: frozenset[str],
+        replace: bool,
+        params: dict[str, Any],
+        shared_model: bool = False,
+    ) -> indexing.CreateIndex:
+        given: dict[str, Any] = {
+            k: params.pop(k) for k in ("ivf_centroids", "pq_codebook") if k in params
+        }
+        declaration = indexing.declaration_for(
+            self.state(), column, index_type, name, filter=filter, params=params, types=types
+        )
+        return indexing.CreateIndex(
+            self._storage,
+            declaration,
+            replace=replace,
+            shared_model=shared_model,
+            given_model=given or None,
+        )
+
+    def optimize_indices(
+        self,
+        filter: str | None = None,
+        *,
+        names: Sequence[str] | None = None,
+        txn_id: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> OperationResult:
+        """Index what the declared indexes (``names``; None: all) do not cover yet in the
+        partitions ``filter`` may touch: new partitions whole, new fragments of indexed
+        ones as a new segment, in one ``__manifest`` commit. A partition being committed
+        or that keeps changing is left for the next run (``skipped``)."""
+        operation = indexing.OptimizeIndices(self._storage, filter, names)
+        return self._operate(operation, txn_id, None, progress)
+
+    def list_indices(self, as_of: AsOf | None = None) -> list[IndexInfo]:
+        """The declared indexes as of ``as_of`` (default: now), each with its coverage."""
+        return indexing.index_info(self._storage, self.state(as_of))
+
+    def drop_index(
+        self, name: str, *, txn_id: str | None = None, claim_timeout: float | None = None
+    ) -> OperationResult:
+        """Remove the index ``name`` from the namespace and every leaf, in one
+        ``__manifest`` commit (see :meth:`drop_partitions`)."""
+        return self._operate(indexing.DropIndex(self._storage, name), txn_id, claim_timeout)
+
     def _operate(
         self,
         operation: TableOperation,
@@ -722,14 +822,17 @@ class PartitionedNamespace:
         orphan_min_age: dt.timedelta = DEFAULT_MIN_AGE,
         dry_run: bool = False,
         enforce_min_age: bool = True,
+        indices: bool = True,
         progress: ProgressCallback | None = None,
     ) -> MaintenanceReport:
         """Compact ``__manifest``; with ``older_than``, remove older versions (not tagged
         ones nor the leaf versions those read); with ``sweep_orphans``, remove what killed
-        writers left, older than ``orphan_min_age`` (``dry_run``: only report it). Arguments
-        are checked first: an ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours) is
-        refused unless ``enforce_min_age=False`` or ``dry_run``."""
+        writers left, older than ``orphan_min_age`` (``dry_run``: only report it); with
+        ``indices``, :meth:`optimize_indices` first. Arguments are checked first: an
+        ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours) is refused unless
+        ``enforce_min_age=False`` or ``dry_run``."""
         flags = {"compact": compact, "sweep_orphans": sweep_orphans, "dry_run": dry_run}
+        flags["indices"] = indices
         check_flags(**flags, enforce_min_age=enforce_min_age)
         older_than = checked_older_than(older_than)
         if sweep_orphans:
@@ -742,10 +845,14 @@ class PartitionedNamespace:
             age: dict[str, Any] = {"min_age": orphan_min_age, "dry_run": dry_run}
             reclaimed = reclaim(self._txn, **age) if sweep_orphans else None
             report = MaintenanceReport()
+            indexed = None
+            if indices and not dry_run and self.state().view.index_rows():
+                indexed = self.optimize_indices().to_dict()
             if not dry_run:
                 collect_finished(self._manifest, self.state(), self._store.delete)
                 state = NamespaceState.load(self._root, self._manifest.latest())
                 report = maintain(self._manifest, state, compact=compact, older_than=older_than)
+                report.indices = indexed
             if reclaimed is not None:
                 report.unpublished = reclaimed.to_dict()
                 report.orphans = sweep(self._txn, **age, enforce_min_age=enforce_min_age).to_dict()

@@ -61,6 +61,8 @@ class MaintenanceReport:
     unpublished: dict[str, object] | None = None
     #: Intent rows of merges that died (older than ``spec_fence.INTENT_MAX_AGE``), removed.
     merge_intents_removed: int = 0
+    #: What ``optimize_indices`` indexed (an ``OperationResult``), when indexes are declared.
+    indices: dict[str, object] | None = None
 
     def to_dict(self) -> dict[str, object]:
         out = dict(self.__dict__)

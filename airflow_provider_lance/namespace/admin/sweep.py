@@ -1,7 +1,8 @@
 """The orphan sweep (see docs/design.md, "The orphan sweep"). It removes only:
 
-* a data or deletion file of a leaf directory that no existing version of that leaf
-  references, older than ``min_age``, named by no live transaction's stage record or plan;
+* a data, deletion or index file of a leaf directory that no existing version of that leaf
+  references, older than ``min_age``, named by no live transaction's stage record or plan
+  (an index build killed before its publish leaves segments no version references);
 * a whole leaf directory that no row of the latest ``__manifest`` and no retained version
   points at, named by no live transaction, every file in it older than ``min_age`` (its
   version files first, so nobody opens a table whose data is being removed).
@@ -177,17 +178,20 @@ def _sweep_leaf(
     cutoff: float,
     report: SweepReport,
 ) -> None:
-    """Remove the data and deletion files of one leaf no version of it references."""
-    prefixes = (f"{directory}/data/", f"{directory}/_deletions/")
+    """Remove the data, deletion and index files of one leaf no version of it references."""
+    indices = f"{directory}/_indices/"
+    prefixes = (f"{directory}/data/", f"{directory}/_deletions/", indices)
     candidates = [e for e in entries if e.path.startswith(prefixes)]
     if not candidates:
         return
     has_table = any(e.path.startswith(f"{directory}/_versions/") for e in entries)
-    referenced = _referenced(storage, directory) if has_table else set()
+    with_indices = any(e.path.startswith(indices) for e in candidates)
+    referenced = _referenced(storage, directory, with_indices) if has_table else set()
     if referenced is None:
         return
     for entry in candidates:
-        if entry.path in referenced:
+        segment = entry.path[len(indices) :].split("/", 1)[0]
+        if entry.path in referenced or f"{indices}{segment}/" in referenced:
             continue
         if entry.path in protected:
             report.kept_staged += 1
@@ -221,8 +225,9 @@ def _remove_empty_directories(storage: Storage, directory: str) -> None:
             os.rmdir(path)
 
 
-def _referenced(storage: Storage, directory: str) -> set[str] | None:
-    """The files any existing version of the leaf references (None: the leaf is unreadable)."""
+def _referenced(storage: Storage, directory: str, indices: bool = False) -> set[str] | None:
+    """The files any existing version of the leaf references, and with ``indices`` the
+    directories (``<leaf>/_indices/<uuid>/``) of its index segments (None: unreadable)."""
     uri = storage.uri(directory)
     try:
         ds = storage.table(uri)
@@ -240,6 +245,9 @@ def _referenced(storage: Storage, directory: str) -> set[str] | None:
                 ext = "arrow" if deletion.get("file_type") == "array" else "bin"
                 name = f"{raw['id']}-{deletion['read_version']}-{deletion['id']}.{ext}"
                 out.add(f"{directory}/_deletions/{name}")
+        if indices:
+            segments = (s for found in at.describe_indices() for s in found.segments)
+            out.update(f"{directory}/_indices/{s.uuid}/" for s in segments)
     return out
 
 

@@ -9,7 +9,10 @@ again keeps them. :func:`reclaim_unpublished` gives that space back, for each pa
    published as "read the latest" (NULL ``read_version``), or if its newest version is
    younger than ``min_age`` (a direct write in flight has committed it and not swapped);
 2. the published version R is restored on top (Lance's ``restore``: version N, holding
-   exactly R's fragments, checked), as every commit's roll-back does;
+   exactly R's fragments, checked), as every commit's roll-back does; versions right above
+   R made outside the namespace that change no rows (an index built with pylance) are kept
+   as every commit keeps them: the newest of them is restored (or, if nothing lies above
+   it, is N itself);
 3. one compare-and-swap on ``__manifest`` sets the ``read_version``\\ s of all of them to
    their N, only where each row is still unclaimed and unchanged since it was read. This is
    the fence: a direct write that committed one of those versions and swaps later fails
@@ -40,7 +43,12 @@ from airflow_provider_lance.namespace.format.state import NamespaceState, Partit
 from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.io.storage import FileEntry, Storage
 from airflow_provider_lance.namespace.txn.kernel import TransactionContext
-from airflow_provider_lance.namespace.write.leaf_commit import content_at
+from airflow_provider_lance.namespace.write.leaf_commit import (
+    KEPT,
+    content_at,
+    kept_above,
+    warn_rolled_back,
+)
 
 from .sweep import live_stages
 
@@ -164,9 +172,9 @@ def reclaim_unpublished(
     fenced = _fence(ctx, state, {oid: n for oid, (_, n) in rolled.items()})
     report._keep("moved", len(rolled) - len(fenced))
     failpoint("maintain.unpublished_fenced")
-    done = [rolled[oid][0] for oid in fenced]
-    removed = storage.map(lambda c: _remove(storage, c), done, step="remove")
-    for candidate, (versions, size) in zip(done, removed, strict=True):
+    done = [rolled[oid] for oid in fenced]
+    removed = storage.map(lambda c: _remove(storage, *c), done, step="remove")
+    for (candidate, _), (versions, size) in zip(done, removed, strict=True):
         report.leaves_reclaimed += 1
         report.versions_removed += versions
         report.bytes_freed += size
@@ -194,9 +202,14 @@ def _restore(storage: Storage, candidate: _Candidate) -> int | None:
         leaf = storage.table(partition.location)
         if int(leaf.version) != candidate.newest:  # committed to since the listing
             return None
+        kept = kept_above(leaf, published)
+        if kept == candidate.newest:  # nothing to roll back: the fence publishes it
+            log.info("publishing %s version %d: %s", partition.location, kept, KEPT)
+            return kept
+        warn_rolled_back(leaf, partition.location, kept)
         with storage.failures("roll back", partition.location, conflict="a concurrent commit won"):
             failpoint("maintain.before_restore")
-            storage.table(partition.location, published).restore()  # type: ignore[no-untyped-call]
+            storage.table(partition.location, kept).restore()  # type: ignore[no-untyped-call]
         restored = storage.table(partition.location)
     except (TableNotFoundError, CommitConflict) as exc:  # gone, or committed to meanwhile
         log.info("left the unpublished versions of %s alone: %s", partition.location, exc)
@@ -233,13 +246,15 @@ def _fence(
     return []
 
 
-def _remove(storage: Storage, candidate: _Candidate) -> tuple[int, int]:
-    """Remove the versions above the formerly published one up to the newest listed
-    (versions, bytes)."""
+def _remove(storage: Storage, candidate: _Candidate, fenced: int) -> tuple[int, int]:
+    """Remove the versions above the formerly published one up to the newest listed, below
+    the one the fence published (versions, bytes)."""
     partition = candidate.partition
     published = partition.read_version
     assert published is not None
-    doomed = list(range(published + 1, candidate.newest + 1))
+    doomed = list(range(published + 1, min(candidate.newest + 1, fenced)))
+    if not doomed:
+        return 0, 0
     try:
         leaf = storage.table(partition.location)
     except TableNotFoundError:  # removed meanwhile (its partition dropped and swept)

@@ -71,7 +71,7 @@ class Optimize(TableOperation):
         leaf = self.storage.table(partition.location, base)
         before = len(leaf.get_fragments())
         change = outcome(partition, fragments_before=before, fragments_after=before)
-        if leaf.describe_indices():
+        if leaf.describe_indices() or self._indexed_above(partition, base):
             log.info("optimize left %s alone: it has indices", partition.object_id)
             return ComputedChange(partition, base, None, change, skip=SkipReason.INDEXED)
         with self.storage.failures("plan the compaction of", partition.location):
@@ -83,6 +83,12 @@ class Optimize(TableOperation):
         operation = LanceOperation.Rewrite([_group(r) for r in rewrites], [])
         change = replace(change, fragments_after=len(content_after(leaf, base, operation)))
         return ComputedChange(partition, base, operation, change, leaf=leaf)
+
+    def _indexed_above(self, partition: Partition, base: int) -> bool:
+        """Whether a version above ``base`` has indices: one built on the leaf with pylance,
+        which the commit keeps (a rewrite on it would leave them covering no fragment)."""
+        latest = self.storage.table(partition.location)
+        return int(latest.version) != base and bool(latest.describe_indices())
 
 
 def _group(rewrite: RewriteResult) -> LanceOperation.RewriteGroup:

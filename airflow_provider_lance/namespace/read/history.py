@@ -51,7 +51,10 @@ from .timetravel import list_tags, version_times
 log = logging.getLogger(__name__)
 
 #: Publishes listed under these names (``mode`` None), not as a ``write``.
-TABLE_OPERATIONS = ("delete", "drop_partitions", "merge", "optimize", "relocate")
+TABLE_OPERATIONS = (
+    *("delete", "drop_partitions", "merge", "optimize", "relocate"),
+    *("create_index", "optimize_indices", "drop_index"),
+)
 #: What a version did that readers see (anything else is bookkeeping: ``internal``).
 VISIBLE = (
     frozenset({"create", "write", "create_partitions", "add_column", "drop_column", "repair"})

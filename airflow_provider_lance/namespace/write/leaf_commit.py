@@ -401,10 +401,70 @@ def _settle(
         return _Base(base)
     if committed_by(ds, latest) == owner and content_at(ds, latest) == expected():
         return latest
+    kept = kept_above(ds, base)
+    if kept == latest:
+        log.info(
+            "publishing versions %d-%d of %s with this commit: %s", base + 1, latest, uri, KEPT
+        )
+        return _Base(latest)
     if may_roll_back is not None and not may_roll_back(base):
         raise _moved(uri)
-    restored = _roll_back(storage, uri, ds, base)
+    restored = _roll_back(storage, uri, ds, kept)
     return Outcome.AGAIN if restored is None else _Base(restored)
+
+
+#: Why a leaf version made outside the namespace is kept rather than rolled back.
+KEPT = "made outside the namespace, they change no rows (an index built with pylance)"
+
+
+def kept_above(ds: lance.LanceDataset, base: int) -> int:
+    """The newest version ``v`` such that every version in ``(base, v]`` was made outside
+    the namespace and holds the fragments and schema of ``base`` (an index, a config key):
+    the next commit keeps those and publishes them, where it rolls back the others."""
+    at_base = ds if int(ds.version) == base else ds.checkout_version(base)
+    shape = (content_at(at_base, base), repr(at_base.lance_schema))
+    kept = base
+    for version in range(base + 1, int(ds.version) + 1):
+        if committed_by(ds, version) is not None:
+            break
+        at = ds.checkout_version(version)
+        if (content_at(at, version), repr(at.lance_schema)) != shape:
+            break
+        kept = version
+    return kept
+
+
+#: The namespace call that does what a Lance operation made outside it did.
+_THROUGH = {
+    "Append": "write(data)",
+    "Overwrite": "write(data, mode='overwrite')",
+    "Delete": "delete(filter)",
+    "Update": "merge(data, on=...)",
+    "Rewrite": "optimize()",
+    "CreateIndex": "create_index() or create_scalar_index()",
+    "Merge": "add_column()",
+    "Project": "drop_column() or rename_column()",
+}
+
+
+def warn_rolled_back(ds: lance.LanceDataset, uri: str, kept: int) -> None:
+    """Name each version above ``kept`` a roll-back discards that was made outside the
+    namespace, and how to make it through the namespace."""
+    for version in range(kept + 1, int(ds.version) + 1):
+        if committed_by(ds, version) is not None:
+            continue
+        txn = ds.read_transaction(version)
+        what = type(txn.operation).__name__ if txn is not None else "commit"
+        how = _THROUGH.get(what, "the namespace's own methods")
+        log.warning(
+            "rolling back version %d of %s: a %s committed to the leaf outside the namespace "
+            "changes its rows, and readers see only what a namespace commit publishes; do it "
+            "through PartitionedNamespace.%s",
+            version,
+            uri,
+            what,
+            how,
+        )
 
 
 def _until_committed(uri: str, attempt: Callable[[int], int | Outcome]) -> int:
@@ -463,6 +523,8 @@ def content_after(
             fragments.pop(int(i), None)
         replaced(operation.updated_fragments)
         added = list(operation.new_fragments)
+    elif isinstance(operation, LanceOperation.CreateIndex):
+        pass  # an index changes no fragment
     elif isinstance(operation, LanceOperation.Rewrite):
         for group in operation.groups:
             for old in group.old_fragments:
@@ -478,6 +540,7 @@ def _roll_back(storage: Storage, uri: str, ds: lance.LanceDataset, base: int) ->
     version, or None if another commit landed on the restore before it was read."""
     n = int(ds.version) - base
     log.warning("rolling back %d unpublished version(s) of %s to version %d", n, uri, base)
+    warn_rolled_back(ds, uri, base)
     with storage.failures("roll back", uri):
         storage.table(uri, base).restore()  # type: ignore[no-untyped-call]
     failpoint("leaf.rolled_back")

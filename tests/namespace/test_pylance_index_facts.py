@@ -1,0 +1,176 @@
+"""Facts about pylance 14's indexes that ``ops/indexing.py``, ``ops/index_model.py`` and the
+roll-back of ``write/leaf_commit.py`` rely on, each a test of pylance (not of this project)
+named after the fact (see tests/namespace/test_pylance_facts.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from lance import LanceOperation, Transaction
+from lance.dataset import Index
+from lance.indices import IndicesBuilder
+
+DIM = 8
+
+
+def table(first: int, n: int) -> pa.Table:
+    values = np.random.default_rng(first).standard_normal(n * DIM).astype("float32")
+    return pa.table(
+        {
+            "id": pa.array(range(first, first + n), pa.int64()),
+            "txt": [f"w{i % 5} x" for i in range(n)],
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(values), DIM),
+        }
+    )
+
+
+@pytest.fixture
+def leaf(tmp_path: Path) -> lance.LanceDataset:
+    return lance.write_dataset(table(0, 600), tmp_path / "leaf", max_rows_per_file=300)
+
+
+def fragments(ds: lance.LanceDataset) -> list[int]:
+    return [f.fragment_id for f in ds.get_fragments()]
+
+
+def commit(ds: lance.LanceDataset, operation: LanceOperation.BaseOperation, **props: str):
+    txn = Transaction(int(ds.version), operation, transaction_properties=props)
+    return lance.LanceDataset.commit(ds.uri, txn, max_retries=0)
+
+
+def test_fact_an_uncommitted_segment_commits_as_a_create_index_transaction_with_properties(
+    leaf: lance.LanceDataset,
+) -> None:
+    """indexing: a leaf's index is a computed change committed like a delete, tagged."""
+    segment = leaf.create_index_uncommitted("id", "BTREE", "ids", fragment_ids=fragments(leaf))
+    assert leaf.describe_indices() == []
+    done = commit(leaf, LanceOperation.CreateIndex([segment], []), owner="me#1")
+    assert [d.name for d in done.describe_indices()] == ["ids"]
+    assert done.read_transaction(int(done.version)).transaction_properties == {"owner": "me#1"}
+    assert "ScalarIndexQuery" in done.scanner(filter="id = 5").explain_plan()
+
+
+def test_fact_an_inverted_segment_is_readable_only_once_merged(tmp_path: Path) -> None:
+    """indexing.build_segment: INVERTED segments are written under ``staging/``; committed
+    raw, a full-text query fails on a missing file."""
+    raw = lance.write_dataset(table(0, 600), tmp_path / "raw", max_rows_per_file=300)
+    segment = raw.create_index_uncommitted("txt", "INVERTED", "t", fragment_ids=fragments(raw))
+    assert all(f.path.startswith("staging/") for f in segment.files)
+    committed = commit(raw, LanceOperation.CreateIndex([segment], []))
+    with pytest.raises(pa.ArrowInvalid, match="Not found"):
+        committed.to_table(full_text_query="w1", columns=["id"])
+    ds = lance.write_dataset(table(0, 600), tmp_path / "merged", max_rows_per_file=300)
+    built = ds.create_index_uncommitted("txt", "INVERTED", "t", fragment_ids=fragments(ds))
+    merged = ds.merge_existing_index_segments([built])
+    done = commit(ds, LanceOperation.CreateIndex([merged], []))
+    assert done.to_table(full_text_query="w1", columns=["id"]).num_rows == 120
+
+
+def test_fact_a_segment_of_an_existing_name_needs_replace_and_commits_as_a_delta(
+    leaf: lance.LanceDataset,
+) -> None:
+    """indexing.OptimizeIndices: new fragments get a segment of the same index."""
+    first = leaf.create_index_uncommitted("id", "BTREE", "ids", fragment_ids=fragments(leaf))
+    indexed = commit(leaf, LanceOperation.CreateIndex([first], []))
+    grown = lance.write_dataset(table(600, 100), leaf.uri, mode="append")
+    new = [f for f in fragments(grown) if f not in fragments(leaf)]
+    with pytest.raises(RuntimeError, match="already exists"):
+        grown.create_index_uncommitted("id", "BTREE", "ids", fragment_ids=new)
+    delta = grown.create_index_uncommitted("id", "BTREE", "ids", replace=True, fragment_ids=new)
+    done = commit(grown, LanceOperation.CreateIndex([delta], []))
+    (found,) = done.describe_indices()
+    assert [sorted(s.fragment_ids) for s in found.segments] == [fragments(indexed), new]
+    assert done.to_table(filter="id = 650").num_rows == 1
+
+
+def test_fact_a_segment_built_on_one_version_commits_on_a_later_append_and_delete(
+    leaf: lance.LanceDataset,
+) -> None:
+    """indexing: a build is reused on a later published version whose fragments it covered
+    hold the same data files; deleted rows are left out of index results."""
+    segment = leaf.create_index_uncommitted("id", "BTREE", "ids", fragment_ids=fragments(leaf))
+    lance.write_dataset(table(600, 100), leaf.uri, mode="append")
+    later = lance.dataset(leaf.uri)
+    later.delete("id = 5")
+    later = lance.dataset(leaf.uri)
+    done = commit(later, LanceOperation.CreateIndex([segment], []))
+    assert done.to_table(filter="id = 5").num_rows == 0
+    assert done.to_table(filter="id = 650").num_rows == 1
+    stats = done.stats.index_stats("ids")
+    assert (stats["num_indexed_rows"], stats["num_unindexed_rows"]) == (599, 100)
+
+
+def test_fact_removed_indices_named_by_uuid_drop_an_index(leaf: lance.LanceDataset) -> None:
+    """indexing.leaf_segments rebuilds ``Index`` records from ``describe_indices`` for a
+    ``CreateIndex`` that removes them (drop_index, replace)."""
+    leaf.create_scalar_index("id", "BTREE", name="ids")
+    leaf = lance.dataset(leaf.uri)
+    (found,) = leaf.describe_indices()
+    removed = [
+        Index(
+            uuid=s.uuid,
+            name=found.name,
+            fields=list(found.fields),
+            dataset_version=s.dataset_version_at_last_update,
+            fragment_ids=s.fragment_ids,
+            index_version=s.index_version,
+        )
+        for s in found.segments
+    ]
+    assert commit(leaf, LanceOperation.CreateIndex([], removed)).describe_indices() == []
+
+
+def test_fact_an_index_built_with_pylance_is_a_create_index_without_properties(
+    leaf: lance.LanceDataset,
+) -> None:
+    """leaf_commit.kept_above: such a version has the fragments and schema of the one
+    before it and no transaction properties of ours."""
+    before = lance.dataset(leaf.uri)
+    leaf.create_scalar_index("id", "BTREE")
+    after = lance.dataset(leaf.uri)
+    txn = after.read_transaction(int(after.version))
+    assert type(txn.operation).__name__ == "CreateIndex"
+    assert not txn.transaction_properties
+    assert fragments(after) == fragments(before)
+    assert repr(after.lance_schema) == repr(before.lance_schema)
+
+
+def test_fact_given_centroids_and_codebook_index_a_leaf_too_small_to_train_on(
+    tmp_path: Path,
+) -> None:
+    """index_model: a model trained elsewhere serves a leaf of 20 rows; the leaf's index
+    keeps exactly those centroids."""
+    sample = lance.write_dataset(table(0, 2000).select(["vec"]), tmp_path / "sample")
+    builder = IndicesBuilder(sample, "vec")
+    ivf = builder.train_ivf(4, distance_type="l2", sample_rate=8)
+    pq = builder.train_pq(ivf, 2, sample_rate=4)
+    small = lance.write_dataset(table(5000, 20), tmp_path / "small")
+    segment = small.create_index_uncommitted(
+        "vec",
+        "IVF_PQ",
+        "v",
+        num_sub_vectors=2,
+        ivf_centroids=ivf.centroids,
+        pq_codebook=pq.codebook,
+        fragment_ids=fragments(small),
+    )
+    done = commit(small, LanceOperation.CreateIndex([segment], []))
+    stats = done.stats.index_stats("v")["segments"][0]
+    assert np.allclose(
+        np.array(stats["centroids"]), ivf.centroids.flatten().to_numpy().reshape(4, DIM)
+    )
+    query = table(5000, 1).column("vec")[0].values.to_numpy()
+    found = done.to_table(nearest={"column": "vec", "q": query, "k": 1}, columns=["id"])
+    assert found.column("id").to_pylist() == [5000]
+
+
+def test_fact_create_index_uncommitted_requires_num_sub_vectors_for_pq(
+    leaf: lance.LanceDataset,
+) -> None:
+    """indexing.declaration_for supplies IndicesBuilder's default."""
+    with pytest.raises(ValueError, match="num_sub_vectors are required"):
+        leaf.create_index_uncommitted("vec", "IVF_PQ", "v", fragment_ids=fragments(leaf))
