@@ -6,7 +6,7 @@
 # release (uv --exclude-newer), providers left free as in Airflow's "no providers" file.
 # The slow spark-submit tests run once, on the main line, but for one (marked
 # airflow_compat) that drives spark-submit through a DAG here too. Extra arguments go to
-# pytest.
+# pytest; `--install` only makes the venv (scripts/test.sh does that while the main run runs).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY="${PYTHON:-python3}"
@@ -25,6 +25,7 @@ if [ ! -s "$constraints" ]; then
 fi
 "${UV[@]}" pip install --quiet --compile-bytecode --python "$VENV/bin/python" -e ".[test]" \
     "apache-airflow==$AIRFLOW_VERSION" -c "$constraints"
+[ "${1:-}" = --install ] && exit 0
 "$VENV/bin/python" -c "import airflow; print('Airflow tests against Airflow', airflow.__version__)"
 exec "$VENV/bin/python" -m pytest -n auto --dist loadfile tests/airflow \
     -m "not slow or airflow_compat" "$@"
