@@ -3,6 +3,7 @@ beside the bare Lance scans of the same leaves, and planning at a million partit
 
     .venv/bin/python benchmarks/bench_engines.py                      # ~15 min, builds included
     .venv/bin/python benchmarks/bench_engines.py --reps 3 --plan-partitions 100000
+    .venv/bin/python benchmarks/bench_engines.py --plan-partitions 0  # the queries only
 
 The same Arrow data (``--partitions`` dates x ``--rows`` rows, ``bench_floor.rows``) goes to
 a namespace (identity on ``event_date``) and to a delta-rs table partitioned by it, built
@@ -21,7 +22,8 @@ once under ``benchmarks/.data/``. Queries, for one date and for a 1% range of da
 Every call opens a fresh handle (``PartitionedNamespace.open``, ``DeltaTable``), as a
 scheduled query would; samples are interleaved (the order rotates per round); every
 system's answer is checked equal. Targets: no slower than delta-rs, or within 1.1x of the
-floor of the same run.
+floor of the same run. Beside the wall time, the CPU time of the process (every thread) per
+call: on a machine shared with other work, it shows what each system costs.
 
 **Planning at a million partitions**: a namespace of ``--plan-partitions`` ``__manifest``
 rows (built as ``bench_million.py`` builds its own, with real leaves for 10 dates only:
@@ -200,6 +202,7 @@ def run_queries(
 ) -> dict[str, Any]:
     """Every query on every system, interleaved; medians, checked answers."""
     samples: dict[str, dict[str, list[float]]] = {}
+    cpu: dict[str, dict[str, list[float]]] = {}
     steal: dict[str, float | None] = {}
     for span, (first, last) in ranges.items():
         for query, (select, columns) in QUERIES.items():
@@ -211,11 +214,13 @@ def run_queries(
                 shift = rep % len(names)
                 answers = {}
                 for name in names[shift:] + names[:shift]:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     answers[name] = calls[name]()
                     if rep:
                         elapsed = time.perf_counter() - t0
                         samples.setdefault(case, {}).setdefault(name, []).append(elapsed)
+                        used = time.process_time() - c0
+                        cpu.setdefault(case, {}).setdefault(name, []).append(used)
                 reference = answers["floor"]
                 for name, value in answers.items():
                     if not same(reference, value):
@@ -228,15 +233,17 @@ def run_queries(
                 f"  {case}: " + ", ".join(f"{n} {fmt_ms(m)}" for n, m in medians.items()),
                 flush=True,
             )
-    return {"samples": samples, "steal": steal}
+    return {"samples": samples, "cpu": cpu, "steal": steal}
 
 
 def report(results: dict[str, Any]) -> list[list[str]]:
     table = []
     for case, by_system in results["samples"].items():
         med = {n: summarize(s)["median_ms"] for n, s in by_system.items()}
+        cpu = {n: summarize(s)["median_ms"] for n, s in results["cpu"][case].items()}
         for engine in ("duckdb", "polars", "datafusion"):
             ours, delta = med[f"{engine} ours"], med[f"{engine} delta-rs"]
+            used = [cpu[f"{engine} ours"], cpu[f"{engine} delta-rs"], cpu["floor"]]
             table.append(
                 [
                     engine,
@@ -247,6 +254,7 @@ def report(results: dict[str, Any]) -> list[list[str]]:
                     f"{ours / delta:.2f}x",
                     f"{ours / med['floor']:.2f}x",
                     fmt_ms(summarize(by_system[f"{engine} ours"])["p95_ms"]),
+                    " / ".join(fmt_ms(u) for u in used),
                 ]
             )
     headers = [
@@ -258,8 +266,10 @@ def report(results: dict[str, Any]) -> list[list[str]]:
         "ours/delta",
         "ours/floor",
         "ours p95",
+        "CPU ours / delta-rs / floor",
     ]
-    print_table(headers, table, title="median ms over the reps (fresh handle per query)")
+    title = "median ms over the reps (fresh handle per query); CPU: all the process's threads"
+    print_table(headers, table, title=title)
     return table
 
 
@@ -362,7 +372,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1_000)
     parser.add_argument("--rows", type=int, default=1_000)
     parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--plan-partitions", type=int, default=1_000_000)
+    parser.add_argument(
+        "--plan-partitions", type=int, default=1_000_000, help="0: no planning benchmark"
+    )
     parser.add_argument("--plan-reps", type=int, default=5)
     parser.add_argument("--rebuild", action="store_true")
     args = parser.parse_args()
@@ -379,8 +391,10 @@ def main() -> None:
     results = run_queries(Systems(ours, delta), args.reps, ranges)
     table = report(results)
     print(f"load average: {os.getloadavg()}", flush=True)
-    plan = planning(args.plan_partitions, args.plan_reps, args.rebuild)
-    print(f"load average: {os.getloadavg()}", flush=True)
+    plan = None
+    if args.plan_partitions:
+        plan = planning(args.plan_partitions, args.plan_reps, args.rebuild)
+        print(f"load average: {os.getloadavg()}", flush=True)
     write_results(
         "engines",
         {"environment": env, "queries": results, "table": table, "planning": plan},

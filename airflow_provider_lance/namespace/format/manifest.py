@@ -107,7 +107,6 @@ ManifestRow = dict[str, Any]
 POINT_LOOKUP_IDS = 64
 #: Rows of ``__manifest`` read whole in about the time of a filtered scan.
 CHEAP_WHOLE_ROWS = 5000
-_LEAVES = f"{OBJECT_TYPE} = '{TABLE}'"
 _CLAIMED = f"{CLAIM} IS NOT NULL"
 
 
@@ -484,9 +483,10 @@ class ManifestView:
         whole = self._read_whole
         late = False if whole else None
         scan: dict[str, Any] = {"use_scalar_index": not whole, "late_materialization": late}
-        if where is None:
-            return self._ds.to_table(columns=list(columns), filter=_LEAVES, **scan)
-        rows = self._ds.to_table(columns=[*columns, OBJECT_TYPE], filter=where, **scan)
+        if where is None:  # every row: filtered here, cheaper than in Lance's scan
+            rows = self._ds.to_table(columns=[*columns, OBJECT_TYPE])
+        else:
+            rows = self._ds.to_table(columns=[*columns, OBJECT_TYPE], filter=where, **scan)
         return rows.filter(pc.equal(rows.column(OBJECT_TYPE), TABLE)).drop_columns([OBJECT_TYPE])
 
     @property
