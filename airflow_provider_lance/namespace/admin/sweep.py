@@ -3,6 +3,9 @@
 * a data, deletion or index file of a leaf directory that no existing version of that leaf
   references, older than ``min_age``, named by no live transaction's stage record or plan
   (an index build killed before its publish leaves segments no version references);
+* a shared index model (``_index_models/<name>-<hex>.json``, see ``ops.index_model``) that
+  no index declared as of the latest ``__manifest`` version names, older than ``min_age``
+  (a crashed build's, a dropped or replaced index's);
 * a whole leaf directory that no row of the latest ``__manifest`` and no retained version
   points at, named by no live transaction, every file in it older than ``min_age`` (its
   version files first, so nobody opens a table whose data is being removed).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import logging
 import os
 import re
@@ -23,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
 from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
-from airflow_provider_lance.namespace.format.manifest import MANIFEST_NAME
+from airflow_provider_lance.namespace.format.manifest import MANIFEST_NAME, METADATA
 from airflow_provider_lance.namespace.format.state import NamespaceState
 from airflow_provider_lance.namespace.format.txn_row import TxnState
 from airflow_provider_lance.namespace.io.storage import FileEntry, Storage
@@ -45,6 +49,8 @@ DEFAULT_MIN_AGE = dt.timedelta(days=1)
 MIN_SAFE_ORPHAN_AGE = dt.timedelta(seconds=DEFAULT_LEASE_SECONDS)
 #: Leaf directories (``<8 hex>_v<N>$...$dataset``, see ``naming.leaf_directory``).
 LEAF_DIRECTORY = re.compile(r"^[0-9a-f]{8}_v\d+\$.+\$dataset$")
+#: The root's directory of shared index models (``ops.index_model.MODEL_DIR``).
+MODEL_DIR = "_index_models"
 #: Paths listed in the report, at most.
 SAMPLE = 20
 
@@ -120,10 +126,14 @@ def sweep_orphans(
     cutoff = time.time() - min_age.total_seconds()
     protected = _named_by_live_transactions(ctx, state)
     listed: dict[str, list[FileEntry]] = {}
+    models: list[FileEntry] = []
     for entry in storage.list_files():
         top = entry.path.split("/", 1)[0]
-        if top not in (MANIFEST_NAME, TXN_DIR) and LEAF_DIRECTORY.match(top):
+        if top == MODEL_DIR:
+            models.append(entry)
+        elif top not in (MANIFEST_NAME, TXN_DIR) and LEAF_DIRECTORY.match(top):
             listed.setdefault(top, []).append(entry)
+    _sweep_models(models, _declared_models(state), cutoff, report, storage)
     locations = state.view.leaf_locations()
     unlisted = [d for d in listed if d not in locations]
     unread = _unread(ctx, unlisted) if unlisted else set()
@@ -196,6 +206,25 @@ def _sweep_leaf(
         if entry.path in protected:
             report.kept_staged += 1
         elif entry.mtime >= cutoff:
+            report.kept_young += 1
+        else:
+            report._remove(storage, entry)
+
+
+def _declared_models(state: NamespaceState) -> set[str]:
+    """The model files the index declarations of ``state`` name (root-relative)."""
+    docs = (json.loads(r[METADATA] or "{}") for r in state.view.index_rows())
+    return {str(d["model"]) for d in docs if d.get("model")}
+
+
+def _sweep_models(
+    entries: list[FileEntry], named: set[str], cutoff: float, report: SweepReport, storage: Storage
+) -> None:
+    """Remove the model files no declaration names, older than the cutoff."""
+    for entry in entries:
+        if entry.path in named:
+            continue
+        if entry.mtime >= cutoff:
             report.kept_young += 1
         else:
             report._remove(storage, entry)

@@ -4,8 +4,11 @@ Each leaf's compaction is planned and executed on its *published* version (files
 nothing committed), committed as that version's ``Rewrite`` through
 :func:`~.leaf_commit.commit_change`, and every compacted leaf published in one ``__manifest``
 swap like any table operation (:mod:`~.runner`). A leaf that keeps moving under the swap
-(``kept_moving``), that a committing transaction holds (``claimed``) or that has indices
-(``indexed``) is left alone. A compaction never changes what a leaf holds.
+(``kept_moving``), that a committing transaction holds (``claimed``) or that has indices and
+is read at its latest version (``indexed``) is left alone. A leaf with indices is committed
+by Lance's own compaction commit, which remaps them onto the new fragments
+(:class:`~.leaf_commit.IndexedRewrite`): searches return what they did, and the rows they
+index stay indexed. A compaction never changes what a leaf holds.
 
 pylance facts, in tests/namespace/test_pylance_facts.py:
 test_fact_compaction_planned_on_an_old_version_writes_files_without_committing,
@@ -18,7 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from lance import LanceOperation
+from lance import LanceDataset, LanceOperation
 from lance.optimize import Compaction, CompactionOptions, RewriteResult
 
 from airflow_provider_lance.namespace.errors import InvalidArgumentError
@@ -26,7 +29,11 @@ from airflow_provider_lance.namespace.format.state import NamespaceState, Partit
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.results import SkipReason
-from airflow_provider_lance.namespace.write.leaf_commit import content_after
+from airflow_provider_lance.namespace.write.leaf_commit import (
+    IndexedRewrite,
+    content_after,
+    kept_above,
+)
 
 from .runner import ComputedChange, Selection, TableOperation, outcome
 
@@ -71,24 +78,33 @@ class Optimize(TableOperation):
         leaf = self.storage.table(partition.location, base)
         before = len(leaf.get_fragments())
         change = outcome(partition, fragments_before=before, fragments_after=before)
-        if leaf.describe_indices() or self._indexed_above(partition, base):
-            log.info("optimize left %s alone: it has indices", partition.object_id)
+        planned = self._with_kept_indices(partition, leaf)
+        indexed = bool(planned.describe_indices())
+        if indexed and partition.read_version is None:
+            log.info("optimize left %s alone: indexed, read at its latest", partition.object_id)
             return ComputedChange(partition, base, None, change, skip=SkipReason.INDEXED)
         with self.storage.failures("plan the compaction of", partition.location):
-            plan = Compaction.plan(leaf, self.options)
+            plan = Compaction.plan(planned, self.options)
         if plan.num_tasks() == 0:
             return ComputedChange(partition, base, None, change)
         with self.storage.failures("compact", partition.location):
-            rewrites = [task.execute(leaf) for task in plan.tasks]
-        operation = LanceOperation.Rewrite([_group(r) for r in rewrites], [])
+            rewrites = [task.execute(planned) for task in plan.tasks]
+        groups = [_group(r) for r in rewrites]
+        operation: LanceOperation.Rewrite = LanceOperation.Rewrite(groups, [])
+        if indexed:
+            operation = IndexedRewrite(groups, [], rewrites, self.options)
         change = replace(change, fragments_after=len(content_after(leaf, base, operation)))
         return ComputedChange(partition, base, operation, change, leaf=leaf)
 
-    def _indexed_above(self, partition: Partition, base: int) -> bool:
-        """Whether a version above ``base`` has indices: one built on the leaf with pylance,
-        which the commit keeps (a rewrite on it would leave them covering no fragment)."""
+    def _with_kept_indices(self, partition: Partition, leaf: LanceDataset) -> LanceDataset:
+        """``leaf`` (at the published version), or the newest version kept above it (an
+        index built with pylance, same fragments): the compaction is planned there so that
+        its commit remaps those indices too."""
+        base = int(leaf.version)
         latest = self.storage.table(partition.location)
-        return int(latest.version) != base and bool(latest.describe_indices())
+        if int(latest.version) == base or (kept := kept_above(latest, base)) == base:
+            return leaf
+        return latest.checkout_version(kept)
 
 
 def _group(rewrite: RewriteResult) -> LanceOperation.RewriteGroup:

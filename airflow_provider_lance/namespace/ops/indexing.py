@@ -61,6 +61,10 @@ VECTOR_TYPES = frozenset(
 SCALAR_TYPES = frozenset(
     "BTREE BITMAP LABEL_LIST INVERTED FTS NGRAM ZONEMAP BLOOMFILTER RTREE".split()  # noqa: SIM905
 )
+#: Segments of one index a leaf keeps at most: a delta that would make one more merges
+#: them instead (one segment rebuilt over every fragment, as pylance's
+#: ``optimize_indices(num_indices_to_merge=...)`` merges them).
+MAX_SEGMENTS = 4
 #: Arguments the namespace sets itself: never taken from the caller.
 _MANAGED = frozenset(
     "column index_type name replace fragment_ids index_uuid storage_options train".split()  # noqa: SIM905
@@ -489,9 +493,11 @@ class OptimizeIndices(_IndexOperation):
         if not missing:
             return None
         rows = _rows(leaf, missing)
-        if declaration.vector and existing and declaration.model is None:
-            # a delta would train a model of its own on the new rows alone: rebuild
-            every = [f.fragment_id for f in leaf.get_fragments()]
+        own_model = declaration.vector and declaration.model is None
+        if existing and (own_model or len(existing) >= MAX_SEGMENTS):
+            # a delta would train a model of its own on the new rows alone, or make one
+            # segment too many: one segment over every fragment replaces them
+            every = [f.fragment_id for f in leaf.get_fragments() if live_rows(f.metadata) > 0]
             segment = self.segment(partition, leaf, declaration, column, every)
             return segment, existing, rows
         return self.segment(partition, leaf, declaration, column, missing), [], rows

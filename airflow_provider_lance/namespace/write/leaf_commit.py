@@ -18,6 +18,7 @@ import lance
 import pyarrow as pa
 from lance import LanceOperation, Transaction
 from lance.fragment import DataFile, FragmentMetadata
+from lance.optimize import Compaction, CompactionOptions, RewriteResult
 from lance.schema import LanceSchema
 
 from airflow_provider_lance.namespace.errors import (
@@ -449,11 +450,14 @@ _THROUGH = {
 
 def warn_rolled_back(ds: lance.LanceDataset, uri: str, kept: int) -> None:
     """Name each version above ``kept`` a roll-back discards that was made outside the
-    namespace, and how to make it through the namespace."""
-    for version in range(kept + 1, int(ds.version) + 1):
-        if committed_by(ds, version) is not None:
-            continue
-        txn = ds.read_transaction(version)
+    namespace, and how to make it through the namespace (versions below one of ours are
+    the Lance commits of an :class:`IndexedRewrite`, not foreign)."""
+    ours = [v for v in range(kept + 1, int(ds.version) + 1) if committed_by(ds, v) is not None]
+    for version in range(max(ours, default=kept) + 1, int(ds.version) + 1):
+        try:
+            txn = ds.read_transaction(version)
+        except TypeError:  # a Rewrite that remapped indices (pylance cannot read it back)
+            txn = None
         what = type(txn.operation).__name__ if txn is not None else "commit"
         how = _THROUGH.get(what, "the namespace's own methods")
         log.warning(
@@ -550,6 +554,59 @@ def _roll_back(storage: Storage, uri: str, ds: lance.LanceDataset, base: int) ->
     return int(restored.version)
 
 
+@dataclasses.dataclass
+class IndexedRewrite(LanceOperation.Rewrite):
+    """The compaction of a leaf with indices: ``rewrites`` (its executed tasks) committed
+    by Lance's own compaction commit, which reserves the new fragments' ids and remaps
+    every index onto them (two versions, untagged), then tagged by an empty
+    ``CreateIndex`` of the owner's. ``groups`` say what it does to the content."""
+
+    rewrites: list[RewriteResult] = dataclasses.field(default_factory=list)
+    options: CompactionOptions = dataclasses.field(default_factory=CompactionOptions)
+
+
+#: Versions Lance's compaction commit makes: ``ReserveFragments`` and the ``Rewrite``.
+_COMPACTION_VERSIONS = 2
+
+
+def _compact_on(
+    storage: Storage,
+    uri: str,
+    base: int,
+    operation: IndexedRewrite,
+    properties: dict[str, str],
+    on: lance.LanceDataset | None,
+) -> int | None:
+    """:func:`_commit_on` for an :class:`IndexedRewrite`: its tag version if Lance's commits
+    and the tag lie right above ``base`` with nothing of anyone else's between, else None."""
+    at = on if on is not None and int(on.version) == base else storage.table(uri, base)
+    if not _still_latest(storage, at, base):  # Lance would rebase it, not refuse it
+        return None
+    expected = content_after(at, base, operation)
+    conflict = f"a concurrent commit to {uri} won"
+    try:
+        with storage.failures("compact", uri, conflict=conflict):
+            Compaction.commit(at, list(operation.rewrites), operation.options)
+        made = int(at.version)
+        tag = Transaction(
+            made, LanceOperation.CreateIndex([], []), transaction_properties=properties
+        )
+        committed = storage.commit(uri, tag, conflict=conflict, on=at)
+    except CommitConflict:
+        return None
+    version = int(committed.version)
+    lance_made = range(base + 1, made + 1)
+    if (
+        version == made + 1
+        and len(lance_made) <= _COMPACTION_VERSIONS
+        and all(committed_by(committed, v) is None for v in lance_made)
+        and content_at(committed, version) == expected
+    ):
+        return version
+    log.warning("the compaction of %s was rebased onto a concurrent commit; again", uri)
+    return None
+
+
 def _commit_on(
     storage: Storage,
     uri: str,
@@ -562,6 +619,8 @@ def _commit_on(
     """Commit ``operation`` on version ``base``: the new version if it is ``base + 1``, None
     if a concurrent commit won or Lance rebased it. ``on``: the table opened at ``base``."""
     failpoint("leaf.before_commit")
+    if isinstance(operation, IndexedRewrite):
+        return _compact_on(storage, uri, base, operation, properties, on)
     transaction = Transaction(base, operation, transaction_properties=properties)
     try:
         committed = storage.commit(

@@ -560,9 +560,9 @@ def test_optimize_only_the_partitions_a_filter_may_touch(appended) -> None:
     assert fragments(appended) == {1: 6, 2: 1, 3: 6}
 
 
-def test_optimize_leaves_indexed_leaves_alone(appended) -> None:
+def test_optimize_compacts_indexed_leaves_and_remaps_their_indexes(appended) -> None:
     """An index on a leaf, published (as a tool that indexes leaves would publish it):
-    compaction would have to remap it, so the leaf is skipped and reported."""
+    Lance's compaction commit remaps it onto the compacted fragments."""
     p = appended.partition({"part": 1})
     indexed = lance.dataset(p.location, version=p.read_version)
     indexed.create_scalar_index("id", "BTREE")
@@ -570,9 +570,17 @@ def test_optimize_leaves_indexed_leaves_alone(appended) -> None:
     row = state.full_rows([p.object_id]).to_pylist()[0]
     row["read_version"] = lance.dataset(p.location).version
     appended._manifest.commit(Swap(state.view, [row]))
+    rows = all_rows(appended)
     result = appended.optimize()
-    assert result.skipped == {p.object_id: "indexed"}
-    assert sorted(c.values["part"] for c in result.rewritten) == [2, 3]
+    assert result.skipped == {}
+    assert sorted(c.values["part"] for c in result.rewritten) == [1, 2, 3]
+    assert all_rows(appended) == rows
+    leaf = lance.dataset(p.location, version=appended.partition({"part": 1}).read_version)
+    (index,) = leaf.describe_indices()
+    assert {int(f) for s in index.segments for f in s.fragment_ids} == {
+        f.fragment_id for f in leaf.get_fragments()
+    }
+    assert "ScalarIndexQuery" in leaf.scanner(filter="id = 101").explain_plan()
 
 
 OPTIMIZE_POINTS = [
