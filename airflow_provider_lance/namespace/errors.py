@@ -181,6 +181,15 @@ class TagExistsError(InvalidArgumentError):
     """A tag with that name already exists (delete it first to move it)."""
 
 
+class IndexExistsError(InvalidArgumentError):
+    """An index with that name is declared on the namespace already (``replace=True``
+    rebuilds it)."""
+
+
+class IndexNotFoundError(InvalidArgumentError):
+    """No index with that name is declared on the namespace."""
+
+
 class TransactionClosed(InvalidArgumentError):
     """The transaction no longer takes stages: a commit sealed it (or it was merged)."""
 

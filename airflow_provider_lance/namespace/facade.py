@@ -51,6 +51,7 @@ from airflow_provider_lance.namespace.format.state import SCHEMA_KEY, NamespaceS
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.io.storage_options import StorageOptionValue
 from airflow_provider_lance.namespace.io.uri import normalize_root
+from airflow_provider_lance.namespace.ops import indexing
 from airflow_provider_lance.namespace.ops.compaction import DEFAULT_TARGET_ROWS, Optimize
 from airflow_provider_lance.namespace.ops.deletion import DeleteRows, DropPartitions
 from airflow_provider_lance.namespace.ops.merging import MergeRows
@@ -103,7 +104,7 @@ from .errors import (
 )
 from .failpoints import failpoint
 from .progress import ProgressCallback, check_callback, iterate_reporting, reporting
-from .results import CommitResult, HistoryEntry, OperationResult, TagInfo
+from .results import CommitResult, HistoryEntry, IndexInfo, OperationResult, TagInfo
 from .types import ArrowData, WriteMode
 
 if TYPE_CHECKING:
@@ -634,6 +635,104 @@ class PartitionedNamespace:
             materialize_deletions=materialize_deletions,
         )
         return self._operate(operation, txn_id, None, progress)
+
+    # -- indexes: declared on the namespace, built per leaf, each one __manifest swap ----------
+    def create_index(
+        self,
+        column: str,
+        index_type: str,
+        name: str | None = None,
+        *,
+        filter: str | None = None,
+        replace: bool = False,
+        shared_model: bool = True,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+        progress: ProgressCallback | None = None,
+        **params: Any,
+    ) -> OperationResult:
+        """Declare an index ``name`` (default ``<column>_idx``) on ``column`` and build it on
+        every partition ``filter`` may touch (None: all), published in one ``__manifest``
+        commit; ``params`` are pylance's ``create_index`` arguments (``metric``,
+        ``num_partitions``, ``num_sub_vectors``, ...). IVF types share one model trained on
+        a sample of all partitions unless ``shared_model=False``. Partitions created later
+        get it from :meth:`optimize_indices`. ``txn_id``, ``claim_timeout``: see
+        :meth:`drop_partitions`."""
+        types = indexing.VECTOR_TYPES | indexing.SCALAR_TYPES
+        operation = self._create_index(
+            column, index_type, name, filter, types, replace, params, shared_model
+        )
+        return self._operate(operation, txn_id, claim_timeout, progress)
+
+    def create_scalar_index(
+        self,
+        column: str,
+        index_type: str,
+        name: str | None = None,
+        *,
+        filter: str | None = None,
+        replace: bool = False,
+        txn_id: str | None = None,
+        claim_timeout: float | None = None,
+        progress: ProgressCallback | None = None,
+        **params: Any,
+    ) -> OperationResult:
+        """:meth:`create_index` for pylance's scalar types (BTREE, BITMAP, LABEL_LIST,
+        INVERTED, FTS, NGRAM, ZONEMAP, BLOOMFILTER, RTREE)."""
+        types = indexing.SCALAR_TYPES
+        operation = self._create_index(column, index_type, name, filter, types, replace, params)
+        return self._operate(operation, txn_id, claim_timeout, progress)
+
+    def _create_index(
+        self,
+        column: str,
+        index_type: str,
+        name: str | None,
+        filter: str | None,
+        types: frozenset[str],
+        replace: bool,
+        params: dict[str, Any],
+        shared_model: bool = False,
+    ) -> indexing.CreateIndex:
+        given: dict[str, Any] = {
+            k: params.pop(k) for k in ("ivf_centroids", "pq_codebook") if k in params
+        }
+        declaration = indexing.declaration_for(
+            self.state(), column, index_type, name, filter=filter, params=params, types=types
+        )
+        return indexing.CreateIndex(
+            self._storage,
+            declaration,
+            replace=replace,
+            shared_model=shared_model,
+            given_model=given or None,
+        )
+
+    def optimize_indices(
+        self,
+        filter: str | None = None,
+        *,
+        names: Sequence[str] | None = None,
+        txn_id: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> OperationResult:
+        """Index what the declared indexes (``names``; None: all) do not cover yet in the
+        partitions ``filter`` may touch: new partitions whole, new fragments of indexed
+        ones as a new segment, in one ``__manifest`` commit. A partition being committed
+        or that keeps changing is left for the next run (``skipped``)."""
+        operation = indexing.OptimizeIndices(self._storage, filter, names)
+        return self._operate(operation, txn_id, None, progress)
+
+    def list_indices(self, as_of: AsOf | None = None) -> list[IndexInfo]:
+        """The declared indexes as of ``as_of`` (default: now), each with its coverage."""
+        return indexing.index_info(self._storage, self.state(as_of))
+
+    def drop_index(
+        self, name: str, *, txn_id: str | None = None, claim_timeout: float | None = None
+    ) -> OperationResult:
+        """Remove the index ``name`` from the namespace and every leaf, in one
+        ``__manifest`` commit (see :meth:`drop_partitions`)."""
+        return self._operate(indexing.DropIndex(self._storage, name), txn_id, claim_timeout)
 
     def _operate(
         self,

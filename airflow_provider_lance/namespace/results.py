@@ -65,6 +65,8 @@ class SkipReason(enum.StrEnum):
     CREATED_IN_WINDOW = "created_in_window"
     #: A live transaction staged files into it: its commit needs them (maintain).
     STAGED = "staged"
+    #: No rows, or no such column, to index (create_index).
+    NOT_INDEXED = "nothing_to_index"
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,8 @@ class PartitionOutcome:
     created: bool = False
     fragments_before: int = 0
     fragments_after: int = 0
+    #: Rows an index operation added to the partition's indexes.
+    rows_indexed: int = 0
 
     @property
     def dropped(self) -> bool:
@@ -267,6 +271,10 @@ class OperationResult:
         return sum(p.rows_inserted for p in self.partitions)
 
     @property
+    def rows_indexed(self) -> int:
+        return sum(p.rows_indexed for p in self.partitions)
+
+    @property
     def fragments_before(self) -> int:
         return sum(p.fragments_before for p in self.partitions)
 
@@ -282,6 +290,7 @@ class OperationResult:
             "rows_removed": self.rows_removed,
             "rows_updated": self.rows_updated,
             "rows_inserted": self.rows_inserted,
+            "rows_indexed": self.rows_indexed,
             "partitions_dropped": len(self.dropped),
             "partitions_rewritten": len(self.rewritten),
             "partitions": [p.to_dict() for p in self.partitions],
@@ -301,3 +310,27 @@ class OperationResult:
             obj.get("txn_id"),
             dict(obj.get("skipped") or {}),
         )
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """An index declared on the namespace and how much of its scope it covers."""
+
+    name: str
+    #: The column's current name (None: the column was dropped since).
+    column: str | None
+    index_type: str
+    params: Mapping[str, Any]
+    #: The partitions it covers (None: all of them).
+    filter: str | None
+    #: Whether every partition's index uses one model trained across partitions.
+    shared_model: bool
+    #: Partitions in its scope, and those whose leaf has the index.
+    partitions: int
+    partitions_indexed: int
+    rows_indexed: int
+    #: Rows in its scope the index does not cover yet (``optimize_indices`` adds them).
+    rows_unindexed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"params": dict(self.params)}

@@ -91,10 +91,12 @@ CLAIM = "__txn_id"
 CLAIM_FIELD = pa.field(CLAIM, pa.utf8())
 #: ``object_id`` prefixes of reserved rows (type ``namespace``, outside every spec version,
 #: so no partition listing shows them): a transaction's state (``lifecycle``), a running
-#: merge's intent and the fence row of a spec version (``__fence$v3``; ``spec_fence``).
+#: merge's intent, the fence row of a spec version (``__fence$v3``; ``spec_fence``) and
+#: an index declared on the namespace (``__index$<name>``; ``ops.indexing``).
 TXN_PREFIX = "__txn$"
 INTENT_PREFIX = "__merge$"
 FENCE_PREFIX = "__fence$v"
+INDEX_PREFIX = "__index$"
 #: Column names a partition field may not take (``__``-prefixed names are reserved too).
 RESERVED_COLUMNS = frozenset(f.name for f in (*BASE_FIELDS, READ_VERSION_FIELD, CLAIM_FIELD))
 
@@ -558,6 +560,10 @@ class ManifestView:
     def intent_rows(self) -> list[ManifestRow]:
         """Every merge intent row (``__merge$<id>``; see ``spec_fence``)."""
         return self._with_prefix(INTENT_PREFIX)
+
+    def index_rows(self) -> list[ManifestRow]:
+        """Every index declaration row (``__index$<name>``; see ``ops.indexing``)."""
+        return self._with_prefix(INDEX_PREFIX)
 
     def _with_prefix(self, prefix: str) -> list[ManifestRow]:
         """The rows whose id starts with ``prefix`` (their partition columns are all NULL)."""

@@ -184,6 +184,11 @@ class TableOperation(ABC):
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         """The change to ``partition``'s leaf computed on its published version ``base``."""
 
+    def manifest_rows(self, state: NamespaceState) -> tuple[list[dict[str, Any]], list[str]]:
+        """Bookkeeping rows (reserved ``__`` ids) the swap upserts and deletes besides the
+        partitions' (as of the last :meth:`select`): an index declaration."""
+        return [], []
+
     def inputs(self, object_id: str) -> str:
         """What the change to ``object_id`` is computed from besides its published version
         (as of the last :meth:`select`): an earlier change is reused only for the same."""
@@ -258,10 +263,13 @@ class _Computed:
     changed: _Changed
     current: _Rows
     result: OperationResult | None = None
+    #: The operation's own rows upserted and deleted (see TableOperation.manifest_rows).
+    own: tuple[list[dict[str, Any]], list[str]] = ([], [])
 
     @property
     def changes_anything(self) -> bool:
-        return bool(self.changed or self.selection.drops or self.attempt.created)
+        created, own = self.attempt.created, self.own[0] or self.own[1]
+        return bool(self.changed or self.selection.drops or created or own)
 
 
 #: Errors of an attempt that are a lost race if the namespace moved on under it.
@@ -312,10 +320,15 @@ class OperationRunner:
         """``state``: the latest namespace as the caller just read it (None: read here),
         what the input is checked against and the first attempt starts from."""
         state = self.ctx.load_state() if state is None else state
+        record = None
+        if self.txn_id is not None:  # a retry of a published run returns its first result
+            record = resolve(self.ctx, state, self.txn_id)
+            if (done := self._first_result(state, record)) is not None:
+                return done
         self.op.validate(state)  # bad input changes nothing, records none
         self._entry = state
-        if self.txn_id is not None and (done := self._begin(state)) is not None:
-            return done
+        if self.txn_id is not None:
+            self._begin(state, record)
         try:
             return self._run()
         finally:
@@ -380,23 +393,30 @@ class OperationRunner:
             log.warning("could not remove the merge intent %s: %s", intent, exc)
 
     # -- transaction record (txn_id) -----------------------------------------------------
-    def _begin(self, state: NamespaceState) -> OperationResult | None:
-        """The first result if this ``txn_id`` published as of ``state``, else None after
-        writing the header of the incarnation to run (a crashed attempt's is reused)."""
+    def _first_result(
+        self, state: NamespaceState, record: TxnRecord | None
+    ) -> OperationResult | None:
+        """The first result if this ``txn_id`` (``record``) published as of ``state``."""
         assert self.txn_id is not None
-        record = resolve(self.ctx, state, self.txn_id)
+        if record is None:
+            return None
+        header = self.ctx.store.load(self.txn_id, record.incarnation)
+        mode = header.mode if header is not None else record.mode
+        if mode != self.op.kind:
+            raise InvalidArgumentError(
+                f"transaction id {self.txn_id!r} belongs to a {mode} "
+                f"({record.state.value}); a {self.op.kind} needs an id of its own"
+            )
+        if record.state is not TxnState.PUBLISHED:
+            return None
+        log.info("%s %s was published already: its first result", self.op.kind, self.txn_id)
+        return self._outcome(state, record)
+
+    def _begin(self, state: NamespaceState, record: TxnRecord | None) -> None:
+        """Write the header of the incarnation to run (a crashed attempt's is reused)."""
+        assert self.txn_id is not None
         incarnation = 1
         if record is not None:
-            header = self.ctx.store.load(self.txn_id, record.incarnation)
-            mode = header.mode if header is not None else record.mode
-            if mode != self.op.kind:
-                raise InvalidArgumentError(
-                    f"transaction id {self.txn_id!r} belongs to a {mode} "
-                    f"({record.state.value}); a {self.op.kind} needs an id of its own"
-                )
-            if record.state is TxnState.PUBLISHED:
-                log.info("%s %s was published already: its first result", self.op.kind, self.txn_id)
-                return self._outcome(state, record)
             incarnation = record.incarnation + (record.state is TxnState.ABORTED)
         self.incarnation = incarnation
         self.owner = incarnation_tag(self.txn_id, incarnation)
@@ -406,7 +426,6 @@ class OperationRunner:
                     self.txn_id, self.op.kind, incarnation, state.version, state.spec_version
                 )
             )
-        return None
 
     def _published(self, state: NamespaceState) -> OperationResult | None:
         """The first result if a concurrent run of this ``txn_id`` published it as of
@@ -478,7 +497,8 @@ class OperationRunner:
         selection.skipped.update((o, w.skip) for o, w in attempt.works.items() if w.skip)
         changed = {oid: w for oid, w in attempt.works.items() if w.operation is not None}
         guard = StillPublished(self.ctx.manifest, self.ctx.storage)
-        computed = _Computed(selection, attempt, changed, current)
+        own = self.op.manifest_rows(state)
+        computed = _Computed(selection, attempt, changed, current, own=own)
         if not computed.changes_anything and self.txn_id is None:
             return Prepared(state, [], guard, self.owner, computed)  # nothing to publish
         failpoint(f"{self.op.kind}.computed")
@@ -503,13 +523,14 @@ class OperationRunner:
         if not computed.changes_anything and self.txn_id is None:
             return Swap(prepared.state.view)  # nothing to publish
         rows = self._rows(prepared.state, computed.current, changed, created)
+        rows += computed.own[0]
         moves = []
         if self.txn_id is not None:
             self._save(self.incarnation, self.token, result)
             kind, published = self.op.kind, TxnState.PUBLISHED
             record = TxnRecord(self.txn_id, self.incarnation, published, kind, outcome=self.token)
             moves.append(operation_published(record))
-        drops = sorted(computed.selection.drops)
+        drops = sorted(computed.selection.drops) + computed.own[1]
         if self._intent is not None:  # conflicts with a fence that rewrote it since
             drops.append(self._intent)
         return Swap(prepared.state.view, rows, drops, moves)

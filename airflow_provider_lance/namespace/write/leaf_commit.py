@@ -463,6 +463,8 @@ def content_after(
             fragments.pop(int(i), None)
         replaced(operation.updated_fragments)
         added = list(operation.new_fragments)
+    elif isinstance(operation, LanceOperation.CreateIndex):
+        pass  # an index changes no fragment
     elif isinstance(operation, LanceOperation.Rewrite):
         for group in operation.groups:
             for old in group.old_fragments:

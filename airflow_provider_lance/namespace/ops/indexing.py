@@ -1,0 +1,620 @@
+"""Indexes as table operations: ``create_index``, ``optimize_indices`` and ``drop_index``,
+each ONE ``__manifest`` swap through :mod:`.runner` (txn_id, retries, claims, crash safety).
+
+An index is *declared* on the namespace by a reserved row ``__index$<name>`` whose
+``metadata`` is an :class:`IndexDeclaration`; the swap that publishes the leaf versions
+carrying the index writes (or deletes) that row too, so a reader sees the declaration and
+every partition's index together, or none of them. Each leaf's index is built on its
+published version without committing (``create_index_uncommitted``) and committed as that
+version's ``CreateIndex``. A build is reused on a later published version whose indexed
+fragments are unchanged: rows written meanwhile stay unindexed until
+:class:`OptimizeIndices`, which indexes partitions and fragments the declarations cover and
+their indexes do not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import lance
+import pyarrow as pa
+from lance import LanceOperation
+from lance.dataset import Index
+
+from airflow_provider_lance.namespace.errors import (
+    IndexExistsError,
+    IndexNotFoundError,
+    InvalidArgumentError,
+    LanceNamespaceError,
+    SchemaError,
+)
+from airflow_provider_lance.namespace.format.manifest import (
+    INDEX_PREFIX,
+    METADATA,
+    NAMESPACE,
+    row,
+)
+from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
+from airflow_provider_lance.namespace.io.storage import Storage
+from airflow_provider_lance.namespace.read.coverage import pruned_rows
+from airflow_provider_lance.namespace.results import IndexInfo, SkipReason
+
+from .deletion import live_rows
+from .index_model import ModelSpec, SharedModel, model_arguments, shares_model, train_model
+from .runner import ComputedChange, Selection, TableOperation, outcome
+
+log = logging.getLogger(__name__)
+
+#: pylance 14's vector index types (``LanceDataset.create_index``).
+VECTOR_TYPES = frozenset(
+    "IVF_FLAT IVF_PQ IVF_SQ IVF_RQ IVF_HNSW_FLAT IVF_HNSW_PQ IVF_HNSW_SQ".split()  # noqa: SIM905
+)
+#: pylance 14's scalar index types built per fragment set (``create_index_uncommitted``).
+SCALAR_TYPES = frozenset(
+    "BTREE BITMAP LABEL_LIST INVERTED FTS NGRAM ZONEMAP BLOOMFILTER RTREE".split()  # noqa: SIM905
+)
+#: Arguments the namespace sets itself: never taken from the caller.
+_MANAGED = frozenset(
+    "column index_type name replace fragment_ids index_uuid storage_options train".split()  # noqa: SIM905
+)
+
+
+@dataclass(frozen=True)
+class IndexDeclaration:
+    """An index declared on the namespace: what every partition in its scope gets."""
+
+    name: str
+    #: The namespace column (its field id: a rename keeps the index).
+    field_id: int
+    index_type: str
+    #: pylance's ``create_index`` arguments (JSON).
+    params: Mapping[str, Any] = field(default_factory=dict)
+    #: The partitions it covers (None: all of them, present and future).
+    filter: str | None = None
+    #: The shared model's file, root-relative (None: each leaf trains its own).
+    model: str | None = None
+
+    @property
+    def vector(self) -> bool:
+        return self.index_type in VECTOR_TYPES
+
+    @property
+    def object_id(self) -> str:
+        return f"{INDEX_PREFIX}{self.name}"
+
+    def to_row(self) -> dict[str, Any]:
+        return row(self.object_id, NAMESPACE, metadata=json.dumps(asdict(self), sort_keys=True))
+
+    @classmethod
+    def from_row(cls, raw: Mapping[str, Any]) -> IndexDeclaration:
+        doc = json.loads(raw[METADATA])
+        return cls(
+            str(doc["name"]),
+            int(doc["field_id"]),
+            str(doc["index_type"]),
+            dict(doc.get("params") or {}),
+            doc.get("filter"),
+            doc.get("model"),
+        )
+
+    def column(self, state: NamespaceState) -> str | None:
+        """The column's current name (None: dropped since)."""
+        try:
+            found = state.schema.field_by_id(self.field_id)
+            state.schema.field(found.name)
+        except SchemaError:
+            return None
+        return str(found.name)
+
+
+def declarations(state: NamespaceState) -> dict[str, IndexDeclaration]:
+    """The indexes declared as of ``state``, by name."""
+    found = (IndexDeclaration.from_row(r) for r in state.view.index_rows())
+    return {d.name: d for d in sorted(found, key=lambda d: d.name)}
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str) or not name or "$" in name or "/" in name:
+        raise InvalidArgumentError(
+            f"an index name must be a non-empty string without '$' or '/', got {name!r}"
+        )
+    return name
+
+
+def _scope(state: NamespaceState, filter: str | None) -> dict[str, Partition]:
+    return {p.object_id: p for p in state.partitions_from_rows(pruned_rows(state, filter))}
+
+
+# -- one leaf ------------------------------------------------------------------------------
+def leaf_column(state: NamespaceState, leaf: lance.LanceDataset, name: str) -> str | None:
+    """The leaf's column holding the namespace column ``name`` (None: the leaf lacks it)."""
+    return state.schema.read_plan(leaf.schema, [name]).sources[name]
+
+
+def leaf_segments(leaf: lance.LanceDataset, name: str) -> list[Index]:
+    """The segments of the leaf's index ``name`` (none: no such index)."""
+    for found in leaf.describe_indices():
+        if found.name == name:
+            return [
+                Index(
+                    uuid=s.uuid,
+                    name=name,
+                    fields=list(found.fields),
+                    dataset_version=s.dataset_version_at_last_update,
+                    fragment_ids=s.fragment_ids,
+                    index_version=s.index_version,
+                )
+                for s in found.segments
+            ]
+    return []
+
+
+def covered(segments: Iterable[Index]) -> set[int]:
+    return {int(f) for s in segments for f in s.fragment_ids}
+
+
+def _files(leaf: lance.LanceDataset) -> dict[int, tuple[str, ...]]:
+    """Fragment id -> its data files (what an index built on it read)."""
+    return {
+        f.fragment_id: tuple(sorted(str(d.path) for d in f.metadata.files))
+        for f in leaf.get_fragments()
+    }
+
+
+def _rows(leaf: lance.LanceDataset, fragment_ids: Iterable[int] | None = None) -> int:
+    wanted = None if fragment_ids is None else set(fragment_ids)
+    return sum(
+        live_rows(f.metadata)
+        for f in leaf.get_fragments()
+        if wanted is None or f.fragment_id in wanted
+    )
+
+
+def build_segment(
+    storage: Storage,
+    leaf: lance.LanceDataset,
+    declaration: IndexDeclaration,
+    column: str,
+    fragment_ids: Sequence[int],
+    model: SharedModel | None,
+) -> Index:
+    """The leaf's index over ``fragment_ids``, written and not committed."""
+    params = dict(declaration.params)
+    if model is not None:
+        params = model_arguments(params, model, declaration.index_type)
+    what = f"build index {declaration.name!r} ({declaration.index_type} on {column}) of"
+    with storage.failures(what, leaf.uri), _bad_input(declaration):
+        segment = leaf.create_index_uncommitted(
+            column,
+            declaration.index_type,
+            declaration.name,
+            replace=True,
+            fragment_ids=list(fragment_ids),
+            **params,
+        )
+        if any(f.path.startswith("staging/") for f in segment.files or ()):
+            segment = leaf.merge_existing_index_segments([segment])  # e.g. INVERTED
+    return segment
+
+
+@contextlib.contextmanager
+def _bad_input(declaration: IndexDeclaration) -> Iterator[None]:
+    """pylance's refusal of an argument as an :class:`InvalidArgumentError`."""
+    try:
+        yield
+    except LanceNamespaceError:
+        raise
+    except (TypeError, KeyError, NotImplementedError, RuntimeError, ValueError) as exc:
+        if isinstance(exc, (ValueError, RuntimeError)) and not _argument_error(exc):
+            raise
+        d, text = declaration, str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise InvalidArgumentError(
+            f"pylance refused index {d.name!r} ({d.index_type}, parameters {dict(d.params)}): "
+            f"{text or type(exc).__name__}; check the index type and parameters "
+            "(help(lance.LanceDataset.create_index))"
+        ) from exc
+
+
+def _argument_error(exc: BaseException) -> bool:
+    """Whether a ValueError/RuntimeError of pylance is about the arguments (not storage)."""
+    text = str(exc)
+    storage = ("No such file", "Not found", "IO error", "Object at location", "os error")
+    return not any(s in text for s in storage)
+
+
+# -- the operations ----------------------------------------------------------------------
+@dataclass
+class _Built:
+    """A segment built for one partition, reusable while the fragments it read stand."""
+
+    segment: Index
+    files: dict[int, tuple[str, ...]]
+
+
+class _IndexOperation(TableOperation):
+    """Shared by the operations that build leaf indexes: the shared models they load and
+    the segments earlier attempts built."""
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__(storage)
+        self._models: dict[str, SharedModel] = {}
+        self._lock = threading.Lock()
+        self._built: dict[tuple[str, str], _Built] = {}
+
+    def model(self, declaration: IndexDeclaration) -> SharedModel | None:
+        if declaration.model is None:
+            return None
+        with self._lock:
+            found = self._models.get(declaration.model)
+            if found is None:
+                found = self._models[declaration.model] = SharedModel.load(
+                    self.storage, declaration.model
+                )
+        return found
+
+    def segment(
+        self,
+        partition: Partition,
+        leaf: lance.LanceDataset,
+        declaration: IndexDeclaration,
+        column: str,
+        fragment_ids: Sequence[int],
+    ) -> Index:
+        """A segment over ``fragment_ids``: an earlier attempt's if those fragments still
+        hold the files it read, else built now."""
+        key = (partition.object_id, declaration.name)
+        files = _files(leaf)
+        earlier = self._built.get(key)
+        if (
+            earlier is not None
+            and covered([earlier.segment]) == set(fragment_ids)
+            and all(files.get(f) == earlier.files.get(f) for f in fragment_ids)
+        ):
+            return earlier.segment
+        model = self.model(declaration)
+        segment = build_segment(self.storage, leaf, declaration, column, fragment_ids, model)
+        self._built[key] = _Built(segment, {f: files[f] for f in fragment_ids})
+        return segment
+
+    def reusable(self, partition: Partition, name: str, leaf: lance.LanceDataset) -> list[int]:
+        """The fragments of an earlier attempt's segment still standing in ``leaf`` (its
+        reuse then indexes only those)."""
+        earlier = self._built.get((partition.object_id, name))
+        if earlier is None:
+            return []
+        files = _files(leaf)
+        ids = sorted(covered([earlier.segment]))
+        return ids if all(files.get(f) == earlier.files[f] for f in ids) else []
+
+
+class CreateIndex(_IndexOperation):
+    """Declare ``declaration`` and build it on every partition in its scope."""
+
+    kind = "create_index"
+
+    def __init__(
+        self,
+        storage: Storage,
+        declaration: IndexDeclaration,
+        *,
+        replace: bool = False,
+        shared_model: bool = True,
+        given_model: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(storage)
+        self.declaration = declaration
+        self.replace = replace
+        self.shared = shared_model and shares_model(declaration.index_type)
+        self.given_model = given_model
+        #: The declaration this one replaces, and its partitions (as of the last select).
+        self._old: IndexDeclaration | None = None
+        self._in_scope: set[str] = set()
+
+    def validate(self, state: NamespaceState) -> None:
+        d = self.declaration
+        column = state.schema.field_by_id(d.field_id)
+        check_column_type(column, d.index_type)
+        self._check_declared(state)
+        if d.filter is not None and not _scope(state, d.filter):
+            raise InvalidArgumentError(
+                f"filter {d.filter!r} of index {d.name!r} matches no partition "
+                f"(the namespace has {len(state.partitions())}); check the filter, or create "
+                "the index without one"
+            )
+
+    def _check_declared(self, state: NamespaceState) -> None:
+        old = declarations(state).get(self.declaration.name)
+        if old is not None and not self.replace:
+            raise IndexExistsError(
+                f"an index named {self.declaration.name!r} is declared already "
+                f"({old.index_type}); choose another name, drop_index({old.name!r}) first, "
+                "or pass replace=True to rebuild it"
+            )
+        self._old = old
+
+    def select(self, state: NamespaceState) -> Selection:
+        self._check_declared(state)
+        targets = _scope(state, self.declaration.filter)
+        self._in_scope = set(targets)
+        if self._old is not None:  # partitions the old scope covered lose the old index
+            targets = _scope(state, self._old.filter) | targets
+        if self.shared and self.declaration.model is None:
+            self._train(state, [targets[o] for o in sorted(self._in_scope)])
+        return Selection(targets=targets)
+
+    def _train(self, state: NamespaceState, partitions: list[Partition]) -> None:
+        d = self.declaration
+        column = d.column(state)
+        assert column is not None
+        spec = ModelSpec(d.name, d.index_type, d.params)
+        path = train_model(self.storage, state, spec, column, partitions, self.given_model)
+        if path is not None:
+            self.declaration = IndexDeclaration(
+                d.name, d.field_id, d.index_type, d.params, d.filter, path
+            )
+
+    def manifest_rows(self, state: NamespaceState) -> tuple[list[dict[str, Any]], list[str]]:
+        return [self.declaration.to_row()], []
+
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
+        d = self.declaration
+        leaf = self.storage.table(partition.location, base)
+        fragments = [f.fragment_id for f in leaf.get_fragments()]
+        existing = leaf_segments(leaf, d.name)
+        change = outcome(partition, fragments_before=len(fragments), fragments_after=len(fragments))
+        if existing and self._old is None and not self.replace:
+            raise IndexExistsError(
+                f"partition {dict(partition.values)} already has an index named {d.name!r} "
+                "(built on its leaf outside the namespace); choose another name, or pass "
+                "replace=True to rebuild it"
+            )
+        name = d.column(state)
+        column = None if name is None else leaf_column(state, leaf, name)
+        in_scope = partition.object_id in self._in_scope
+        if column is None or not in_scope or _rows(leaf) == 0:
+            if not existing:
+                return ComputedChange(partition, base, None, change, skip=SkipReason.NOT_INDEXED)
+            operation = LanceOperation.CreateIndex([], existing)  # out of the new scope
+            return ComputedChange(partition, base, operation, change, leaf=leaf)
+        ids = self.reusable(partition, d.name, leaf) or fragments
+        segment = self.segment(partition, leaf, d, column, ids)
+        operation = LanceOperation.CreateIndex([segment], existing)
+        change = outcome(
+            partition,
+            fragments_before=len(fragments),
+            fragments_after=len(fragments),
+            rows_indexed=_rows(leaf, ids),
+        )
+        return ComputedChange(partition, base, operation, change, leaf=leaf)
+
+
+class OptimizeIndices(_IndexOperation):
+    """Index what the declarations cover and the leaves' indexes do not: partitions
+    created since (whole) and fragments written since (a new segment each)."""
+
+    kind = "optimize_indices"
+    skips_busy = True
+
+    def __init__(
+        self, storage: Storage, filter: str | None = None, names: Sequence[str] | None = None
+    ) -> None:
+        super().__init__(storage)
+        self.filter = filter
+        self.names = None if names is None else [check_name(n) for n in names]
+        self._scopes: dict[str, set[str]] = {}
+        self._declared: dict[str, IndexDeclaration] = {}
+
+    def validate(self, state: NamespaceState) -> None:
+        declared = declarations(state)
+        unknown = [n for n in self.names or () if n not in declared]
+        if unknown:
+            raise IndexNotFoundError(
+                f"no index named {', '.join(map(repr, unknown))} is declared on this "
+                f"namespace (declared: {sorted(declared) or 'none'})"
+            )
+        self.select(state)
+
+    def select(self, state: NamespaceState) -> Selection:
+        declared = declarations(state)
+        wanted = [d for n, d in declared.items() if self.names is None or n in self.names]
+        self._declared = {d.name: d for d in wanted}
+        within = _scope(state, self.filter)
+        targets: dict[str, Partition] = {}
+        for d in wanted:
+            scope = {o: p for o, p in _scope(state, d.filter).items() if o in within}
+            self._scopes[d.name] = set(scope)
+            targets |= scope
+        return Selection(targets=targets)
+
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
+        leaf = self.storage.table(partition.location, base)
+        n = len(leaf.get_fragments())
+        new: list[Index] = []
+        removed: list[Index] = []
+        indexed = 0
+        for d in self._declared.values():
+            if partition.object_id not in self._scopes[d.name]:
+                continue
+            found = self._missing(state, partition, leaf, d)
+            if found is not None:
+                new.append(found[0])
+                removed += found[1]
+                indexed += found[2]
+        change = outcome(partition, fragments_before=n, fragments_after=n, rows_indexed=indexed)
+        if not new:
+            return ComputedChange(partition, base, None, change)
+        operation = LanceOperation.CreateIndex(new, removed)
+        return ComputedChange(partition, base, operation, change, leaf=leaf)
+
+    def _missing(
+        self,
+        state: NamespaceState,
+        partition: Partition,
+        leaf: lance.LanceDataset,
+        declaration: IndexDeclaration,
+    ) -> tuple[Index, list[Index], int] | None:
+        """The segment indexing what ``declaration`` misses in ``leaf``, the segments it
+        replaces and the rows it adds (None: nothing missing)."""
+        name = declaration.column(state)
+        column = None if name is None else leaf_column(state, leaf, name)
+        if column is None:
+            return None
+        existing = leaf_segments(leaf, declaration.name)
+        done = covered(existing)
+        missing = [
+            f.fragment_id
+            for f in leaf.get_fragments()
+            if f.fragment_id not in done and live_rows(f.metadata) > 0
+        ]
+        if not missing:
+            return None
+        rows = _rows(leaf, missing)
+        if declaration.vector and existing and declaration.model is None:
+            # a delta would train a model of its own on the new rows alone: rebuild
+            every = [f.fragment_id for f in leaf.get_fragments()]
+            segment = self.segment(partition, leaf, declaration, column, every)
+            return segment, existing, rows
+        return self.segment(partition, leaf, declaration, column, missing), [], rows
+
+
+class DropIndex(TableOperation):
+    """Remove the declaration ``name`` and the index from every leaf in its scope."""
+
+    kind = "drop_index"
+
+    def __init__(self, storage: Storage, name: str) -> None:
+        super().__init__(storage)
+        self.name = check_name(name)
+
+    def select(self, state: NamespaceState) -> Selection:
+        declared = declarations(state)
+        found = declared.get(self.name)
+        if found is None:
+            raise IndexNotFoundError(
+                f"no index named {self.name!r} is declared on this namespace "
+                f"(declared: {sorted(declared) or 'none'}); list_indices() shows them"
+            )
+        return Selection(targets=_scope(state, found.filter))
+
+    def manifest_rows(self, state: NamespaceState) -> tuple[list[dict[str, Any]], list[str]]:
+        return [], [f"{INDEX_PREFIX}{self.name}"]
+
+    def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
+        leaf = self.storage.table(partition.location, base)
+        existing = leaf_segments(leaf, self.name)
+        n = len(leaf.get_fragments())
+        change = outcome(partition, fragments_before=n, fragments_after=n)
+        if not existing:
+            return ComputedChange(partition, base, None, change)
+        operation = LanceOperation.CreateIndex([], existing)
+        return ComputedChange(partition, base, operation, change, leaf=leaf)
+
+
+def check_column_type(column: pa.Field, index_type: str) -> None:
+    """Refuse an index type the column's type cannot take."""
+    if index_type in VECTOR_TYPES and not is_vector(column.type):
+        raise InvalidArgumentError(
+            f"column {column.name!r} is {column.type}: a vector index ({index_type}) needs a "
+            "fixed-size list of floats (or of uint8 for hamming); index other columns with "
+            "create_scalar_index (BTREE, BITMAP, INVERTED, ...)"
+        )
+    text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+    if index_type in ("INVERTED", "FTS", "NGRAM") and not text:
+        raise InvalidArgumentError(
+            f"column {column.name!r} is {column.type}: a {index_type} index needs a string "
+            "column; use BTREE or BITMAP for other scalar columns"
+        )
+    if index_type == "LABEL_LIST" and not pa.types.is_list(column.type):
+        raise InvalidArgumentError(
+            f"column {column.name!r} is {column.type}: a LABEL_LIST index needs a list column"
+        )
+
+
+def is_vector(dtype: pa.DataType) -> bool:
+    if pa.types.is_list(dtype) and pa.types.is_fixed_size_list(dtype.value_type):
+        dtype = dtype.value_type  # a multivector column
+    if not pa.types.is_fixed_size_list(dtype):
+        return False
+    value = dtype.value_type
+    return bool(pa.types.is_floating(value) or pa.types.is_uint8(value))
+
+
+def declaration_for(
+    state: NamespaceState,
+    column: str,
+    index_type: object,
+    name: str | None,
+    *,
+    filter: str | None,
+    params: Mapping[str, Any],
+    types: frozenset[str],
+) -> IndexDeclaration:
+    """The declaration of a new index, its arguments checked (the model arguments aside)."""
+    if not isinstance(index_type, str) or index_type.upper() not in types:
+        raise InvalidArgumentError(
+            f"unknown index type {index_type!r}; pylance's are {', '.join(sorted(types))}"
+        )
+    if not isinstance(column, str):
+        raise InvalidArgumentError(f"the column to index must be named, got {column!r}")
+    fid = state.schema.id_of(column)  # SchemaError names an unknown column
+    managed = sorted(set(params) & _MANAGED)
+    if managed:
+        raise InvalidArgumentError(
+            f"{', '.join(managed)}: set by the namespace for every leaf, not an index parameter"
+        )
+    try:
+        json.dumps(dict(params))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"index parameters must be JSON values (they are declared on the namespace and "
+            f"reused for partitions created later): {exc}"
+        ) from exc
+    if filter is not None and (not isinstance(filter, str) or not filter.strip()):
+        raise InvalidArgumentError(f"filter must be a non-empty SQL expression, got {filter!r}")
+    name = check_name(name if name is not None else f"{column}_idx")
+    return IndexDeclaration(name, fid, index_type.upper(), dict(params), filter)
+
+
+def index_info(storage: Storage, state: NamespaceState) -> list[IndexInfo]:
+    """Every declared index with its coverage as of ``state`` (one leaf open each)."""
+    declared = declarations(state)
+    scopes = {n: _scope(state, d.filter) for n, d in declared.items()}
+    wanted = sorted({o for s in scopes.values() for o in s})
+    partitions = {o: p for s in scopes.values() for o, p in s.items()}
+
+    def coverage(oid: str) -> dict[str, tuple[int, int, bool]]:
+        p = partitions[oid]
+        leaf = storage.table(p.location, p.read_version)
+        out = {}
+        for name in declared:
+            if oid in scopes[name]:
+                done = covered(leaf_segments(leaf, name))
+                indexed = _rows(leaf, done)
+                out[name] = (indexed, _rows(leaf) - indexed, bool(done))
+        return out
+
+    found = dict(zip(wanted, storage.map(coverage, wanted), strict=True))
+    infos = []
+    for name, d in declared.items():
+        counts = [found[o][name] for o in scopes[name]]
+        infos.append(
+            IndexInfo(
+                name=name,
+                column=d.column(state),
+                index_type=d.index_type,
+                params=dict(d.params),
+                filter=d.filter,
+                shared_model=d.model is not None,
+                partitions=len(counts),
+                partitions_indexed=sum(1 for c in counts if c[2]),
+                rows_indexed=sum(c[0] for c in counts),
+                rows_unindexed=sum(c[1] for c in counts),
+            )
+        )
+    return infos
