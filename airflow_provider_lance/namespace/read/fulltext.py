@@ -8,6 +8,9 @@ the searched leaves), so a leaf scores its rows as one table of all the searched
 but for the document-length normalisation (each leaf keeps its own average length). A
 phrase, which takes no boost, is kept as a MUST clause and its terms are added as boosted
 SHOULD clauses: the leaf's scores are then c times the global ones and divided by c here.
+A multi-column match (a string on several indexed columns) keeps each row's best column:
+searched column by column, it is exact; nested in a boolean query, each column is weighed
+by its words' summed IDFs (exact for one word). A fuzzy word counts as one word.
 
 pylance's query objects show nothing of their arguments (no attributes, no pickle): they
 are read from the Debug text Lance prints of a query in a plan (pylance fact:
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from lance.query import (
@@ -44,7 +48,7 @@ from airflow_provider_lance.namespace.errors import InvalidArgumentError, Schema
 from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 from airflow_provider_lance.namespace.io.storage import first_line
 
-from .leaf import Leaf
+from .leaf import ROW_ID, Leaf
 
 TextQueryLike: TypeAlias = "str | Mapping[str, Any] | FullTextQuery"
 
@@ -298,7 +302,7 @@ class Rewrite:
                 if (here := self.local.idf(match.term(word))) is not None
                 and (there := self.total.idf(match.term(word))) is not None
             ]
-            if pairs:  # exact for one word; more words: weighed by their summed IDFs
+            if pairs:  # (nested only) exact for one word, else weighed by summed IDFs
                 kept.append(self.names(match.column or ""))
                 ratio = sum(t for _, t in pairs) / sum(h for h, _ in pairs)
                 boosts.append(self.scale * match.boost * ratio)
@@ -671,16 +675,35 @@ class TextSearch:
     def top(
         self, leaf: Leaf, columns: list[str], filter_sql: str | None, limit: int | None
     ) -> pa.Table | None:
-        """The leaf's best ``limit`` rows (all matches for None), scored globally."""
+        """The leaf's best ``limit`` rows (all matches for None), scored globally. A
+        multi-column match is searched column by column and each row keeps its best score
+        (the best ``limit`` by that are among the columns' best ``limit``)."""
         stats = self._stats.get(leaf.task.object_id)
         if stats is None:
             return None
         rewrite = leaf_rewrite(self.query, stats, lambda c: leaf.column(c) or c)
-        query = rewrite.build(self.query)
-        if query is None:
+        parts = self.query.matches if isinstance(self.query, Multi) else (self.query,)
+        found = []
+        for part in parts:
+            query = rewrite.build(part)
+            if query is not None:
+                found.append(self._search(leaf, query, columns, filter_sql, limit))
+        if not found:
             return None
-        found = leaf.table.to_table(
-            columns=[*columns, self.rank, "_rowid"],
+        best = found[0] if len(found) == 1 else best_per_row(found, self.rank, limit)
+        scaled = pc.divide(best.column(self.rank), pa.scalar(rewrite.scale, pa.float32()))
+        return best.set_column(best.schema.get_field_index(self.rank), self.rank, scaled)
+
+    def _search(
+        self,
+        leaf: Leaf,
+        query: FullTextQuery,
+        columns: list[str],
+        filter_sql: str | None,
+        limit: int | None,
+    ) -> pa.Table:
+        return leaf.table.to_table(
+            columns=[*columns, self.rank, ROW_ID],
             full_text_query=query,
             filter=filter_sql,
             prefilter=filter_sql is not None,
@@ -688,5 +711,13 @@ class TextSearch:
             with_row_id=True,
             disable_scoring_autoprojection=True,
         )
-        scaled = pc.divide(found.column(self.rank), pa.scalar(rewrite.scale, pa.float32()))
-        return found.set_column(found.schema.get_field_index(self.rank), self.rank, scaled)
+
+
+def best_per_row(tables: Sequence[pa.Table], rank: str, limit: int | None) -> pa.Table:
+    """The rows of ``tables`` (one row may be in several), each once with its best
+    ``rank``, best first; the first ``limit``."""
+    rows = pa.concat_tables(tables)
+    rows = rows.take(pc.sort_indices(rows, [(rank, "descending"), (ROW_ID, "ascending")]))
+    _, first = np.unique(rows.column(ROW_ID).to_numpy(), return_index=True)
+    best = rows.take(pa.array(np.sort(first)))
+    return best if limit is None else best.slice(0, limit)

@@ -149,7 +149,7 @@ QUERIES = [
     pytest.param(MatchQuery("kiwi w5", "text", operator=FullTextOperator.AND), id="and"),
     pytest.param(MatchQuery("lemon w2", "text", boost=2.5), id="boost"),
     pytest.param(PhraseQuery("olive w1", "text"), id="phrase"),
-    pytest.param(MultiMatchQuery("kiwi", ["text", "title"]), id="multi match"),
+    pytest.param(MultiMatchQuery("kiwi w4", ["text", "title"]), id="multi match"),
     pytest.param(
         BooleanQuery(
             [
@@ -324,3 +324,46 @@ def test_fact_a_query_plan_shows_the_arguments_of_a_full_text_query() -> None:
             ),
         ),
     )
+
+
+@pytest.fixture
+def indexed(
+    searched: tuple[PartitionedNamespace, lance.LanceDataset],
+) -> tuple[PartitionedNamespace, lance.LanceDataset]:
+    """Both with an INVERTED index (positions kept) on ``text`` and ``title``."""
+    ns, one = searched
+    for column in ("text", "title"):
+        ns.create_scalar_index(column, "INVERTED", with_position=True)
+        one.create_scalar_index(column, "INVERTED", with_position=True)
+    return ns, lance.dataset(one.uri)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        pytest.param("mango kiwi w3", id="string"),
+        pytest.param(MatchQuery("kiwi lemon w0", "text"), id="match"),
+        pytest.param(PhraseQuery("olive w1", "text"), id="phrase"),
+        pytest.param(MultiMatchQuery("kiwi w4", ["text", "title"]), id="multi match"),
+    ],
+)
+def test_indexed_leaves_rank_as_one_indexed_table(
+    indexed: tuple[PartitionedNamespace, lance.LanceDataset], query: Any
+) -> None:
+    """A string searches the indexed columns (both, the best one counting) as in pylance."""
+    ns, one = indexed
+    got = ns.to_table(columns=["id"], full_text_query=query)
+    assert got.num_rows > 0
+    assert_ranked_alike(got, one_table(one, query))
+
+
+def test_a_fuzzy_match_shares_nine_of_ten(
+    indexed: tuple[PartitionedNamespace, lance.LanceDataset],
+) -> None:
+    """A fuzzy word expands to several words, each with its own IDF in Lance; the
+    statistics here are those of the expanded word as a whole: close, not exact."""
+    ns, one = indexed
+    query = MatchQuery("mangoo kiwii", "text", fuzziness=1)
+    got = ns.to_table(columns=["id"], full_text_query=query, limit=10)
+    assert got.num_rows == 10
+    assert overlap(got, one_table(one, query)) >= 9

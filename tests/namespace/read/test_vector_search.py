@@ -355,3 +355,21 @@ def test_property_namespace_search_equals_one_table(
     partition_only = where is None or "qty" not in where
     expected = exact(one, nearest, filter=where, prefilter=prefilter or partition_only)
     assert_same(ns.to_table(nearest=nearest, filter=where, prefilter=prefilter), expected)
+
+
+def test_indexed_leaves_are_searched_through_their_published_index(
+    searched: tuple[PartitionedNamespace, lance.LanceDataset],
+) -> None:
+    """``ns.create_index`` publishes an IVF_FLAT of 4 lists on every leaf: probing all of
+    them finds exactly what flat search finds, probing one misses some (the index is used),
+    and ``use_index=False`` or a version before the index is flat search again."""
+    ns, one = searched
+    before = ns.version
+    ns.create_index("vec", "IVF_FLAT", num_partitions=4)
+    nearest = {"column": "vec", "q": query(13), "k": 10}
+    flat = exact(one, nearest)
+    assert_same(ns.to_table(nearest={**nearest, "nprobes": 4}), flat)
+    one_list = ns.to_table(nearest={**nearest, "nprobes": 1})
+    assert one_list.column("id").to_pylist() != flat.column("id").to_pylist()
+    assert_same(ns.to_table(nearest={**nearest, "nprobes": 1, "use_index": False}), flat)
+    assert_same(ns.to_table(nearest={**nearest, "nprobes": 1}, as_of=before), flat)
