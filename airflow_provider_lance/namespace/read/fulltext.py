@@ -48,7 +48,7 @@ from airflow_provider_lance.namespace.errors import InvalidArgumentError, Schema
 from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 from airflow_provider_lance.namespace.io.storage import first_line
 
-from .leaf import ROW_ID, Leaf
+from .leaf import ROW_ID, KeptPerStorage, Leaf
 
 TextQueryLike: TypeAlias = "str | Mapping[str, Any] | FullTextQuery"
 
@@ -194,27 +194,54 @@ def leaf_stats(leaf: Leaf, terms: Sequence[Term], prefilter: bool) -> LeafStats 
 def _counts(leaf: Leaf, terms: Sequence[Term], filter_sql: str | None) -> Counts:
     counts = Counts()
     for column in sorted({t.column for t in terms}):
-        name = _quoted(leaf.column(column) or column)
-        where = f"{name} IS NOT NULL" + ("" if filter_sql is None else f" AND ({filter_sql})")
-        counts.docs[column] = int(leaf.table.count_rows(filter=where))
+        docs = functools.partial(_docs, leaf, column, filter_sql)
+        counts.docs[column] = _kept(leaf, filter_sql, column, docs)
     for term in terms:
-        query = MatchQuery(
-            term.word,
-            leaf.column(term.column) or term.column,
-            fuzziness=term.fuzziness,  # type: ignore[arg-type]
-            max_expansions=term.max_expansions,
-            prefix_length=term.prefix_length,
-        )
-        rows = leaf.table.to_table(
-            columns=[],
-            with_row_id=True,
-            full_text_query=query,
-            filter=filter_sql,
-            prefilter=filter_sql is not None,
-            disable_scoring_autoprojection=True,
-        )
-        counts.matches[term] = rows.num_rows
+        matches = functools.partial(_matches, leaf, term, filter_sql)
+        counts.matches[term] = _kept(leaf, filter_sql, term, matches)
     return counts
+
+
+#: Document counts of leaf versions (which never change), per storage.
+_COUNTS: KeptPerStorage[tuple[str, int, Any], int] = KeptPerStorage(1 << 16)
+
+
+def _kept(leaf: Leaf, filter_sql: str | None, what: Any, count: Callable[[], int]) -> int:
+    """``count()``, kept for the leaf's pinned version (a prefiltered count is not kept)."""
+    version = leaf.task.partition.read_version
+    if version is None or filter_sql is not None:
+        return count()
+    key = (leaf.task.partition.location, version, what)
+    return _COUNTS.get(leaf.task.scan.storage, key, count)
+
+
+def _docs(leaf: Leaf, column: str, filter_sql: str | None) -> int:
+    """The leaf's documents in ``column`` (its non-NULL values), as Lance's BM25 counts them."""
+    where = f"{_quoted(leaf.column(column) or column)} IS NOT NULL"
+    if filter_sql is not None:
+        where += f" AND ({filter_sql})"
+    return int(leaf.table.count_rows(filter=where))
+
+
+def _matches(leaf: Leaf, term: Term, filter_sql: str | None) -> int:
+    """The leaf's documents holding ``term`` (pylance's ``count_rows(full_text_query=)``
+    counts every row: the matching row ids are read instead)."""
+    query = MatchQuery(
+        term.word,
+        leaf.column(term.column) or term.column,
+        fuzziness=term.fuzziness,  # type: ignore[arg-type]
+        max_expansions=term.max_expansions,
+        prefix_length=term.prefix_length,
+    )
+    rows = leaf.table.to_table(
+        columns=[],
+        with_row_id=True,
+        full_text_query=query,
+        filter=filter_sql,
+        prefilter=filter_sql is not None,
+        disable_scoring_autoprojection=True,
+    )
+    return int(rows.num_rows)
 
 
 def inverted_columns(dataset: lance.LanceDataset) -> list[str]:

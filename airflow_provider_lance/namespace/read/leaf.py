@@ -1,24 +1,75 @@
-"""A leaf table being searched: its columns under the namespace's names, its prefilter."""
+"""A leaf table being searched: its columns under the namespace's names, its prefilter, and
+the leaf versions kept open between searches."""
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 import lance
 import pyarrow.compute as pc
 
-from airflow_provider_lance.namespace.errors import InvalidArgumentError, LanceNamespaceError
+from airflow_provider_lance.namespace.errors import (
+    InvalidArgumentError,
+    LanceNamespaceError,
+    TableNotFoundError,
+)
 from airflow_provider_lance.namespace.format.expressions import BoundExpression
 from airflow_provider_lance.namespace.format.schema import ReadPlan
-from airflow_provider_lance.namespace.io.storage import first_line, storage_error
+from airflow_provider_lance.namespace.format.state import Partition, is_missing
+from airflow_provider_lance.namespace.io.storage import (
+    Storage,
+    first_line,
+    storage_error,
+)
 
 from .plan import ScanTask
-from .scan import _retention_checked, filter_columns, lance_filter
+from .scan import _retention_checked, filter_columns, lance_filter, open_leaf
 
 R = TypeVar("R")
 ROW_ID = "_rowid"
 _UNSET = object()
+K = TypeVar("K")
+
+
+class KeptPerStorage(Generic[K, R]):
+    """The last ``size`` values made per storage, by key: for what a leaf version, which
+    never changes, fixes (the open table, its document counts)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._kept: weakref.WeakKeyDictionary[Storage, OrderedDict[K, R]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def get(self, storage: Storage, key: K, make: Callable[[], R]) -> R:
+        with self._lock:
+            kept = self._kept.setdefault(storage, OrderedDict())
+            if key in kept:
+                kept.move_to_end(key)
+                return kept[key]
+        value = make()
+        with self._lock:
+            kept[key] = value
+            while len(kept) > self.size:
+                kept.popitem(last=False)
+        return value
+
+
+#: Leaf versions kept open per storage (each keeps its index in memory once searched).
+_open: KeptPerStorage[tuple[str, int], lance.LanceDataset] = KeptPerStorage(256)
+
+
+def open_pinned(storage: Storage, partition: Partition) -> lance.LanceDataset:
+    """The partition's table at its ``read_version``, kept open for the next search."""
+    version = partition.read_version
+    if version is None:
+        return open_leaf(storage, partition)
+    return _open.get(storage, (partition.location, version), lambda: open_leaf(storage, partition))
 
 
 class Leaf:
@@ -74,6 +125,12 @@ class Leaf:
         except LanceNamespaceError:
             raise
         except (ValueError, TypeError) as exc:
+            if is_missing(exc):
+                raise TableNotFoundError(
+                    f"partition {partition.object_id} cannot be read at {partition.location} "
+                    f"version {partition.read_version}: {first_line(exc)}; a file of it is "
+                    "gone (removed outside the namespace?)"
+                ) from exc
             raise InvalidArgumentError(
                 f"searching partition {partition.object_id} ({partition.location}) failed: "
                 f"{first_line(exc)}"

@@ -28,9 +28,9 @@ from airflow_provider_lance.namespace.io.storage import first_line
 
 from . import fulltext
 from .fulltext import TextQueryLike
-from .leaf import ROW_ID, Leaf
+from .leaf import ROW_ID, Leaf, open_pinned
 from .plan import ScanPlan, ScanTask
-from .scan import filter_columns, open_leaf
+from .scan import filter_columns
 
 #: The keys of pylance's ``nearest`` dict (``ScannerBuilder.nearest``'s parameters).
 NEAREST_KEYS = frozenset(
@@ -219,7 +219,7 @@ def _open_leaves(plan: ScanPlan, searched: Sequence[str], prefilter: bool) -> li
     schema = plan.scan.namespace_schema
 
     def open_one(task: ScanTask) -> Leaf | None:
-        table = open_leaf(plan.scan.storage, task.partition)
+        table = open_pinned(plan.scan.storage, task.partition)
         residual = None if task.exact else bound
         leaf = Leaf(task, table, schema.read_plan(table.schema, needed), residual, prefilter)
         if any(leaf.column(c) is None for c in searched):

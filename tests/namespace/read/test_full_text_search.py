@@ -367,3 +367,17 @@ def test_a_fuzzy_match_shares_nine_of_ten(
     got = ns.to_table(columns=["id"], full_text_query=query, limit=10)
     assert got.num_rows == 10
     assert overlap(got, one_table(one, query)) >= 9
+
+
+def test_the_statistics_of_a_search_follow_a_later_write(tmp_path: Path) -> None:
+    """Counts of a leaf version are kept for the next search; a write publishes a new
+    version, whose counts are taken afresh."""
+    ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, [PartitionField("part", "part")])
+    first = corpus(600)
+    ns.write(first)
+    query = MatchQuery("mango kiwi w3", "text")
+    ns.to_table(columns=["id"], full_text_query=query)
+    more = corpus(600, seed=5, first_id=600).filter(pa.compute.field("part") == 1)
+    ns.write(more)
+    one = lance.write_dataset(pa.concat_tables([first, more]), tmp_path / "one")
+    assert_ranked_alike(ns.to_table(columns=["id"], full_text_query=query), one_table(one, query))

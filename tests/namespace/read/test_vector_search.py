@@ -373,3 +373,22 @@ def test_indexed_leaves_are_searched_through_their_published_index(
     assert one_list.column("id").to_pylist() != flat.column("id").to_pylist()
     assert_same(ns.to_table(nearest={**nearest, "nprobes": 1, "use_index": False}), flat)
     assert_same(ns.to_table(nearest={**nearest, "nprobes": 1}, as_of=before), flat)
+
+
+def test_leaves_kept_open_between_searches_never_hide_a_write_or_a_loss(tmp_path: Path) -> None:
+    """Searched leaf versions stay open for the next search: a write publishes new versions
+    (searched afresh), and a leaf whose files vanished is a project error, not a stale hit."""
+    ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, BY_DAY_AND_COUNTRY)
+    ns.write(rows(200))
+    nearest = {"column": "vec", "q": query(14), "k": 5}
+    ns.to_table(nearest=nearest)
+    exact_hits = rows(5, seed=5, first_id=1000)
+    same = pa.FixedSizeListArray.from_arrays(pa.array(np.tile(query(14), 5)), DIM)
+    exact_hits = exact_hits.set_column(exact_hits.schema.get_field_index("vec"), "vec", same)
+    ns.write(exact_hits)
+    after = ns.to_table(nearest=nearest)
+    assert sorted(after.column("id").to_pylist()) == list(range(1000, 1005))
+    for partition in ns.partitions():
+        shutil.rmtree(Path(partition.location.removeprefix("file://")))
+    with pytest.raises((TableNotFoundError, StorageError)):
+        ns.to_table(nearest=nearest)
