@@ -163,15 +163,22 @@ class Found:
         out_schema = schema.append(pa.field(self.rank, pa.float32()))
         if not self.tables:
             return out_schema.empty_table()
-        rows = pa.concat_tables(self.tables, promote_options="permissive")
+        rows = self.tables[0] if len(self.tables) == 1 else pa.concat_tables(self.tables)
         order = "descending" if self.descending else "ascending"
         keys = [(self.rank, order), (_OBJECT_ID, "ascending"), (ROW_ID, "ascending")]
-        top = rows.take(pc.sort_indices(rows, sort_keys=keys))
+        taken = pc.sort_indices(rows, sort_keys=keys)
         if self.limit is not None:
-            top = top.slice(0, self.limit)
-        top = top.filter(top.column(_PASSES))
-        arrays = [top.column(f.name).cast(f.type) for f in out_schema]
+            taken = taken[: self.limit]
+        passes = rows.column(_PASSES).take(taken)
+        if not pc.all(passes).as_py():
+            taken = taken.filter(passes)
+        top = rows.take(taken)
+        arrays = [_typed(top.column(f.name), f.type) for f in out_schema]
         return pa.Table.from_arrays(arrays, schema=out_schema)
+
+
+def _typed(column: pa.ChunkedArray, dtype: pa.DataType) -> pa.ChunkedArray:
+    return column if column.type == dtype else column.cast(dtype)
 
 
 def search_leaves(
