@@ -61,7 +61,7 @@ class KeptPerStorage(Generic[K, R]):
 
 
 #: Leaf versions kept open per storage (each keeps its index in memory once searched).
-_open: KeptPerStorage[tuple[str, int], lance.LanceDataset] = KeptPerStorage(256)
+_open: KeptPerStorage[tuple[str, int], lance.LanceDataset] = KeptPerStorage(1024)
 
 
 def open_pinned(storage: Storage, partition: Partition) -> lance.LanceDataset:
