@@ -65,9 +65,11 @@ from airflow_provider_lance.namespace.ops.verification import (
 from airflow_provider_lance.namespace.read import engines
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.read.dataset import NamespaceDataset
+from airflow_provider_lance.namespace.read.fulltext import TextQueryLike
 from airflow_provider_lance.namespace.read.history import History
 from airflow_provider_lance.namespace.read.plan import ScanPlan, plan_scan
 from airflow_provider_lance.namespace.read.scan import open_leaf
+from airflow_provider_lance.namespace.read.search import Search as _Search
 from airflow_provider_lance.namespace.read.timetravel import (
     AsOf,
     create_tag,
@@ -462,11 +464,19 @@ class PartitionedNamespace:
         version: int | None = None,
         batch_size: int | None = None,
         progress: ProgressCallback | None = None,
+        nearest: Mapping[str, Any] | None = None,
+        full_text_query: TextQueryLike | None = None,
+        prefilter: bool = False,
+        limit: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """Stream the rows matching ``filter`` from one manifest version (see :meth:`state`).
-        Bad filters and unknown columns raise here. ``progress`` hears partitions started."""
+        Bad filters and unknown columns raise here. ``progress`` hears partitions started.
+        ``limit`` stops after that many rows. ``nearest`` and ``full_text_query`` search as
+        pylance's do (see :meth:`to_table`)."""
         check_callback(progress)
-        batches = self._plan(filter, columns, as_of, version).to_batches(batch_size)
+        plan = self._plan(filter, columns, as_of, version)
+        search = _Search(nearest, full_text_query, prefilter, limit)
+        batches = search.run(plan, batch_size)
         return iterate_reporting(progress, "read", iter(batches))
 
     def to_reader(
@@ -478,12 +488,20 @@ class PartitionedNamespace:
         version: int | None = None,
         batch_size: int | None = None,
         progress: ProgressCallback | None = None,
+        nearest: Mapping[str, Any] | None = None,
+        full_text_query: TextQueryLike | None = None,
+        prefilter: bool = False,
+        limit: int | None = None,
     ) -> pa.RecordBatchReader:
-        """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected)."""
+        """A ``RecordBatchReader`` over :meth:`to_batches` (streams; nothing is collected
+        but a search's top rows)."""
         check_callback(progress)
         plan = self._plan(filter, columns, as_of, version)
         failpoint("read.resolved")
-        reader = plan.to_reader(batch_size)
+        search = _Search(nearest, full_text_query, prefilter, limit)
+        reader = pa.RecordBatchReader.from_batches(
+            search.schema(plan), search.run(plan, batch_size)
+        )
         if progress is None:
             return reader
         batches = iterate_reporting(progress, "read", iter(reader))
@@ -497,10 +515,29 @@ class PartitionedNamespace:
         as_of: AsOf | None = None,
         version: int | None = None,
         progress: ProgressCallback | None = None,
+        nearest: Mapping[str, Any] | None = None,
+        full_text_query: TextQueryLike | None = None,
+        prefilter: bool = False,
+        limit: int | None = None,
     ) -> pa.Table:
-        """All rows matching ``filter``; ``as_of`` reads a past state in its schema of then."""
+        """All rows matching ``filter``; ``as_of`` reads a past state in its schema of then.
+
+        ``nearest`` (pylance's dict: ``column``, ``q``, ``k``, ``metric``, ``nprobes``,
+        ``refine_factor``, ...) returns the global top k across partitions by ``_distance``;
+        ``full_text_query`` (a string, a dict or a ``lance.query`` object) the matches by
+        ``_score``, ranked with the term statistics of all searched partitions (``limit``:
+        the best ones). The filter prunes partitions first; what it leaves is applied inside
+        each leaf before ranking with ``prefilter=True``, else to the top rows after."""
         return self.to_reader(
-            columns=columns, filter=filter, as_of=as_of, version=version, progress=progress
+            columns=columns,
+            filter=filter,
+            as_of=as_of,
+            version=version,
+            progress=progress,
+            nearest=nearest,
+            full_text_query=full_text_query,
+            prefilter=prefilter,
+            limit=limit,
         ).read_all()
 
     def count_rows_of(self, partition: Partition) -> int:

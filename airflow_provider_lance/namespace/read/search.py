@@ -1,0 +1,356 @@
+"""Search across partitions: pylance's ``nearest`` and ``full_text_query`` over a scan plan.
+
+The plan's filter has pruned the partitions. Each remaining leaf is searched at its pinned
+version, ``storage.concurrency`` leaves at a time, for at most k rows: with
+``prefilter=True`` the filter's residual (what pruning left) is applied inside Lance before
+ranking; otherwise it is applied to the global top k, as Lance applies a filter after a
+search of one table. The leaves' rows merge into the global top k: ``_distance`` ascending
+or ``_score`` descending, ties broken by partition id, then row id. Full-text scores use
+the term statistics of all searched leaves (:mod:`.fulltext`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_lance.namespace.errors import (
+    InvalidArgumentError,
+    SchemaError,
+)
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema
+from airflow_provider_lance.namespace.io.storage import first_line
+
+from . import fulltext
+from .fulltext import TextQueryLike
+from .leaf import ROW_ID, Leaf, open_pinned
+from .plan import ScanPlan, ScanTask
+from .scan import filter_columns
+
+#: The keys of pylance's ``nearest`` dict (``ScannerBuilder.nearest``'s parameters).
+NEAREST_KEYS = frozenset(
+    {
+        "column",
+        "q",
+        "k",
+        "metric",
+        "nprobes",
+        "minimum_nprobes",
+        "maximum_nprobes",
+        "refine_factor",
+        "use_index",
+        "ef",
+        "query_parallelism",
+        "approx_mode",
+        "distance_range",
+        "search_effort",
+    }
+)
+#: Lance's distance metrics (case-insensitive).
+METRICS = frozenset({"l2", "euclidean", "cosine", "dot", "hamming"})
+DEFAULT_K = 10
+_OBJECT_ID = "__partition"
+_PASSES = "__passes"
+R = TypeVar("R")
+#: Runs a call per leaf, some at once, results in order (``Storage.map``).
+MapLeaves = Callable[[Callable[[Leaf], Any], Sequence[Leaf]], list[Any]]
+
+
+class VectorSearch:
+    """A checked ``nearest`` dict: the top k rows by ``_distance`` (ascending)."""
+
+    rank = "_distance"
+    descending = False
+
+    def __init__(self, nearest: Mapping[str, Any], schema: NamespaceSchema) -> None:
+        if not isinstance(nearest, Mapping):
+            raise InvalidArgumentError(
+                f"nearest must be a dict like {{'column': 'vector', 'q': [...], 'k': 10}}, "
+                f"got {type(nearest).__name__}"
+            )
+        unknown = sorted(set(nearest) - NEAREST_KEYS)
+        if unknown:
+            raise InvalidArgumentError(
+                f"nearest has unknown keys {unknown}; pylance takes {sorted(NEAREST_KEYS)}"
+            )
+        if "column" not in nearest or "q" not in nearest:
+            raise InvalidArgumentError("nearest needs 'column' (the vector column) and 'q'")
+        self.column = str(nearest["column"])
+        self.k = _positive(nearest.get("k", DEFAULT_K), "nearest['k']")
+        self.q = _query_vector(nearest["q"], self.column, _vector_dimension(schema, self.column))
+        metric = nearest.get("metric")
+        if metric is not None and str(metric).lower() not in METRICS:
+            raise InvalidArgumentError(
+                f"unknown metric {metric!r} in nearest; use one of {sorted(METRICS)}"
+            )
+        self._options = {k: v for k, v in nearest.items() if k not in ("column", "q", "k")}
+
+    @property
+    def columns(self) -> list[str]:
+        return [self.column]
+
+    def prepare(self, leaves: Sequence[Leaf], map_leaves: MapLeaves, prefilter: bool) -> None:
+        """Nothing: each leaf's search needs only itself."""
+
+    def top(
+        self, leaf: Leaf, columns: list[str], filter_sql: str | None, limit: int | None
+    ) -> pa.Table:
+        """The leaf's top ``limit`` rows (leaf columns, ``_distance``, ``_rowid``)."""
+        k = self.k if limit is None else limit
+        nearest = {**self._options, "column": leaf.column(self.column), "q": self.q, "k": k}
+        return leaf.table.to_table(
+            columns=[*columns, self.rank, ROW_ID],
+            nearest=nearest,
+            filter=filter_sql,
+            prefilter=filter_sql is not None,
+            with_row_id=True,
+            disable_scoring_autoprojection=True,
+        )
+
+
+class Searcher(Protocol):
+    """A checked query: the columns it searches, how it ranks, one leaf's best rows."""
+
+    rank: str
+    descending: bool
+
+    @property
+    def columns(self) -> list[str]: ...
+
+    def prepare(self, leaves: Sequence[Leaf], map_leaves: MapLeaves, prefilter: bool) -> None:
+        """Whatever the leaves must tell before any is searched."""
+
+    def top(
+        self, leaf: Leaf, columns: list[str], filter_sql: str | None, limit: int | None
+    ) -> pa.Table | None:
+        """The leaf's best ``limit`` rows: ``columns``, the rank, ``_rowid`` (None: none)."""
+
+
+def search(
+    plan: ScanPlan,
+    *,
+    nearest: Mapping[str, Any] | None = None,
+    full_text_query: TextQueryLike | None = None,
+    prefilter: bool = False,
+    limit: int | None = None,
+) -> pa.Table:
+    """The global top rows of ``plan``'s partitions for ``nearest`` (k by ``_distance``,
+    at most ``limit``) or ``full_text_query`` (by ``_score``, all matches or ``limit``),
+    in the plan's schema plus the rank column. Bad input raises a project error."""
+    found = search_leaves(
+        plan, nearest=nearest, full_text_query=full_text_query, prefilter=prefilter, limit=limit
+    )
+    return found.merge(plan.schema)
+
+
+@dataclass(frozen=True)
+class Found:
+    """The best rows of each searched leaf (at most ``limit``), before they are merged."""
+
+    rank: str
+    descending: bool
+    limit: int | None
+    tables: list[pa.Table]
+
+    def merge(self, schema: pa.Schema) -> pa.Table:
+        """The global top ``limit``, in ``schema`` plus the rank column: ties broken by
+        partition id, then row id; rows the residual rejects (not prefiltered) dropped."""
+        out_schema = schema.append(pa.field(self.rank, pa.float32()))
+        if not self.tables:
+            return out_schema.empty_table()
+        rows = self.tables[0] if len(self.tables) == 1 else pa.concat_tables(self.tables)
+        order = "descending" if self.descending else "ascending"
+        keys = [(self.rank, order), (_OBJECT_ID, "ascending"), (ROW_ID, "ascending")]
+        taken = pc.sort_indices(rows, sort_keys=keys)
+        if self.limit is not None:
+            taken = taken[: self.limit]
+        passes = rows.column(_PASSES).take(taken)
+        if not pc.all(passes).as_py():
+            taken = taken.filter(passes)
+        top = rows.take(taken)
+        arrays = [_typed(top.column(f.name), f.type) for f in out_schema]
+        return pa.Table.from_arrays(arrays, schema=out_schema)
+
+
+def _typed(column: pa.ChunkedArray, dtype: pa.DataType) -> pa.ChunkedArray:
+    return column if column.type == dtype else column.cast(dtype)
+
+
+def search_leaves(
+    plan: ScanPlan,
+    *,
+    nearest: Mapping[str, Any] | None = None,
+    full_text_query: TextQueryLike | None = None,
+    prefilter: bool = False,
+    limit: int | None = None,
+) -> Found:
+    """Each leaf's best rows for :func:`search` (searched ``concurrency`` at a time)."""
+    if (nearest is None) == (full_text_query is None):
+        raise InvalidArgumentError(
+            "give nearest= or full_text_query= (one of them, not both), e.g. "
+            "nearest={'column': 'vector', 'q': [...], 'k': 10}"
+        )
+    if not isinstance(prefilter, bool):
+        raise InvalidArgumentError(f"prefilter must be True or False, got {prefilter!r}")
+    limit = None if limit is None else _positive(limit, "limit")
+    schema = plan.scan.namespace_schema
+    query: Searcher
+    if nearest is not None:
+        vector = VectorSearch(nearest, schema)
+        query, limit = vector, vector.k if limit is None else min(limit, vector.k)
+    else:
+        query = fulltext.TextSearch(full_text_query, schema)
+    leaves = _open_leaves(plan, query.columns, prefilter)
+    storage = plan.scan.storage
+
+    def each(call: Callable[[Leaf], R], leaves: Sequence[Leaf]) -> list[R]:
+        return storage.map(lambda leaf: leaf.guarded(lambda: call(leaf)), leaves)
+
+    query.prepare(leaves, each, prefilter)
+    found = each(lambda leaf: _leaf_top(leaf, query, limit), leaves)
+    tables = [t for t in found if t is not None]
+    return Found(query.rank, query.descending, limit, tables)
+
+
+def _open_leaves(plan: ScanPlan, searched: Sequence[str], prefilter: bool) -> list[Leaf]:
+    """The plan's partitions that hold the searched columns, opened at their versions."""
+    bound = None if plan.scan.row_filter is None else plan.scan.row_filter.bound
+    names = list(plan.schema.names)
+    extra = [*searched, *([] if bound is None else filter_columns(bound))]
+    needed = names + [c for c in dict.fromkeys(extra) if c not in names]
+    schema = plan.scan.namespace_schema
+
+    def open_one(task: ScanTask) -> Leaf | None:
+        table = open_pinned(plan.scan.storage, task.partition)
+        residual = None if task.exact else bound
+        leaf = Leaf(task, table, schema.read_plan(table.schema, needed), residual, prefilter)
+        if any(leaf.column(c) is None for c in searched):
+            return None  # written before the column existed: no row can match
+        return leaf
+
+    return [leaf for leaf in plan.scan.storage.map(open_one, plan.tasks) if leaf is not None]
+
+
+def _leaf_top(leaf: Leaf, query: Searcher, limit: int | None) -> pa.Table | None:
+    """The leaf's best rows in namespace columns, with the rank, its partition id, the row
+    id and whether each row passes the residual (always, when prefiltered)."""
+    found = leaf.with_filter(lambda sql: query.top(leaf, leaf.plan.leaf_columns, sql, limit))
+    if found is None or found.num_rows == 0:
+        return None
+    table = leaf.plan.apply(found)
+    passes = pa.array(np.ones(found.num_rows, dtype=bool))
+    if leaf.residual is not None and not leaf.prefiltered:
+        passes = pc.fill_null(leaf.residual.evaluate(table), False).combine_chunks()
+    extra = {
+        query.rank: found.column(query.rank),
+        _OBJECT_ID: pa.array([leaf.task.object_id] * found.num_rows),
+        ROW_ID: found.column(ROW_ID),
+        _PASSES: passes,
+    }
+    return pa.Table.from_arrays(
+        [*table.columns, *extra.values()], names=[*table.column_names, *extra]
+    )
+
+
+def _positive(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidArgumentError(f"{what} must be a whole number of at least 1, got {value!r}")
+    return int(value)
+
+
+def _vector_dimension(schema: NamespaceSchema, column: str) -> int:
+    """The dimension of the vector column ``column``; :class:`SchemaError` for a column
+    that does not exist or is not a fixed-size list of numbers."""
+    field = schema.field(column)
+    dtype = field.type
+    if not pa.types.is_fixed_size_list(dtype) or not (
+        pa.types.is_floating(dtype.value_type) or pa.types.is_integer(dtype.value_type)
+    ):
+        raise SchemaError(
+            f"nearest column {column!r} is {dtype}, not a vector column (a fixed-size list "
+            "of numbers, e.g. pa.list_(pa.float32(), 128)); name a vector column"
+        )
+    return int(dtype.list_size)
+
+
+def _query_vector(q: Any, column: str, dimension: int) -> np.ndarray:
+    """``q`` as one numeric vector of ``dimension`` numbers (else an error saying so)."""
+    try:
+        vector = np.asarray(q.to_numpy(zero_copy_only=False) if isinstance(q, pa.Array) else q)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"nearest['q'] is not a vector: {first_line(exc)}") from exc
+    if vector.dtype.kind not in "fiu" or vector.ndim != 1:
+        raise InvalidArgumentError(
+            f"nearest['q'] must be one vector of {dimension} numbers (one query at a time), "
+            f"got an array of shape {vector.shape} and type {vector.dtype}"
+        )
+    if vector.shape[0] != dimension:
+        raise InvalidArgumentError(
+            f"nearest['q'] has {vector.shape[0]} numbers but column {column!r} holds "
+            f"vectors of {dimension}; give a vector of {dimension}"
+        )
+    return vector
+
+
+class Search:
+    """What a read asks beyond its plan: a search (``nearest`` or ``full_text_query``,
+    ``prefilter``) and a ``limit``; checked when made."""
+
+    def __init__(
+        self,
+        nearest: Mapping[str, Any] | None,
+        full_text_query: TextQueryLike | None,
+        prefilter: bool,
+        limit: int | None,
+    ) -> None:
+        self.nearest, self.full_text_query = nearest, full_text_query
+        self.prefilter = prefilter
+        self.limit = None if limit is None else _positive(limit, "limit")
+        if not isinstance(prefilter, bool):
+            raise InvalidArgumentError(f"prefilter must be True or False, got {prefilter!r}")
+        if nearest is None and full_text_query is None and prefilter:
+            raise InvalidArgumentError(
+                "prefilter applies to a search: nearest= or full_text_query="
+            )
+
+    @property
+    def searching(self) -> bool:
+        return self.nearest is not None or self.full_text_query is not None
+
+    def schema(self, plan: ScanPlan) -> pa.Schema:
+        """The schema of what :meth:`run` yields."""
+        if not self.searching:
+            return plan.schema
+        rank = "_distance" if self.nearest is not None else "_score"
+        return plan.schema.append(pa.field(rank, pa.float32()))
+
+    def run(self, plan: ScanPlan, batch_size: int | None) -> Iterator[pa.RecordBatch]:
+        """The plan's rows (the first ``limit``), or the search's top rows (searched now)."""
+        if not self.searching:
+            return first_rows(plan.to_batches(batch_size), self.limit)
+        found = search(
+            plan,
+            nearest=self.nearest,
+            full_text_query=self.full_text_query,
+            prefilter=self.prefilter,
+            limit=self.limit,
+        )
+        return iter(found.to_batches(max_chunksize=batch_size))
+
+
+def first_rows(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa.RecordBatch]:
+    """The first ``limit`` rows of ``batches`` (all for None); stops reading there."""
+    return batches if limit is None else _first(batches, _positive(limit, "limit"))
+
+
+def _first(batches: Iterator[pa.RecordBatch], limit: int) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        yield batch.slice(0, limit)
+        limit -= min(limit, batch.num_rows)
+        if limit == 0:
+            return
