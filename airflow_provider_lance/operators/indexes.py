@@ -93,9 +93,9 @@ def index_params(value: Any, deferred: v.Deferred) -> None:
 class LanceCreateIndexOperator(TableOperationOperator):
     """Declare an index on a namespace and build it on every partition in its scope.
 
-    Vector types (IVF_PQ, IVF_HNSW_SQ, ...) go to :meth:`PartitionedNamespace.create_index`,
-    scalar ones (BTREE, BITMAP, INVERTED, ...) to ``create_scalar_index``; every leaf's
-    index is published in one ``__manifest`` commit. Idempotent, like
+    Vector types (IVF_PQ, IVF_HNSW_SQ, ...) and scalar ones (BTREE, BITMAP, INVERTED, ...)
+    alike (:meth:`PartitionedNamespace.create_index`); every leaf's index is published in
+    one ``__manifest`` commit. Idempotent, like
     :class:`~airflow_provider_lance.operators.timetravel.LanceTagOperator`: an index of that
     name declared already on the same column, type, filter and parameters changes nothing
     (the DAG run again, or every run of a daily DAG); declared otherwise, the task fails at
@@ -188,19 +188,17 @@ class LanceCreateIndexOperator(TableOperationOperator):
             ns.uri,
             txn_id,
         )
-        build = ns.create_index if kind in VECTOR_INDEX_TYPES else ns.create_scalar_index
-        extra = {"shared_model": bool(self.shared_model)} if kind in VECTOR_INDEX_TYPES else {}
         try:
-            return build(
+            return ns.create_index(
                 column,
                 kind,
                 name,
                 filter=where,
                 replace=bool(self.replace),
+                shared_model=bool(self.shared_model),
                 txn_id=txn_id,
                 claim_timeout=claim_seconds(self.claim_timeout),
                 progress=TaskProgress(self.log),
-                **extra,
                 **params,
             )
         except IndexExistsError:
