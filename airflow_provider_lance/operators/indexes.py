@@ -39,6 +39,13 @@ VECTOR_INDEX_TYPES = (
 SCALAR_INDEX_TYPES = (
     "BTREE BITMAP LABEL_LIST INVERTED FTS NGRAM ZONEMAP BLOOMFILTER RTREE".split()  # noqa: SIM905
 )
+#: What ``index_params`` cannot hold: the operator's own arguments, or what the namespace
+#: sets for every leaf (None).
+_NOT_PARAMS = {
+    **{a: a for a in "column index_type name filter replace shared_model txn_id".split()},  # noqa: SIM905
+    "claim_timeout": "claim_timeout",
+    **dict.fromkeys("progress fragment_ids index_uuid storage_options train".split()),  # noqa: SIM905
+}
 #: Parameters given as a model rather than declared (not compared with a declaration).
 _MODEL_PARAMS = frozenset({"ivf_centroids", "pq_codebook"})
 
@@ -82,6 +89,10 @@ def index_params(value: Any, deferred: v.Deferred) -> None:
     for key, item in value.items():
         if not isinstance(key, str) or not key.strip():
             v.refuse(expected, value, wrong_type=True)
+        if key in _NOT_PARAMS:
+            own = _NOT_PARAMS[key]
+            hint = f"give the operator's {own} instead" if own else "the namespace sets it"
+            v.refuse(expected, value, hint=f" ({key!r} is not an index parameter: {hint})")
         if deferred(item):
             continue
         try:

@@ -64,8 +64,9 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
         write can run during the sweep (not templated: a deliberate choice of the DAG's
         author, not of a run's conf).
     :param indices: first index what the declared indexes do not cover yet (new
-        partitions and fragments), as :class:`LanceOptimizeIndicesOperator` does for every
-        partition, in its own ``__manifest`` commit.
+        partitions and fragments) in every partition, in its own ``__manifest`` commit
+        (:class:`~airflow_provider_lance.operators.indexes.LanceOptimizeIndicesOperator`
+        does it for some).
     :return: (XCom) ``{"uri", "manifest_version", "dry_run", "manifest_fragments_before",
         "manifest_fragments_after", "manifest_versions_removed", "leaf_versions_removed",
         "retained_manifest_versions", "tags_kept", "leaves_skipped",

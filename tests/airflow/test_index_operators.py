@@ -201,6 +201,32 @@ def test_drop_index_removes_it_and_a_second_drop_changes_nothing(
 
 
 # -- the parse-time rules are the core's ------------------------------------------------------
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"name": "x"}, "'name' is not an index parameter: give the operator's name instead"),
+        ({"filter": "a = 1"}, "give the operator's filter instead"),
+        ({"index_uuid": "u"}, "'index_uuid' is not an index parameter: the namespace sets it"),
+    ],
+)
+def test_index_params_that_are_arguments_are_refused_at_parse_time(
+    params: dict[str, str], says: str
+) -> None:
+    """They were a TypeError at run time (``create_index`` got ``name`` twice)."""
+    from airflow.sdk import DAG
+
+    from airflow_provider_lance.operators import LanceCreateIndexOperator
+    from airflow_provider_lance.validation import OperatorArgumentError
+
+    start = dt.datetime(2025, 12, 1, tzinfo=dt.timezone.utc)
+    with (
+        DAG("d", schedule=None, start_date=start),
+        pytest.raises(OperatorArgumentError, match="index_params must be") as refused,
+    ):
+        LanceCreateIndexOperator(task_id="t", column="id", index_type="BTREE", index_params=params)
+    assert says in str(refused.value)
+
+
 def test_the_index_types_checked_at_parse_time_are_the_cores() -> None:
     from airflow_provider_lance.namespace.ops.indexing import SCALAR_TYPES, VECTOR_TYPES
 
