@@ -57,6 +57,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_lance.operators.upkeep",
                     "airflow_provider_lance.operators.evolution",
                     "airflow_provider_lance.operators.table",
+                    "airflow_provider_lance.operators.indexes",
                     "airflow_provider_lance.operators.timetravel",
                 ],
             }

@@ -14,6 +14,9 @@ Installed as lance-partitioned (the same as python -m airflow_provider_lance):
   lance-partitioned drop-partitions URI "event_date < '2025-01-01'"
   lance-partitioned merge URI updates.parquet|- --on id --on event_date [--delete-unmatched]
   lance-partitioned optimize URI [FILTER] [--target-rows-per-fragment N]
+  lance-partitioned indices URI [--as-of ...]
+  lance-partitioned create-index URI COLUMN TYPE [--name N] [--filter SQL] [--param K=V]
+  lance-partitioned optimize-indices URI [FILTER] [--name N] | drop-index URI NAME
   lance-partitioned maintain URI [--older-than-hours H] [--sweep-orphans] [--dry-run]
   lance-partitioned demo [DIR] [--force]
 
@@ -23,7 +26,7 @@ the LANCE_STORAGE_OPTIONS variable, a JSON object such as {"aws_endpoint":
 flags win over the variable. --as-of takes a __manifest version, an ISO 8601 date or time
 (UTC unless it has an offset) or a tag.
 
-Output: listings (describe, head, prune, history, transactions, tag list) print tables,
+Output: listings (describe, head, prune, history, transactions, tag list, indices) print tables,
 "(none)" when empty, NULL for a missing value and a string that could read as something
 else quoted ('NULL', '', ' a', 'a\tb'); --json prints JSON lines instead, values with
 their JSON types, describe --json one JSON document. Commands that change or check
@@ -250,6 +253,7 @@ def _add_reading_commands(command: Callable[..., Any]) -> None:
     history_p.add_argument(
         "--all", action="store_true", help="also the bookkeeping versions (claims, compaction)"
     )
+    command("indices", "the declared indexes and how much each covers", reads=True)
     verify_p = command(
         "verify",
         "check every row lies in the partition its values give (exit 4 if not)",
@@ -327,6 +331,7 @@ def _add_table_operations(command: Callable[..., Any]) -> None:
         help="rows per compacted fragment (default %(default)s)",
     )
     optimize_p.add_argument("--txn-id", help=_TXN_HELP)
+    _add_index_operations(command)
     maintain_p = command(
         "maintain", "compact __manifest, clean up old versions, sweep orphaned files"
     )
@@ -361,8 +366,64 @@ def _add_table_operations(command: Callable[..., Any]) -> None:
     )
 
 
+def _add_index_operations(command: Callable[..., Any]) -> None:
+    create_p = command("create-index", "declare an index and build it on every partition")
+    create_p.add_argument("column", metavar="COLUMN", help="the column to index")
+    create_p.add_argument(
+        "index_type",
+        metavar="TYPE",
+        help="pylance's index type: IVF_PQ, IVF_HNSW_SQ, ... (vectors), BTREE, BITMAP, "
+        "INVERTED, ... (scalars)",
+    )
+    create_p.add_argument("--name", default=None, help="the index's name (default COLUMN_idx)")
+    create_p.add_argument(
+        "--filter", default=None, metavar="SQL", help="only the partitions this filter selects"
+    )
+    create_p.add_argument(
+        "--param",
+        action="append",
+        type=options.index_param,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pylance create_index argument, the value JSON or text (metric=cosine, "
+        "num_partitions=4; repeat for more)",
+    )
+    create_p.add_argument(
+        "--replace", action="store_true", help="rebuild an index of that name declared already"
+    )
+    create_p.add_argument(
+        "--no-shared-model",
+        dest="shared_model",
+        action="store_false",
+        help="IVF types: train a model per partition instead of one shared by all",
+    )
+    create_p.add_argument("--txn-id", help=_TXN_HELP)
+    optimize_p = command("optimize-indices", "index what the declared indexes do not cover yet")
+    optimize_p.add_argument(
+        "filter", nargs="?", metavar="FILTER", help="only the partitions this filter selects"
+    )
+    optimize_p.add_argument(
+        "--name", action="append", help="only this index (repeat for more; default: all)"
+    )
+    optimize_p.add_argument("--txn-id", help=_TXN_HELP)
+    drop_p = command("drop-index", "remove an index from the namespace and every partition")
+    drop_p.add_argument("name", metavar="NAME", help="the index")
+    drop_p.add_argument("--txn-id", help=_TXN_HELP)
+
+
 #: Commands whose progress (INFO logs) goes to stderr: they change the namespace.
-_LOGGED = frozenset({"delete", "drop-partitions", "merge", "optimize", "maintain"})
+_LOGGED = frozenset(
+    {
+        "delete",
+        "drop-partitions",
+        "merge",
+        "optimize",
+        "maintain",
+        "create-index",
+        "optimize-indices",
+        "drop-index",
+    }
+)
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "describe": commands.describe,
     "head": commands.head,
@@ -373,10 +434,14 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "recover": commands.recover,
     "repair": commands.repair,
     "tag": commands.tag,
+    "indices": commands.indices,
     "delete": commands.delete,
     "drop-partitions": commands.drop_partitions,
     "merge": commands.merge,
     "optimize": commands.optimize,
+    "create-index": commands.create_index,
+    "optimize-indices": commands.optimize_indices,
+    "drop-index": commands.drop_index,
     "maintain": commands.maintain,
 }
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 from airflow_provider_lance.namespace import (
     MIN_SAFE_ORPHAN_AGE,
     AsOf,
+    IndexInfo,
     InvalidArgumentError,
     NamespaceState,
     Partition,
@@ -113,6 +114,7 @@ def describe(args: argparse.Namespace) -> int:
         limit = len(partitions) if as_json(args) else DEFAULT_LISTED_PARTITIONS
     listed = list(zip(partitions, stats, strict=True))[:limit]
     schema = state.schema.arrow
+    indices = ns.list_indices(as_of=state.version)
     if as_json(args):
         output.json_line(
             {
@@ -133,6 +135,7 @@ def describe(args: argparse.Namespace) -> int:
                     for v in sorted(state.specs)
                 },
                 "totals": totals,
+                "indices": [i.to_dict() for i in indices],
                 "partitions": [
                     {
                         **output.with_values(p.to_dict(), p.values),
@@ -199,6 +202,9 @@ def describe(args: argparse.Namespace) -> int:
             right=["field_id"],
             indent="  ",
         )
+    if indices:
+        print("\nindexes:")
+        index_table(indices, indent="  ")
     if not listed and partitions:  # --partitions 0: the totals only
         return 0
     shown = f"the first {len(listed)} of {len(partitions)}" if len(listed) < len(partitions) else ""
@@ -472,6 +478,50 @@ def tag(args: argparse.Namespace) -> int:
     return 0
 
 
+def indices(args: argparse.Namespace) -> int:
+    """The indexes declared on the namespace (as of ``--as-of``), each with its coverage."""
+    found = open_namespace(args).list_indices(as_of=getattr(args, "as_of", None))
+    if as_json(args):
+        for info in found:
+            output.json_line(info.to_dict())
+        return 0
+    index_table(found)
+    return 0
+
+
+def index_table(found: Sequence[IndexInfo], indent: str = "") -> None:
+    """Indexes as a table: what each indexes, and how much of its scope it covers."""
+    output.table(
+        [
+            "name",
+            "column",
+            "type",
+            "filter",
+            "partitions",
+            "indexed",
+            "rows indexed",
+            "rows not indexed",
+            "params",
+        ],
+        [
+            (
+                i.name,
+                i.column,
+                i.index_type,
+                i.filter,
+                i.partitions,
+                i.partitions_indexed,
+                i.rows_indexed,
+                i.rows_unindexed,
+                dict(i.params) if i.params else None,
+            )
+            for i in found
+        ],
+        right=["partitions", "indexed", "rows indexed", "rows not indexed"],
+        indent=indent,
+    )
+
+
 def repair(args: argparse.Namespace) -> int:
     """Restore ``__manifest`` columns a foreign tool dropped."""
     output.json_line(open_namespace(args).repair().__dict__, ensure_ascii=True)
@@ -561,6 +611,40 @@ def optimize(args: argparse.Namespace) -> int:
             progress=shown,
         )
     output.result_json(result)
+    return 0
+
+
+def create_index(args: argparse.Namespace) -> int:
+    """``create-index``: any of pylance's types (the core names them when one is not)."""
+    ns = open_namespace(args)
+    with progress.shown(args) as shown:
+        result = ns.create_index(
+            args.column,
+            args.index_type,
+            args.name,
+            filter=args.filter,
+            replace=args.replace,
+            shared_model=args.shared_model,
+            txn_id=args.txn_id,
+            progress=shown,
+            **dict(args.param),
+        )
+    output.result_json(result)
+    return 0
+
+
+def optimize_indices(args: argparse.Namespace) -> int:
+    ns = open_namespace(args)
+    with progress.shown(args) as shown:
+        result = ns.optimize_indices(
+            args.filter, names=args.name or None, txn_id=args.txn_id, progress=shown
+        )
+    output.result_json(result)
+    return 0
+
+
+def drop_index(args: argparse.Namespace) -> int:
+    output.result_json(open_namespace(args).drop_index(args.name, txn_id=args.txn_id))
     return 0
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import math
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from airflow_provider_lance.namespace import (
@@ -31,6 +33,7 @@ __all__ = [
     "STORAGE_OPTIONS_ENV",
     "as_of",
     "duration",
+    "index_param",
     "local_directory",
     "moment",
     "not_utf8",
@@ -49,6 +52,46 @@ def storage_option(text: str) -> tuple[str, str]:
             f"{text!r} is not KEY=VALUE (e.g. aws_endpoint=http://localhost:9000)"
         )
     return key.strip(), value
+
+
+#: What ``--param`` cannot set: ``create-index``'s own arguments (their flag), or what the
+#: namespace sets for every leaf (None).
+_INDEX_FLAGS = {
+    "column": "COLUMN",
+    "index_type": "TYPE",
+    "name": "--name",
+    "filter": "--filter",
+    "replace": "--replace",
+    "shared_model": "--no-shared-model",
+    "txn_id": "--txn-id",
+    "claim_timeout": None,
+    "progress": None,
+    "fragment_ids": None,
+    "index_uuid": None,
+    "storage_options": "--storage-option",
+    "train": None,
+}
+
+
+def index_param(text: str) -> tuple[str, Any]:
+    """``--param KEY=VALUE`` of ``create-index``: the value read as JSON (``4``, ``true``,
+    ``[1, 2]``), else taken as text (``metric=cosine``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not KEY=VALUE (e.g. metric=cosine or num_partitions=4)"
+        )
+    key = key.strip()
+    if key in _INDEX_FLAGS:
+        flag = _INDEX_FLAGS[key]
+        raise argparse.ArgumentTypeError(
+            f"{key} is not an index parameter: "
+            + (f"give {flag}" if flag else "set by the namespace")
+        )
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
 
 
 def flag_value(key: str, value: str) -> StorageOptionValue:

@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # what type checkers see (``X as X``: re-exported); at run ti
     from .errors import DataValidationError as DataValidationError
     from .errors import ExpressionError as ExpressionError
     from .errors import FilterError as FilterError
+    from .errors import IndexExistsError as IndexExistsError
+    from .errors import IndexNotFoundError as IndexNotFoundError
     from .errors import InstallationError as InstallationError
     from .errors import InvalidArgumentError as InvalidArgumentError
     from .errors import InvalidLiteralError as InvalidLiteralError
@@ -80,6 +82,7 @@ if TYPE_CHECKING:  # what type checkers see (``X as X``: re-exported); at run ti
     from .read.timetravel import check_tag_name as check_tag_name
     from .results import CommitResult as CommitResult
     from .results import HistoryEntry as HistoryEntry
+    from .results import IndexInfo as IndexInfo
     from .results import OperationResult as OperationResult
     from .results import PartitionChange as PartitionChange
     from .results import PartitionCommit as PartitionCommit
@@ -114,7 +117,7 @@ _EXPORTS = {
         "distributed": "PartitionRouter TransactionSummary",
         "progress": "Progress ProgressCallback",
         "results": "CommitResult PartitionCommit OperationResult PartitionOutcome "
-        "PartitionChange SkipReason HistoryEntry TagInfo value_text",
+        "PartitionChange SkipReason HistoryEntry TagInfo IndexInfo value_text",
         "ops.verification": "VerifyReport MisplacedRows",
         "admin.sweep": "DEFAULT_MIN_AGE MIN_SAFE_ORPHAN_AGE",
         "ops.compaction": "DEFAULT_TARGET_ROWS",
@@ -129,7 +132,8 @@ _EXPORTS = {
         "ExpressionError InvalidLiteralError InvalidArgumentError InstallationError "
         "PartitionSpecError "
         "ManifestError NamespaceExistsError NamespaceNotFoundError PartitionNotFoundError "
-        "TableNotFoundError TagExistsError VersionBeforeCreationError VersionNotFoundError",
+        "TableNotFoundError TagExistsError VersionBeforeCreationError VersionNotFoundError "
+        "IndexExistsError IndexNotFoundError",
         "io.storage": "permanent_failure",
     }.items()
     for name in names.split()

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
         LancePromoteColumnOperator,
         LanceRenameColumnOperator,
     )
+    from airflow_provider_lance.operators.indexes import (
+        LanceCreateIndexOperator,
+        LanceDropIndexOperator,
+        LanceOptimizeIndicesOperator,
+    )
     from airflow_provider_lance.operators.spark import LanceSparkWriteOperator
     from airflow_provider_lance.operators.table import (
         LanceDeleteOperator,
@@ -58,6 +63,9 @@ _EXPORTS = {
     "LanceMergeOperator": "table",
     "LanceOptimizeOperator": "table",
     "LanceTagOperator": "timetravel",
+    "LanceCreateIndexOperator": "indexes",
+    "LanceOptimizeIndicesOperator": "indexes",
+    "LanceDropIndexOperator": "indexes",
 }
 
 __all__ = [
@@ -65,13 +73,16 @@ __all__ = [
     "LanceAddColumnOperator",
     "LanceAuditOperator",
     "LanceCommitOperator",
+    "LanceCreateIndexOperator",
     "LanceCreatePartitionOperator",
     "LanceDeleteOperator",
     "LanceDropColumnOperator",
+    "LanceDropIndexOperator",
     "LanceDropPartitionsOperator",
     "LanceEvolvePartitionSpecOperator",
     "LanceMaintainOperator",
     "LanceMergeOperator",
+    "LanceOptimizeIndicesOperator",
     "LanceOptimizeOperator",
     "LancePromoteColumnOperator",
     "LancePruneOperator",

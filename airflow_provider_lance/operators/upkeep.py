@@ -63,11 +63,18 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
         files of writes still in flight would be deleted). Turn it off only where no
         write can run during the sweep (not templated: a deliberate choice of the DAG's
         author, not of a run's conf).
+    :param indices: first index what the declared indexes do not cover yet (new
+        partitions and fragments) in every partition, in its own ``__manifest`` commit
+        (:class:`~airflow_provider_lance.operators.indexes.LanceOptimizeIndicesOperator`
+        does it for some).
     :return: (XCom) ``{"uri", "manifest_version", "dry_run", "manifest_fragments_before",
         "manifest_fragments_after", "manifest_versions_removed", "leaf_versions_removed",
         "retained_manifest_versions", "tags_kept", "leaves_skipped",
-        "leaves_skipped_by_reason", "orphans"}`` (skipped leaves counted per reason;
-        ``orphans``: the sweep's counts and a sample of paths, None without a sweep).
+        "leaves_skipped_by_reason", "orphans", "indices"}`` (skipped leaves counted per
+        reason; ``orphans``: the sweep's counts and a sample of paths, None without a
+        sweep; ``indices``: ``{"manifest_version", "rows_indexed", "partition_count",
+        "skipped_count"}`` of the index upkeep, None when no index is declared, ``indices``
+        is off or on a dry run).
     """
 
     template_fields: Sequence[str] = ("namespace", "older_than", "orphan_min_age")
@@ -80,6 +87,7 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
         "orphan_min_age": v.duration(optional=True),
         "dry_run": v.flag(),
         "enforce_min_age": v.flag(),
+        "indices": v.flag(),
         "lance_conn_id": v.conn_id,
     }
     argument_attributes = {"dry_run": "sweep_dry_run"}
@@ -94,12 +102,14 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
         orphan_min_age: dt.timedelta | float | str | None = None,
         dry_run: bool = False,
         enforce_min_age: bool = True,
+        indices: bool = True,
         lance_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.namespace = namespace
         self.compact = compact
+        self.indices = indices
         self.older_than = older_than
         self.sweep_orphans = sweep_orphans
         self.orphan_min_age = orphan_min_age
@@ -146,6 +156,7 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
                 compact=self.compact,
                 older_than=None if older is None else dt.timedelta(seconds=older),
                 dry_run=self.sweep_dry_run,
+                indices=self.indices,
                 progress=TaskProgress(self.log),
                 **sweep,
             )
@@ -166,6 +177,7 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
                 reason: len(ids) for reason, ids in report.leaves_skipped_by_reason.items()
             },
             "orphans": report.orphans,
+            "indices": index_summary(report.indices),
         }
         self.log.info(
             "maintained %s: __manifest fragments %d -> %d, %d manifest and %d leaf versions "
@@ -188,6 +200,19 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
                 " would be removed" if self.sweep_dry_run else " removed",
             )
         return summary
+
+
+def index_summary(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The counts of the index upkeep ``maintain`` ran (an ``OperationResult`` dict), not
+    its list of partitions (the XCom stays small)."""
+    if result is None:
+        return None
+    return {
+        "manifest_version": result["manifest_version"],
+        "rows_indexed": result["rows_indexed"],
+        "partition_count": len(result["partitions"]),
+        "skipped_count": len(result["skipped"]),
+    }
 
 
 class LanceRecoverOperator(v.ArgumentChecks, BaseOperator):

@@ -6,6 +6,11 @@ day's rows only, so yesterday's partition is never clobbered by late arrivals), 
 commit publishes it atomically. Re-running a day replaces it; retrying a task never
 duplicates rows (the transaction id is derived from dag/run/task).
 
+The namespace declares a BTREE index on ``user_id`` once (``declare_index``: a run that
+finds it declared changes nothing), and each run indexes the day it published
+(``index_day``: ``optimize_indices`` on that day's partition), so a user's events are
+looked up through the index on every published day.
+
 Once published, a PySpark job of your own (``jobs/daily_rollup.py``, submitted with
 Airflow's SparkSubmitOperator) reads the day with ``spark.read.format("lance_partitioned")``
 and overwrites the day's totals per country in a rollup namespace with
@@ -25,7 +30,9 @@ from airflow.sdk import DAG, AssetAlias, task
 from airflow_provider_lance.example_data import EVENTS_SCHEMA
 from airflow_provider_lance.operators import (
     LanceCommitOperator,
+    LanceCreateIndexOperator,
     LanceCreatePartitionOperator,
+    LanceOptimizeIndicesOperator,
     LanceSparkWriteOperator,
 )
 
@@ -90,6 +97,21 @@ with DAG(
         outlets=[AssetAlias("lance_daily_events")],
     )
 
+    # declared once on the namespace (every later run finds it declared alike: a no-op)
+    declare_index = LanceCreateIndexOperator(
+        task_id="declare_index",
+        namespace=NAMESPACE,
+        column="user_id",
+        index_type="BTREE",
+        name="user_id_idx",
+    )
+
+    index_day = LanceOptimizeIndicesOperator(
+        task_id="index_day",
+        namespace=NAMESPACE,
+        filter="event_date = DATE '{{ ds }}'",
+    )
+
     ensure_rollup = LanceCreatePartitionOperator(
         task_id="ensure_rollup_partition",
         namespace=ROLLUP,
@@ -115,5 +137,6 @@ with DAG(
         conf=SPARK_CONF,
     )
 
-    ensure_partition >> landed
+    ensure_partition >> [landed, declare_index]
+    [publish, declare_index] >> index_day
     [publish, ensure_rollup] >> rollup_day

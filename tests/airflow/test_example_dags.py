@@ -63,7 +63,11 @@ def test_example_dag_shapes(dagbag: Any) -> None:
         "ensure_rollup_partition",
         "rollup_arguments",
         "spark_rollup_day",
+        "declare_index",
+        "index_day",
     }
+    assert backfill.get_task("declare_index").upstream_task_ids == {"ensure_partition"}
+    assert backfill.get_task("index_day").upstream_task_ids == {"publish_day", "declare_index"}
     assert backfill.get_task("spark_rollup_day").upstream_task_ids == {
         "publish_day",
         "ensure_rollup_partition",
@@ -94,8 +98,22 @@ def test_daily_backfill_runs_end_to_end_with_spark_submit(run_dag: RunDag) -> No
     assert ns.count_rows() == on_day
     summary = run.xcom("publish_day")
     assert (summary["rows"], summary["partition_count"]) == (on_day, 1)
-    assert summary["partitions"][0]["read_version"] == partitions[0].read_version
+    # the published version, then the version index_day committed on it
+    assert summary["partitions"][0]["read_version"] == partitions[0].read_version - 1
     assert run.xcom("spark_overwrite_day")["mode"] == "overwrite"
+
+    # the index declared once covers the published day: index_day indexed it after the publish
+    assert run.xcom("declare_index")["existed"] is False  # declared by this (the first) run
+    indexed = run.xcom("index_day")
+    assert (indexed["rows_indexed"], indexed["partition_count"]) == (on_day, 1)
+    assert indexed["partitions"][0]["read_version"] == partitions[0].read_version
+    [index] = ns.list_indices()
+    assert (index.name, index.column, index.index_type) == ("user_id_idx", "user_id", "BTREE")
+    assert (index.partitions, index.partitions_indexed) == (len(partitions), len(partitions))
+    assert (index.rows_indexed, index.rows_unindexed) == (on_day, 0)
+    user = ns.to_table(columns=["user_id"]).column("user_id")[0].as_py()
+    looked_up = ns.to_table(filter=f"user_id = {user}")  # a lookup the index serves
+    assert looked_up.num_rows == pc.sum(pc.equal(ns.to_table()["user_id"], user)).as_py() > 0
 
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session

@@ -277,6 +277,10 @@ def test_every_command_prints_json_lines_with_json(
         ["drop-partitions", uri, "event_date = DATE '2025-12-12'"],
         ["merge", uri, str(update), "--on", "id", "--on", "event_date"],
         ["optimize", uri],
+        ["create-index", uri, "id", "BTREE"],
+        ["indices", uri],
+        ["optimize-indices", uri],
+        ["drop-index", uri, "id_idx"],
         ["maintain", uri, "--older-than-hours", "0"],
     ):
         code = cli.main([*argv, "--json"])
