@@ -90,7 +90,7 @@ log = logging.getLogger(__name__)
 
 #: The format's name: ``spark.read.format(FORMAT)``.
 FORMAT = "lance_partitioned"
-#: Spark's switch for ``pushFilters`` (off by default in Spark 4.2).
+#: Spark's switch for ``pushFilters`` (off by default; left as the session set it).
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 #: Task-local properties Spark's micro-batch execution sets.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -121,20 +121,26 @@ _OPTION_HINTS = {
 def register(spark: SparkSession) -> None:
     """Register ``lance_partitioned`` in ``spark`` (a classic or Spark Connect session).
 
-    Spark's filters reach partition pruning only with ``spark.sql.python.filterPushdown
-    .enabled``; it is turned on here unless the session set it. Set to ``false``, the
-    format is registered without filter pushdown: reads then prune by the ``filter`` option
-    only, and Spark applies its filters to the rows read (a reader that implements
-    ``pushFilters`` would fail every read with ``DATA_SOURCE_PUSHDOWN_DISABLED``). Turning
-    it off after registering makes reads fail so; register again.
+    Spark's own filters (``df.where``) prune partitions only with Spark's
+    ``spark.sql.python.filterPushdown.enabled``, left as the session set it (off by
+    default): Spark keeps the read a pushdown planned on the loaded DataFrame and reuses it
+    for that DataFrame's later queries that push nothing, which then return the first
+    query's rows (measured on 4.2.1 and 4.3.0: ``df.where("id > 5").count()``, then
+    ``df.count()`` counts the filtered rows). Without it the ``filter`` option prunes and
+    Spark filters the rows read. Turned on before registering, the format takes Spark's
+    filters, and a warning says so; turned off after it, reads fail with
+    ``DATA_SOURCE_PUSHDOWN_DISABLED`` (register again).
     """
-    setting = spark.conf.get(PUSHDOWN_CONF, None)
-    if setting is None:
-        spark.conf.set(PUSHDOWN_CONF, "true")
-    pushdown = (setting or "true").strip().lower() == "true"
-    if not pushdown:
+    pushdown = (spark.conf.get(PUSHDOWN_CONF, None) or "false").strip().lower() == "true"
+    if pushdown:
         log.warning(
-            "%s is false: %s reads prune by their filter option only", PUSHDOWN_CONF, FORMAT
+            "%s is true: Spark (%s) reuses the read a pushed filter planned for later queries "
+            "of the same loaded DataFrame that push no filter (they return the first query's "
+            "rows); load the DataFrame again for each query, or prune with "
+            '.option("filter", ...) and leave %s off',
+            PUSHDOWN_CONF,
+            spark.version,
+            PUSHDOWN_CONF,
         )
     spark.dataSource.register(LancePartitioned if pushdown else LancePartitionedNoPushdown)
 
@@ -278,7 +284,7 @@ class LancePartitioned(DataSource):
 
 
 class LancePartitionedNoPushdown(LancePartitioned):
-    """Registered when the session turned ``spark.sql.python.filterPushdown.enabled`` off."""
+    """Registered when the session leaves ``spark.sql.python.filterPushdown.enabled`` off."""
 
     pushdown = False
 

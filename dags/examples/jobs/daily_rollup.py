@@ -1,7 +1,7 @@
 """A PySpark job of your own over partitioned Lance namespaces, as ``spark-submit`` runs it.
 
 It reads one day of events with ``spark.read.format("lance_partitioned")`` (the day's
-filter is pushed down: only that day's partition is opened), totals it per country, and
+``filter`` option prunes: only that day's partition is opened), totals it per country, and
 overwrites that day of a rollup namespace with ``df.write.format("lance_partitioned")``:
 one atomic publish, and with ``txn_id`` a retried run publishes nothing twice.
 
@@ -26,14 +26,18 @@ from airflow_provider_lance.spark import register
 
 def rollup(spark: SparkSession, events_uri: str, rollup_uri: str, day: dt.date) -> DataFrame:
     """Overwrite ``day`` of the rollup namespace with the day's totals per country."""
-    register(spark)  # the format, with Spark's filter pushdown on
+    register(spark)
     options = {}
     if os.environ.get("LANCE_STORAGE_OPTIONS"):
         options["storage_options"] = os.environ["LANCE_STORAGE_OPTIONS"]
-    events = spark.read.format("lance_partitioned").options(**options).load(events_uri)
+    events = (
+        spark.read.format("lance_partitioned")
+        .options(**options)
+        .option("filter", f"event_date = DATE '{day.isoformat()}'")  # prunes to the day
+        .load(events_uri)
+    )
     totals = (
-        events.where(F.col("event_date") == F.lit(day))
-        .groupBy("event_date", "country")
+        events.groupBy("event_date", "country")
         .agg(F.count("*").alias("events"), F.sum("amount").alias("amount"))
         .cache()  # written, then counted: read once
     )
