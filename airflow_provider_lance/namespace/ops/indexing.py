@@ -18,7 +18,8 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ from airflow_provider_lance.namespace.format.state import NamespaceState, Partit
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.results import IndexInfo, SkipReason
+from airflow_provider_lance.namespace.txn.builds import BuildRecord
 from airflow_provider_lance.namespace.write.leaf_commit import kept_above
 
 from .deletion import live_rows
@@ -201,12 +203,17 @@ def build_segment(
     column: str,
     fragment_ids: Sequence[int],
     model: SharedModel | None,
+    record: Callable[[str], None],
+    directory: str,
 ) -> Index:
-    """The leaf's index over ``fragment_ids``, written and not committed."""
+    """The leaf's index over ``fragment_ids``, written and not committed; ``record`` is
+    given the leaf's index directory (root-relative: the leaf is ``directory``) before
+    anything is written (pylance chooses a BTREE segment's uuid itself)."""
     params = dict(declaration.params)
     if model is not None:
         params = model_arguments(params, model, declaration.index_type)
     what = f"build index {declaration.name!r} ({declaration.index_type} on {column}) of"
+    record(f"{directory}/_indices/")
     with storage.failures(what, leaf.uri), _bad_input(declaration):
         segment = leaf.create_index_uncommitted(
             column,
@@ -257,13 +264,18 @@ class _Built:
 
 class _IndexOperation(TableOperation):
     """Shared by the operations that build leaf indexes: the shared models they load and
-    the segments earlier attempts built."""
+    the segments earlier attempts built, named by a build record (:mod:`..txn.builds`)
+    until the run ends so that the orphan sweep keeps them, however long it runs."""
 
     def __init__(self, storage: Storage) -> None:
         super().__init__(storage)
         self._models: dict[str, SharedModel] = {}
         self._lock = threading.Lock()
         self._built: dict[tuple[str, str], _Built] = {}
+        self.record = BuildRecord(storage, uuid.uuid4().hex)
+
+    def close(self) -> None:
+        self.record.close()
 
     def model(self, declaration: IndexDeclaration) -> SharedModel | None:
         if declaration.model is None:
@@ -296,7 +308,16 @@ class _IndexOperation(TableOperation):
         ):
             return earlier.segment
         model = self.model(declaration)
-        segment = build_segment(self.storage, leaf, declaration, column, fragment_ids, model)
+        segment = build_segment(
+            self.storage,
+            leaf,
+            declaration,
+            column,
+            fragment_ids,
+            model,
+            self.record.add,
+            partition.directory,
+        )
         self._built[key] = _Built(segment, {f: files[f] for f in fragment_ids})
         return segment
 
@@ -371,7 +392,9 @@ class CreateIndex(_IndexOperation):
         column = d.column(state)
         assert column is not None
         spec = ModelSpec(d.name, d.index_type, d.params)
-        path = train_model(self.storage, state, spec, column, partitions, self.given_model)
+        path = train_model(
+            self.storage, state, spec, column, partitions, self.given_model, self.record.add
+        )
         if path is not None:
             self.declaration = IndexDeclaration(
                 d.name, d.field_id, d.index_type, d.params, d.filter, path

@@ -184,6 +184,9 @@ class TableOperation(ABC):
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         """The change to ``partition``'s leaf computed on its published version ``base``."""
 
+    def close(self) -> None:  # noqa: B027 (most operations hold nothing)
+        """The run ended (published or failed): release what it holds (a build record)."""
+
     def manifest_rows(self, state: NamespaceState) -> tuple[list[dict[str, Any]], list[str]]:
         """Bookkeeping rows (reserved ``__`` ids) the swap upserts and deletes besides the
         partitions' (as of the last :meth:`select`): an index declaration."""
@@ -333,6 +336,7 @@ class OperationRunner:
             return self._run()
         finally:
             self._withdraw_intent()
+            self.op.close()
 
     def _run(self) -> OperationResult:
         kind = self.op.kind
