@@ -473,6 +473,9 @@ class OptimizeIndices(_IndexOperation):
             targets |= scope
         return Selection(targets=targets)
 
+    def depends_on(self, state: NamespaceState) -> list[dict[str, Any]]:
+        return [d.to_row() for d in self._declared.values()]
+
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         leaf = self.storage.table(partition.location, base)
         n = len(leaf.get_fragments())

@@ -192,6 +192,13 @@ class TableOperation(ABC):
         partitions' (as of the last :meth:`select`): an index declaration."""
         return [], []
 
+    def depends_on(self, state: NamespaceState) -> list[dict[str, Any]]:
+        """Bookkeeping rows of ``state`` the changes were computed from (as of the last
+        :meth:`select`: the index declarations a build follows). A swap that changes
+        anything writes them again unchanged, so a concurrent change to them (a dropped or
+        replaced index) makes it lose its race and compute again."""
+        return []
+
     def inputs(self, object_id: str) -> str:
         """What the change to ``object_id`` is computed from besides its published version
         (as of the last :meth:`select`): an earlier change is reused only for the same."""
@@ -502,6 +509,8 @@ class OperationRunner:
         changed = {oid: w for oid, w in attempt.works.items() if w.operation is not None}
         guard = StillPublished(self.ctx.manifest, self.ctx.storage)
         own = self.op.manifest_rows(state)
+        if changed or attempt.created:
+            own = ([*own[0], *self.op.depends_on(state)], own[1])
         computed = _Computed(selection, attempt, changed, current, own=own)
         if not computed.changes_anything and self.txn_id is None:
             return Prepared(state, [], guard, self.owner, computed)  # nothing to publish
