@@ -349,3 +349,28 @@ def test_recover_while_a_build_runs(vectors: PartitionedNamespace, point: str) -
         assert "b2" not in aborted
         assert whole(vectors) == {"id_idx": (4, 1200, 0)}
     assert no_duplicates(vectors) == list(range(1200))
+
+
+# -- optimize_indices against itself ---------------------------------------------------------
+@pytest.mark.parametrize(("first", "second"), [("part = 5", "part = 6"), (None, None)])
+def test_two_optimize_indices_at_once_both_finish_and_index_once(
+    vectors: PartitionedNamespace, first: str | None, second: str | None
+) -> None:
+    """Disjoint filters (two daily upkeep tasks): both rewrite the declaration row, so the
+    parked one loses its swap once and publishes on its retry. The same partitions: the
+    parked one finds nothing left to index."""
+    btree(vectors)
+    vectors.write(vector_rows([5, 6], 50, first_id=5000))
+    result, error, _ = race(
+        vectors,
+        "optimize_indices.computed",
+        lambda ns: ns.optimize_indices(first),
+        lambda ns: ns.optimize_indices(second),
+    )
+    assert error is None
+    assert whole(vectors) == {"id_idx": (6, 1300, 0)}
+    for p in vectors.state().partitions():
+        leaf = lance.dataset(p.location, version=p.read_version)
+        assert [len(i.segments) for i in leaf.describe_indices()] == [1]
+    if first is None:
+        assert result.manifest_version is None  # nothing left
