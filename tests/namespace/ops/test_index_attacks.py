@@ -46,7 +46,7 @@ def race(
 def whole(ns: PartitionedNamespace) -> dict[str, tuple[int, int, int]]:
     """Every published leaf's indexes are declared, read, and cover only its fragments:
     name -> (partitions indexed, rows indexed, rows unindexed)."""
-    declared = {i.name for i in ns.list_indices()}
+    declared = {i.name for i in ns.list_indices() if i.declared}
     for p in ns.state().partitions():
         leaf = lance.dataset(p.location, version=p.read_version)
         fragments = {f.fragment_id for f in leaf.get_fragments()}
