@@ -30,7 +30,9 @@ def vectors(root: Path) -> PartitionedNamespace:
 
 
 def sweep(ns: PartitionedNamespace) -> dict[str, object]:
-    report = ns.maintain(sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False)
+    report = ns.maintain(
+        sweep_orphans=True, orphan_min_age=NOW, enforce_min_age=False, indices=False
+    )
     assert report.orphans is not None
     return report.orphans
 
@@ -117,3 +119,18 @@ def test_a_record_left_by_a_killed_build_protects_until_the_lease_then_goes(
     monkeypatch.setattr(builds, "LEASE_SECONDS", 0.0)
     assert builds.live_paths(vectors._storage, remove_expired=True) == set()
     assert not list((root / builds.BUILDS_DIR).glob("*.json"))
+
+
+def test_a_sweep_while_optimize_indices_builds_keeps_its_segments(
+    vectors: PartitionedNamespace,
+) -> None:
+    vectors.create_index("vec", "IVF_PQ", num_sub_vectors=2)
+    vectors.write(vector_rows([2, 5], 50, first_id=5000))
+    with hold("optimize_indices.computed") as parked:
+        worker = Worker(other(vectors).optimize_indices)
+        worker.start()
+        parked.wait_reached()
+        orphans = sweep(other(vectors))
+    assert worker.outcome().rows_indexed == 100
+    searchable(vectors, "vec_idx")
+    assert orphans["kept_staged"]

@@ -374,3 +374,17 @@ def test_two_optimize_indices_at_once_both_finish_and_index_once(
         assert [len(i.segments) for i in leaf.describe_indices()] == [1]
     if first is None:
         assert result.manifest_version is None  # nothing left
+
+
+def test_a_direct_write_after_the_build_s_leaf_commits(vectors: PartitionedNamespace) -> None:
+    """The write rolls back the build's committed, unpublished version of partition 2 and
+    publishes; the build's swap loses, and its retry commits what it built again."""
+    _, error, _ = race(
+        vectors,
+        "create_index.leaf_committed",
+        btree,
+        lambda ns: ns.write(vector_rows([2], 10, first_id=8000)),
+    )
+    assert error is None
+    assert no_duplicates(vectors) == [*range(1200), *range(8000, 8010)]
+    assert whole(vectors) == {"id_idx": (4, 1200, 10)}
