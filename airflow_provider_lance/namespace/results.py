@@ -305,7 +305,9 @@ class OperationResult:
 
 @dataclass(frozen=True)
 class IndexInfo:
-    """An index declared on the namespace and how much of its scope it covers."""
+    """An index declared on the namespace and how much of its scope it covers; or, with
+    ``declared=False``, one built on published leaves outside the namespace (with
+    pylance) that no declaration names, its scope the partitions whose leaf has it."""
 
     name: str
     #: The column's current name (None: the column was dropped since).
@@ -322,6 +324,9 @@ class IndexInfo:
     rows_indexed: int
     #: Rows in its scope the index does not cover yet (``optimize_indices`` adds them).
     rows_unindexed: int
+    #: False: built on leaves outside the namespace; kept by its commits, not maintained
+    #: by ``optimize_indices`` (``create_index(..., replace=True)`` declares it).
+    declared: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)} | {"params": dict(self.params)}

@@ -2,10 +2,11 @@
 
 * a data, deletion or index file of a leaf directory that no existing version of that leaf
   references, older than ``min_age``, named by no live transaction's stage record or plan
-  (an index build killed before its publish leaves segments no version references);
+  nor by a live build record (:mod:`..txn.builds`: an index build's segments before its
+  leaf commits; one killed before its publish leaves segments no version references);
 * a shared index model (``_index_models/<name>-<hex>.json``, see ``ops.index_model``) that
-  no index declared as of the latest ``__manifest`` version names, older than ``min_age``
-  (a crashed build's, a dropped or replaced index's);
+  no index declared as of the latest ``__manifest`` version names nor a live build record,
+  older than ``min_age`` (a crashed build's, a dropped or replaced index's);
 * a whole leaf directory that no row of the latest ``__manifest`` and no retained version
   points at, named by no live transaction, every file in it older than ``min_age`` (its
   version files first, so nobody opens a table whose data is being removed).
@@ -33,6 +34,7 @@ from airflow_provider_lance.namespace.format.txn_row import TxnState
 from airflow_provider_lance.namespace.io.storage import FileEntry, Storage
 from airflow_provider_lance.namespace.io.uri import local_path
 from airflow_provider_lance.namespace.txn.abort import DEFAULT_LEASE_SECONDS
+from airflow_provider_lance.namespace.txn.builds import live_paths
 from airflow_provider_lance.namespace.txn.kernel import TransactionContext
 from airflow_provider_lance.namespace.txn.lifecycle import all_records
 from airflow_provider_lance.namespace.txn.plan import Plan
@@ -125,6 +127,7 @@ def sweep_orphans(
     report = SweepReport(dry_run=dry_run)
     cutoff = time.time() - min_age.total_seconds()
     protected = _named_by_live_transactions(ctx, state)
+    protected |= live_paths(storage, remove_expired=not dry_run)
     listed: dict[str, list[FileEntry]] = {}
     models: list[FileEntry] = []
     for entry in storage.list_files():
@@ -133,7 +136,7 @@ def sweep_orphans(
             models.append(entry)
         elif top not in (MANIFEST_NAME, TXN_DIR) and LEAF_DIRECTORY.match(top):
             listed.setdefault(top, []).append(entry)
-    _sweep_models(models, _declared_models(state), cutoff, report, storage)
+    _sweep_models(models, _declared_models(state), protected, cutoff, report, storage)
     locations = state.view.leaf_locations()
     unlisted = [d for d in listed if d not in locations]
     unread = _unread(ctx, unlisted) if unlisted else set()
@@ -172,7 +175,7 @@ def _sweep_directory(
     """The sweep of one leaf directory: removed whole if no retained version reads it
     (``unread``) and nothing in it is named or young, else its unreferenced files."""
     part = SweepReport(dry_run=dry_run, leaf_directories=1)
-    unnamed = not any(e.path in protected for e in entries)
+    unnamed = not any(_named(e.path, directory, protected) for e in entries)
     if unread and unnamed and all(e.mtime < cutoff for e in entries):
         _remove_table(storage, directory, entries, part)
     else:
@@ -200,15 +203,31 @@ def _sweep_leaf(
     if referenced is None:
         return
     for entry in candidates:
-        segment = entry.path[len(indices) :].split("/", 1)[0]
-        if entry.path in referenced or f"{indices}{segment}/" in referenced:
+        if entry.path in referenced or _segment(entry.path, directory) in referenced:
             continue
-        if entry.path in protected:
+        if _named(entry.path, directory, protected):
             report.kept_staged += 1
         elif entry.mtime >= cutoff:
             report.kept_young += 1
         else:
             report._remove(storage, entry)
+
+
+def _segment(path: str, directory: str) -> str | None:
+    """The directory (``<leaf>/_indices/<uuid>/``) of the index segment ``path`` lies in."""
+    indices = f"{directory}/_indices/"
+    if not path.startswith(indices):
+        return None
+    return f"{indices}{path[len(indices) :].split('/', 1)[0]}/"
+
+
+def _named(path: str, directory: str, protected: set[str]) -> bool:
+    """Whether a live transaction or build names ``path``, the segment it lies in or the
+    leaf's whole index directory (a build in flight there)."""
+    segment = _segment(path, directory)
+    if segment is None:
+        return path in protected
+    return bool({path, segment, f"{directory}/_indices/"} & protected)
 
 
 def _declared_models(state: NamespaceState) -> set[str]:
@@ -218,13 +237,20 @@ def _declared_models(state: NamespaceState) -> set[str]:
 
 
 def _sweep_models(
-    entries: list[FileEntry], named: set[str], cutoff: float, report: SweepReport, storage: Storage
+    entries: list[FileEntry],
+    named: set[str],
+    protected: set[str],
+    cutoff: float,
+    report: SweepReport,
+    storage: Storage,
 ) -> None:
-    """Remove the model files no declaration names, older than the cutoff."""
+    """Remove the model files no declaration nor live build names, older than the cutoff."""
     for entry in entries:
         if entry.path in named:
             continue
-        if entry.mtime >= cutoff:
+        if entry.path in protected:
+            report.kept_staged += 1
+        elif entry.mtime >= cutoff:
             report.kept_young += 1
         else:
             report._remove(storage, entry)

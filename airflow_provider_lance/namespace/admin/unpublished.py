@@ -42,6 +42,7 @@ from airflow_provider_lance.namespace.format.manifest import CLAIM, OBJECT_ID, R
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.io.storage import FileEntry, Storage
+from airflow_provider_lance.namespace.txn.builds import live_paths
 from airflow_provider_lance.namespace.txn.kernel import TransactionContext
 from airflow_provider_lance.namespace.write.leaf_commit import (
     KEPT,
@@ -122,9 +123,11 @@ def newest_versions(entries: Iterable[FileEntry]) -> dict[str, tuple[int, float]
 
 def reclaim(ctx: TransactionContext, *, min_age: dt.timedelta, dry_run: bool) -> UnpublishedReport:
     """:func:`reclaim_unpublished` on the latest state, sparing what live transactions
-    staged (their stage records and plans, read now)."""
+    staged (their stage records and plans, read now) and the leaves live builds wrote
+    into (an index build's leaf commit, not yet published, whose segments it reuses)."""
     state = ctx.load_state()
     staged = set.union(*live_stages(ctx.store, state))
+    staged |= {path.split("/", 1)[0] for path in live_paths(ctx.storage)}
     return reclaim_unpublished(ctx, state, min_age=min_age, staged=staged, dry_run=dry_run)
 
 

@@ -11,7 +11,7 @@ import math
 import statistics
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +60,12 @@ class SharedModel:
     num_sub_vectors: int | None = None
     num_bits: int = 8
 
-    def save(self, storage: Storage, name: str) -> str:
-        """Write it under :data:`MODEL_DIR`; its root-relative path."""
+    def save(self, storage: Storage, name: str, before: Callable[[str], None] | None = None) -> str:
+        """Write it under :data:`MODEL_DIR`; its root-relative path (given to ``before``
+        first: the build records it)."""
         path = f"{MODEL_DIR}/{name}-{uuid.uuid4().hex[:12]}.json"
+        if before is not None:
+            before(path)
         doc = {
             "centroids": _encode(self.centroids),
             "codebook": None if self.codebook is None else _encode(self.codebook),
@@ -123,9 +126,11 @@ def train_model(
     column: str,
     partitions: Sequence[Partition],
     given: Mapping[str, Any] | None = None,
+    before: Callable[[str], None] | None = None,
 ) -> str | None:
     """Train the model of ``declaration`` on a sample of ``partitions`` (or take the
-    caller's ``given`` centroids and codebook), save it; its path (None: no rows yet)."""
+    caller's ``given`` centroids and codebook), save it; its path (None: no rows yet),
+    given to ``before`` ahead of the write."""
     params = declaration.params
     if given:
         centroids = as_vectors(given["ivf_centroids"], "ivf_centroids")
@@ -133,11 +138,11 @@ def train_model(
         book = None if codebook is None else as_vectors(codebook, "pq_codebook")
         subs = params.get("num_sub_vectors")
         model = SharedModel(centroids, book, subs, int(params.get("num_bits", 8)))
-        return model.save(storage, declaration.name)
+        return model.save(storage, declaration.name, before)
     found = _sample(storage, state, column, partitions, declaration)
     if found is None:
         return None
-    return _train(*found, declaration).save(storage, declaration.name)
+    return _train(*found, declaration).save(storage, declaration.name, before)
 
 
 def _num_partitions(params: Mapping[str, Any], rows: Sequence[int]) -> int:

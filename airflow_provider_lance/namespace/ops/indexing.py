@@ -18,7 +18,8 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ from airflow_provider_lance.namespace.format.state import NamespaceState, Partit
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.results import IndexInfo, SkipReason
+from airflow_provider_lance.namespace.txn.builds import BuildRecord
 from airflow_provider_lance.namespace.write.leaf_commit import kept_above
 
 from .deletion import live_rows
@@ -201,12 +203,17 @@ def build_segment(
     column: str,
     fragment_ids: Sequence[int],
     model: SharedModel | None,
+    record: Callable[[str], None],
+    directory: str,
 ) -> Index:
-    """The leaf's index over ``fragment_ids``, written and not committed."""
+    """The leaf's index over ``fragment_ids``, written and not committed; ``record`` is
+    given the leaf's index directory (root-relative: the leaf is ``directory``) before
+    anything is written (pylance chooses a BTREE segment's uuid itself)."""
     params = dict(declaration.params)
     if model is not None:
         params = model_arguments(params, model, declaration.index_type)
     what = f"build index {declaration.name!r} ({declaration.index_type} on {column}) of"
+    record(f"{directory}/_indices/")
     with storage.failures(what, leaf.uri), _bad_input(declaration):
         segment = leaf.create_index_uncommitted(
             column,
@@ -257,13 +264,18 @@ class _Built:
 
 class _IndexOperation(TableOperation):
     """Shared by the operations that build leaf indexes: the shared models they load and
-    the segments earlier attempts built."""
+    the segments earlier attempts built, named by a build record (:mod:`..txn.builds`)
+    until the run ends so that the orphan sweep keeps them, however long it runs."""
 
     def __init__(self, storage: Storage) -> None:
         super().__init__(storage)
         self._models: dict[str, SharedModel] = {}
         self._lock = threading.Lock()
         self._built: dict[tuple[str, str], _Built] = {}
+        self.record = BuildRecord(storage, uuid.uuid4().hex)
+
+    def close(self) -> None:
+        self.record.close()
 
     def model(self, declaration: IndexDeclaration) -> SharedModel | None:
         if declaration.model is None:
@@ -296,7 +308,16 @@ class _IndexOperation(TableOperation):
         ):
             return earlier.segment
         model = self.model(declaration)
-        segment = build_segment(self.storage, leaf, declaration, column, fragment_ids, model)
+        segment = build_segment(
+            self.storage,
+            leaf,
+            declaration,
+            column,
+            fragment_ids,
+            model,
+            self.record.add,
+            partition.directory,
+        )
         self._built[key] = _Built(segment, {f: files[f] for f in fragment_ids})
         return segment
 
@@ -371,7 +392,9 @@ class CreateIndex(_IndexOperation):
         column = d.column(state)
         assert column is not None
         spec = ModelSpec(d.name, d.index_type, d.params)
-        path = train_model(self.storage, state, spec, column, partitions, self.given_model)
+        path = train_model(
+            self.storage, state, spec, column, partitions, self.given_model, self.record.add
+        )
         if path is not None:
             self.declaration = IndexDeclaration(
                 d.name, d.field_id, d.index_type, d.params, d.filter, path
@@ -449,6 +472,9 @@ class OptimizeIndices(_IndexOperation):
             self._scopes[d.name] = set(scope)
             targets |= scope
         return Selection(targets=targets)
+
+    def depends_on(self, state: NamespaceState) -> list[dict[str, Any]]:
+        return [d.to_row() for d in self._declared.values()]
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         leaf = self.storage.table(partition.location, base)
@@ -614,39 +640,89 @@ def default_sub_vectors(dtype: pa.DataType) -> int:
 
 
 def index_info(storage: Storage, state: NamespaceState) -> list[IndexInfo]:
-    """Every declared index with its coverage as of ``state`` (one leaf open each)."""
+    """Every declared index with its coverage as of ``state``, then every index built on
+    published leaves outside the namespace (with pylance) under a name no declaration
+    has (``declared=False``, its scope the partitions that have it): one leaf open each."""
     declared = declarations(state)
     scopes = {n: _scope(state, d.filter) for n, d in declared.items()}
-    wanted = sorted({o for s in scopes.values() for o in s})
-    partitions = {o: p for s in scopes.values() for o, p in s.items()}
+    partitions = {p.object_id: p for p in state.partitions()}
+    wanted = sorted(partitions)
 
-    def coverage(oid: str) -> dict[str, tuple[int, int, bool]]:
+    def coverage(oid: str) -> tuple[dict[str, _Coverage], dict[str, _Undeclared]]:
         p = partitions[oid]
         leaf = storage.table(p.location, p.read_version)
         out = {}
         for name in declared:
             if oid in scopes[name]:
-                done = covered(leaf_segments(leaf, name))
-                indexed = _rows(leaf, done)
-                out[name] = (indexed, _rows(leaf) - indexed, bool(done))
-        return out
+                out[name] = _coverage(leaf, covered(leaf_segments(leaf, name)))
+        return out, _undeclared(state, leaf, set(declared))
 
     found = dict(zip(wanted, storage.map(coverage, wanted), strict=True))
     infos = []
     for name, d in declared.items():
-        counts = [found[o][name] for o in scopes[name]]
-        infos.append(
-            IndexInfo(
-                name=name,
-                column=d.column(state),
-                index_type=d.index_type,
-                params=dict(d.params),
-                filter=d.filter,
-                shared_model=d.model is not None,
-                partitions=len(counts),
-                partitions_indexed=sum(1 for c in counts if c[2]),
-                rows_indexed=sum(c[0] for c in counts),
-                rows_unindexed=sum(c[1] for c in counts),
-            )
-        )
+        counts = [found[o][0][name] for o in scopes[name] if o in found]
+        infos.append(_info(name, d.column(state), d.index_type, counts, d))
+    others: dict[str, list[_Undeclared]] = {}
+    for oid in wanted:
+        for name, one in found[oid][1].items():
+            others.setdefault(name, []).append(one)
+    for name, seen in sorted(others.items()):
+        infos.append(_info(name, seen[0].column, seen[0].index_type, [s.counts for s in seen]))
     return infos
+
+
+#: A leaf's rows indexed, rows not indexed, and whether it has the index at all.
+_Coverage = tuple[int, int, bool]
+
+
+@dataclass(frozen=True)
+class _Undeclared:
+    """An index of one leaf no declaration names (built with pylance)."""
+
+    column: str | None
+    index_type: str
+    counts: _Coverage
+
+
+def _coverage(leaf: lance.LanceDataset, done: set[int]) -> _Coverage:
+    indexed = _rows(leaf, done)
+    return indexed, _rows(leaf) - indexed, bool(done)
+
+
+def _undeclared(
+    state: NamespaceState, leaf: lance.LanceDataset, declared: set[str]
+) -> dict[str, _Undeclared]:
+    found = [d for d in leaf.describe_indices() if d.name not in declared]
+    if not found:
+        return {}
+    sources = state.schema.read_plan(leaf.schema, None).sources
+    names = {source: name for name, source in sources.items() if source is not None}
+    out = {}
+    for d in found:
+        column = names.get(d.field_names[0]) if len(d.field_names) == 1 else None
+        done = covered(leaf_segments(leaf, d.name))
+        out[d.name] = _Undeclared(column, str(d.index_type).upper(), _coverage(leaf, done))
+    return out
+
+
+def _info(
+    name: str,
+    column: str | None,
+    index_type: str,
+    counts: list[_Coverage],
+    declaration: IndexDeclaration | None = None,
+) -> IndexInfo:
+    d = declaration
+    return IndexInfo(
+        name=name,
+        column=column,
+        index_type=index_type,
+        params={} if d is None else dict(d.params),
+        filter=None if d is None else d.filter,
+        shared_model=d is not None and d.model is not None,
+        partitions=len(counts),
+        partitions_indexed=sum(1 for c in counts if c[2]),
+        rows_indexed=sum(c[0] for c in counts),
+        rows_unindexed=sum(c[1] for c in counts),
+        declared=d is not None,
+    )

@@ -184,10 +184,20 @@ class TableOperation(ABC):
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         """The change to ``partition``'s leaf computed on its published version ``base``."""
 
+    def close(self) -> None:  # noqa: B027 (most operations hold nothing)
+        """The run ended (published or failed): release what it holds (a build record)."""
+
     def manifest_rows(self, state: NamespaceState) -> tuple[list[dict[str, Any]], list[str]]:
         """Bookkeeping rows (reserved ``__`` ids) the swap upserts and deletes besides the
         partitions' (as of the last :meth:`select`): an index declaration."""
         return [], []
+
+    def depends_on(self, state: NamespaceState) -> list[dict[str, Any]]:
+        """Bookkeeping rows of ``state`` the changes were computed from (as of the last
+        :meth:`select`: the index declarations a build follows). A swap that changes
+        anything writes them again unchanged, so a concurrent change to them (a dropped or
+        replaced index) makes it lose its race and compute again."""
+        return []
 
     def inputs(self, object_id: str) -> str:
         """What the change to ``object_id`` is computed from besides its published version
@@ -333,6 +343,7 @@ class OperationRunner:
             return self._run()
         finally:
             self._withdraw_intent()
+            self.op.close()
 
     def _run(self) -> OperationResult:
         kind = self.op.kind
@@ -498,6 +509,8 @@ class OperationRunner:
         changed = {oid: w for oid, w in attempt.works.items() if w.operation is not None}
         guard = StillPublished(self.ctx.manifest, self.ctx.storage)
         own = self.op.manifest_rows(state)
+        if changed or attempt.created:
+            own = ([*own[0], *self.op.depends_on(state)], own[1])
         computed = _Computed(selection, attempt, changed, current, own=own)
         if not computed.changes_anything and self.txn_id is None:
             return Prepared(state, [], guard, self.owner, computed)  # nothing to publish
