@@ -17,7 +17,8 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
         || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
         || echo "could not install chromium; the connection form test will say so" >&2
 fi
-# One pytest worker per core (pytest-xdist, from addopts), each test file whole on one
+# A pytest worker per core and one more (pytest-xdist, -n auto from addopts: workers often
+# wait on subprocesses and JVMs, see tests/conftest.py), each test file whole on one
 # worker: a file's module fixtures (a moto server, a Spark Connect server, a browser) start
 # once. Each worker has its own SparkSession, AIRFLOW_HOME (SQLite) and temporary
 # directories; `-n 0` as an argument runs everything in this one process. `-m ""` selects

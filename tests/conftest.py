@@ -3,6 +3,7 @@ S3-compatible server on loopback; the helpers they use are in tests/support.py."
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -152,6 +153,14 @@ LONGEST_FILES = (
     "namespace/read/test_pruning.py",
     "namespace/write/test_splitting.py",
 )
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (addopts): a worker per core and one more, since a worker often waits (on
+    its subprocesses, JVMs and polls) and one per core leaves cores idle; the
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` environment variable still decides when set."""
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    return int(chosen) if chosen else (os.cpu_count() or 1) + 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -165,12 +165,14 @@ def test_ctrl_c_ends_the_command_without_a_traceback(
     daily_ns: PartitionedNamespace, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """SIGINT while ``maintain`` waits at a failpoint (no timing: the signal is sent once the
-    command is parked there)."""
+    command is parked there), with Python's own SIGINT handler, as the command's process has
+    it (a SparkContext or an Airflow task run earlier on this worker may have put theirs)."""
     import signal
     import threading
 
     from airflow_provider_lance.namespace.testing import hold
 
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     with hold("maintain.before_live_stages") as point:
 
         def interrupt() -> None:
@@ -179,7 +181,10 @@ def test_ctrl_c_ends_the_command_without_a_traceback(
 
         thread = threading.Thread(target=interrupt)
         thread.start()
-        code = cli.main(["maintain", daily_ns.uri, "--older-than-hours", "0"])
+        try:
+            code = cli.main(["maintain", daily_ns.uri, "--older-than-hours", "0"])
+        finally:
+            signal.signal(signal.SIGINT, previous)
         thread.join()
     assert code == cli.EXIT_INTERRUPTED == 130
     assert capsys.readouterr().err.splitlines()[-1] == "interrupted"
