@@ -119,7 +119,8 @@ class LanceCreateIndexOperator(TableOperationOperator):
     :param filter: SQL boolean expression: only the partitions it may touch get the index,
         now and later (templated; none: every partition).
     :param index_params: pylance's ``create_index`` arguments, e.g. ``{"metric": "cosine",
-        "num_partitions": 4, "num_sub_vectors": 16}`` (templated; JSON values).
+        "num_partitions": 4, "num_sub_vectors": 16}`` (templated; JSON values). One the
+        index type does not take fails the task before anything is built.
     :param replace: rebuild an index of that name declared otherwise.
     :param shared_model: IVF types train one model on a sample of every partition (False:
         each leaf trains its own, pylance's behaviour).

@@ -15,6 +15,9 @@ their indexes do not.
 from __future__ import annotations
 
 import contextlib
+import difflib
+import functools
+import inspect
 import json
 import logging
 import threading
@@ -71,6 +74,31 @@ MAX_SEGMENTS = 4
 _MANAGED = frozenset(
     "column index_type name replace fragment_ids index_uuid storage_options train".split()  # noqa: SIM905
 )
+_HNSW = ("m", "ef_construction", "max_level")
+#: Arguments pylance reads for every IVF type without naming them in the signature.
+_IVF = ("sample_rate", "max_iters", "index_file_version")
+_FTS = (
+    *("with_position", "block_size", "memory_limit", "num_workers", "base_tokenizer"),
+    *("language", "max_token_length", "lower_case", "stem", "remove_stop_words"),
+    *("custom_stop_words", "ascii_folding", "format_version", "document_granularity"),
+    *("min_ngram_length", "max_ngram_length", "prefix_only", "split_identifiers"),
+    *("split_on_numerics", "preserve_original"),
+)
+#: The keyword arguments pylance 14 takes only through ``**kwargs`` (documented in prose,
+#: or read without documentation), by index type; the vector types also take the named
+#: parameters of ``create_index`` (:func:`valid_parameters`). Every other keyword pylance
+#: silently ignores (tests/namespace/test_pylance_index_facts.py holds both to pylance).
+PROSE_PARAMETERS: Mapping[str, frozenset[str]] = {
+    "IVF_FLAT": frozenset(_IVF),
+    "IVF_SQ": frozenset((*_IVF, "num_bits")),
+    "IVF_PQ": frozenset((*_IVF, "num_bits")),
+    "IVF_RQ": frozenset((*_IVF, "num_bits")),
+    "IVF_HNSW_FLAT": frozenset((*_IVF, *_HNSW)),
+    "IVF_HNSW_SQ": frozenset((*_IVF, *_HNSW, "num_bits")),
+    "IVF_HNSW_PQ": frozenset((*_IVF, *_HNSW, "num_bits")),
+    "INVERTED": frozenset(_FTS),
+    "FTS": frozenset(_FTS),
+}
 
 
 @dataclass(frozen=True)
@@ -614,6 +642,7 @@ def declaration_for(
         raise InvalidArgumentError(
             f"{', '.join(managed)}: set by the namespace for every leaf, not an index parameter"
         )
+    check_parameters(index_type.upper(), params)
     try:
         json.dumps(dict(params))
     except (TypeError, ValueError) as exc:
@@ -629,6 +658,48 @@ def declaration_for(
     if "PQ" in kind and params.get("num_sub_vectors") is None and is_vector(field.type):
         params["num_sub_vectors"] = default_sub_vectors(field.type)
     return IndexDeclaration(name, fid, kind, params, filter)
+
+
+@functools.cache
+def valid_parameters(index_type: str) -> frozenset[str]:
+    """The keyword arguments pylance takes for ``index_type`` (an upper-case type): for
+    vector types the named parameters of ``LanceDataset.create_index`` and
+    ``create_index_uncommitted``, and for every type :data:`PROSE_PARAMETERS`; never
+    those the namespace sets (``fragment_ids``, ``replace``, ...)."""
+    named: set[str] = set()
+    if index_type in VECTOR_TYPES:
+        ds = lance.LanceDataset
+        for method in (ds.create_index, ds.create_index_uncommitted):
+            named |= {
+                p.name
+                for p in inspect.signature(method).parameters.values()
+                if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"
+            }
+    found = named | PROSE_PARAMETERS.get(index_type, frozenset())
+    return frozenset(found - _MANAGED - {"progress_callback", "require_commit"})
+
+
+def check_parameters(index_type: str, params: Mapping[str, Any]) -> None:
+    """Refuse a parameter pylance would silently ignore for ``index_type``."""
+    valid = valid_parameters(index_type)
+    unknown = sorted(set(params) - valid)
+    if not unknown:
+        return
+    key = unknown[0]
+    close = difflib.get_close_matches(key, sorted(valid), n=3)
+    elsewhere = sorted(t for t in PROSE_PARAMETERS if key in valid_parameters(t))
+    if close:
+        hint = f"did you mean {' or '.join(map(repr, close))}?"
+    elif elsewhere:
+        hint = f"{', '.join(elsewhere)} take it"
+    else:
+        method = "create_index" if index_type in VECTOR_TYPES else "create_scalar_index"
+        hint = f"see help(lance.LanceDataset.{method})"
+    takes = ", ".join(sorted(valid)) if valid else "no parameters"
+    raise InvalidArgumentError(
+        f"unknown parameter {key!r} for index type {index_type} ({hint}); nothing was "
+        f"built. {index_type} takes {takes}"
+    )
 
 
 def default_sub_vectors(dtype: pa.DataType) -> int:
