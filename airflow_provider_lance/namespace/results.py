@@ -204,7 +204,8 @@ class PartitionOutcome:
     created: bool = False
     fragments_before: int = 0
     fragments_after: int = 0
-    #: Rows an index operation added to the partition's indexes.
+    #: Rows of the partition an index operation newly indexed, each counted once however
+    #: many of its indexes now cover it.
     rows_indexed: int = 0
 
     @property
@@ -267,6 +268,7 @@ class OperationResult:
 
     @property
     def rows_indexed(self) -> int:
+        """Rows newly indexed (one row two indexes now cover counts once)."""
         return sum(p.rows_indexed for p in self.partitions)
 
     @property

@@ -254,7 +254,8 @@ class LanceOptimizeIndicesOperator(TableOperationOperator):
         An undeclared name fails the task at once.
 
     See :class:`TableOperationOperator` for the other arguments and the XCom
-    (``rows_indexed``: rows this run added to the indexes).
+    (``rows_indexed``: rows this run newly indexed, a row counted once however many
+    indexes it was added to).
     """
 
     operation = "optimize_indices"

@@ -73,8 +73,8 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
         "leaves_skipped_by_reason", "orphans", "indices"}`` (skipped leaves counted per
         reason; ``orphans``: the sweep's counts and a sample of paths, None without a
         sweep; ``indices``: ``{"manifest_version", "rows_indexed", "partition_count",
-        "skipped_count"}`` of the index upkeep, None when no index is declared, ``indices``
-        is off or on a dry run).
+        "skipped_count"}`` of the index upkeep (``rows_indexed``: rows newly indexed, each
+        counted once), None when no index is declared, ``indices`` is off or on a dry run).
     """
 
     template_fields: Sequence[str] = ("namespace", "older_than", "orphan_min_age")

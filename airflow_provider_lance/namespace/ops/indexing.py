@@ -509,7 +509,7 @@ class OptimizeIndices(_IndexOperation):
         n = len(leaf.get_fragments())
         new: list[Index] = []
         removed: list[Index] = []
-        indexed = 0
+        indexed: set[int] = set()  # a row two indexes newly cover is one row indexed
         for d in self._declared.values():
             if partition.object_id not in self._scopes[d.name]:
                 continue
@@ -517,8 +517,9 @@ class OptimizeIndices(_IndexOperation):
             if found is not None:
                 new.append(found[0])
                 removed += found[1]
-                indexed += found[2]
-        change = outcome(partition, fragments_before=n, fragments_after=n, rows_indexed=indexed)
+                indexed |= found[2]
+        rows = _rows(leaf, indexed) if indexed else 0
+        change = outcome(partition, fragments_before=n, fragments_after=n, rows_indexed=rows)
         if not new:
             return ComputedChange(partition, base, None, change)
         operation = LanceOperation.CreateIndex(new, removed)
@@ -530,9 +531,9 @@ class OptimizeIndices(_IndexOperation):
         partition: Partition,
         leaf: lance.LanceDataset,
         declaration: IndexDeclaration,
-    ) -> tuple[Index, list[Index], int] | None:
+    ) -> tuple[Index, list[Index], set[int]] | None:
         """The segment indexing what ``declaration`` misses in ``leaf``, the segments it
-        replaces and the rows it adds (None: nothing missing)."""
+        replaces and the fragments it newly covers (None: nothing missing)."""
         name = declaration.column(state)
         column = None if name is None else leaf_column(state, leaf, name)
         if column is None:
@@ -546,15 +547,14 @@ class OptimizeIndices(_IndexOperation):
         ]
         if not missing:
             return None
-        rows = _rows(leaf, missing)
         own_model = declaration.vector and declaration.model is None
         if existing and (own_model or len(existing) >= MAX_SEGMENTS):
             # a delta would train a model of its own on the new rows alone, or make one
             # segment too many: one segment over every fragment replaces them
             every = [f.fragment_id for f in leaf.get_fragments() if live_rows(f.metadata) > 0]
             segment = self.segment(partition, leaf, declaration, column, every)
-            return segment, existing, rows
-        return self.segment(partition, leaf, declaration, column, missing), [], rows
+            return segment, existing, set(missing)
+        return self.segment(partition, leaf, declaration, column, missing), [], set(missing)
 
 
 class DropIndex(TableOperation):
