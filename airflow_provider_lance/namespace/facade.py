@@ -724,9 +724,12 @@ class PartitionedNamespace:
         operation = indexing.OptimizeIndices(self._storage, filter, names)
         return self._operate(operation, txn_id, None, progress)
 
-    def list_indices(self, as_of: AsOf | None = None) -> list[IndexInfo]:
-        """The declared indexes as of ``as_of`` (default: now), each with its coverage."""
-        return indexing.index_info(self._storage, self.state(as_of))
+    def list_indices(self, as_of: AsOf | None = None, *, coverage: bool = True) -> list[IndexInfo]:
+        """The declared indexes as of ``as_of`` (default: now), each with its coverage,
+        then those built on leaves with pylance (``declared=False``); every leaf is opened.
+        ``coverage=False``: the declarations alone, from ``__manifest`` (no leaf opened;
+        ``partitions_indexed``, ``rows_indexed`` and ``rows_unindexed`` None)."""
+        return indexing.index_info(self._storage, self.state(as_of), coverage=coverage)
 
     def drop_index(
         self, name: str, *, txn_id: str | None = None, claim_timeout: float | None = None

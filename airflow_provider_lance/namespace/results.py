@@ -322,10 +322,11 @@ class IndexInfo:
     shared_model: bool
     #: Partitions in its scope, and those whose leaf has the index.
     partitions: int
-    partitions_indexed: int
-    rows_indexed: int
+    partitions_indexed: int | None
+    rows_indexed: int | None
     #: Rows in its scope the index does not cover yet (``optimize_indices`` adds them).
-    rows_unindexed: int
+    #: These three are None when listed without coverage (``list_indices(coverage=False)``).
+    rows_unindexed: int | None
     #: False: built on leaves outside the namespace; kept by its commits, not maintained
     #: by ``optimize_indices`` (``create_index(..., replace=True)`` declares it).
     declared: bool = True

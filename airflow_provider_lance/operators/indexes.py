@@ -214,7 +214,8 @@ class LanceCreateIndexOperator(TableOperationOperator):
                 **params,
             )
         except IndexExistsError:
-            found = next((i for i in ns.list_indices() if i.name == name), None)
+            declared = ns.list_indices(coverage=False)  # __manifest only: no leaf opened
+            found = next((i for i in declared if i.name == name), None)
             if found is None or not self._alike(found, column, kind, where, params):
                 raise
         self.log.info("index %r is declared alike already: nothing to build", name)

@@ -9,6 +9,7 @@ fails at once; dropping an index that is not there changes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -89,6 +90,22 @@ def test_create_index_retried_returns_the_first_result_and_runs_again_as_a_no_op
     assert other.tries["create_index"] == 1  # bad input: no retry
     assert "an index named 'by_id' is declared already (BTREE)" in other.output
     assert only_index(ns).index_type == "BTREE"
+    assert ns.version == version
+
+
+def test_the_declared_alike_check_reads_the_declaration_and_opens_no_leaf(
+    run_dag: RunDag, lance_test_root: Path
+) -> None:
+    """A leaf made unreadable (its directory gone) does not fail the no-op run: only the
+    ``__index$by_id`` row is read to see that the index is declared alike."""
+    ns = make_namespace(lance_test_root)
+    ns.create_scalar_index("id", "BTREE", "by_id")
+    version = ns.version
+    gone = ns.state().partitions()[0]
+    shutil.rmtree(Path(gone.location.removeprefix("file://")))
+    run = run_dag("lance_test_create_index")
+    assert run.state == SUCCESS, run.output[-3000:]
+    assert run.xcom("create_index")["existed"] is True
     assert ns.version == version
 
 

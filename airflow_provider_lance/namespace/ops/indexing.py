@@ -710,40 +710,62 @@ def default_sub_vectors(dtype: pa.DataType) -> int:
     return next((dimension // d for d in (16, 8) if dimension % d == 0), 1)
 
 
-def index_info(storage: Storage, state: NamespaceState) -> list[IndexInfo]:
+def index_info(
+    storage: Storage, state: NamespaceState, *, coverage: bool = True
+) -> list[IndexInfo]:
     """Every declared index with its coverage as of ``state``, then every index built on
     published leaves outside the namespace (with pylance) under a name no declaration
-    has (``declared=False``, its scope the partitions that have it): one leaf open each."""
+    has (``declared=False``, its scope the partitions that have it): one leaf open each.
+    ``coverage=False``: the declarations alone, read from ``__manifest`` (no leaf opened;
+    the counts None)."""
     declared = declarations(state)
     scopes = {n: _scope(state, d.filter) for n, d in declared.items()}
+    if not coverage:
+        return [
+            _info(n, d.column(state), d.index_type, len(scopes[n]), None, d)
+            for n, d in declared.items()
+        ]
     partitions = {p.object_id: p for p in state.partitions()}
     wanted = sorted(partitions)
 
-    def coverage(oid: str) -> tuple[dict[str, _Coverage], dict[str, _Undeclared]]:
+    def count(oid: str) -> tuple[dict[str, _Coverage], dict[str, _Undeclared]]:
         p = partitions[oid]
-        leaf = storage.table(p.location, p.read_version)
-        out = {}
-        for name in declared:
-            if oid in scopes[name]:
-                out[name] = _coverage(leaf, covered(leaf_segments(leaf, name)))
+        leaf = _LeafIndexes(storage.table(p.location, p.read_version))
+        out = {n: leaf.coverage(n) for n in declared if oid in scopes[n]}
         return out, _undeclared(state, leaf, set(declared))
 
-    found = dict(zip(wanted, storage.map(coverage, wanted), strict=True))
+    found = dict(zip(wanted, storage.map(count, wanted), strict=True))
     infos = []
     for name, d in declared.items():
         counts = [found[o][0][name] for o in scopes[name] if o in found]
-        infos.append(_info(name, d.column(state), d.index_type, counts, d))
+        infos.append(_info(name, d.column(state), d.index_type, len(counts), counts, d))
     others: dict[str, list[_Undeclared]] = {}
     for oid in wanted:
         for name, one in found[oid][1].items():
             others.setdefault(name, []).append(one)
     for name, seen in sorted(others.items()):
-        infos.append(_info(name, seen[0].column, seen[0].index_type, [s.counts for s in seen]))
+        counts = [s.counts for s in seen]
+        infos.append(_info(name, seen[0].column, seen[0].index_type, len(counts), counts))
     return infos
 
 
 #: A leaf's rows indexed, rows not indexed, and whether it has the index at all.
 _Coverage = tuple[int, int, bool]
+
+
+class _LeafIndexes:
+    """One published leaf's indexes and live rows per fragment, each read once."""
+
+    def __init__(self, leaf: lance.LanceDataset) -> None:
+        self.leaf = leaf
+        self.described = {d.name: d for d in leaf.describe_indices()}
+        self.live = {f.fragment_id: live_rows(f.metadata) for f in leaf.get_fragments()}
+
+    def coverage(self, name: str) -> _Coverage:
+        found = self.described.get(name)
+        done = {int(f) for s in found.segments for f in s.fragment_ids} if found else set()
+        indexed = sum(n for f, n in self.live.items() if f in done)
+        return indexed, sum(self.live.values()) - indexed, bool(done)
 
 
 @dataclass(frozen=True)
@@ -755,24 +777,18 @@ class _Undeclared:
     counts: _Coverage
 
 
-def _coverage(leaf: lance.LanceDataset, done: set[int]) -> _Coverage:
-    indexed = _rows(leaf, done)
-    return indexed, _rows(leaf) - indexed, bool(done)
-
-
 def _undeclared(
-    state: NamespaceState, leaf: lance.LanceDataset, declared: set[str]
+    state: NamespaceState, leaf: _LeafIndexes, declared: set[str]
 ) -> dict[str, _Undeclared]:
-    found = [d for d in leaf.describe_indices() if d.name not in declared]
+    found = [d for name, d in leaf.described.items() if name not in declared]
     if not found:
         return {}
-    sources = state.schema.read_plan(leaf.schema, None).sources
+    sources = state.schema.read_plan(leaf.leaf.schema, None).sources
     names = {source: name for name, source in sources.items() if source is not None}
     out = {}
     for d in found:
         column = names.get(d.field_names[0]) if len(d.field_names) == 1 else None
-        done = covered(leaf_segments(leaf, d.name))
-        out[d.name] = _Undeclared(column, str(d.index_type).upper(), _coverage(leaf, done))
+        out[d.name] = _Undeclared(column, str(d.index_type).upper(), leaf.coverage(d.name))
     return out
 
 
@@ -780,7 +796,8 @@ def _info(
     name: str,
     column: str | None,
     index_type: str,
-    counts: list[_Coverage],
+    partitions: int,
+    counts: list[_Coverage] | None,
     declaration: IndexDeclaration | None = None,
 ) -> IndexInfo:
     d = declaration
@@ -791,9 +808,9 @@ def _info(
         params={} if d is None else dict(d.params),
         filter=None if d is None else d.filter,
         shared_model=d is not None and d.model is not None,
-        partitions=len(counts),
-        partitions_indexed=sum(1 for c in counts if c[2]),
-        rows_indexed=sum(c[0] for c in counts),
-        rows_unindexed=sum(c[1] for c in counts),
+        partitions=partitions,
+        partitions_indexed=None if counts is None else sum(1 for c in counts if c[2]),
+        rows_indexed=None if counts is None else sum(c[0] for c in counts),
+        rows_unindexed=None if counts is None else sum(c[1] for c in counts),
         declared=d is not None,
     )
