@@ -868,9 +868,10 @@ class PartitionedNamespace:
         """Compact ``__manifest``; with ``older_than``, remove older versions (not tagged
         ones nor the leaf versions those read); with ``sweep_orphans``, remove what killed
         writers left, older than ``orphan_min_age`` (``dry_run``: only report it); with
-        ``indices``, :meth:`optimize_indices` first. Arguments are checked first: an
-        ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours) is refused unless
-        ``enforce_min_age=False`` or ``dry_run``."""
+        ``indices``, :meth:`optimize_indices` first (it compacts no leaf: run
+        :meth:`optimize` before, so the compacted fragments are indexed). Arguments are
+        checked first: an ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours) is
+        refused unless ``enforce_min_age=False`` or ``dry_run``."""
         flags = {"compact": compact, "sweep_orphans": sweep_orphans, "dry_run": dry_run}
         flags["indices"] = indices
         check_flags(**flags, enforce_min_age=enforce_min_age)

@@ -247,7 +247,9 @@ class LanceOptimizeIndicesOperator(TableOperationOperator):
     Writers keep writing meanwhile: a partition a transaction is committing, or that keeps
     changing, is left for the next run (``skipped``). Without declared indexes it changes
     nothing. :class:`~airflow_provider_lance.operators.upkeep.LanceMaintainOperator` runs
-    it on every partition.
+    it on every partition. Where a DAG also compacts, put it after
+    :class:`~airflow_provider_lance.operators.table.LanceOptimizeOperator` (compact, then
+    index: the compacted fragments get one segment, and no fresh segment is remapped).
 
     :param filter: SQL boolean expression; only partitions it may touch are indexed
         (templated; none: every partition).

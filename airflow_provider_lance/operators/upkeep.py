@@ -66,7 +66,9 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
     :param indices: first index what the declared indexes do not cover yet (new
         partitions and fragments) in every partition, in its own ``__manifest`` commit
         (:class:`~airflow_provider_lance.operators.indexes.LanceOptimizeIndicesOperator`
-        does it for some).
+        does it for some). It compacts no leaf: put
+        :class:`~airflow_provider_lance.operators.table.LanceOptimizeOperator` upstream,
+        so that the compacted fragments are indexed (Lance's order: compact, then index).
     :return: (XCom) ``{"uri", "manifest_version", "dry_run", "manifest_fragments_before",
         "manifest_fragments_after", "manifest_versions_removed", "leaf_versions_removed",
         "retained_manifest_versions", "tags_kept", "leaves_skipped",
