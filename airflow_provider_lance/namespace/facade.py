@@ -701,6 +701,8 @@ class PartitionedNamespace:
         declaration = indexing.declaration_for(
             self.state(), column, index_type, name, filter=filter, params=params, types=types
         )
+        if given:
+            indexing.check_given_model(declaration.index_type, given, shared_model)
         return indexing.CreateIndex(
             self._storage,
             declaration,

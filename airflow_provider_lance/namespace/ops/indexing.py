@@ -702,6 +702,23 @@ def check_parameters(index_type: str, params: Mapping[str, Any]) -> None:
     )
 
 
+def check_given_model(index_type: str, given: Mapping[str, Any], shared: bool) -> None:
+    """Refuse ``ivf_centroids``/``pq_codebook`` where no shared model would take them."""
+    check_parameters(index_type, given)
+    if not shared or not shares_model(index_type):
+        why = "shared_model=False" if shares_model(index_type) else f"{index_type} has none"
+        raise InvalidArgumentError(
+            f"{', '.join(sorted(given))} become the shared model of every partition, and "
+            f"{why}: leave them out, or pass shared_model=True with an IVF type other "
+            "than IVF_RQ"
+        )
+    if "pq_codebook" in given and "PQ" not in index_type:
+        raise InvalidArgumentError(
+            f"pq_codebook is for the PQ types (IVF_PQ, IVF_HNSW_PQ); {index_type} would "
+            "ignore it: leave it out"
+        )
+
+
 def default_sub_vectors(dtype: pa.DataType) -> int:
     """pylance's ``IndicesBuilder`` default: dimension / 16, else / 8, else 1."""
     if pa.types.is_list(dtype):

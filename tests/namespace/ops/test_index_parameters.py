@@ -82,3 +82,52 @@ def test_valid_parameters_come_from_pylance_signature_and_the_prose_table() -> N
     assert valid_parameters("FTS") == valid_parameters("INVERTED")
     for kind in ("IVF_PQ", "INVERTED", "BTREE"):
         assert not valid_parameters(kind) & {"fragment_ids", "index_uuid", "replace", "name"}
+
+
+CENTROIDS = [[0.0] * 8, [1.0] * 8]
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (
+            lambda ns: ns.create_scalar_index("id", "BTREE", ivf_centroids=CENTROIDS),
+            "unknown parameter 'ivf_centroids' for index type BTREE",
+        ),
+        (
+            lambda ns: ns.create_index(
+                "vec", "IVF_FLAT", shared_model=False, ivf_centroids=CENTROIDS
+            ),
+            "shared_model=False",
+        ),
+        (
+            lambda ns: ns.create_index("vec", "IVF_RQ", ivf_centroids=CENTROIDS),
+            "IVF_RQ",
+        ),
+        (
+            lambda ns: ns.create_index(
+                "vec", "IVF_FLAT", ivf_centroids=CENTROIDS, pq_codebook=CENTROIDS
+            ),
+            "pq_codebook",
+        ),
+    ],
+)
+def test_a_given_model_that_would_be_dropped_is_refused(
+    vectors: PartitionedNamespace, root: Path, call, words: str
+) -> None:
+    """``ivf_centroids`` and ``pq_codebook`` become the shared model; where there is none
+    to become (a scalar type, IVF_RQ, ``shared_model=False``, a codebook without PQ) they
+    were dropped without a word."""
+    before = vectors.version
+    with pytest.raises(InvalidArgumentError) as raised:
+        call(vectors)
+    assert words in str(raised.value)
+    unchanged(vectors, root, before)
+
+
+def test_given_centroids_become_the_shared_model(vectors: PartitionedNamespace) -> None:
+    result = vectors.create_index("vec", "IVF_FLAT", ivf_centroids=CENTROIDS)
+    assert result.rows_indexed == 1200
+    [info] = vectors.list_indices()
+    assert info.shared_model
+    assert info.params == {}
