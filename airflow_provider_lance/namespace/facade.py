@@ -701,6 +701,8 @@ class PartitionedNamespace:
         declaration = indexing.declaration_for(
             self.state(), column, index_type, name, filter=filter, params=params, types=types
         )
+        if given:
+            indexing.check_given_model(declaration.index_type, given, shared_model)
         return indexing.CreateIndex(
             self._storage,
             declaration,
@@ -724,9 +726,12 @@ class PartitionedNamespace:
         operation = indexing.OptimizeIndices(self._storage, filter, names)
         return self._operate(operation, txn_id, None, progress)
 
-    def list_indices(self, as_of: AsOf | None = None) -> list[IndexInfo]:
-        """The declared indexes as of ``as_of`` (default: now), each with its coverage."""
-        return indexing.index_info(self._storage, self.state(as_of))
+    def list_indices(self, as_of: AsOf | None = None, *, coverage: bool = True) -> list[IndexInfo]:
+        """The declared indexes as of ``as_of`` (default: now), each with its coverage,
+        then those built on leaves with pylance (``declared=False``); every leaf is opened.
+        ``coverage=False``: the declarations alone, from ``__manifest`` (no leaf opened;
+        ``partitions_indexed``, ``rows_indexed`` and ``rows_unindexed`` None)."""
+        return indexing.index_info(self._storage, self.state(as_of), coverage=coverage)
 
     def drop_index(
         self, name: str, *, txn_id: str | None = None, claim_timeout: float | None = None
@@ -865,9 +870,10 @@ class PartitionedNamespace:
         """Compact ``__manifest``; with ``older_than``, remove older versions (not tagged
         ones nor the leaf versions those read); with ``sweep_orphans``, remove what killed
         writers left, older than ``orphan_min_age`` (``dry_run``: only report it); with
-        ``indices``, :meth:`optimize_indices` first. Arguments are checked first: an
-        ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours) is refused unless
-        ``enforce_min_age=False`` or ``dry_run``."""
+        ``indices``, :meth:`optimize_indices` first (it compacts no leaf: run
+        :meth:`optimize` before, so the compacted fragments are indexed). Arguments are
+        checked first: an ``orphan_min_age`` below ``MIN_SAFE_ORPHAN_AGE`` (6 hours) is
+        refused unless ``enforce_min_age=False`` or ``dry_run``."""
         flags = {"compact": compact, "sweep_orphans": sweep_orphans, "dry_run": dry_run}
         flags["indices"] = indices
         check_flags(**flags, enforce_min_age=enforce_min_age)

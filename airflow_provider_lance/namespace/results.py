@@ -204,7 +204,8 @@ class PartitionOutcome:
     created: bool = False
     fragments_before: int = 0
     fragments_after: int = 0
-    #: Rows an index operation added to the partition's indexes.
+    #: Rows of the partition an index operation newly indexed, each counted once however
+    #: many of its indexes now cover it.
     rows_indexed: int = 0
 
     @property
@@ -267,6 +268,7 @@ class OperationResult:
 
     @property
     def rows_indexed(self) -> int:
+        """Rows newly indexed (one row two indexes now cover counts once)."""
         return sum(p.rows_indexed for p in self.partitions)
 
     @property
@@ -320,10 +322,11 @@ class IndexInfo:
     shared_model: bool
     #: Partitions in its scope, and those whose leaf has the index.
     partitions: int
-    partitions_indexed: int
-    rows_indexed: int
+    partitions_indexed: int | None
+    rows_indexed: int | None
     #: Rows in its scope the index does not cover yet (``optimize_indices`` adds them).
-    rows_unindexed: int
+    #: These three are None when listed without coverage (``list_indices(coverage=False)``).
+    rows_unindexed: int | None
     #: False: built on leaves outside the namespace; kept by its commits, not maintained
     #: by ``optimize_indices`` (``create_index(..., replace=True)`` declares it).
     declared: bool = True

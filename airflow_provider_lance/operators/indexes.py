@@ -119,7 +119,8 @@ class LanceCreateIndexOperator(TableOperationOperator):
     :param filter: SQL boolean expression: only the partitions it may touch get the index,
         now and later (templated; none: every partition).
     :param index_params: pylance's ``create_index`` arguments, e.g. ``{"metric": "cosine",
-        "num_partitions": 4, "num_sub_vectors": 16}`` (templated; JSON values).
+        "num_partitions": 4, "num_sub_vectors": 16}`` (templated; JSON values). One the
+        index type does not take fails the task before anything is built.
     :param replace: rebuild an index of that name declared otherwise.
     :param shared_model: IVF types train one model on a sample of every partition (False:
         each leaf trains its own, pylance's behaviour).
@@ -213,7 +214,8 @@ class LanceCreateIndexOperator(TableOperationOperator):
                 **params,
             )
         except IndexExistsError:
-            found = next((i for i in ns.list_indices() if i.name == name), None)
+            declared = ns.list_indices(coverage=False)  # __manifest only: no leaf opened
+            found = next((i for i in declared if i.name == name), None)
             if found is None or not self._alike(found, column, kind, where, params):
                 raise
         self.log.info("index %r is declared alike already: nothing to build", name)
@@ -245,7 +247,9 @@ class LanceOptimizeIndicesOperator(TableOperationOperator):
     Writers keep writing meanwhile: a partition a transaction is committing, or that keeps
     changing, is left for the next run (``skipped``). Without declared indexes it changes
     nothing. :class:`~airflow_provider_lance.operators.upkeep.LanceMaintainOperator` runs
-    it on every partition.
+    it on every partition. Where a DAG also compacts, put it after
+    :class:`~airflow_provider_lance.operators.table.LanceOptimizeOperator` (compact, then
+    index: the compacted fragments get one segment, and no fresh segment is remapped).
 
     :param filter: SQL boolean expression; only partitions it may touch are indexed
         (templated; none: every partition).
@@ -253,7 +257,8 @@ class LanceOptimizeIndicesOperator(TableOperationOperator):
         An undeclared name fails the task at once.
 
     See :class:`TableOperationOperator` for the other arguments and the XCom
-    (``rows_indexed``: rows this run added to the indexes).
+    (``rows_indexed``: rows this run newly indexed, a row counted once however many
+    indexes it was added to).
     """
 
     operation = "optimize_indices"

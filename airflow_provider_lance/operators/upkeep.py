@@ -66,15 +66,17 @@ class LanceMaintainOperator(v.ArgumentChecks, BaseOperator):
     :param indices: first index what the declared indexes do not cover yet (new
         partitions and fragments) in every partition, in its own ``__manifest`` commit
         (:class:`~airflow_provider_lance.operators.indexes.LanceOptimizeIndicesOperator`
-        does it for some).
+        does it for some). It compacts no leaf: put
+        :class:`~airflow_provider_lance.operators.table.LanceOptimizeOperator` upstream,
+        so that the compacted fragments are indexed (Lance's order: compact, then index).
     :return: (XCom) ``{"uri", "manifest_version", "dry_run", "manifest_fragments_before",
         "manifest_fragments_after", "manifest_versions_removed", "leaf_versions_removed",
         "retained_manifest_versions", "tags_kept", "leaves_skipped",
         "leaves_skipped_by_reason", "orphans", "indices"}`` (skipped leaves counted per
         reason; ``orphans``: the sweep's counts and a sample of paths, None without a
         sweep; ``indices``: ``{"manifest_version", "rows_indexed", "partition_count",
-        "skipped_count"}`` of the index upkeep, None when no index is declared, ``indices``
-        is off or on a dry run).
+        "skipped_count"}`` of the index upkeep (``rows_indexed``: rows newly indexed, each
+        counted once), None when no index is declared, ``indices`` is off or on a dry run).
     """
 
     template_fields: Sequence[str] = ("namespace", "older_than", "orphan_min_age")

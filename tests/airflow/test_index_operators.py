@@ -9,6 +9,7 @@ fails at once; dropping an index that is not there changes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,10 +93,24 @@ def test_create_index_retried_returns_the_first_result_and_runs_again_as_a_no_op
     assert ns.version == version
 
 
-def test_a_vector_index_is_built_with_its_rendered_parameters(
+def test_the_declared_alike_check_reads_the_declaration_and_opens_no_leaf(
     run_dag: RunDag, lance_test_root: Path
 ) -> None:
-    dim, rows = 8, 300
+    """A leaf made unreadable (its directory gone) does not fail the no-op run: only the
+    ``__index$by_id`` row is read to see that the index is declared alike."""
+    ns = make_namespace(lance_test_root)
+    ns.create_scalar_index("id", "BTREE", "by_id")
+    version = ns.version
+    gone = ns.state().partitions()[0]
+    shutil.rmtree(Path(gone.location.removeprefix("file://")))
+    run = run_dag("lance_test_create_index")
+    assert run.state == SUCCESS, run.output[-3000:]
+    assert run.xcom("create_index")["existed"] is True
+    assert ns.version == version
+
+
+def make_docs(root: Path, rows: int = 300, dim: int = 8) -> PartitionedNamespace:
+    """Two days of ``rows`` rows each with an ``embedding`` of ``dim`` floats."""
     schema = pa.schema(
         [
             pa.field("id", pa.int64()),
@@ -104,7 +119,7 @@ def test_a_vector_index_is_built_with_its_rendered_parameters(
         ]
     )
     ns = PartitionedNamespace.create(
-        lance_test_root / "docs", schema=schema, partition_fields=[PartitionField("day", "day")]
+        root / "docs", schema=schema, partition_fields=[PartitionField("day", "day")]
     )
     vectors = np.random.default_rng(7).random((2 * rows, dim), dtype=np.float32)
     ns.write(
@@ -117,6 +132,14 @@ def test_a_vector_index_is_built_with_its_rendered_parameters(
             schema=schema,
         )
     )
+    return ns
+
+
+def test_a_vector_index_is_built_with_its_rendered_parameters(
+    run_dag: RunDag, lance_test_root: Path
+) -> None:
+    rows = 300
+    ns = make_docs(lance_test_root, rows)
     run = run_dag("lance_test_vector_index", conf={"num_partitions": 2})
     assert run.state == SUCCESS, run.output[-3000:]
     assert run.xcom("create_index")["rows_indexed"] == 2 * rows
@@ -124,6 +147,22 @@ def test_a_vector_index_is_built_with_its_rendered_parameters(
     assert (info.name, info.index_type, info.shared_model) == ("embedding_idx", "IVF_FLAT", True)
     assert (info.params["num_partitions"], info.params["metric"]) == (2, "l2")
     assert (info.partitions_indexed, info.rows_indexed, info.rows_unindexed) == (2, 2 * rows, 0)
+
+
+def test_a_misspelt_index_parameter_fails_the_task_once_with_the_cores_error(
+    run_dag: RunDag, lance_test_root: Path
+) -> None:
+    """pylance would ignore ``num_partition``: the core refuses it before building, and the
+    task fails without a retry (bad input) and without publishing."""
+    ns = make_docs(lance_test_root)
+    version = ns.version
+    run = run_dag("lance_test_index_param_typo")
+    assert run.state == FAILED
+    assert run.tries["create_index"] == 1
+    assert "unknown parameter 'num_partition' for index type IVF_FLAT" in run.output
+    assert "did you mean 'num_partitions'?" in run.output
+    assert ns.version == version
+    assert ns.list_indices() == []
 
 
 def test_optimize_indices_indexes_the_new_day_once_however_often_retried(

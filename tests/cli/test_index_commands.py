@@ -153,6 +153,11 @@ BAD_INPUT = [
     (["create-index", "{uri}", "id", "BTREE", "--param", "=4"], "'=4' is not KEY=VALUE"),
     (["create-index", "{uri}", "id", "BTREE", "--param", "name=x"], "name is not an index param"),
     (["create-index", "{uri}", "id", "BTREE", "--param", "index_uuid=x"], "set by the namespace"),
+    (["create-index", "{uri}", "id", "BTREE", "--param", "bogus=3"], "BTREE takes no param"),
+    (
+        ["create-index", "{uri}", "country", "INVERTED", "--param", "with_positions=true"],
+        "unknown parameter 'with_positions' for index type INVERTED (did you mean 'with_p",
+    ),
     (["create-index", "{uri}", "country", "IVF_PQ"], "a vector index (IVF_PQ) needs a"),
     (["create-index", "{uri}", "id", "BTREE", "--name", "by_id"], "is declared already"),
     (["drop-index", "{uri}", "nope"], "error: no index named 'nope' is declared"),

@@ -4,6 +4,7 @@ named after the fact (see tests/namespace/test_pylance_facts.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import lance
@@ -13,6 +14,8 @@ import pytest
 from lance import LanceOperation, Transaction
 from lance.dataset import Index
 from lance.indices import IndicesBuilder
+
+from airflow_provider_lance.namespace.ops.indexing import PROSE_PARAMETERS, VECTOR_TYPES
 
 DIM = 8
 
@@ -174,3 +177,93 @@ def test_fact_create_index_uncommitted_requires_num_sub_vectors_for_pq(
     """indexing.declaration_for supplies IndicesBuilder's default."""
     with pytest.raises(ValueError, match="num_sub_vectors are required"):
         leaf.create_index_uncommitted("vec", "IVF_PQ", "v", fragment_ids=fragments(leaf))
+
+
+class Unconvertible:
+    """A value no pylance argument converts: passing it shows whether pylance reads a key."""
+
+
+def test_fact_pylance_ignores_keywords_it_does_not_know_for_scalar_and_vector_indexes(
+    leaf: lance.LanceDataset,
+) -> None:
+    """Why indexing.check_parameters refuses unknown parameters: pylance builds without a
+    word (a typo such as ``num_partition`` is dropped), and even commits a BTREE."""
+    ids = fragments(leaf)
+    leaf.create_index_uncommitted("id", "BTREE", "b", fragment_ids=ids, bogus=Unconvertible())
+    leaf.create_index_uncommitted(
+        "vec", "IVF_PQ", "v", fragment_ids=ids, num_sub_vectors=2, num_partition=Unconvertible()
+    )
+    leaf.create_scalar_index("id", "BTREE", bogus=3)
+    assert [i.name for i in leaf.describe_indices()] == ["id_idx"]
+
+
+@pytest.mark.parametrize("kind", sorted(VECTOR_TYPES))
+def test_fact_pylance_reads_every_parameter_the_table_gives_a_vector_type(
+    leaf: lance.LanceDataset, kind: str
+) -> None:
+    """Each keyword of PROSE_PARAMETERS is one pylance reads (an unconvertible value is
+    refused where the same call without it builds), for the type it is listed under."""
+    base = {"fragment_ids": fragments(leaf), "num_partitions": 2, "num_sub_vectors": 2}
+    leaf.create_index_uncommitted("vec", kind, "v", **base)
+    for key in sorted(PROSE_PARAMETERS[kind]):
+        with pytest.raises((TypeError, ValueError)):
+            leaf.create_index_uncommitted("vec", kind, "v", **base, **{key: Unconvertible()})
+
+
+FTS_VALUES = {
+    "with_position": True,
+    "block_size": 128,
+    "memory_limit": 64,
+    "num_workers": 1,
+    "base_tokenizer": "simple",
+    "language": "English",
+    "max_token_length": 40,
+    "lower_case": True,
+    "stem": False,
+    "remove_stop_words": False,
+    "custom_stop_words": ["x"],
+    "ascii_folding": True,
+    "format_version": 2,
+    "document_granularity": "row",
+    "min_ngram_length": 2,
+    "max_ngram_length": 3,
+    "prefix_only": False,
+    "split_identifiers": False,
+    "split_on_numerics": False,
+    "preserve_original": False,
+}
+
+
+def test_fact_pylance_knows_every_full_text_parameter_of_the_table(
+    leaf: lance.LanceDataset,
+) -> None:
+    """INVERTED (FTS) is the one type whose unknown keywords pylance refuses itself, after
+    the namespace trained and scheduled nothing: the table holds what it accepts."""
+    assert set(FTS_VALUES) == PROSE_PARAMETERS["INVERTED"] == PROSE_PARAMETERS["FTS"]
+    for key, value in FTS_VALUES.items():
+        leaf.create_index_uncommitted("txt", "INVERTED", "t", fragment_ids=[0], **{key: value})
+    with pytest.raises(ValueError, match="unknown FTS index parameter 'with_positions'"):
+        leaf.create_index_uncommitted("txt", "INVERTED", "t", fragment_ids=[0], with_positions=1)
+
+
+def documented(doc: str, marker: str) -> set[str]:
+    """The ``name: type`` entries of a numpydoc section whose text contains ``marker``."""
+    found = set()
+    for entry in re.split(r"\n        (?=\w+ ?:)", doc):
+        name = entry.split(":", 1)[0].strip()
+        if marker in entry and name.isidentifier():
+            found.add(name)
+    return found
+
+
+def test_fact_the_parameters_pylance_documents_in_prose_are_in_the_table() -> None:
+    inverted = documented(lance.LanceDataset.create_scalar_index.__doc__ or "", "INVERTED")
+    assert {"with_position", "base_tokenizer", "ascii_folding"} <= inverted
+    assert inverted - {"index_type", "column"} <= PROSE_PARAMETERS["INVERTED"]
+    prose = lance.LanceDataset.create_index.__doc__ or ""
+    hnsw = prose.split("Optional parameters for `IVF_HNSW_*`:")[1].split("Examples")[0]
+    assert {"max_level", "m", "ef_construction"} == set(re.findall(r"^\s+(\w+)\n", hnsw, re.M))
+    for kind in ("IVF_HNSW_FLAT", "IVF_HNSW_SQ", "IVF_HNSW_PQ"):
+        assert {"max_level", "m", "ef_construction"} <= PROSE_PARAMETERS[kind]
+    assert {"num_bits", "index_file_version"} <= PROSE_PARAMETERS["IVF_PQ"]
+    assert "- num_bits" in prose.split("Optional parameters for `IVF_RQ`:")[1][:80]

@@ -15,6 +15,9 @@ their indexes do not.
 from __future__ import annotations
 
 import contextlib
+import difflib
+import functools
+import inspect
 import json
 import logging
 import threading
@@ -71,6 +74,31 @@ MAX_SEGMENTS = 4
 _MANAGED = frozenset(
     "column index_type name replace fragment_ids index_uuid storage_options train".split()  # noqa: SIM905
 )
+_HNSW = ("m", "ef_construction", "max_level")
+#: Arguments pylance reads for every IVF type without naming them in the signature.
+_IVF = ("sample_rate", "max_iters", "index_file_version")
+_FTS = (
+    *("with_position", "block_size", "memory_limit", "num_workers", "base_tokenizer"),
+    *("language", "max_token_length", "lower_case", "stem", "remove_stop_words"),
+    *("custom_stop_words", "ascii_folding", "format_version", "document_granularity"),
+    *("min_ngram_length", "max_ngram_length", "prefix_only", "split_identifiers"),
+    *("split_on_numerics", "preserve_original"),
+)
+#: The keyword arguments pylance 14 takes only through ``**kwargs`` (documented in prose,
+#: or read without documentation), by index type; the vector types also take the named
+#: parameters of ``create_index`` (:func:`valid_parameters`). Every other keyword pylance
+#: silently ignores (tests/namespace/test_pylance_index_facts.py holds both to pylance).
+PROSE_PARAMETERS: Mapping[str, frozenset[str]] = {
+    "IVF_FLAT": frozenset(_IVF),
+    "IVF_SQ": frozenset((*_IVF, "num_bits")),
+    "IVF_PQ": frozenset((*_IVF, "num_bits")),
+    "IVF_RQ": frozenset((*_IVF, "num_bits")),
+    "IVF_HNSW_FLAT": frozenset((*_IVF, *_HNSW)),
+    "IVF_HNSW_SQ": frozenset((*_IVF, *_HNSW, "num_bits")),
+    "IVF_HNSW_PQ": frozenset((*_IVF, *_HNSW, "num_bits")),
+    "INVERTED": frozenset(_FTS),
+    "FTS": frozenset(_FTS),
+}
 
 
 @dataclass(frozen=True)
@@ -481,7 +509,7 @@ class OptimizeIndices(_IndexOperation):
         n = len(leaf.get_fragments())
         new: list[Index] = []
         removed: list[Index] = []
-        indexed = 0
+        indexed: set[int] = set()  # a row two indexes newly cover is one row indexed
         for d in self._declared.values():
             if partition.object_id not in self._scopes[d.name]:
                 continue
@@ -489,8 +517,9 @@ class OptimizeIndices(_IndexOperation):
             if found is not None:
                 new.append(found[0])
                 removed += found[1]
-                indexed += found[2]
-        change = outcome(partition, fragments_before=n, fragments_after=n, rows_indexed=indexed)
+                indexed |= found[2]
+        rows = _rows(leaf, indexed) if indexed else 0
+        change = outcome(partition, fragments_before=n, fragments_after=n, rows_indexed=rows)
         if not new:
             return ComputedChange(partition, base, None, change)
         operation = LanceOperation.CreateIndex(new, removed)
@@ -502,9 +531,9 @@ class OptimizeIndices(_IndexOperation):
         partition: Partition,
         leaf: lance.LanceDataset,
         declaration: IndexDeclaration,
-    ) -> tuple[Index, list[Index], int] | None:
+    ) -> tuple[Index, list[Index], set[int]] | None:
         """The segment indexing what ``declaration`` misses in ``leaf``, the segments it
-        replaces and the rows it adds (None: nothing missing)."""
+        replaces and the fragments it newly covers (None: nothing missing)."""
         name = declaration.column(state)
         column = None if name is None else leaf_column(state, leaf, name)
         if column is None:
@@ -518,15 +547,14 @@ class OptimizeIndices(_IndexOperation):
         ]
         if not missing:
             return None
-        rows = _rows(leaf, missing)
         own_model = declaration.vector and declaration.model is None
         if existing and (own_model or len(existing) >= MAX_SEGMENTS):
             # a delta would train a model of its own on the new rows alone, or make one
             # segment too many: one segment over every fragment replaces them
             every = [f.fragment_id for f in leaf.get_fragments() if live_rows(f.metadata) > 0]
             segment = self.segment(partition, leaf, declaration, column, every)
-            return segment, existing, rows
-        return self.segment(partition, leaf, declaration, column, missing), [], rows
+            return segment, existing, set(missing)
+        return self.segment(partition, leaf, declaration, column, missing), [], set(missing)
 
 
 class DropIndex(TableOperation):
@@ -614,6 +642,7 @@ def declaration_for(
         raise InvalidArgumentError(
             f"{', '.join(managed)}: set by the namespace for every leaf, not an index parameter"
         )
+    check_parameters(index_type.upper(), params)
     try:
         json.dumps(dict(params))
     except (TypeError, ValueError) as exc:
@@ -631,6 +660,65 @@ def declaration_for(
     return IndexDeclaration(name, fid, kind, params, filter)
 
 
+@functools.cache
+def valid_parameters(index_type: str) -> frozenset[str]:
+    """The keyword arguments pylance takes for ``index_type`` (an upper-case type): for
+    vector types the named parameters of ``LanceDataset.create_index`` and
+    ``create_index_uncommitted``, and for every type :data:`PROSE_PARAMETERS`; never
+    those the namespace sets (``fragment_ids``, ``replace``, ...)."""
+    named: set[str] = set()
+    if index_type in VECTOR_TYPES:
+        ds = lance.LanceDataset
+        for method in (ds.create_index, ds.create_index_uncommitted):
+            named |= {
+                p.name
+                for p in inspect.signature(method).parameters.values()
+                if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"
+            }
+    found = named | PROSE_PARAMETERS.get(index_type, frozenset())
+    return frozenset(found - _MANAGED - {"progress_callback", "require_commit"})
+
+
+def check_parameters(index_type: str, params: Mapping[str, Any]) -> None:
+    """Refuse a parameter pylance would silently ignore for ``index_type``."""
+    valid = valid_parameters(index_type)
+    unknown = sorted(set(params) - valid)
+    if not unknown:
+        return
+    key = unknown[0]
+    close = difflib.get_close_matches(key, sorted(valid), n=3)
+    elsewhere = sorted(t for t in PROSE_PARAMETERS if key in valid_parameters(t))
+    if close:
+        hint = f"did you mean {' or '.join(map(repr, close))}?"
+    elif elsewhere:
+        hint = f"{', '.join(elsewhere)} take it"
+    else:
+        method = "create_index" if index_type in VECTOR_TYPES else "create_scalar_index"
+        hint = f"see help(lance.LanceDataset.{method})"
+    takes = ", ".join(sorted(valid)) if valid else "no parameters"
+    raise InvalidArgumentError(
+        f"unknown parameter {key!r} for index type {index_type} ({hint}); nothing was "
+        f"built. {index_type} takes {takes}"
+    )
+
+
+def check_given_model(index_type: str, given: Mapping[str, Any], shared: bool) -> None:
+    """Refuse ``ivf_centroids``/``pq_codebook`` where no shared model would take them."""
+    check_parameters(index_type, given)
+    if not shared or not shares_model(index_type):
+        why = "shared_model=False" if shares_model(index_type) else f"{index_type} has none"
+        raise InvalidArgumentError(
+            f"{', '.join(sorted(given))} become the shared model of every partition, and "
+            f"{why}: leave them out, or pass shared_model=True with an IVF type other "
+            "than IVF_RQ"
+        )
+    if "pq_codebook" in given and "PQ" not in index_type:
+        raise InvalidArgumentError(
+            f"pq_codebook is for the PQ types (IVF_PQ, IVF_HNSW_PQ); {index_type} would "
+            "ignore it: leave it out"
+        )
+
+
 def default_sub_vectors(dtype: pa.DataType) -> int:
     """pylance's ``IndicesBuilder`` default: dimension / 16, else / 8, else 1."""
     if pa.types.is_list(dtype):
@@ -639,40 +727,62 @@ def default_sub_vectors(dtype: pa.DataType) -> int:
     return next((dimension // d for d in (16, 8) if dimension % d == 0), 1)
 
 
-def index_info(storage: Storage, state: NamespaceState) -> list[IndexInfo]:
+def index_info(
+    storage: Storage, state: NamespaceState, *, coverage: bool = True
+) -> list[IndexInfo]:
     """Every declared index with its coverage as of ``state``, then every index built on
     published leaves outside the namespace (with pylance) under a name no declaration
-    has (``declared=False``, its scope the partitions that have it): one leaf open each."""
+    has (``declared=False``, its scope the partitions that have it): one leaf open each.
+    ``coverage=False``: the declarations alone, read from ``__manifest`` (no leaf opened;
+    the counts None)."""
     declared = declarations(state)
     scopes = {n: _scope(state, d.filter) for n, d in declared.items()}
+    if not coverage:
+        return [
+            _info(n, d.column(state), d.index_type, len(scopes[n]), None, d)
+            for n, d in declared.items()
+        ]
     partitions = {p.object_id: p for p in state.partitions()}
     wanted = sorted(partitions)
 
-    def coverage(oid: str) -> tuple[dict[str, _Coverage], dict[str, _Undeclared]]:
+    def count(oid: str) -> tuple[dict[str, _Coverage], dict[str, _Undeclared]]:
         p = partitions[oid]
-        leaf = storage.table(p.location, p.read_version)
-        out = {}
-        for name in declared:
-            if oid in scopes[name]:
-                out[name] = _coverage(leaf, covered(leaf_segments(leaf, name)))
+        leaf = _LeafIndexes(storage.table(p.location, p.read_version))
+        out = {n: leaf.coverage(n) for n in declared if oid in scopes[n]}
         return out, _undeclared(state, leaf, set(declared))
 
-    found = dict(zip(wanted, storage.map(coverage, wanted), strict=True))
+    found = dict(zip(wanted, storage.map(count, wanted), strict=True))
     infos = []
     for name, d in declared.items():
         counts = [found[o][0][name] for o in scopes[name] if o in found]
-        infos.append(_info(name, d.column(state), d.index_type, counts, d))
+        infos.append(_info(name, d.column(state), d.index_type, len(counts), counts, d))
     others: dict[str, list[_Undeclared]] = {}
     for oid in wanted:
         for name, one in found[oid][1].items():
             others.setdefault(name, []).append(one)
     for name, seen in sorted(others.items()):
-        infos.append(_info(name, seen[0].column, seen[0].index_type, [s.counts for s in seen]))
+        counts = [s.counts for s in seen]
+        infos.append(_info(name, seen[0].column, seen[0].index_type, len(counts), counts))
     return infos
 
 
 #: A leaf's rows indexed, rows not indexed, and whether it has the index at all.
 _Coverage = tuple[int, int, bool]
+
+
+class _LeafIndexes:
+    """One published leaf's indexes and live rows per fragment, each read once."""
+
+    def __init__(self, leaf: lance.LanceDataset) -> None:
+        self.leaf = leaf
+        self.described = {d.name: d for d in leaf.describe_indices()}
+        self.live = {f.fragment_id: live_rows(f.metadata) for f in leaf.get_fragments()}
+
+    def coverage(self, name: str) -> _Coverage:
+        found = self.described.get(name)
+        done = {int(f) for s in found.segments for f in s.fragment_ids} if found else set()
+        indexed = sum(n for f, n in self.live.items() if f in done)
+        return indexed, sum(self.live.values()) - indexed, bool(done)
 
 
 @dataclass(frozen=True)
@@ -684,24 +794,18 @@ class _Undeclared:
     counts: _Coverage
 
 
-def _coverage(leaf: lance.LanceDataset, done: set[int]) -> _Coverage:
-    indexed = _rows(leaf, done)
-    return indexed, _rows(leaf) - indexed, bool(done)
-
-
 def _undeclared(
-    state: NamespaceState, leaf: lance.LanceDataset, declared: set[str]
+    state: NamespaceState, leaf: _LeafIndexes, declared: set[str]
 ) -> dict[str, _Undeclared]:
-    found = [d for d in leaf.describe_indices() if d.name not in declared]
+    found = [d for name, d in leaf.described.items() if name not in declared]
     if not found:
         return {}
-    sources = state.schema.read_plan(leaf.schema, None).sources
+    sources = state.schema.read_plan(leaf.leaf.schema, None).sources
     names = {source: name for name, source in sources.items() if source is not None}
     out = {}
     for d in found:
         column = names.get(d.field_names[0]) if len(d.field_names) == 1 else None
-        done = covered(leaf_segments(leaf, d.name))
-        out[d.name] = _Undeclared(column, str(d.index_type).upper(), _coverage(leaf, done))
+        out[d.name] = _Undeclared(column, str(d.index_type).upper(), leaf.coverage(d.name))
     return out
 
 
@@ -709,7 +813,8 @@ def _info(
     name: str,
     column: str | None,
     index_type: str,
-    counts: list[_Coverage],
+    partitions: int,
+    counts: list[_Coverage] | None,
     declaration: IndexDeclaration | None = None,
 ) -> IndexInfo:
     d = declaration
@@ -720,9 +825,9 @@ def _info(
         params={} if d is None else dict(d.params),
         filter=None if d is None else d.filter,
         shared_model=d is not None and d.model is not None,
-        partitions=len(counts),
-        partitions_indexed=sum(1 for c in counts if c[2]),
-        rows_indexed=sum(c[0] for c in counts),
-        rows_unindexed=sum(c[1] for c in counts),
+        partitions=partitions,
+        partitions_indexed=None if counts is None else sum(1 for c in counts if c[2]),
+        rows_indexed=None if counts is None else sum(c[0] for c in counts),
+        rows_unindexed=None if counts is None else sum(c[1] for c in counts),
         declared=d is not None,
     )

@@ -109,3 +109,18 @@ with DAG(
     render_template_as_native_obj=True,
 ):
     LanceMaintainOperator(task_id="maintain", lance_conn_id=CONN, namespace="events")
+
+with DAG(
+    "lance_test_index_param_typo",
+    schedule=None,
+    start_date=START,
+    default_args=RETRY_AT_ONCE,
+):
+    LanceCreateIndexOperator(
+        task_id="create_index",
+        lance_conn_id=CONN,
+        namespace="docs",
+        column="embedding",
+        index_type="IVF_FLAT",
+        index_params={"num_partition": 2},  # a typo pylance would ignore
+    )
