@@ -27,6 +27,14 @@ from tests.support import (
     tagged_rows,
 )
 
+#: Spark's JVMs here (each worker's session, spark-submit's drivers, a Spark Connect server, a
+#: standalone cluster's daemons) live for seconds, most of it start-up: the C1 compiler alone
+#: (no C2 tier) spends less CPU on compiling what runs only briefly. ``SPARK_SUBMIT_OPTS`` is
+#: what spark-submit adds to the driver's java command, ``SPARK_DAEMON_JAVA_OPTS`` what
+#: spark-class adds to a master's or a worker's; a value set outside the tests wins.
+for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+    os.environ.setdefault(_variable, "-XX:TieredStopAtLevel=1")
+
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
