@@ -1,12 +1,19 @@
 """Index operations against what the first attack matrix (test_index_attacks.py) left
 out (issue 41): a leaf commit of another operation landing on a build's committed, not
-yet published, leaf versions."""
+yet published, leaf versions, and a declaration changing under an upkeep that has
+committed its leaves."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import lance
+import pytest
+
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.testing import hold
-from tests.namespace.ops.test_index_attacks import whole
+from tests.namespace.ops.index_data import vector_rows
+from tests.namespace.ops.test_index_attacks import btree, race, whole
 from tests.support import Worker, no_duplicates, other, settle
 
 
@@ -28,3 +35,33 @@ def test_a_delete_never_publishes_the_leaf_versions_of_a_build_that_is_then_abor
     assert "b1" in str(error)
     assert no_duplicates(vectors) == list(range(10, 1200))
     assert whole(vectors) == {}
+
+
+@pytest.mark.parametrize(
+    "point", ["optimize_indices.leaf_committed", "optimize_indices.before_publish"]
+)
+@pytest.mark.parametrize("replace", [False, True])
+def test_drop_or_replace_while_optimize_indices_has_committed_its_leaves(
+    vectors: PartitionedNamespace, point: str, replace: bool
+) -> None:
+    """The upkeep's leaf versions (a BTREE on new partition 5) are committed when the
+    index is dropped, or replaced by a BITMAP over partitions 1-4: its swap loses (the
+    declaration changed, not a sibling's rewrite) and its retry builds nothing of the old
+    index, so no leaf publishes a segment its declaration does not name."""
+    btree(vectors)
+    vectors.write(vector_rows([5], 100, first_id=5000))
+
+    def change(ns: PartitionedNamespace) -> Any:
+        if replace:
+            return ns.create_scalar_index(
+                "id", "BITMAP", "id_idx", filter="part <= 4", replace=True
+            )
+        return ns.drop_index("id_idx")
+
+    result, error, _ = race(vectors, point, lambda ns: ns.optimize_indices(), change)
+    assert error is None
+    assert result.rows_indexed == 0
+    assert whole(vectors) == ({"id_idx": (4, 1200, 0)} if replace else {})
+    p = vectors.partition({"part": 5})
+    assert lance.dataset(p.location, version=p.read_version).describe_indices() == []
+    assert no_duplicates(vectors) == [*range(1200), *range(5000, 5100)]
