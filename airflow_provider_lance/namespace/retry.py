@@ -32,6 +32,9 @@ class Outcome(enum.Enum):
     TAKEN_OVER = "taken_over"
     #: The attempt changed what the next one starts from: go again at once, never waiting.
     AGAIN = "again"
+    #: A concurrent commit rewrote, unchanged, a row the attempt's swap writes too (an index
+    #: declaration many operations depend on): what it computed still holds, go again.
+    QUEUED = "queued"
 
 
 class Retry(Exception):

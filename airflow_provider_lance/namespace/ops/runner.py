@@ -310,6 +310,8 @@ class OperationRunner:
         self._previous = _Attempt()
         #: The attempt that got as far as its leaf commits and has not published.
         self._last: Prepared[_Computed] | None = None
+        #: The swap that attempt sent (None: it sent none).
+        self._sent: Swap | None = None
         #: Partition -> how often its published version moved under an attempt's swap.
         self._moves: dict[str, int] = {}
         #: The state the next attempt starts from.
@@ -356,6 +358,15 @@ class OperationRunner:
                 attempts=OPERATION_ATTEMPTS,
             ),
             Outcome.CLAIMED: Budget(self._claims.timed_out, seconds=self._claims.timeout),
+            # Each one means a concurrent operation depending on the same rows published.
+            Outcome.QUEUED: Budget(
+                lambda: CommitConflict(
+                    f"{kind}: concurrent operations depending on the same index declarations "
+                    f"kept publishing first for {self._claims.timeout:g} s; nothing was "
+                    "published, try again"
+                ),
+                seconds=self._claims.timeout,
+            ),
             # The first is this run registering its intent (no wait); then spec changes race it.
             Outcome.ORDERED: Budget(
                 lambda: CommitConflict(
@@ -377,7 +388,23 @@ class OperationRunner:
         if self.txn_id is not None and attempt and (done := self._published(state)) is not None:
             return done
         self._entry = state
-        return publish_once(self.ctx, self, attempt)
+        got = publish_once(self.ctx, self, attempt)
+        if got is Outcome.LOST and self._rewritten_unchanged():
+            return Outcome.QUEUED
+        return got
+
+    def _rewritten_unchanged(self) -> bool:
+        """Whether the swap just lost only to commits that wrote its rows as they were at
+        its base (operations depending on one index declaration rewrite it unchanged): the
+        leaf versions it publishes are still the next ones, its inputs still hold."""
+        swap, self._sent = self._sent, None
+        if swap is None:
+            return False
+        latest = self.ctx.manifest.latest()
+        if latest.version == swap.base_version:
+            return False
+        ids = swap.object_ids
+        return swap.base.rows_by_id(ids) == latest.rows_by_id(ids)
 
     # -- ordering against spec changes (see spec_fence) --------------------------------------
     def _ordered(self, state: NamespaceState) -> bool:
@@ -546,7 +573,8 @@ class OperationRunner:
         drops = sorted(computed.selection.drops) + computed.own[1]
         if self._intent is not None:  # conflicts with a fence that rewrote it since
             drops.append(self._intent)
-        return Swap(prepared.state.view, rows, drops, moves)
+        self._sent = Swap(prepared.state.view, rows, drops, moves)
+        return self._sent
 
     def finish(self, prepared: Prepared[_Computed], version: int | None) -> OperationResult:
         """The result, with the manifest version the swap made (None: nothing published)."""

@@ -362,7 +362,7 @@ def commit_change(
                 with storage.failures(f"read version {base} of", uri):
                     return content_after(ds, base, operation)
 
-            settled = _settle(storage, uri, ds, base, owner, expected, may_roll_back)
+            settled = _settle(storage, uri, ds, base, owner, expected, may_roll_back, operation)
             if not isinstance(settled, _Base):
                 return settled
             on = ds if settled.version == int(ds.version) else None
@@ -393,15 +393,22 @@ def _settle(
     owner: str,
     expected: Callable[[], list[str]],
     may_roll_back: Callable[[int], bool] | None,
+    operation: LanceOperation.BaseOperation | None = None,
 ) -> _Base | int | Outcome:
     """What a leaf commit on ``base`` finds at the latest version of ``ds``: the version to
     commit on (the base, or the base restored), a latest version ``owner`` made holding
-    exactly ``expected()`` (reused), or AGAIN (a commit landed on the restore)."""
+    exactly ``expected()`` and, for an index commit, ``operation``'s segments (reused,
+    unless Lance rebased it onto another namespace writer's unpublished version, which it
+    would publish), or AGAIN (a commit landed on the restore)."""
     latest = int(ds.version)
     if latest == base:
         return _Base(base)
     if committed_by(ds, latest) == owner and content_at(ds, latest) == expected():
-        return latest
+        with storage.failures("read the versions of", uri):
+            between = [committed_by(ds, v) for v in range(base + 1, latest)]
+            same = _made_segments(ds, latest, operation)
+        if same and all(b is None for b in between):
+            return latest
     kept = kept_above(ds, base)
     if kept == latest:
         log.info(
@@ -500,6 +507,25 @@ def _moved(uri: str) -> LeafMoved:
         f"partition table {uri} was published or claimed anew while this change was "
         "computed; nothing was published"
     )
+
+
+def _made_segments(
+    ds: lance.LanceDataset, version: int, operation: LanceOperation.BaseOperation | None
+) -> bool:
+    """Whether ``version`` holds the index segments of the version below it as a
+    ``CreateIndex`` ``operation`` leaves them (True for other operations): an index commit
+    changes no fragment, so only its segments tell an earlier attempt's commit of other
+    segments from it."""
+    if not isinstance(operation, LanceOperation.CreateIndex):
+        return True
+    removed = {str(i.uuid) for i in operation.removed_indices}
+    below = {u for u in _segment_ids(ds, version - 1) if u not in removed}
+    return _segment_ids(ds, version) == below | {str(i.uuid) for i in operation.new_indices}
+
+
+def _segment_ids(ds: lance.LanceDataset, version: int) -> set[str]:
+    at = ds if int(ds.version) == version else ds.checkout_version(version)
+    return {str(s.uuid) for i in at.describe_indices() for s in i.segments}
 
 
 def content_after(
