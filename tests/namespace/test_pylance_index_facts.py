@@ -413,3 +413,29 @@ def test_fact_a_merged_inverted_segment_keeps_the_rows_deleted_before_it(tmp_pat
     assert done.stats.index_stats("i")["indices"][0]["num_docs"] == 900
     assert again.stats.index_stats("i")["indices"][0]["num_docs"] == 800
     assert answers(done, "INVERTED") != answers(again, "INVERTED")
+
+
+def test_fact_pq_segments_built_over_a_whole_leaf_or_merged_do_not_merge(tmp_path: Path) -> None:
+    """indexing.MERGED_TYPES leaves IVF_PQ out: pylance merges only PQ segments that store
+    their codes row-major (``skip_transpose=True``); a build over every fragment of a leaf
+    (the namespace's first one) and every merge store them transposed."""
+    params = shared_model(tmp_path, "IVF_PQ")
+    ds = lance.write_dataset(table(0, 600), tmp_path / "leaf", max_rows_per_file=300)
+    whole = build(ds, "IVF_PQ", fragments(ds), params)
+    ds = commit(ds, LanceOperation.CreateIndex([whole], []))
+    ds = lance.write_dataset(table(600, 300), ds.uri, mode="append")
+    delta = build(ds, "IVF_PQ", fragments(ds)[2:], params)
+    given = [dataclasses.replace(s, index_details=delta.index_details) for s in described(ds)]
+    with pytest.raises(RuntimeError, match="stores transposed PQ codes"):
+        ds.merge_existing_index_segments([*given, delta])
+    rows = {**params, "skip_transpose": True}
+    ds = daily(tmp_path / "row-major", "IVF_PQ", rows)
+    delta = build(ds, "IVF_PQ", fragments(ds)[2:], rows)
+    given = [dataclasses.replace(s, index_details=delta.index_details) for s in described(ds)]
+    merged = ds.merge_existing_index_segments([*given, delta])
+    ds = commit(ds, LanceOperation.CreateIndex([merged], described(ds)))
+    grown = lance.write_dataset(table(900, 300), ds.uri, mode="append")
+    delta = build(grown, "IVF_PQ", fragments(grown)[3:], rows)
+    given = [dataclasses.replace(s, index_details=delta.index_details) for s in described(grown)]
+    with pytest.raises(RuntimeError, match="stores transposed PQ codes"):
+        grown.merge_existing_index_segments([*given, delta])
