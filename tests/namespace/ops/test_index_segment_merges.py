@@ -169,3 +169,23 @@ def test_a_merge_that_crashes_before_its_publish_publishes_nothing_and_is_redone
     assert segments(other(vectors)) == 1
     assert {i.name: i.rows_unindexed for i in other(vectors).list_indices()} == {"vec_idx": 0}
     assert answers(other(vectors)) == fresh(other(vectors), root, "IVF_FLAT")
+
+
+def test_a_segment_pylance_will_not_merge_is_rebuilt_with_the_shared_model(
+    vectors: PartitionedNamespace, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user rebuilt ``vec_idx`` on partition 2's leaf with pylance (a model of its own,
+    kept by the next write); pylance refuses to merge it with the shared model's deltas
+    ("IVF partition count mismatch"). The upkeep rebuilds the leaf's index instead, with a
+    warning; before, pylance's RuntimeError escaped optimize_indices."""
+    vectors.create_index("vec", "IVF_FLAT", **KINDS["IVF_FLAT"])
+    p = vectors.partition({"part": 2})
+    lance.dataset(p.location).create_index(
+        "vec", "IVF_FLAT", name="vec_idx", num_partitions=2, replace=True
+    )
+    assert daily(vectors, range(3)) == [2, 3, 4]
+    with caplog.at_level("WARNING", logger="airflow_provider_lance.namespace.ops.indexing"):
+        assert daily(vectors, range(3, 4)) == [1]
+    assert "refused to merge the 5 segments of index 'vec_idx'" in caplog.text
+    assert leaf(vectors, 2).stats.index_stats("vec_idx")["segments"][0]["num_partitions"] == 4
+    assert answers(vectors) == fresh(vectors, root, "IVF_FLAT")
