@@ -7,9 +7,13 @@
 
 Bare pylance, no namespace code. One leaf per index type (``--kinds``) of ``--rows`` rows in
 ``--segments`` + 1 fragments: the first ``--segments`` fragments each get a committed segment
-of the index (the daily deltas), then rows are deleted in the first and the last fragment
-(``--deleted`` of each), and the last fragment is the new one to index. Two copies of that
-leaf; per sample (``--samples``, interleaved, medians), written and not committed:
+of the index, then rows are deleted in the first and the last fragment (``--deleted`` of
+each), and the last fragment is the new one to index. ``--layout equal``: equal fragments,
+indexed once all are written (each segment covers part of the leaf: PQ codes row-major);
+``--layout namespace``: as the namespace grows a leaf, 80% of the rows indexed first (over
+the whole leaf: PQ codes transposed, which pylance refuses to merge), then daily deltas.
+Two copies of that leaf; per sample (``--samples``, interleaved, medians), written and not
+committed:
 
 * **rebuild**: ``create_index_uncommitted`` over every fragment (staging merged for INVERTED);
 * **merge**: the delta over the new fragment (the same), then
@@ -107,21 +111,42 @@ def setup(root: Path, kind: str, args: argparse.Namespace) -> tuple[Path, Path, 
     """The leaf (two copies) with ``segments`` committed segments and one new fragment."""
     base = root / f"{kind}-base"
     shutil.rmtree(root, ignore_errors=True)
-    per = args.rows // (args.segments + 1)
-    ds = lance.write_dataset(rows(0, per, args.dim), base)
-    for i in range(1, args.segments + 1):
-        ds = lance.write_dataset(rows(i * per, per, args.dim), base, mode="append")
-    params = model(ds, kind, args.lists, args.dim)
-    ids = fragment_ids(ds)
-    for f in ids[:-1]:
-        ds = commit(ds, LanceOperation.CreateIndex([build(ds, kind, [f], params)], []))
+    if args.layout == "namespace":
+        ds, params = namespace_layout(base, kind, args)
+    else:
+        per = args.rows // (args.segments + 1)
+        ds = lance.write_dataset(rows(0, per, args.dim), base)
+        for i in range(1, args.segments + 1):
+            ds = lance.write_dataset(rows(i * per, per, args.dim), base, mode="append")
+        params = model(ds, kind, args.lists, args.dim)
+        for f in fragment_ids(ds)[:-1]:
+            ds = commit(ds, LanceOperation.CreateIndex([build(ds, kind, [f], params)], []))
     if args.deleted:
         d = args.deleted
-        ds.delete(f"id < {d} OR id >= {args.segments * per + per - d}")
+        n = ds.count_rows()
+        ds.delete(f"id < {d} OR id >= {n - d}")
     copies = (root / f"{kind}-rebuild", root / f"{kind}-merge")
     for copy in copies:
         shutil.copytree(base, copy)
     return copies[0], copies[1], params
+
+
+def namespace_layout(
+    base: Path, kind: str, args: argparse.Namespace
+) -> tuple[lance.LanceDataset, dict[str, Any]]:
+    """A leaf as the namespace grows one: 80% of the rows indexed first (over the whole
+    leaf), then ``segments - 1`` daily deltas and the new day, 20% between them."""
+    day = args.rows // 5 // args.segments
+    first = args.rows - day * args.segments
+    ds = lance.write_dataset(rows(0, first, args.dim), base)
+    params = model(ds, kind, args.lists, args.dim)
+    ds = commit(ds, LanceOperation.CreateIndex([build(ds, kind, fragment_ids(ds), params)], []))
+    for i in range(args.segments):
+        ds = lance.write_dataset(rows(first + i * day, day, args.dim), base, mode="append")
+        if i < args.segments - 1:
+            delta = build(ds, kind, fragment_ids(ds)[-1:], params)
+            ds = commit(ds, LanceOperation.CreateIndex([delta], []))
+    return ds, params
 
 
 def timed(call: Callable[[], Any]) -> tuple[float, Any]:
@@ -220,7 +245,13 @@ def one_kind(root: Path, kind: str, args: argparse.Namespace) -> dict[str, Any]:
         times["delta"].append(t)
         given = [dataclasses.replace(s, index_details=delta.index_details) for s in existing]
         inputs = [*given, delta]
-        t, merged_now = timed(functools.partial(b.merge_existing_index_segments, inputs))
+        try:
+            t, merged_now = timed(functools.partial(b.merge_existing_index_segments, inputs))
+        except (ValueError, RuntimeError) as exc:  # e.g. transposed PQ codes
+            drop(ra, rebuilt_now)
+            drop(ma, delta)
+            refused = str(exc).split(",")[0]
+            return {"kind": kind, "refused": refused, "rebuild_s": times["rebuild"][-1]}
         times["merge"].append(t)
         drop(ma, delta)
         if last:
@@ -259,6 +290,13 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--queries", type=int, default=20)
     parser.add_argument("--kinds", nargs="+", default=list(COLUMNS), choices=list(COLUMNS))
+    parser.add_argument(
+        "--layout",
+        choices=["equal", "namespace"],
+        default="equal",
+        help="equal fragments, each segment built over one of several (row-major PQ), or "
+        "the namespace's: 80%% indexed whole first, then daily deltas",
+    )
     args = parser.parse_args()
     env = print_environment()
     root = DATA_DIR / "index_merge"
@@ -271,7 +309,9 @@ def main() -> None:
     print_table(
         ["type", "rebuild", "delta", "merge", "(delta+merge)/rebuild", "equal results"],
         [
-            [
+            [r["kind"], f"{r['rebuild_s'] * 1000:.0f} ms", "-", "-", "-", r["refused"]]
+            if "refused" in r
+            else [
                 r["kind"],
                 f"{r['rebuild_s'] * 1000:.0f} ms",
                 f"{r['delta_s'] * 1000:.0f} ms",
@@ -281,7 +321,8 @@ def main() -> None:
             ]
             for r in results
         ],
-        title=f"{args.rows} rows, {args.segments} committed segments + 1 new fragment, "
+        title=f"{args.rows} rows, {args.segments} committed segments + 1 new fragment "
+        f"({args.layout} layout), "
         f"medians of {args.samples}",
     )
     write_results("index_merge", {"environment": env, "args": vars(args), "results": results})
