@@ -4,6 +4,7 @@ named after the fact (see tests/namespace/test_pylance_facts.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -267,3 +268,174 @@ def test_fact_the_parameters_pylance_documents_in_prose_are_in_the_table() -> No
         assert {"max_level", "m", "ef_construction"} <= PROSE_PARAMETERS[kind]
     assert {"num_bits", "index_file_version"} <= PROSE_PARAMETERS["IVF_PQ"]
     assert "- num_bits" in prose.split("Optional parameters for `IVF_RQ`:")[1][:80]
+
+
+#: The index types ``indexing.OptimizeIndices`` could merge, and the column each indexes.
+MERGED = {"BTREE": "id", "BITMAP": "txt", "INVERTED": "txt", "IVF_FLAT": "vec", "IVF_PQ": "vec"}
+
+
+def shared_model(tmp_path: Path, kind: str) -> dict[str, object]:
+    """The arguments of a model trained once (index_model's shared model); none for scalars."""
+    if not kind.startswith("IVF"):
+        return {}
+    builder = IndicesBuilder(lance.write_dataset(table(10**6, 2000), tmp_path / "s"), "vec")
+    ivf = builder.train_ivf(4, distance_type="l2", sample_rate=8)
+    if "PQ" not in kind:
+        return {"ivf_centroids": ivf.centroids}
+    pq = builder.train_pq(ivf, 2, sample_rate=4)
+    return {"ivf_centroids": ivf.centroids, "pq_codebook": pq.codebook, "num_sub_vectors": 2}
+
+
+def build(ds: lance.LanceDataset, kind: str, ids: list[int], params: dict[str, object]) -> Index:
+    segment = ds.create_index_uncommitted(
+        MERGED.get(kind, "vec"), kind, "i", replace=True, fragment_ids=ids, **params
+    )
+    if any(f.path.startswith("staging/") for f in segment.files or ()):
+        segment = ds.merge_existing_index_segments([segment])
+    return segment
+
+
+def daily(uri: Path, kind: str, params: dict[str, object]) -> lance.LanceDataset:
+    """A leaf of three fragments, the first two indexed by a committed segment each."""
+    ds = lance.write_dataset(table(0, 900), uri, max_rows_per_file=300)
+    for f in fragments(ds)[:2]:
+        ds = commit(ds, LanceOperation.CreateIndex([build(ds, kind, [f], params)], []))
+    return ds
+
+
+def described(ds: lance.LanceDataset) -> list[Index]:
+    """The leaf's segments as ``describe_indices`` gives them (ops/indexing.leaf_segments)."""
+    return [
+        Index(
+            uuid=s.uuid,
+            name=d.name,
+            fields=list(d.fields),
+            dataset_version=s.dataset_version_at_last_update,
+            fragment_ids=s.fragment_ids,
+            index_version=s.index_version,
+        )
+        for d in ds.describe_indices()
+        for s in d.segments
+    ]
+
+
+def answers(ds: lance.LanceDataset, kind: str) -> list[list[tuple[object, ...]]]:
+    """What the leaf's index answers: rows of filters, (id, _score) or (id, _distance)."""
+    if kind in ("BTREE", "BITMAP"):
+        filters = ["id = 5", "id BETWEEN 250 AND 640"] if kind == "BTREE" else ["txt = 'w3 x'"]
+        assert "ScalarIndexQuery" in ds.scanner(filter=filters[0]).explain_plan()
+        return [sorted((i,) for i in ds.to_table(filter=f)["id"].to_pylist()) for f in filters]
+    if kind == "INVERTED":
+        found = [ds.to_table(full_text_query=w, columns=["id"]) for w in ("w1", "x")]
+        return [
+            sorted(zip(t["id"].to_pylist(), t["_score"].to_pylist(), strict=True)) for t in found
+        ]
+    out = []
+    for q in table(77, 5).column("vec"):
+        near = {"column": "vec", "q": q.values.to_numpy(), "k": 10, "nprobes": 4}
+        t = ds.to_table(nearest=near, columns=["id"])
+        out.append(list(zip(t["id"].to_pylist(), t["_distance"].to_pylist(), strict=True)))
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(MERGED))
+def test_fact_committed_segments_merge_with_a_delta_into_one_uncommitted_segment(
+    tmp_path: Path, kind: str
+) -> None:
+    """indexing.OptimizeIndices merges a leaf's segments: ``merge_existing_index_segments``
+    takes committed segments given the ``index_details`` of a delta built with the same
+    arguments (those of ``describe_indices`` have none and are refused), writes one segment
+    under a uuid of its own beside its inputs, over the union of their fragments, and
+    commits nothing: committed like a built segment, it answers as one fresh build does."""
+    params = shared_model(tmp_path, kind)
+    ds = daily(tmp_path / "leaf", kind, params)
+    existing = described(ds)
+    delta = build(ds, kind, fragments(ds)[2:], params)
+    with pytest.raises(ValueError, match="same supported index type"):
+        ds.merge_existing_index_segments([*existing, delta])
+    committed = [ds.read_transaction(s.dataset_version + 1).operation for s in existing]
+    # the same message: a vector index's parameters are a map, serialized in any order
+    same = [(url, sorted(value)) for url, value in [delta.index_details]]
+    assert [
+        (url, sorted(value)) for op in committed for url, value in [op.new_indices[0].index_details]
+    ] == same * 2
+    given = [dataclasses.replace(s, index_details=delta.index_details) for s in existing]
+    merged = ds.merge_existing_index_segments([*given, delta])
+    now = lance.dataset(ds.uri)
+    assert (now.version, [len(d.segments) for d in now.describe_indices()]) == (ds.version, [2])
+    assert merged.uuid not in {delta.uuid, *(s.uuid for s in existing)}
+    assert sorted(merged.fragment_ids) == fragments(ds)
+    on_disk = {p.name for p in (Path(ds.uri) / "_indices").iterdir()}
+    assert {merged.uuid, delta.uuid, *(s.uuid for s in existing)} <= on_disk
+    done = commit(ds, LanceOperation.CreateIndex([merged], existing))
+    assert [len(d.segments) for d in done.describe_indices()] == [1]
+    fresh = lance.write_dataset(table(0, 900), tmp_path / "fresh", max_rows_per_file=300)
+    fresh = commit(fresh, LanceOperation.CreateIndex([build(fresh, kind, [0, 1, 2], params)], []))
+    assert answers(done, kind) == answers(fresh, kind)
+
+
+def test_fact_vector_segments_of_their_own_models_do_not_merge(leaf: lance.LanceDataset) -> None:
+    """indexing: a declaration without a shared model rebuilds its leaf's segments."""
+    ids = fragments(leaf)
+    first = build(leaf, "IVF_FLAT", ids[:1], {"num_partitions": 2})
+    second = build(leaf, "IVF_FLAT", ids[1:], {"num_partitions": 2})
+    with pytest.raises(RuntimeError, match="IVF centroids mismatch"):
+        leaf.merge_existing_index_segments([first, second])
+
+
+def test_fact_merged_ivf_sq_segments_answer_unlike_a_fresh_build(tmp_path: Path) -> None:
+    """indexing.MERGED_TYPES leaves IVF_SQ out: each segment keeps its own quantization
+    bounds, so a merge measures other distances than one build over every fragment."""
+    params = shared_model(tmp_path, "IVF_SQ")
+    ds = daily(tmp_path / "leaf", "IVF_SQ", params)
+    delta = build(ds, "IVF_SQ", fragments(ds)[2:], params)
+    given = [dataclasses.replace(s, index_details=delta.index_details) for s in described(ds)]
+    merged = ds.merge_existing_index_segments([*given, delta])
+    done = commit(ds, LanceOperation.CreateIndex([merged], described(ds)))
+    fresh = lance.write_dataset(table(0, 900), tmp_path / "fresh", max_rows_per_file=300)
+    every = build(fresh, "IVF_SQ", [0, 1, 2], params)
+    fresh = commit(fresh, LanceOperation.CreateIndex([every], []))
+    assert answers(done, "IVF_SQ") != answers(fresh, "IVF_SQ")
+
+
+def test_fact_a_merged_inverted_segment_keeps_the_rows_deleted_before_it(tmp_path: Path) -> None:
+    """indexing.MERGED_TYPES leaves INVERTED out: a merge keeps the deleted rows its inputs
+    counted in its BM25 statistics, so scores differ from a fresh build's."""
+    ds = daily(tmp_path / "leaf", "INVERTED", {})
+    ds.delete("id < 100")
+    ds = lance.dataset(ds.uri)
+    delta = build(ds, "INVERTED", fragments(ds)[2:], {})
+    given = [dataclasses.replace(s, index_details=delta.index_details) for s in described(ds)]
+    merged = ds.merge_existing_index_segments([*given, delta])
+    done = commit(ds, LanceOperation.CreateIndex([merged], described(ds)))
+    rebuilt = build(done, "INVERTED", fragments(done), {})
+    again = commit(done, LanceOperation.CreateIndex([rebuilt], described(done)))
+    assert done.stats.index_stats("i")["indices"][0]["num_docs"] == 900
+    assert again.stats.index_stats("i")["indices"][0]["num_docs"] == 800
+    assert answers(done, "INVERTED") != answers(again, "INVERTED")
+
+
+def test_fact_pq_segments_built_over_a_whole_leaf_or_merged_do_not_merge(tmp_path: Path) -> None:
+    """indexing.MERGED_TYPES leaves IVF_PQ out: pylance merges only PQ segments that store
+    their codes row-major (``skip_transpose=True``); a build over every fragment of a leaf
+    (the namespace's first one) and every merge store them transposed."""
+    params = shared_model(tmp_path, "IVF_PQ")
+    ds = lance.write_dataset(table(0, 600), tmp_path / "leaf", max_rows_per_file=300)
+    whole = build(ds, "IVF_PQ", fragments(ds), params)
+    ds = commit(ds, LanceOperation.CreateIndex([whole], []))
+    ds = lance.write_dataset(table(600, 300), ds.uri, mode="append")
+    delta = build(ds, "IVF_PQ", fragments(ds)[2:], params)
+    given = [dataclasses.replace(s, index_details=delta.index_details) for s in described(ds)]
+    with pytest.raises(RuntimeError, match="stores transposed PQ codes"):
+        ds.merge_existing_index_segments([*given, delta])
+    rows = {**params, "skip_transpose": True}
+    ds = daily(tmp_path / "row-major", "IVF_PQ", rows)
+    delta = build(ds, "IVF_PQ", fragments(ds)[2:], rows)
+    given = [dataclasses.replace(s, index_details=delta.index_details) for s in described(ds)]
+    merged = ds.merge_existing_index_segments([*given, delta])
+    ds = commit(ds, LanceOperation.CreateIndex([merged], described(ds)))
+    grown = lance.write_dataset(table(900, 300), ds.uri, mode="append")
+    delta = build(grown, "IVF_PQ", fragments(grown)[3:], rows)
+    given = [dataclasses.replace(s, index_details=delta.index_details) for s in described(grown)]
+    with pytest.raises(RuntimeError, match="stores transposed PQ codes"):
+        grown.merge_existing_index_segments([*given, delta])

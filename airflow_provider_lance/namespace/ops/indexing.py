@@ -15,6 +15,7 @@ their indexes do not.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import functools
 import inspect
@@ -67,9 +68,13 @@ SCALAR_TYPES = frozenset(
     "BTREE BITMAP LABEL_LIST INVERTED FTS NGRAM ZONEMAP BLOOMFILTER RTREE".split()  # noqa: SIM905
 )
 #: Segments of one index a leaf keeps at most: a delta that would make one more merges
-#: them instead (one segment rebuilt over every fragment, as pylance's
+#: them instead (one segment over every fragment, as pylance's
 #: ``optimize_indices(num_indices_to_merge=...)`` merges them).
 MAX_SEGMENTS = 4
+#: The index types whose segments are merged with the delta (pylance's
+#: ``merge_existing_index_segments``) when they share the namespace's model; the others'
+#: are rebuilt over every fragment (docs/design.md "Indexes" says why, with figures).
+MERGED_TYPES = frozenset({"IVF_FLAT"})
 #: Arguments the namespace sets itself: never taken from the caller.
 _MANAGED = frozenset(
     "column index_type name replace fragment_ids index_uuid storage_options train".split()  # noqa: SIM905
@@ -300,6 +305,8 @@ class _IndexOperation(TableOperation):
         self._models: dict[str, SharedModel] = {}
         self._lock = threading.Lock()
         self._built: dict[tuple[str, str], _Built] = {}
+        #: (partition, index) -> the uuids merged and the segment their merge wrote.
+        self._merged: dict[tuple[str, str], tuple[tuple[str, ...], Index]] = {}
         self.record = BuildRecord(storage, uuid.uuid4().hex)
 
     def close(self) -> None:
@@ -348,6 +355,44 @@ class _IndexOperation(TableOperation):
         )
         self._built[key] = _Built(segment, {f: files[f] for f in fragment_ids})
         return segment
+
+    def merge(
+        self,
+        partition: Partition,
+        leaf: lance.LanceDataset,
+        declaration: IndexDeclaration,
+        existing: Sequence[Index],
+        delta: Index,
+    ) -> Index | None:
+        """One segment, written and not committed, merging the committed ``existing`` and
+        ``delta`` (an earlier attempt's if it merged the same ones); None if pylance
+        refuses them (a segment of another model or type): rebuild instead."""
+        key = (partition.object_id, declaration.name)
+        inputs = (*sorted(s.uuid for s in existing), delta.uuid)
+        earlier = self._merged.get(key)
+        if earlier is not None and earlier[0] == inputs:
+            return earlier[1]
+        # describe_indices gives no index_details; the delta's are the declaration's
+        given = [dataclasses.replace(s, index_details=delta.index_details) for s in existing]
+        self.record.add(f"{partition.directory}/_indices/")
+        what = f"merge the segments of index {declaration.name!r} of"
+        with self.storage.failures(what, leaf.uri):
+            try:
+                merged = leaf.merge_existing_index_segments([*given, delta])
+            except (ValueError, RuntimeError) as exc:
+                if not _argument_error(exc):
+                    raise
+                log.warning(
+                    "pylance refused to merge the %d segments of index %r of %s (%s); "
+                    "rebuilding it over every fragment",
+                    len(inputs),
+                    declaration.name,
+                    leaf.uri,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                )
+                return None
+        self._merged[key] = (inputs, merged)
+        return merged
 
     def reusable(self, partition: Partition, name: str, leaf: lance.LanceDataset) -> list[int]:
         """The fragments of an earlier attempt's segment still standing in ``leaf`` (its
@@ -551,6 +596,11 @@ class OptimizeIndices(_IndexOperation):
         if existing and (own_model or len(existing) >= MAX_SEGMENTS):
             # a delta would train a model of its own on the new rows alone, or make one
             # segment too many: one segment over every fragment replaces them
+            if declaration.index_type in MERGED_TYPES and not own_model:
+                delta = self.segment(partition, leaf, declaration, column, missing)
+                merged = self.merge(partition, leaf, declaration, existing, delta)
+                if merged is not None:
+                    return merged, existing, set(missing)
             every = [f.fragment_id for f in leaf.get_fragments() if live_rows(f.metadata) > 0]
             segment = self.segment(partition, leaf, declaration, column, every)
             return segment, existing, set(missing)
