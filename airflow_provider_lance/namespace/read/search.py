@@ -149,10 +149,11 @@ def search(
 
 @dataclass(frozen=True)
 class Top:
-    """A leaf's best rows (namespace columns, the rank, its partition id, the row id) and
-    which of them pass the residual (None: all of them)."""
+    """A leaf's best rows (namespace columns, the rank, the row id), its partition id, and
+    which of the rows pass the residual (None: all of them)."""
 
     rows: pa.Table
+    object_id: str
     passes: pa.Array | None
 
 
@@ -171,22 +172,34 @@ class Found:
         out_schema = schema.append(pa.field(self.rank, pa.float32()))
         if not self.tops:
             return out_schema.empty_table()
-        rows = (
-            self.tops[0].rows
-            if len(self.tops) == 1
-            else pa.concat_tables(t.rows for t in self.tops)
-        )
-        order = "descending" if self.descending else "ascending"
-        keys = [(self.rank, order), (_OBJECT_ID, "ascending"), (ROW_ID, "ascending")]
-        taken = pc.sort_indices(rows, sort_keys=keys)
-        if self.limit is not None and len(taken) > self.limit:
-            taken = taken[: self.limit]
+        rows, taken = self._ranked()
+        n = rows.num_rows if self.limit is None else min(self.limit, rows.num_rows)
         passes = self._passes()
-        if passes is not None:
-            taken = taken.filter(passes.take(taken))
-        top = rows.take(taken)
+        if taken is None:  # in order already
+            top = rows.slice(0, n)
+            top = top if passes is None else top.filter(passes.slice(0, n))
+        else:
+            taken = taken[:n]
+            top = rows.take(taken if passes is None else taken.filter(passes.take(taken)))
         arrays = [_typed(top.column(f.name), f.type) for f in out_schema]
         return pa.Table.from_arrays(arrays, schema=out_schema)
+
+    def _ranked(self) -> tuple[pa.Table, pa.Array | None]:
+        """The rows, and the order that ranks them (None: they are in it)."""
+        order = "descending" if self.descending else "ascending"
+        if len(self.tops) == 1:
+            rows = self.tops[0].rows
+            ranks = rows.column(self.rank).to_numpy()
+            steps = np.diff(ranks)
+            if bool(np.all(steps < 0 if self.descending else steps > 0)):
+                return rows, None  # no tie (Lance ranked them)
+            return rows, pc.sort_indices(rows, [(self.rank, order), (ROW_ID, "ascending")])
+        rows = pa.concat_tables(
+            t.rows.append_column(_OBJECT_ID, pa.repeat(t.object_id, t.rows.num_rows))
+            for t in self.tops
+        )
+        keys = [(self.rank, order), (_OBJECT_ID, "ascending"), (ROW_ID, "ascending")]
+        return rows, pc.sort_indices(rows, sort_keys=keys)
 
     def _passes(self) -> pa.Array | None:
         """Whether each row passes the residual (None: every row does)."""
@@ -256,8 +269,8 @@ def _open_leaves(plan: ScanPlan, searched: Sequence[str], prefilter: bool) -> li
 
 
 def _leaf_top(leaf: Leaf, query: Searcher, limit: int | None) -> Top | None:
-    """The leaf's best rows in namespace columns, with the rank, its partition id and the
-    row id, and which pass the residual (when it is not prefiltered)."""
+    """The leaf's best rows in namespace columns, with the rank and the row id, and which
+    pass the residual (when it is not prefiltered)."""
     found = leaf.with_filter(lambda sql: query.top(leaf, leaf.plan.leaf_columns, sql, limit))
     if found is None or found.num_rows == 0:
         return None
@@ -265,15 +278,11 @@ def _leaf_top(leaf: Leaf, query: Searcher, limit: int | None) -> Top | None:
     passes = None
     if leaf.residual is not None and not leaf.prefiltered:
         passes = pc.fill_null(leaf.residual.evaluate(table), False).combine_chunks()
-    extra = {
-        query.rank: found.column(query.rank),
-        _OBJECT_ID: pa.repeat(leaf.task.object_id, found.num_rows),
-        ROW_ID: found.column(ROW_ID),
-    }
     rows = pa.Table.from_arrays(
-        [*table.columns, *extra.values()], names=[*table.column_names, *extra]
+        [*table.columns, found.column(query.rank), found.column(ROW_ID)],
+        names=[*table.column_names, query.rank, ROW_ID],
     )
-    return Top(rows, passes)
+    return Top(rows, leaf.task.object_id, passes)
 
 
 def _positive(value: Any, what: str) -> int:
