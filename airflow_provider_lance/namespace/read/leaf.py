@@ -68,9 +68,10 @@ class KeptPerStorage(Generic[K, R]):
 
 #: Leaf versions kept open per storage (small: their indexes are in the storage's session).
 OPEN_LEAVES = 1024
-#: Bytes of the indexes searched, and of leaf metadata, kept in memory per storage.
-INDEX_CACHE_BYTES = 512 << 20
-METADATA_CACHE_BYTES = 64 << 20
+#: Bytes of the indexes searched, and of leaf metadata, kept in memory per storage, as
+#: Lance counts them (for IVF_PQ it counts far more than is resident: see docs/design.md).
+INDEX_CACHE_BYTES = 16 << 30
+METADATA_CACHE_BYTES = 256 << 20
 #: Read plans an open leaf keeps (per namespace schema and columns).
 _PLANS = 16
 
