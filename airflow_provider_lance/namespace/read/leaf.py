@@ -105,7 +105,7 @@ _sessions_lock = threading.Lock()
 def search_session(storage: Storage) -> Session:
     """The Lance session searches of ``storage`` open leaf versions in: the indexes and
     metadata they load stay there, up to :data:`INDEX_CACHE_BYTES` and
-    :data:`METADATA_CACHE_BYTES` (the least recently used leave first)."""
+    :data:`METADATA_CACHE_BYTES` (the least recently used go first)."""
     with _sessions_lock:
         session = _sessions.get(storage)
         if session is None:
