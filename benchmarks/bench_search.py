@@ -19,7 +19,8 @@ date, a range of 30 dates (fewer when the case has fewer) and every partition:
   (``ns.to_table(nearest=..., filter=...)`` on a handle held open, as a search service
   holds it, which keeps the leaf versions it searched open), one table (open) with the date
   prefilter, one table with no filter, and the **floor**: the leaves of the plan (found and
-  opened once, untimed) searched with bare pylance, 8 at a time, the top k merged in pyarrow.
+  opened once, untimed) searched with bare pylance, 8 at a time, the top k merged in pyarrow
+  (for one date: the one leaf's ``to_table(nearest=...)``, called on the caller's thread).
   Samples interleave the systems; medians, and ratios to the floor and to one table.
 
 **Indexing a new daily partition**: a new date's rows written to the namespace, then
@@ -221,7 +222,8 @@ class Searches:
 
     def floor(self, q: np.ndarray, where: str | None, settings: dict[str, Any]) -> list[int]:
         """The leaves the plan reads (found and opened once, untimed), searched with bare
-        pylance, 8 at a time; the top k merged in pyarrow."""
+        pylance, 8 at a time (one leaf: one call, on this thread); the top k merged in
+        pyarrow."""
         nearest = self.nearest(q, settings)
 
         def one(leaf: lance.LanceDataset) -> pa.Table:
@@ -229,7 +231,10 @@ class Searches:
                 nearest=nearest, columns=["id", "_distance"], disable_scoring_autoprojection=True
             )
 
-        merged = pa.concat_tables(parallel(one, self.leaves_of(where)))
+        leaves = self.leaves_of(where)
+        if len(leaves) == 1:
+            return one(leaves[0]).column("id").to_pylist()
+        merged = pa.concat_tables(parallel(one, leaves))
         order = pc.sort_indices(merged, [("_distance", "ascending")])
         return merged.take(order).slice(0, self.k).column("id").to_pylist()
 

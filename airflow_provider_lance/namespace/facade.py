@@ -63,11 +63,11 @@ from airflow_provider_lance.namespace.ops.verification import (
     verify_partitions,
 )
 from airflow_provider_lance.namespace.read import engines
-from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.read.dataset import NamespaceDataset
 from airflow_provider_lance.namespace.read.fulltext import TextQueryLike
 from airflow_provider_lance.namespace.read.history import History
 from airflow_provider_lance.namespace.read.plan import ScanPlan, plan_scan
+from airflow_provider_lance.namespace.read.pruned import PruneCache
 from airflow_provider_lance.namespace.read.scan import open_leaf
 from airflow_provider_lance.namespace.read.search import Search as _Search
 from airflow_provider_lance.namespace.read.timetravel import (
@@ -134,6 +134,8 @@ class PartitionedNamespace:
         self._history = History(manifest)
         #: Orders :meth:`_adopt`\ s of writes from several threads (none goes back).
         self._adopting = threading.Lock()
+        #: What filters pruned to, per ``__manifest`` version (a read repeated skips it).
+        self._pruned = PruneCache()
 
     # -- lifecycle ---------------------------------------------------------------------
     @classmethod
@@ -407,15 +409,13 @@ class PartitionedNamespace:
         self, as_of: AsOf | None, version: int | None, filter: str | None
     ) -> tuple[NamespaceState, list[Partition]]:
         if as_of is None and version is None:
-            return self._on_latest(lambda state: self._prune(state, filter))
+            state = self._state
+            kept = self._pruned.get(state, filter)
+            if kept is not None and state.view.is_latest():  # nothing to overlap the check with
+                return state, kept
+            return self._on_latest(lambda state: self._pruned.prune(state, filter))
         state = self.state(as_of, version=version)
-        return state, self._prune(state, filter)
-
-    @staticmethod
-    def _prune(state: NamespaceState, filter: str | None) -> list[Partition]:
-        if filter is None:
-            return state.partitions()
-        return state.partitions_from_rows(pruned_rows(state, filter))
+        return state, self._pruned.prune(state, filter)
 
     # -- reads -------------------------------------------------------------------------------
     def plan_scan(

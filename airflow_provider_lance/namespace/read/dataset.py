@@ -48,6 +48,7 @@ from airflow_provider_lance.namespace.io.storage import Storage
 from .arrow_filter import ArrowFilter
 from .coverage import pruned_rows
 from .plan import ScanPlan, ScanTask, plan_scan
+from .scan import first_rows
 
 #: A filter: a pyarrow expression (what engines give) or a SQL string (the namespace's).
 Filter: TypeAlias = "pc.Expression | str | None"
@@ -401,19 +402,7 @@ class NamespaceScanner(pads.Scanner):  # type: ignore[misc]
 
     def head(self, num_rows: int) -> pa.Table:
         """The first ``num_rows`` rows; no leaf is read once they are had."""
-        out: list[pa.RecordBatch] = []
-        left = num_rows
-        batches = self.to_batches()
-        try:
-            while left > 0:
-                batch = next(batches, None)
-                if batch is None:
-                    break
-                out.append(batch.slice(0, left))
-                left -= out[-1].num_rows
-        finally:
-            batches.close()
-        return pa.Table.from_batches(out, self._output)
+        return pa.Table.from_batches(list(first_rows(self.to_batches(), num_rows)), self._output)
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         return self.to_reader().__arrow_c_stream__(requested_schema)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar, cast
 
 import lance
 import pyarrow.compute as pc
+from lance.dataset import Session  # type: ignore[attr-defined]
 
 from airflow_provider_lance.namespace.errors import (
     InvalidArgumentError,
@@ -18,7 +19,7 @@ from airflow_provider_lance.namespace.errors import (
     TableNotFoundError,
 )
 from airflow_provider_lance.namespace.format.expressions import BoundExpression
-from airflow_provider_lance.namespace.format.schema import ReadPlan
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema, ReadPlan
 from airflow_provider_lance.namespace.format.state import Partition, is_missing
 from airflow_provider_lance.namespace.io.storage import (
     Storage,
@@ -59,37 +60,95 @@ class KeptPerStorage(Generic[K, R]):
                 kept.popitem(last=False)
         return value
 
+    def kept(self, storage: Storage) -> list[R]:
+        """The values kept for ``storage``, least recently used first."""
+        with self._lock:
+            return list(self._kept.get(storage, {}).values())
 
-#: Leaf versions kept open per storage (each keeps its index in memory once searched).
-_open: KeptPerStorage[tuple[str, int], lance.LanceDataset] = KeptPerStorage(1024)
+
+#: Leaf versions kept open per storage (small: their indexes are in the storage's session).
+OPEN_LEAVES = 1024
+#: Bytes of the indexes searched, and of leaf metadata, kept in memory per storage, as
+#: Lance counts them (for IVF_PQ it counts far more than is resident: see docs/design.md).
+INDEX_CACHE_BYTES = 16 << 30
+METADATA_CACHE_BYTES = 256 << 20
+#: Read plans an open leaf keeps (per namespace schema and columns).
+_PLANS = 16
 
 
-def open_pinned(storage: Storage, partition: Partition) -> lance.LanceDataset:
-    """The partition's table at its ``read_version``, kept open for the next search."""
+class OpenLeaf:
+    """A leaf version opened to search: its table, its schema, and the read plans made
+    for it (a version never changes, so neither do they)."""
+
+    def __init__(self, table: lance.LanceDataset) -> None:
+        self.table = table
+        self.schema = table.schema
+        self._plans: dict[tuple[NamespaceSchema, tuple[str, ...] | None], ReadPlan] = {}
+
+    def read_plan(self, schema: NamespaceSchema, columns: Sequence[str] | None) -> ReadPlan:
+        """``schema.read_plan`` of this leaf for ``columns`` (None: all)."""
+        key = (schema, None if columns is None else tuple(columns))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = schema.read_plan(self.schema, columns)
+            if len(self._plans) >= _PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
+
+
+_open: KeptPerStorage[tuple[str, int], OpenLeaf] = KeptPerStorage(OPEN_LEAVES)
+_sessions: weakref.WeakKeyDictionary[Storage, Session] = weakref.WeakKeyDictionary()
+_sessions_lock = threading.Lock()
+
+
+def search_session(storage: Storage) -> Session:
+    """The Lance session searches of ``storage`` open leaf versions in: the indexes and
+    metadata they load stay there, up to :data:`INDEX_CACHE_BYTES` and
+    :data:`METADATA_CACHE_BYTES` (the least recently used go first)."""
+    with _sessions_lock:
+        session = _sessions.get(storage)
+        if session is None:
+            session = _sessions[storage] = Session(
+                index_cache_size_bytes=INDEX_CACHE_BYTES,
+                metadata_cache_size_bytes=METADATA_CACHE_BYTES,
+            )
+        return session
+
+
+def open_pinned(storage: Storage, partition: Partition) -> OpenLeaf:
+    """The partition's table at its ``read_version``, opened in the storage's
+    :func:`search_session` and kept open (the last :data:`OPEN_LEAVES`) for the next search."""
     version = partition.read_version
     if version is None:
-        return open_leaf(storage, partition)
-    return _open.get(storage, (partition.location, version), lambda: open_leaf(storage, partition))
+        return OpenLeaf(open_leaf(storage, partition))
+    key = (partition.location, version)
+    return _open.get(
+        storage, key, lambda: OpenLeaf(open_leaf(storage, partition, search_session(storage)))
+    )
 
 
 class Leaf:
     """One partition to search: its table at the pinned version, how namespace columns map
-    to its own, and the filter left after pruning (``residual``; None: its values prove it)."""
+    to its own (reading ``columns``), and the filter left after pruning (``residual``;
+    None: its values prove it)."""
 
     def __init__(
         self,
         task: ScanTask,
-        table: lance.LanceDataset,
-        plan: ReadPlan,
+        opened: OpenLeaf,
+        columns: Sequence[str],
         residual: BoundExpression | None,
         prefilter: bool,
     ) -> None:
-        self.task, self.table, self.plan = task, table, plan
-        self.residual = residual
         schema = task.scan.namespace_schema
-        self._names = schema.read_plan(table.schema).sources
+        self.task, self.table = task, opened.table
+        self.plan = opened.read_plan(schema, columns)
+        self.residual = residual
+        self._names = opened.read_plan(schema, None).sources
         self._prefilter = prefilter and residual is not None
-        self._pushed = None if residual is None else lance_filter(residual, plan, table.schema)
+        pushed = None if residual is None else lance_filter(residual, self.plan, opened.schema)
+        self._pushed = pushed
         self._ids: str | object | None = _UNSET
 
     @property

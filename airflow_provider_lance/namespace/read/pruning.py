@@ -364,13 +364,34 @@ _and = functools.partial(_combine, kind=And)
 _or = functools.partial(_combine, kind=Or)
 
 
+_HOLDS: OrderedDict[tuple[str, NamespaceSchema, tuple[PartitionField, ...]], bool] = OrderedDict()
+
+
 def holds_for_kept_partitions(
     bound: BoundExpression, pred: Pred, fields: Sequence[PartitionField], schema: NamespaceSchema
 ) -> bool:
     """Whether every row of every partition of this spec version the pruner keeps matches
     the filter: only comparisons, ``IN``, ``BETWEEN``, ``IS [NOT] NULL`` of non-float identity
     partition sources against constants, under ``AND``/``OR``/``NOT``, and no ``<>``/``NOT
-    IN`` once negations are pushed down (a NULL partition passes those in the pruner)."""
+    IN`` once negations are pushed down (a NULL partition passes those in the pruner). The
+    last :data:`_PARSED_MAX` answers are remembered."""
+    key = (bound.sql, schema, tuple(fields))
+    with _PARSED_LOCK:
+        held = _HOLDS.get(key)
+        if held is not None:
+            _HOLDS.move_to_end(key)
+            return held
+    held = _holds(bound, pred, fields, schema)
+    with _PARSED_LOCK:
+        _HOLDS[key] = held
+        while len(_HOLDS) > _PARSED_MAX:
+            _HOLDS.popitem(last=False)
+    return held
+
+
+def _holds(
+    bound: BoundExpression, pred: Pred, fields: Sequence[PartitionField], schema: NamespaceSchema
+) -> bool:
     identity = set()
     for f in fields:
         try:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import lance
 import pyarrow as pa
+from lance.dataset import Session  # type: ignore[attr-defined]
 
 from airflow_provider_lance.namespace.errors import (
     DataValidationError,
     ExpressionError,
     FilterError,
+    InvalidArgumentError,
     LanceNamespaceError,
     TableNotFoundError,
     VersionCleanedUp,
@@ -36,10 +39,13 @@ from airflow_provider_lance.namespace.io.storage import Storage
 log = logging.getLogger(__name__)
 
 
-def open_leaf(storage: Storage, partition: Partition) -> lance.LanceDataset:
-    """The partition's table at its ``read_version`` (NULL: latest); :class:`VersionCleanedUp`."""
+def open_leaf(
+    storage: Storage, partition: Partition, session: Session | None = None
+) -> lance.LanceDataset:
+    """The partition's table at its ``read_version`` (NULL: latest), in Lance ``session``
+    (None: its own); :class:`VersionCleanedUp`."""
     try:
-        return storage.table(partition.location, partition.read_version)
+        return storage.table(partition.location, partition.read_version, session=session)
     except TableNotFoundError as exc:
         gone = leaf_cleaned_up(storage, partition, exc)
         if gone is not None:
@@ -131,6 +137,41 @@ def _retention_checked(storage: Storage, partition: Partition) -> Iterator[None]
         if gone is not None:
             raise gone from exc
         raise
+
+
+def first_rows(
+    batches: Iterator[pa.RecordBatch], limit: int | None
+) -> Generator[pa.RecordBatch, None, None]:
+    """The first ``limit`` rows of ``batches`` (all of them for None, none for 0), as they
+    come. ``batches`` is closed (if it can be) once they are had, or when this generator is
+    closed first, so that nothing more is read. A ``limit`` that is no whole number >= 0 is
+    :class:`InvalidArgumentError`."""
+    return _first_rows(batches, None if limit is None else _row_count(limit))
+
+
+def _row_count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise InvalidArgumentError(f"the number of rows must be a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _first_rows(
+    batches: Iterator[pa.RecordBatch], limit: int | None
+) -> Generator[pa.RecordBatch, None, None]:
+    try:
+        left = limit
+        while left is None or left > 0:
+            batch = next(batches, None)
+            if batch is None:
+                return
+            if left is not None:
+                batch = batch.slice(0, left) if batch.num_rows > left else batch
+                left -= batch.num_rows
+            yield batch
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 def output_batches(

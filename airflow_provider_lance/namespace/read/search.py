@@ -30,7 +30,7 @@ from . import fulltext
 from .fulltext import TextQueryLike
 from .leaf import ROW_ID, Leaf, open_pinned
 from .plan import ScanPlan, ScanTask
-from .scan import filter_columns
+from .scan import first_rows, read_columns
 
 #: The keys of pylance's ``nearest`` dict (``ScannerBuilder.nearest``'s parameters).
 NEAREST_KEYS = frozenset(
@@ -55,7 +55,6 @@ NEAREST_KEYS = frozenset(
 METRICS = frozenset({"l2", "euclidean", "cosine", "dot", "hamming"})
 DEFAULT_K = 10
 _OBJECT_ID = "__partition"
-_PASSES = "__passes"
 R = TypeVar("R")
 #: Runs a call per leaf, some at once, results in order (``Storage.map``).
 MapLeaves = Callable[[Callable[[Leaf], Any], Sequence[Leaf]], list[Any]]
@@ -149,32 +148,68 @@ def search(
 
 
 @dataclass(frozen=True)
+class Top:
+    """A leaf's best rows (namespace columns, the rank, the row id), its partition id, and
+    which of the rows pass the residual (None: all of them)."""
+
+    rows: pa.Table
+    object_id: str
+    passes: pa.Array | None
+
+
+@dataclass(frozen=True)
 class Found:
     """The best rows of each searched leaf (at most ``limit``), before they are merged."""
 
     rank: str
     descending: bool
     limit: int | None
-    tables: list[pa.Table]
+    tops: list[Top]
 
     def merge(self, schema: pa.Schema) -> pa.Table:
         """The global top ``limit``, in ``schema`` plus the rank column: ties broken by
         partition id, then row id; rows the residual rejects (not prefiltered) dropped."""
         out_schema = schema.append(pa.field(self.rank, pa.float32()))
-        if not self.tables:
+        if not self.tops:
             return out_schema.empty_table()
-        rows = self.tables[0] if len(self.tables) == 1 else pa.concat_tables(self.tables)
-        order = "descending" if self.descending else "ascending"
-        keys = [(self.rank, order), (_OBJECT_ID, "ascending"), (ROW_ID, "ascending")]
-        taken = pc.sort_indices(rows, sort_keys=keys)
-        if self.limit is not None:
-            taken = taken[: self.limit]
-        passes = rows.column(_PASSES).take(taken)
-        if not pc.all(passes).as_py():
-            taken = taken.filter(passes)
-        top = rows.take(taken)
+        rows, taken = self._ranked()
+        n = rows.num_rows if self.limit is None else min(self.limit, rows.num_rows)
+        passes = self._passes()
+        if taken is None:  # in order already
+            top = rows.slice(0, n)
+            top = top if passes is None else top.filter(passes.slice(0, n))
+        else:
+            taken = taken[:n]
+            top = rows.take(taken if passes is None else taken.filter(passes.take(taken)))
         arrays = [_typed(top.column(f.name), f.type) for f in out_schema]
         return pa.Table.from_arrays(arrays, schema=out_schema)
+
+    def _ranked(self) -> tuple[pa.Table, pa.Array | None]:
+        """The rows, and the order that ranks them (None: they are in it)."""
+        order = "descending" if self.descending else "ascending"
+        if len(self.tops) == 1:
+            rows = self.tops[0].rows
+            ranks = rows.column(self.rank).to_numpy()
+            steps = np.diff(ranks)
+            if bool(np.all(steps < 0 if self.descending else steps > 0)):
+                return rows, None  # no tie (Lance ranked them)
+            return rows, pc.sort_indices(rows, [(self.rank, order), (ROW_ID, "ascending")])
+        rows = pa.concat_tables(
+            t.rows.append_column(_OBJECT_ID, pa.repeat(t.object_id, t.rows.num_rows))
+            for t in self.tops
+        )
+        keys = [(self.rank, order), (_OBJECT_ID, "ascending"), (ROW_ID, "ascending")]
+        return rows, pc.sort_indices(rows, sort_keys=keys)
+
+    def _passes(self) -> pa.Array | None:
+        """Whether each row passes the residual (None: every row does)."""
+        if all(t.passes is None for t in self.tops):
+            return None
+        every = [
+            pa.array(np.ones(t.rows.num_rows, dtype=bool)) if t.passes is None else t.passes
+            for t in self.tops
+        ]
+        return pa.concat_arrays(every)
 
 
 def _typed(column: pa.ChunkedArray, dtype: pa.DataType) -> pa.ChunkedArray:
@@ -213,22 +248,19 @@ def search_leaves(
 
     query.prepare(leaves, each, prefilter)
     found = each(lambda leaf: _leaf_top(leaf, query, limit), leaves)
-    tables = [t for t in found if t is not None]
-    return Found(query.rank, query.descending, limit, tables)
+    return Found(query.rank, query.descending, limit, [t for t in found if t is not None])
 
 
 def _open_leaves(plan: ScanPlan, searched: Sequence[str], prefilter: bool) -> list[Leaf]:
     """The plan's partitions that hold the searched columns, opened at their versions."""
     bound = None if plan.scan.row_filter is None else plan.scan.row_filter.bound
     names = list(plan.schema.names)
-    extra = [*searched, *([] if bound is None else filter_columns(bound))]
-    needed = names + [c for c in dict.fromkeys(extra) if c not in names]
-    schema = plan.scan.namespace_schema
+    after = read_columns(plan.schema, bound)  # what a leaf with a residual reads
 
     def open_one(task: ScanTask) -> Leaf | None:
-        table = open_pinned(plan.scan.storage, task.partition)
         residual = None if task.exact else bound
-        leaf = Leaf(task, table, schema.read_plan(table.schema, needed), residual, prefilter)
+        opened = open_pinned(plan.scan.storage, task.partition)
+        leaf = Leaf(task, opened, names if residual is None else after, residual, prefilter)
         if any(leaf.column(c) is None for c in searched):
             return None  # written before the column existed: no row can match
         return leaf
@@ -236,25 +268,21 @@ def _open_leaves(plan: ScanPlan, searched: Sequence[str], prefilter: bool) -> li
     return [leaf for leaf in plan.scan.storage.map(open_one, plan.tasks) if leaf is not None]
 
 
-def _leaf_top(leaf: Leaf, query: Searcher, limit: int | None) -> pa.Table | None:
-    """The leaf's best rows in namespace columns, with the rank, its partition id, the row
-    id and whether each row passes the residual (always, when prefiltered)."""
+def _leaf_top(leaf: Leaf, query: Searcher, limit: int | None) -> Top | None:
+    """The leaf's best rows in namespace columns, with the rank and the row id, and which
+    pass the residual (when it is not prefiltered)."""
     found = leaf.with_filter(lambda sql: query.top(leaf, leaf.plan.leaf_columns, sql, limit))
     if found is None or found.num_rows == 0:
         return None
     table = leaf.plan.apply(found)
-    passes = pa.array(np.ones(found.num_rows, dtype=bool))
+    passes = None
     if leaf.residual is not None and not leaf.prefiltered:
         passes = pc.fill_null(leaf.residual.evaluate(table), False).combine_chunks()
-    extra = {
-        query.rank: found.column(query.rank),
-        _OBJECT_ID: pa.array([leaf.task.object_id] * found.num_rows),
-        ROW_ID: found.column(ROW_ID),
-        _PASSES: passes,
-    }
-    return pa.Table.from_arrays(
-        [*table.columns, *extra.values()], names=[*table.column_names, *extra]
+    rows = pa.Table.from_arrays(
+        [*table.columns, found.column(query.rank), found.column(ROW_ID)],
+        names=[*table.column_names, query.rank, ROW_ID],
     )
+    return Top(rows, leaf.task.object_id, passes)
 
 
 def _positive(value: Any, what: str) -> int:
@@ -341,16 +369,3 @@ class Search:
             limit=self.limit,
         )
         return iter(found.to_batches(max_chunksize=batch_size))
-
-
-def first_rows(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa.RecordBatch]:
-    """The first ``limit`` rows of ``batches`` (all for None); stops reading there."""
-    return batches if limit is None else _first(batches, _positive(limit, "limit"))
-
-
-def _first(batches: Iterator[pa.RecordBatch], limit: int) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        yield batch.slice(0, limit)
-        limit -= min(limit, batch.num_rows)
-        if limit == 0:
-            return

@@ -215,8 +215,8 @@ def test_each_leaf_returns_at_most_k_rows(
     ns, _ = searched
     plan = ns.plan_scan()
     found = search_leaves(plan, nearest={"column": "vec", "q": query(8), "k": 3})
-    assert len(found.tables) == len(plan.tasks) == 24
-    assert all(t.num_rows == 3 for t in found.tables)
+    assert len(found.tops) == len(plan.tasks) == 24
+    assert all(t.rows.num_rows == 3 for t in found.tops)
     assert found.merge(plan.schema) == ns.to_table(nearest={"column": "vec", "q": query(8), "k": 3})
 
 
