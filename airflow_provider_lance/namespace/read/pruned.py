@@ -43,9 +43,11 @@ class PruneCache:
         return len(self._kept)
 
     def get(self, state: NamespaceState, filter: str | None) -> list[Partition] | None:
-        """The kept result of ``filter`` on ``state``'s version (None: not kept)."""
+        """The kept result of ``filter`` on ``state``'s version (None: not kept, or no
+        ``filter``: a state's own partitions are read from its version, which a handle's
+        state that is no longer the latest may not have any more)."""
         if filter is None:
-            return state.partitions()  # the state keeps them
+            return None
         key = (state.version, state.pinned, filter)
         with self._lock:
             kept = self._kept.get(key)
@@ -56,10 +58,11 @@ class PruneCache:
 
     def prune(self, state: NamespaceState, filter: str | None) -> list[Partition]:
         """:func:`prune`, from the kept result when there is one (then kept)."""
+        if filter is None:
+            return state.partitions()  # the state keeps them
         kept = self.get(state, filter)
         if kept is not None:
             return kept
-        assert filter is not None
         found = prune(state, filter)
         if len(found) <= self.partitions:
             self._keep((state.version, state.pinned, filter), tuple(found))
