@@ -40,7 +40,7 @@ if [ "$#" -eq 0 ]; then
     trap 'kill -- -"$compat" 2>/dev/null || true' EXIT
 fi
 main=0
-.venv/bin/python -m pytest -m "" --hypothesis-profile=full "$@" || main=$?
+.venv/bin/python -m pytest -m "" --hypothesis-profile=full --durations=30 "$@" || main=$?
 # pytest's 2-4: interrupted, an internal error, a usage error: stop here (the trap stops the
 # other run); 1 (tests failed) still waits for the other run's verdict.
 if [ -n "$compat" ] && [ "$main" -le 1 ]; then
