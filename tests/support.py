@@ -369,6 +369,13 @@ def chaos_seed(namespace: Path) -> int:
     return seed
 
 
+def chaos_seconds(default: float) -> float:
+    """How long a chaos test kills and restarts its processes: ``LANCE_CHAOS_SECONDS`` if
+    set (a longer soak than the suite's), else ``default``."""
+    given = os.environ.get("LANCE_CHAOS_SECONDS", "").strip()
+    return float(given) if given else default
+
+
 #: How long the spawned processes may take to start (imports) before the chaos begins.
 STARTUP_TIMEOUT = 120.0
 

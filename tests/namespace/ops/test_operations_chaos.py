@@ -27,10 +27,18 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from tests import table_op_workers as workers
-from tests.support import TAGGED, Slot, chaos_seed, stop_slots, supervise, wait_until_up
+from tests.support import (
+    TAGGED,
+    Slot,
+    chaos_seconds,
+    chaos_seed,
+    stop_slots,
+    supervise,
+    wait_until_up,
+)
 from tests.workers import chaos_lines, chaos_save
 
-CHAOS_SECONDS = 25.0
+CHAOS_SECONDS = chaos_seconds(15.0)
 #: How long a run may go on past CHAOS_SECONDS until the operations a test counts happened.
 CHAOS_CAP_SECONDS = 150.0
 KILL_DELAY = (0.3, 3.0)

@@ -36,7 +36,15 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from tests import workers
-from tests.support import TAGGED, Slot, chaos_seed, stop_slots, supervise, wait_until_up
+from tests.support import (
+    TAGGED,
+    Slot,
+    chaos_seconds,
+    chaos_seed,
+    stop_slots,
+    supervise,
+    wait_until_up,
+)
 from tests.workers import (
     CHAOS_OVERWRITE_PARTS,
     chaos_dealt,
@@ -48,7 +56,7 @@ from tests.workers import (
 
 #: Seconds of chaos (writers killed and restarted); starting the processes (~6-25 s on
 #: two cores), stopping them and the checks come on top.
-CHAOS_SECONDS = 50.0
+CHAOS_SECONDS = chaos_seconds(30.0)
 WRITERS = 3
 #: Transaction ids per generation (``pool-<generation>-<k>``): small, so writers collide.
 POOL = 4
