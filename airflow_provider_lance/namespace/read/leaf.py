@@ -147,8 +147,9 @@ class Leaf:
         self.residual = residual
         self._names = opened.read_plan(schema, None).sources
         self._prefilter = prefilter and residual is not None
-        pushed = None if residual is None else lance_filter(residual, self.plan, opened.schema)
-        self._pushed = pushed
+        self._pushed = (
+            None if residual is None else lance_filter(residual, self.plan, opened.schema)
+        )
         self._ids: str | object | None = _UNSET
 
     @property

@@ -146,12 +146,18 @@ def first_rows(
     come. ``batches`` is closed (if it can be) once they are had, or when this generator is
     closed first, so that nothing more is read. A ``limit`` that is no whole number >= 0 is
     :class:`InvalidArgumentError`."""
-    return _first_rows(batches, None if limit is None else _row_count(limit))
+    return _first_rows(
+        batches, None if limit is None else whole_number(limit, "the number of rows", 0)
+    )
 
 
-def _row_count(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise InvalidArgumentError(f"the number of rows must be a whole number >= 0, got {value!r}")
+def whole_number(value: object, what: str, minimum: int) -> int:
+    """``value`` as an int (numpy's integers too, never a bool); :class:`InvalidArgumentError`
+    naming ``what`` if it is no whole number of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise InvalidArgumentError(
+            f"{what} must be a whole number of at least {minimum}, got {value!r}"
+        )
     return int(value)
 
 

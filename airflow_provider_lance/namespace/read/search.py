@@ -30,7 +30,7 @@ from . import fulltext
 from .fulltext import TextQueryLike
 from .leaf import ROW_ID, Leaf, open_pinned
 from .plan import ScanPlan, ScanTask
-from .scan import first_rows, read_columns
+from .scan import first_rows, read_columns, whole_number
 
 #: The keys of pylance's ``nearest`` dict (``ScannerBuilder.nearest``'s parameters).
 NEAREST_KEYS = frozenset(
@@ -80,7 +80,7 @@ class VectorSearch:
         if "column" not in nearest or "q" not in nearest:
             raise InvalidArgumentError("nearest needs 'column' (the vector column) and 'q'")
         self.column = str(nearest["column"])
-        self.k = _positive(nearest.get("k", DEFAULT_K), "nearest['k']")
+        self.k = whole_number(nearest.get("k", DEFAULT_K), "nearest['k']", 1)
         self.q = _query_vector(nearest["q"], self.column, _vector_dimension(schema, self.column))
         metric = nearest.get("metric")
         if metric is not None and str(metric).lower() not in METRICS:
@@ -232,7 +232,7 @@ def search_leaves(
         )
     if not isinstance(prefilter, bool):
         raise InvalidArgumentError(f"prefilter must be True or False, got {prefilter!r}")
-    limit = None if limit is None else _positive(limit, "limit")
+    limit = None if limit is None else whole_number(limit, "limit", 1)
     schema = plan.scan.namespace_schema
     query: Searcher
     if nearest is not None:
@@ -285,12 +285,6 @@ def _leaf_top(leaf: Leaf, query: Searcher, limit: int | None) -> Top | None:
     return Top(rows, leaf.task.object_id, passes)
 
 
-def _positive(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidArgumentError(f"{what} must be a whole number of at least 1, got {value!r}")
-    return int(value)
-
-
 def _vector_dimension(schema: NamespaceSchema, column: str) -> int:
     """The dimension of the vector column ``column``; :class:`SchemaError` for a column
     that does not exist or is not a fixed-size list of numbers."""
@@ -338,7 +332,7 @@ class Search:
     ) -> None:
         self.nearest, self.full_text_query = nearest, full_text_query
         self.prefilter = prefilter
-        self.limit = None if limit is None else _positive(limit, "limit")
+        self.limit = None if limit is None else whole_number(limit, "limit", 1)
         if not isinstance(prefilter, bool):
             raise InvalidArgumentError(f"prefilter must be True or False, got {prefilter!r}")
         if nearest is None and full_text_query is None and prefilter:
