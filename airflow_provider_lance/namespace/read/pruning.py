@@ -22,9 +22,9 @@ import operator
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -85,23 +85,29 @@ Pred = Union[Leaf, And, Or, bool]  # noqa: UP007 - a runtime alias, not an annot
 _PARSED: OrderedDict[tuple[str, NamespaceSchema], tuple[BoundExpression, Pred]] = OrderedDict()
 _PARSED_MAX = 512
 _PARSED_LOCK = threading.Lock()
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _remembered(kept: OrderedDict[K, V], key: K, make: Callable[[], V]) -> V:
+    """``kept[key]``, made by ``make`` (outside the lock) when it is not kept; the last
+    :data:`_PARSED_MAX` are kept."""
+    with _PARSED_LOCK:
+        if key in kept:
+            kept.move_to_end(key)
+            return kept[key]
+    value = make()
+    with _PARSED_LOCK:
+        kept[key] = value
+        while len(kept) > _PARSED_MAX:
+            kept.popitem(last=False)
+    return value
 
 
 def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
     """Bind ``sql`` to the namespace columns and translate it for pruning (the last
     :data:`_PARSED_MAX` filters parsed are remembered)."""
-    key = (sql, schema)
-    with _PARSED_LOCK:
-        parsed = _PARSED.get(key)
-        if parsed is not None:
-            _PARSED.move_to_end(key)
-            return parsed
-    parsed = _parse_filter(sql, schema)
-    with _PARSED_LOCK:
-        _PARSED[key] = parsed
-        while len(_PARSED) > _PARSED_MAX:
-            _PARSED.popitem(last=False)
-    return parsed
+    return _remembered(_PARSED, (sql, schema), lambda: _parse_filter(sql, schema))
 
 
 def is_parsed(sql: str, schema: NamespaceSchema) -> bool:
@@ -376,17 +382,7 @@ def holds_for_kept_partitions(
     IN`` once negations are pushed down (a NULL partition passes those in the pruner). The
     last :data:`_PARSED_MAX` answers are remembered."""
     key = (bound.sql, schema, tuple(fields))
-    with _PARSED_LOCK:
-        held = _HOLDS.get(key)
-        if held is not None:
-            _HOLDS.move_to_end(key)
-            return held
-    held = _holds(bound, pred, fields, schema)
-    with _PARSED_LOCK:
-        _HOLDS[key] = held
-        while len(_HOLDS) > _PARSED_MAX:
-            _HOLDS.popitem(last=False)
-    return held
+    return _remembered(_HOLDS, key, lambda: _holds(bound, pred, fields, schema))
 
 
 def _holds(
