@@ -232,7 +232,7 @@ def search_leaves(
         )
     if not isinstance(prefilter, bool):
         raise InvalidArgumentError(f"prefilter must be True or False, got {prefilter!r}")
-    limit = None if limit is None else whole_number(limit, "limit", 1)
+    limit = None if limit is None else whole_number(limit, "limit", 0)
     schema = plan.scan.namespace_schema
     query: Searcher
     if nearest is not None:
@@ -240,6 +240,8 @@ def search_leaves(
         query, limit = vector, vector.k if limit is None else min(limit, vector.k)
     else:
         query = fulltext.TextSearch(full_text_query, schema)
+    if limit == 0:  # as pylance's: no rows, the search checked all the same
+        return Found(query.rank, query.descending, 0, [])
     leaves = _open_leaves(plan, query.columns, prefilter)
     storage = plan.scan.storage
 
@@ -332,7 +334,7 @@ class Search:
     ) -> None:
         self.nearest, self.full_text_query = nearest, full_text_query
         self.prefilter = prefilter
-        self.limit = None if limit is None else whole_number(limit, "limit", 1)
+        self.limit = None if limit is None else whole_number(limit, "limit", 0)
         if not isinstance(prefilter, bool):
             raise InvalidArgumentError(f"prefilter must be True or False, got {prefilter!r}")
         if nearest is None and full_text_query is None and prefilter:

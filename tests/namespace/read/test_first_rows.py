@@ -104,3 +104,16 @@ def test_limited_readers_and_one_closed_early(four_parts: PartitionedNamespace) 
     assert reader.read_next_batch().num_rows == 2
     reader.close()
     assert four_parts.to_table(limit=20).num_rows == 20
+
+
+def test_a_read_of_no_rows_is_empty_with_the_schema_as_head_and_pylance_answer_it(
+    four_parts: PartitionedNamespace,
+) -> None:
+    empty = four_parts.to_table(limit=0)
+    assert empty.num_rows == 0
+    assert empty.schema == four_parts.to_pyarrow_dataset().head(0).schema
+    assert four_parts.to_table(columns=["id"], limit=0).schema.names == ["id"]
+    assert list(four_parts.to_batches(limit=0)) == []
+    assert four_parts.to_reader(limit=0).read_all().num_rows == 0
+    with pytest.raises(InvalidArgumentError, match="whole number"):
+        four_parts.to_table(limit=-1)

@@ -275,6 +275,17 @@ def test_bad_queries_are_project_errors(
     ns, _ = searched
     with pytest.raises(error, match=match):
         ns.to_table(full_text_query=query)
+    with pytest.raises(error, match=match):  # checked for no rows too
+        ns.to_table(full_text_query=query, limit=0)
+
+
+def test_a_search_for_no_rows_is_empty(
+    searched: tuple[PartitionedNamespace, lance.LanceDataset],
+) -> None:
+    ns, _ = searched
+    ours = ns.to_table(full_text_query=MatchQuery("mango", "text"), limit=0)
+    assert ours.num_rows == 0
+    assert ours.schema.names == [*ns.schema.names, "_score"]
 
 
 def test_fact_a_query_plan_shows_the_arguments_of_a_full_text_query() -> None:
