@@ -181,6 +181,40 @@ LONGEST_FILES = (
 )
 
 
+#: The test files that use the worker's SparkSession (``tests/spark/conftest.py``'s ``spark``
+#: fixture). xdist hands them to one worker as one unit, so a run starts one session and
+#: warms one JVM, not one per worker (checked when collecting: a file missing here fails).
+SPARK_SESSION_FILES = frozenset(
+    f"spark/{name}.py"
+    for name in (
+        "test_datasource",
+        "test_datasource_streaming",
+        "test_indexed_reads",
+        "test_save_as_table",
+        "test_session",
+        "test_spark_job",
+        "test_spark_reads",
+        "test_spark_s3",
+        "test_spark_writes",
+        "test_value_conversions",
+    )
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (addopts), with :data:`SPARK_SESSION_FILES` as one unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneSparkSession(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = nodeid.split("::", 1)[0]
+            return "spark session" if scope.removeprefix("tests/") in SPARK_SESSION_FILES else scope
+
+    return OneSparkSession(config, log)
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (addopts): a worker per core and one more, since a worker often waits (on
     its subprocesses, JVMs and polls) and one per core leaves cores idle; the
@@ -203,3 +237,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
 
     items.sort(key=rank)
+    unlisted = sorted(
+        {
+            item.path.relative_to(here).as_posix()
+            for item in items
+            if "spark" in getattr(item, "fixturenames", ())
+            and item.path.relative_to(here).as_posix() not in SPARK_SESSION_FILES
+        }
+    )
+    if unlisted:
+        raise pytest.UsageError(f"tests/conftest.py SPARK_SESSION_FILES misses {unlisted}")
