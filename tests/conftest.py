@@ -209,7 +209,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class OneSparkSession(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            scope = nodeid.split("::", 1)[0]
+            scope = super()._split_scope(nodeid)
             return "spark session" if scope.removeprefix("tests/") in SPARK_SESSION_FILES else scope
 
     return OneSparkSession(config, log)
@@ -230,20 +230,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if missing:
         raise pytest.UsageError(f"tests/conftest.py LONGEST_FILES names no such file: {missing}")
 
+    def name(item: pytest.Item) -> str | None:
+        """The item's file under tests/ (None: elsewhere)."""
+        return item.path.relative_to(here).as_posix() if item.path.is_relative_to(here) else None
+
     def rank(item: pytest.Item) -> int:
-        if not item.path.is_relative_to(here):
-            return len(LONGEST_FILES)
-        name = item.path.relative_to(here).as_posix()
-        return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
+        file = name(item)
+        return LONGEST_FILES.index(file) if file in LONGEST_FILES else len(LONGEST_FILES)
 
     items.sort(key=rank)
     unlisted = sorted(
-        {
-            item.path.relative_to(here).as_posix()
-            for item in items
-            if "spark" in getattr(item, "fixturenames", ())
-            and item.path.relative_to(here).as_posix() not in SPARK_SESSION_FILES
-        }
+        file
+        for file in {name(i) for i in items if "spark" in getattr(i, "fixturenames", ())}
+        if file is not None and file not in SPARK_SESSION_FILES
     )
     if unlisted:
         raise pytest.UsageError(f"tests/conftest.py SPARK_SESSION_FILES misses {unlisted}")
