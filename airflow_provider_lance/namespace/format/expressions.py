@@ -3,6 +3,13 @@
 Evaluated in a session pinned to UTC. A UDF has one signature that DataFusion coerces other
 types to, so an expression is planned in a probe session to learn the argument type of its
 ``hash(...)`` calls, then bound to a session whose ``hash`` takes exactly that type.
+
+DataFusion 55's simplifier merges IN lists on one operand as sets, against SQL's NULL logic
+(apache/datafusion#24246, fixed after 55): ``c IN ('US') AND c IN ('DE')`` becomes FALSE
+where SQL says NULL for a NULL ``c``, so ``NOT (...)`` is TRUE there and a delete would
+remove the row. An expression where it may (:func:`merges_lists`) is evaluated with its
+``AND``, ``OR``, ``NOT`` and ``IS [NOT] TRUE/FALSE/UNKNOWN`` applied here, by pyarrow's
+Kleene kernels, and only the comparisons between them by DataFusion (:func:`values_of`).
 """
 
 from __future__ import annotations
@@ -12,9 +19,11 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from datafusion import DataFrame, Expr, SessionConfig, SessionContext, udf
 
 from airflow_provider_lance.namespace.errors import ExpressionError
@@ -136,13 +145,15 @@ class BoundExpression:
         if data.num_rows == 0:
             return pa.chunked_array([], self.output_type)
         with self.frame(data) as frame, self._failures():
-            result = frame.select(frame.parse_sql_expr(self.sql).alias("__value")).to_arrow_table()
-        return result.column("__value")
+            return values_of(frame, raw(frame.parse_sql_expr(self.sql)), self.merges_lists)
 
     def filter(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
         """The rows of ``data`` for which the (boolean) expression is true."""
         if data.num_rows == 0:
             return data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+        if self.merges_lists:
+            table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+            return table.filter(pc.fill_null(self.evaluate(table), False))
         with self.frame(data) as frame, self._failures():
             out = frame.filter(frame.parse_sql_expr(self.sql)).to_arrow_table()
         return out.cast(data.schema) if out.schema != data.schema else out
@@ -153,6 +164,12 @@ class BoundExpression:
             yield
         except Exception as exc:
             raise ExpressionError(f"evaluating {self.sql!r} failed: {_first_line(exc)}") from exc
+
+    @cached_property
+    def merges_lists(self) -> bool:
+        """Whether DataFusion's simplifier may get this expression wrong for NULL (see the
+        module docstring): then it is evaluated in parts, and Lance must not evaluate it."""
+        return merges_lists(self.expr)
 
     def unplannable(self) -> tuple[Any, str] | None:
         """The smallest part of the expression DataFusion cannot plan (``DATE '2025-13-45'``),
@@ -293,9 +310,117 @@ def evaluate_scalar(expr: Any, session: SessionContext | None = None) -> pa.Scal
             _CONSTANTS.append(new_session())
         session = _CONSTANTS[0]
     with registered(session, pa.table({"__one": [1]})) as frame:
-        value = frame.select(Expr(expr).alias("__v")).to_arrow_table().column("__v")[0]
+        value = values_of(frame, expr)[0]
     if key is not None:
         if len(_CONSTANT_VALUES) >= _CONSTANT_VALUES_MAX:
             _CONSTANT_VALUES.clear()
         _CONSTANT_VALUES[key] = value
     return value
+
+
+# -- SQL's NULL logic where DataFusion 55's simplifier breaks it --------------------------------
+_TRUTH_TESTS: dict[str, Any] = {
+    "IsTrue": lambda v: pc.fill_null(v, False),
+    "IsFalse": lambda v: pc.fill_null(pc.invert(v), False),
+    "IsNotTrue": lambda v: pc.invert(pc.fill_null(v, False)),
+    "IsNotFalse": lambda v: pc.invert(pc.fill_null(pc.invert(v), False)),
+    "IsUnknown": pc.is_null,
+    "IsNotUnknown": pc.is_valid,
+}
+_FLIPPED = {"AND": "OR", "OR": "AND"}
+
+
+def values_of(frame: DataFrame, node: Any, merges: bool | None = None) -> pa.ChunkedArray:
+    """The value of the ``RawExpr`` ``node`` on every row of ``frame``, with SQL's NULL
+    logic even where DataFusion's simplifier would merge its IN lists (module docstring);
+    ``merges``: :func:`merges_lists` of ``node`` if the caller knows it."""
+    if not (merges_lists(node) if merges is None else merges):
+        return frame.select(Expr(node).alias("__v")).to_arrow_table().column("__v")
+    leaves: list[Any] = []
+    skeleton = _skeleton(node, leaves)
+    table = frame.select(*(Expr(n).alias(f"__v{i}") for i, n in enumerate(leaves)))
+    columns = table.to_arrow_table().columns
+    return pa.chunked_array([_combine(skeleton, [c.cast(pa.bool_()) for c in columns])])
+
+
+def merges_lists(expr: Expr | Any) -> bool:
+    """Whether DataFusion's simplifier may merge two of ``expr``'s IN lists on one operand
+    (an ``=`` or ``<>`` with a constant counts: it is made an IN list first) other than by a
+    union, the one merge SQL's NULL logic allows: tests for membership joined by OR, or
+    for non-membership joined by AND, once NOTs are pushed down to them."""
+    return _merges(raw(expr), negated=False, opaque=False)[0]
+
+
+def _merges(node: Any, negated: bool, opaque: bool) -> tuple[bool, list[tuple[str, bool]]]:
+    """(whether ``node`` has a merge that is not a union, its membership tests as
+    (operand, whether it tests membership once NOTs above are applied)); ``opaque``: below
+    an ``IS [NOT] TRUE/...``, where any merge counts."""
+    kind = node.variant_name()
+    if kind in ("Alias", "Not") or kind in _TRUTH_TESTS:
+        negated = negated != (kind == "Not")
+        return _merges(children(node)[0], negated, opaque or kind in _TRUTH_TESTS)
+    op = _connective(node)
+    if op is None:
+        test = _membership(node)
+        return False, [] if test is None else [(test[0], test[1] != negated)]
+    (left_merges, left), (right_merges, right) = (
+        _merges(c, negated, opaque) for c in children(node)
+    )
+    union_of = (_FLIPPED[op] if negated else op) == "OR"  # members by OR, non-members by AND
+    merges = (
+        left_merges
+        or right_merges
+        or any(
+            a == b and (opaque or not (in_a == in_b == union_of))
+            for a, in_a in left
+            for b, in_b in right
+        )
+    )
+    return merges, left + right
+
+
+def _connective(node: Any) -> str | None:
+    if node.variant_name() != "BinaryExpr":
+        return None
+    op = str(node.to_variant().op()).upper()
+    return op if op in _FLIPPED else None
+
+
+def _membership(node: Any) -> tuple[str, bool] | None:
+    """(operand, whether it tests membership) of ``x [NOT] IN (...)``, ``x = constant`` or
+    ``x <> constant``; None for any other node."""
+    kind = node.variant_name()
+    if kind == "InList":
+        variant = node.to_variant()
+        return str(variant.expr().canonical_name()), not variant.negated()
+    if kind != "BinaryExpr" or (op := str(node.to_variant().op())) not in ("=", "!="):
+        return None
+    operands = [c for c in children(node) if not is_constant(c)]
+    return (str(operands[0].canonical_name()), op == "=") if len(operands) == 1 else None
+
+
+def _skeleton(node: Any, leaves: list[Any]) -> tuple[Any, ...]:
+    """``node``'s boolean operators as nested tuples; other nodes go to ``leaves``
+    (``("leaf", index)``)."""
+    kind = node.variant_name()
+    if kind == "Alias":
+        return _skeleton(children(node)[0], leaves)
+    if kind == "Not" or kind in _TRUTH_TESTS:
+        return (kind, _skeleton(children(node)[0], leaves))
+    op = _connective(node)
+    if op is not None:
+        return (op, *(_skeleton(c, leaves) for c in children(node)))
+    leaves.append(node)
+    return ("leaf", len(leaves) - 1)
+
+
+def _combine(skeleton: tuple[Any, ...], leaves: list[pa.ChunkedArray]) -> pa.Array:
+    kind, *parts = skeleton
+    if kind == "leaf":
+        return leaves[parts[0]].combine_chunks()
+    values = [_combine(part, leaves) for part in parts]
+    if kind == "AND":
+        return pc.and_kleene(*values)
+    if kind == "OR":
+        return pc.or_kleene(*values)
+    return pc.invert(values[0]) if kind == "Not" else _TRUTH_TESTS[kind](values[0])

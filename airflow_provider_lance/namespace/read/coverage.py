@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from datafusion import Expr
 
 from airflow_provider_lance.namespace.errors import ExpressionError, FilterError
 from airflow_provider_lance.namespace.format.expressions import (
@@ -26,6 +25,7 @@ from airflow_provider_lance.namespace.format.expressions import (
     new_session,
     raw,
     registered,
+    values_of,
     walk,
 )
 from airflow_provider_lance.namespace.format.manifest import OBJECT_ID
@@ -130,7 +130,7 @@ def _truths(
 def _decide(node: Any, frame: Any, known: set[str], n: int) -> list[str]:
     used = {name for part in walk(node) if (name := column_name(part))}
     if used <= known:
-        values = frame.select(Expr(node).alias("__v")).to_arrow_table().column("__v")
+        values = values_of(frame, node)
         return [_NULL if v is None else (_TRUE if v else _FALSE) for v in values.to_pylist()]
     kind = node.variant_name()
     if kind == "Alias":

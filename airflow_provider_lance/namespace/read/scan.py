@@ -199,7 +199,11 @@ _HASH_CALL = re.compile(r"\bhash\s*\(", re.IGNORECASE)
 
 def lance_filter(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> str | None:
     """``residual`` as a filter Lance can evaluate on the leaf itself (every column it
-    names stored under its namespace name and type, no ``hash()``), or None."""
+    names stored under its namespace name and type, no ``hash()``, no IN lists Lance's
+    DataFusion would merge against SQL's NULL logic: see :mod:`..format.expressions`), or
+    None."""
+    if residual.merges_lists:
+        return None
     return _backtick_identifiers(residual.sql) if _pushable(residual, plan, leaf) else None
 
 

@@ -1,4 +1,5 @@
-"""``delete(f)`` removes exactly the rows where ``f`` is TRUE, with SQL's three-valued logic:
+"""``delete(f)`` removes exactly the rows where ``f`` is TRUE (the rows ``to_table(filter=f)``
+reads), with SQL's three-valued logic:
 a row where ``f`` is NULL stays (``NULL <> 'US'`` is NULL, not TRUE). A partition whose
 partition value is NULL is neither covered by such a filter (dropped whole) nor excluded by
 mistake: ``read/coverage.py`` must tell NULL from TRUE on partition values.
@@ -89,10 +90,10 @@ def copy_of(template: Path, into: Path) -> PartitionedNamespace:
 
 def not_true(table: pa.Table, where: str) -> pa.Table:
     """The rows of ``table`` where ``where`` is not TRUE (FALSE or NULL), by DataFusion
-    with its logical optimizer off: DataFusion 55's simplifier merges ``c IN ('US') AND c
-    NOT IN (NULL)`` into ``c IN ('US')`` (TRUE for 'US', where SQL says NULL: ``'US' NOT IN
-    (NULL)`` is NULL), and so deletes such rows from one Lance table; the namespace keeps
-    them, as SQL does (hypothesis found it)."""
+    with its logical optimizer off: SQL's answer. DataFusion 55's simplifier merges ``c IN
+    ('US') AND c NOT IN (NULL)`` into ``c IN ('US')`` (TRUE for 'US', where SQL says NULL:
+    ``'US' NOT IN (NULL)`` is NULL), and so a plain Lance table deletes such rows; the
+    namespace keeps them (hypothesis found it)."""
     if table.num_rows == 0:
         return table
     ctx = datafusion.SessionContext(
@@ -109,8 +110,11 @@ def sorted_rows(table: pa.Table) -> list[dict]:
 
 def check_delete(ns: PartitionedNamespace, stored: pa.Table, where: str) -> pa.Table:
     """Delete ``where`` from ``ns`` (holding ``stored``): it must remove exactly the rows
-    where ``where`` is TRUE. Returns what stays."""
+    where ``where`` is TRUE, the rows a read with that filter returns first. Returns what
+    stays."""
     expected = not_true(stored, where)
+    matching = {r["id"] for r in ns.to_table(filter=where).to_pylist()}
+    assert matching == set(stored["id"].to_pylist()) - set(expected["id"].to_pylist()), where
     result = ns.delete(where)
     assert sorted_rows(ns.to_table()) == sorted_rows(expected), where
     assert result.rows_removed == stored.num_rows - expected.num_rows, where
@@ -147,27 +151,32 @@ def test_a_negated_filter_keeps_the_null_partitions_rows(
     [
         "NOT (NOT ((country IN ('US')) AND (country NOT IN (NULL))))",
         "(x IN (5)) AND (x NOT IN (NULL))",
+        "NOT ((country IN (NULL)) AND (country IN ('US')))",
+        "NOT ((x IN (NULL)) AND (x IN (5)))",
+        "NOT ((country IN ('US')) AND (country IN ('DE')))",
+        "NOT ((x = 5 OR x = 10) AND (x = 0))",
+        "NOT ((n IN (1, 7)) AND (n IN (1, NULL)))",
     ],
 )
-def test_a_list_holding_null_is_null_where_sql_says_so(
+def test_in_lists_datafusion_would_merge_are_decided_as_sql_says(
     template: Path, tmp_path: Path, where: str
 ) -> None:
-    """``v NOT IN (NULL)`` is NULL, so ``TRUE AND`` it is NULL: nothing is deleted, on a
-    partition column or another (DataFusion's own simplifier says TRUE: see
-    :func:`not_true`)."""
+    """DataFusion 55's simplifier (and so a plain Lance table) merges these IN lists as sets
+    and gets NULL wrong: ``NOT (c IN (NULL) AND c IN ('US'))`` is TRUE for every row there,
+    where SQL says NULL for 'US' and for NULL (apache/datafusion#24246). The namespace
+    deletes what SQL says, on partition values (whole partitions) and on rows alike."""
     ns = copy_of(template, tmp_path / "ns")
-    assert check_delete(ns, DATA, where).num_rows == DATA.num_rows
+    check_delete(ns, DATA, where)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a known bug: on partition values the filter goes through DataFusion's simplifier, "
-    "which folds c IN (NULL) AND c IN ('US') to FALSE (SQL: NULL for 'US'), so the 'US' "
-    "partitions are deleted whole; the property below keeps NULL out of IN lists until fixed",
-)
-def test_an_in_list_of_null_anded_on_a_partition_column(template: Path, tmp_path: Path) -> None:
+def test_drop_partitions_decides_merged_in_lists_as_sql_says(
+    template: Path, tmp_path: Path
+) -> None:
+    """On partition values: 'US' AND NULL is NULL, so only the 'DE' and 'FR' partitions go."""
     ns = copy_of(template, tmp_path / "ns")
-    check_delete(ns, DATA, "NOT ((country IN (NULL)) AND (country IN ('US')))")
+    kept = {p.object_id for p in ns.partitions() if p.values["country"] in ("US", None)}
+    ns.drop_partitions("NOT ((country IN (NULL)) AND (country IN ('US')))")
+    assert {p.object_id for p in ns.partitions()} == kept
 
 
 def test_is_null_deletes_the_null_partitions_whole(template: Path, tmp_path: Path) -> None:
@@ -199,8 +208,8 @@ def comparisons(draw: st.DrawFn) -> str:
     kind = draw(st.sampled_from(["=", "<>", "<", "IN", "NOT IN", "IS NULL", "IS NOT NULL"]))
     if kind.startswith("IS"):
         return f"{column} {kind}"
-    if kind.endswith("IN"):  # no NULL in the list: see the xfail test above
-        listed = draw(st.lists(literal, min_size=1, max_size=3))
+    if kind.endswith("IN"):
+        listed = draw(st.lists(st.one_of(literal, st.just("NULL")), min_size=1, max_size=3))
         return f"{column} {kind} ({', '.join(listed)})"
     return f"{column} {kind} {draw(literal)}"
 
