@@ -9,7 +9,9 @@ DataFusion 55's simplifier merges IN lists on one operand as sets, against SQL's
 where SQL says NULL for a NULL ``c``, so ``NOT (...)`` is TRUE there and a delete would
 remove the row. An expression where it may (:func:`merges_lists`) is evaluated with its
 ``AND``, ``OR``, ``NOT`` and ``IS [NOT] TRUE/FALSE/UNKNOWN`` applied here, by pyarrow's
-Kleene kernels, and only the comparisons between them by DataFusion (:func:`values_of`).
+Kleene kernels, and only the comparisons between them by DataFusion (:func:`values_of`). One
+inside a ``CASE`` or a function's argument cannot be taken apart (:func:`hidden_merges`):
+filters refuse it.
 """
 
 from __future__ import annotations
@@ -344,39 +346,59 @@ def values_of(frame: DataFrame, node: Any, merges: bool | None = None) -> pa.Chu
 
 
 def merges_lists(expr: Expr | Any) -> bool:
-    """Whether DataFusion's simplifier may merge two of ``expr``'s IN lists on one operand
-    (an ``=`` or ``<>`` with a constant counts: it is made an IN list first) other than by a
-    union, the one merge SQL's NULL logic allows: tests for membership joined by OR, or
-    for non-membership joined by AND, once NOTs are pushed down to them."""
-    return _merges(raw(expr), negated=False, opaque=False)[0]
+    """Whether DataFusion's simplifier may merge two of ``expr``'s IN lists on the same
+    columns (an ``=`` or ``<>`` with a constant counts: it is made an IN list first) other
+    than by a union, the one merge SQL's NULL logic allows: membership tests joined by OR,
+    or non-membership tests joined by AND (a NOT between the two turns one into the other;
+    one above both turns the pair and their join, so it changes nothing)."""
+    found = _merges(raw(expr))
+    return found.merges or found.hidden
 
 
-def _merges(node: Any, negated: bool, opaque: bool) -> tuple[bool, list[tuple[str, bool]]]:
-    """(whether ``node`` has a merge that is not a union, its membership tests as
-    (operand, whether it tests membership once NOTs above are applied)); ``opaque``: below
-    an ``IS [NOT] TRUE/...``, where any merge counts."""
+def hidden_merges(expr: Expr | Any) -> bool:
+    """Whether such a merge sits inside something that is not ``AND``, ``OR``, ``NOT`` or
+    ``IS ...`` (a ``CASE``, a function's argument): :func:`values_of` cannot take it apart,
+    and DataFusion 55 gets it wrong (``CASE WHEN NOT (c IN ('US') AND c IN ('DE')) ...``)."""
+    return _merges(raw(expr)).hidden
+
+
+@dataclass(frozen=True)
+class _Merges:
+    #: A merge that is not a union, among ``node``'s boolean operators.
+    merges: bool
+    #: One inside a node that is not a boolean operator.
+    hidden: bool
+    #: Its membership tests: (the columns tested, whether membership as seen from ``node``;
+    #: None below an ``IS [NOT] TRUE/...``, whose NULL the union rule does not cover).
+    tests: list[tuple[frozenset[str], bool | None]]
+
+
+def _merges(node: Any) -> _Merges:
+    """What :func:`merges_lists` finds in ``node``."""
     kind = node.variant_name()
     if kind in ("Alias", "Not") or kind in _TRUTH_TESTS:
-        negated = negated != (kind == "Not")
-        return _merges(children(node)[0], negated, opaque or kind in _TRUTH_TESTS)
+        inner = _merges(children(node)[0])
+        if kind == "Alias":
+            return inner
+        tests = [(c, None if kind != "Not" or m is None else not m) for c, m in inner.tests]
+        return _Merges(inner.merges, inner.hidden, tests)
     op = _connective(node)
-    if op is None:
+    if op is None:  # a test, or a CASE, a call...: its operands are simplified all the same
+        hidden = any(m.merges or m.hidden for m in map(_merges, children(node)))
         test = _membership(node)
-        return False, [] if test is None else [(test[0], test[1] != negated)]
-    (left_merges, left), (right_merges, right) = (
-        _merges(c, negated, opaque) for c in children(node)
-    )
-    union_of = (_FLIPPED[op] if negated else op) == "OR"  # members by OR, non-members by AND
+        return _Merges(False, hidden, [] if test is None else [test])
+    left, right = (_merges(c) for c in children(node))
+    union_of = op == "OR"  # membership tests by OR, non-membership by AND
     merges = (
-        left_merges
-        or right_merges
+        left.merges
+        or right.merges
         or any(
-            a == b and (opaque or not (in_a == in_b == union_of))
-            for a, in_a in left
-            for b, in_b in right
+            a == b and not (in_a == in_b == union_of)
+            for a, in_a in left.tests
+            for b, in_b in right.tests
         )
     )
-    return merges, left + right
+    return _Merges(merges, left.hidden or right.hidden, left.tests + right.tests)
 
 
 def _connective(node: Any) -> str | None:
@@ -386,17 +408,22 @@ def _connective(node: Any) -> str | None:
     return op if op in _FLIPPED else None
 
 
-def _membership(node: Any) -> tuple[str, bool] | None:
-    """(operand, whether it tests membership) of ``x [NOT] IN (...)``, ``x = constant`` or
-    ``x <> constant``; None for any other node."""
+def _membership(node: Any) -> tuple[frozenset[str], bool] | None:
+    """(the columns of the operand, whether it tests membership) of ``x [NOT] IN (...)``,
+    ``x = constant`` or ``x <> constant``; None for any other node. By columns, not by the
+    operand's text: coercion may make ``CAST(n AS BIGINT)`` and ``n`` one operand."""
     kind = node.variant_name()
     if kind == "InList":
         variant = node.to_variant()
-        return str(variant.expr().canonical_name()), not variant.negated()
+        return _columns_of(variant.expr()), not variant.negated()
     if kind != "BinaryExpr" or (op := str(node.to_variant().op())) not in ("=", "!="):
         return None
     operands = [c for c in children(node) if not is_constant(c)]
-    return (str(operands[0].canonical_name()), op == "=") if len(operands) == 1 else None
+    return (_columns_of(operands[0]), op == "=") if len(operands) == 1 else None
+
+
+def _columns_of(node: Any) -> frozenset[str]:
+    return frozenset(name for n in walk(node) if (name := column_name(n)) is not None)
 
 
 def _skeleton(node: Any, leaves: list[Any]) -> tuple[Any, ...]:

@@ -32,7 +32,7 @@ from airflow_provider_lance.namespace.format.manifest import OBJECT_ID
 from airflow_provider_lance.namespace.format.schema import field_id
 from airflow_provider_lance.namespace.format.state import SPEC_COLUMN, NamespaceState
 
-from .pruning import SpecProjector, check_boolean, is_parsed, parse_filter, pc_or
+from .pruning import SpecProjector, check_filter, is_parsed, parse_filter, pc_or
 from .scan import filter_columns
 
 
@@ -184,7 +184,7 @@ def partition_filter(state: NamespaceState, filter: str) -> pa.Table:
             f"{exc}. drop_partitions filters on partition fields "
             f"({', '.join(f.name for f in columns)}); to remove rows by other columns use delete()"
         ) from exc
-    check_boolean(filter, bound)
+    check_filter(filter, bound)
     tables = state.tables
     if tables.num_rows == 0:
         return tables

@@ -43,6 +43,7 @@ from airflow_provider_lance.namespace.format.expressions import (
     column_name,
     evaluate_scalar,
     function_name,
+    hidden_merges,
     is_constant,
     raw,
     root_cause,
@@ -121,7 +122,7 @@ def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, P
         bound = bind(sql, schema.active, "filter")
     except ExpressionError as exc:
         raise FilterError(_unknown_column(sql, str(exc), schema) or str(exc)) from exc
-    check_boolean(sql, bound)
+    check_filter(sql, bound)
     _check_literals(sql, bound)
     try:
         return bound, _translate(raw(bound.expr), negate=False, schema=schema)
@@ -129,10 +130,18 @@ def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, P
         raise InvalidLiteralError(f"filter {sql!r}: {exc}", exc.literal) from exc
 
 
-def check_boolean(sql: str, bound: BoundExpression) -> None:
-    """Refuse (:class:`FilterError`) a filter that is not a boolean expression."""
+def check_filter(sql: str, bound: BoundExpression) -> None:
+    """Refuse (:class:`FilterError`) a filter that is not a boolean expression, or that
+    DataFusion 55 would evaluate against SQL's NULL logic (:func:`hidden_merges`)."""
     if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
         raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
+    if hidden_merges(bound.expr):
+        raise FilterError(
+            f"filter {sql!r} combines tests of the same column (IN lists, or = and <> with "
+            "constants) inside a CASE or a function call, which DataFusion 55 evaluates "
+            "against SQL's NULL logic (apache/datafusion#24246): combine them outside it, "
+            "where they are evaluated as SQL says, or make them one IN list"
+        )
 
 
 _NO_FIELD = re.compile(r'No field named (?:"((?:[^"]|"")*)"|([^\s".]+))')
