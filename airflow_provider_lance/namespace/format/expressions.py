@@ -262,13 +262,12 @@ _SQL_REWRITES = (
     (re.compile(r'CAST\(Utf8\("((?:[^"\\]|\\.)*)"\) AS Timestamp\([^)]*\)\)'), r"TIMESTAMP '\1'"),
     (re.compile(r'Utf8(?:View)?\("((?:[^"\\]|\\.)*)"\)'), r"'\1'"),
     (re.compile(r"\b(?:U?Int\d+|Float\d+|Boolean)\(([^()]*)\)"), r"\1"),
-    (re.compile(r"\b__input_\d+\."), ""),
 )
 
 
 def to_sql(node: Any) -> str:
     """A ``RawExpr`` as SQL close to what a user wrote (``DATE '2025-13-45'``)."""
-    text = str(node.canonical_name())
+    text = unqualified(str(node.canonical_name()))
     for pattern, replacement in _SQL_REWRITES:
         text = pattern.sub(replacement, text)
     return text

@@ -73,3 +73,15 @@ def test_a_partition_expression_naming_no_column_shows_no_internal_alias(root: P
     message = str(info.value)
     assert not INTERNAL.search(message), message
     assert "Did you mean 'col'?" in message
+
+
+@pytest.mark.parametrize("sql", ["id = 'abc'", "id + 1 = 'abc'", "country = 'DE' AND id = 'x'"])
+def test_a_literal_that_cannot_be_cast_is_shown_in_the_users_terms(
+    ns: PartitionedNamespace, sql: str
+) -> None:
+    """The literal and the comparison around it, as written, without the internal alias."""
+    with pytest.raises(FilterError) as info:
+        ns.to_table(filter=sql)
+    message = str(info.value)
+    assert not INTERNAL.search(message), message
+    assert "Cannot cast string" in message and " in id " in message, message
