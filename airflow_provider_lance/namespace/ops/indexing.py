@@ -651,7 +651,7 @@ def check_column_type(column: pa.Field, index_type: str) -> None:
     text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
     if index_type in ("INVERTED", "FTS", "NGRAM") and not text:
         raise InvalidArgumentError(
-            f"column {column.name!r} is {column.type}: a {index_type} index needs a string "
+            f"column {column.name!r} is {column.type}: an {index_type} index needs a string "
             "column; use BTREE or BITMAP for other scalar columns"
         )
     if index_type == "LABEL_LIST" and not pa.types.is_list(column.type):
