@@ -10,6 +10,7 @@ else is "undecided", which is always safe. ``drop_partitions`` filters on partit
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,14 @@ from airflow_provider_lance.namespace.format.manifest import OBJECT_ID
 from airflow_provider_lance.namespace.format.schema import field_id
 from airflow_provider_lance.namespace.format.state import SPEC_COLUMN, NamespaceState
 
-from .pruning import SpecProjector, check_filter, is_parsed, parse_filter, pc_or
+from .pruning import (
+    SpecProjector,
+    check_filter,
+    is_parsed,
+    parse_filter,
+    pc_or,
+    unknown_name,
+)
 from .scan import filter_columns
 
 
@@ -180,9 +188,17 @@ def partition_filter(state: NamespaceState, filter: str) -> pa.Table:
     try:
         bound = bind(filter, pa.schema(columns), "partition filter")
     except ExpressionError as exc:
+        fields = [f.name for f in columns]
+        unknown = unknown_name(str(exc))
+        if unknown is None:
+            problem = str(exc).rstrip(".")
+        else:
+            close = difflib.get_close_matches(unknown, fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problem = f"partition filter {filter!r} names no partition field {unknown!r}{hint}"
         raise FilterError(
-            f"{exc}. drop_partitions filters on partition fields "
-            f"({', '.join(f.name for f in columns)}); to remove rows by other columns use delete()"
+            f"{problem}. drop_partitions filters on partition fields ({', '.join(fields)}); "
+            "to remove rows by other columns use delete()"
         ) from exc
     check_filter(filter, bound)
     tables = state.tables

@@ -147,13 +147,20 @@ def check_filter(sql: str, bound: BoundExpression) -> None:
 _NO_FIELD = re.compile(r'No field named (?:"((?:[^"]|"")*)"|([^\s".]+))')
 
 
-def _unknown_column(sql: str, message: str, schema: NamespaceSchema) -> str | None:
-    """For DataFusion's "No field named X": the error in the namespace's terms (a dropped
-    column said to be dropped, else a close namespace column suggested); None otherwise."""
+def unknown_name(message: str) -> str | None:
+    """The column DataFusion's "No field named X" error names; None for another error."""
     match = _NO_FIELD.search(message)
     if match is None:
         return None
-    name = match.group(1).replace('""', '"') if match.group(1) is not None else match.group(2)
+    return match.group(1).replace('""', '"') if match.group(1) is not None else match.group(2)
+
+
+def _unknown_column(sql: str, message: str, schema: NamespaceSchema) -> str | None:
+    """For DataFusion's "No field named X": the error in the namespace's terms (a dropped
+    column said to be dropped, else a close namespace column suggested); None otherwise."""
+    name = unknown_name(message)
+    if name is None:
+        return None
     columns = schema.active.names
     listed = ", ".join(columns)
     dropped = {f.name for f in schema.arrow if is_deprecated(f)} - set(columns)

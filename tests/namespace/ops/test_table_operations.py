@@ -118,17 +118,25 @@ def test_a_dropped_partition_written_again_has_only_the_new_rows(three_parts, ro
 
 
 @pytest.mark.parametrize(
-    ("bad", "error"),
+    ("bad", "error", "says"),
     [
-        ("tag = 'seed'", FilterError),  # a column, not a partition field
-        ("part >", FilterError),
-        ("nope = 1", FilterError),
-        ("", InvalidArgumentError),
+        (  # a column, not a partition field
+            "tag = 'seed'",
+            FilterError,
+            r"^partition filter \"tag = 'seed'\" names no partition field 'tag'\. "
+            r"drop_partitions filters on partition fields \(part\); to remove rows by other "
+            r"columns use delete\(\)$",
+        ),
+        ("part >", FilterError, r"'part >' is not a valid expression: .*\. drop_partitions"),
+        ("parts = 1", FilterError, r"names no partition field 'parts' \(did you mean 'part'\?\)"),
+        ("", InvalidArgumentError, "a filter"),
     ],
 )
-def test_drop_partitions_rejects_filters_it_cannot_decide(three_parts, root, bad, error) -> None:
+def test_drop_partitions_rejects_filters_it_cannot_decide(
+    three_parts, root, bad, error, says
+) -> None:
     before = disk(root)
-    with pytest.raises(error):
+    with pytest.raises(error, match=says):
         three_parts.drop_partitions(bad, txn_id="drop-bad")
     assert disk(root) == before
     assert three_parts.transactions() == []
