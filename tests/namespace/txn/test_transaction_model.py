@@ -959,7 +959,10 @@ class TransactionModel(RuleBasedStateMachine):
         t = self.txns[txn_id]
         shared = data.draw(st.sampled_from(sorted(t.parts())), label="shared")
         others = [p for p in PARTS if p != shared and p not in self.held(but=t)]
-        more = data.draw(st.lists(st.sampled_from(others), max_size=1), label="more")
+        # (none when the model's other transactions hold every other partition)
+        more = (
+            data.draw(st.lists(st.sampled_from(others), max_size=1), label="more") if others else []
+        )
         parts = sorted({shared, *more})
         path = self.direct_path(parts)
         if t.state != "staged" or (schedule == "direct_parked" and path != "direct"):
