@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from hypothesis import settings
+from hypothesis import strategies as st
 
 from airflow_provider_lance.example_data import regional_sales
 from airflow_provider_lance.namespace import CommitResult, PartitionedNamespace, PartitionField
@@ -153,6 +154,47 @@ def by_id(rows: pa.Table | list[dict], column: str | None = None, key: str = "id
     keys = [r[key] for r in listed]
     assert not repeated(keys), f"duplicated rows: {repeated(keys)}"
     return {r[key]: (r if column is None else r[column]) for r in listed}
+
+
+#: The comparisons :func:`sql_filters` draws by default.
+COMPARISONS = ("=", "<>", "<", "IN", "NOT IN", "IS NULL", "IS NOT NULL")
+
+
+def sql_filters(
+    literals: Mapping[str, Sequence[str]],
+    *,
+    columns: Sequence[str] | None = None,
+    comparisons: Sequence[str] = COMPARISONS,
+    wrappers: Sequence[str] = (),
+    max_leaves: int = 4,
+) -> st.SearchStrategy[str]:
+    """Random SQL filters for property tests: comparisons of ``columns`` (default: the keys
+    of ``literals``; repeat one to draw it more often) with their ``literals`` (IN lists of 1
+    to 3, ``BETWEEN`` if asked), under NOT, joined by AND and OR, and put inside each of
+    ``wrappers`` (a format string, ``{}`` for the inner filter), parenthesised throughout."""
+
+    @st.composite
+    def comparison(draw: st.DrawFn) -> str:
+        column = draw(st.sampled_from(list(columns or literals)))
+        literal = st.sampled_from(literals[column])
+        kind = draw(st.sampled_from(comparisons))
+        if kind.startswith("IS"):
+            return f"{column} {kind}"
+        if kind.endswith("IN"):
+            return f"{column} {kind} ({', '.join(draw(st.lists(literal, min_size=1, max_size=3)))})"
+        if kind == "BETWEEN":
+            return f"{column} BETWEEN {draw(literal)} AND {draw(literal)}"
+        return f"{column} {kind} {draw(literal)}"
+
+    def extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        joined = st.tuples(inner, st.sampled_from(["AND", "OR"]), inner)
+        return st.one_of(
+            inner.map(lambda f: f"NOT ({f})"),
+            joined.map(lambda t: f"({t[0]}) {t[1]} ({t[2]})"),
+            *(inner.map(wrapper.format) for wrapper in wrappers),
+        )
+
+    return st.recursive(comparison(), extend, max_leaves=max_leaves)
 
 
 def examples(full: int) -> int:

@@ -12,7 +12,6 @@ import lance
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from airflow_provider_lance.namespace import FilterError
 from airflow_provider_lance.namespace.format.expressions import (
@@ -23,6 +22,7 @@ from airflow_provider_lance.namespace.format.expressions import (
     raw,
 )
 from airflow_provider_lance.namespace.read.pruning import check_filter
+from tests.support import sql_filters
 
 TABLE = pa.table(
     {
@@ -113,35 +113,15 @@ def test_a_merge_inside_a_case_is_refused_with_the_way_around_it() -> None:
 
 # -- the property: where merges_lists says no, DataFusion and Lance give SQL's answer ----------
 LITERALS = {"c": ["'US'", "'DE'", "'XX'", "NULL"], "n": ["1", "5", "9", "NULL"]}
-LITERALS["CAST(n AS BIGINT)"] = LITERALS["n"]
-
-
-@st.composite
-def comparisons(draw: st.DrawFn) -> str:
-    column = draw(st.sampled_from(["c", "n", "CAST(n AS BIGINT)"]))
-    literal = st.sampled_from(LITERALS[column])
-    kind = draw(st.sampled_from(["=", "<>", "<", "IN", "NOT IN", "IS NULL", "BETWEEN"]))
-    if kind == "IS NULL":
-        return f"{column} {kind}"
-    if kind.endswith("IN"):
-        return f"{column} {kind} ({', '.join(draw(st.lists(literal, min_size=1, max_size=3)))})"
-    if kind == "BETWEEN":
-        return f"{column} BETWEEN {draw(literal)} AND {draw(literal)}"
-    return f"{column} {kind} {draw(literal)}"
-
-
-FILTERS = st.recursive(
-    comparisons(),
-    lambda inner: st.one_of(
-        inner.map(lambda f: f"NOT ({f})"),
-        st.tuples(inner, st.sampled_from(["IS TRUE", "IS NOT TRUE", "IS FALSE"])).map(
-            lambda t: f"({t[0]}) {t[1]}"
-        ),
-        inner.map(lambda f: f"(CASE WHEN {f} THEN 1 ELSE 0 END) = 1"),
-        st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(
-            lambda t: f"({t[0]}) {t[1]} ({t[2]})"
-        ),
-    ),
+FILTERS = sql_filters(
+    {**LITERALS, "CAST(n AS BIGINT)": LITERALS["n"]},
+    comparisons=["=", "<>", "<", "IN", "NOT IN", "IS NULL", "BETWEEN"],
+    wrappers=[
+        "({}) IS TRUE",
+        "({}) IS NOT TRUE",
+        "({}) IS FALSE",
+        "(CASE WHEN {} THEN 1 ELSE 0 END) = 1",
+    ],
     max_leaves=6,
 )
 

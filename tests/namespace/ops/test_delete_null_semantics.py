@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from tests.support import sql_filters
 
 SCHEMA = pa.schema(
     [
@@ -189,41 +190,14 @@ def test_is_null_deletes_the_null_partitions_whole(template: Path, tmp_path: Pat
 
 # -- the property -----------------------------------------------------------------------------
 LITERALS = {
-    "country": ["'US'", "'DE'", "'FR'", "'XX'"],
-    "d": ["DATE '2025-01-05'", "DATE '2025-01-31'", "DATE '2025-02-07'"],
-    "n": ["-3", "1", "2", "7"],
-    "x": ["0", "5", "10"],
+    "country": ["'US'", "'DE'", "'FR'", "'XX'", "NULL"],
+    "d": ["DATE '2025-01-05'", "DATE '2025-01-31'", "DATE '2025-02-07'", "NULL"],
+    "n": ["-3", "1", "2", "7", "NULL"],
+    "x": ["0", "5", "10", "NULL"],
 }
-
-
 #: The identity partition column half the time: the filters whose truth on partition
 #: values decides a partition whole.
-COLUMNS = ["country", "country", "country", "d", "n", "x"]
-
-
-@st.composite
-def comparisons(draw: st.DrawFn) -> str:
-    column = draw(st.sampled_from(COLUMNS))
-    literal = st.sampled_from(LITERALS[column])
-    kind = draw(st.sampled_from(["=", "<>", "<", "IN", "NOT IN", "IS NULL", "IS NOT NULL"]))
-    if kind.startswith("IS"):
-        return f"{column} {kind}"
-    if kind.endswith("IN"):
-        listed = draw(st.lists(st.one_of(literal, st.just("NULL")), min_size=1, max_size=3))
-        return f"{column} {kind} ({', '.join(listed)})"
-    return f"{column} {kind} {draw(literal)}"
-
-
-FILTERS = st.recursive(
-    comparisons(),
-    lambda inner: st.one_of(
-        inner.map(lambda f: f"NOT ({f})"),
-        st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(
-            lambda t: f"({t[0]}) {t[1]} ({t[2]})"
-        ),
-    ),
-    max_leaves=4,
-)
+FILTERS = sql_filters(LITERALS, columns=["country", "country", "country", "d", "n", "x"])
 
 
 @settings(
@@ -231,7 +205,7 @@ FILTERS = st.recursive(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(filters=st.lists(st.one_of(comparisons(), FILTERS), min_size=1, max_size=3))
+@given(filters=st.lists(FILTERS, min_size=1, max_size=3))
 def test_delete_removes_exactly_the_rows_where_the_filter_is_true(
     template: Path, tmp_path_factory: pytest.TempPathFactory, filters: list[str]
 ) -> None:
