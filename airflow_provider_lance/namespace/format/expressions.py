@@ -328,7 +328,7 @@ _TRUTH_TESTS: dict[str, Any] = {
     "IsUnknown": pc.is_null,
     "IsNotUnknown": pc.is_valid,
 }
-_FLIPPED = {"AND": "OR", "OR": "AND"}
+_CONNECTIVES = ("AND", "OR")
 
 
 def values_of(frame: DataFrame, node: Any, merges: bool | None = None) -> pa.ChunkedArray:
@@ -404,7 +404,7 @@ def _connective(node: Any) -> str | None:
     if node.variant_name() != "BinaryExpr":
         return None
     op = str(node.to_variant().op()).upper()
-    return op if op in _FLIPPED else None
+    return op if op in _CONNECTIVES else None
 
 
 def _membership(node: Any) -> tuple[frozenset[str], bool] | None:
