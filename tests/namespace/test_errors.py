@@ -169,6 +169,14 @@ def test_bad_columns(populated: PartitionedNamespace, root: Path) -> None:
         InvalidArgumentError,
         "not a string",
     )
+    for read in (populated.to_table, populated.plan_scan, populated.to_pyarrow_dataset().to_table):
+        unchanged(  # as pylance: "Duplicate column name"
+            populated,
+            root,
+            lambda read=read: read(columns=["id", "country", "id"]),
+            InvalidArgumentError,
+            r"^columns names 'id' more than once; name each column once",
+        )
 
 
 @pytest.mark.parametrize(

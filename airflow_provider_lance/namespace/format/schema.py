@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -345,7 +346,14 @@ class NamespaceSchema:
             return self.active
         if isinstance(columns, str):
             raise InvalidArgumentError("columns must be a list of column names, not a string")
-        return pa.schema([self.field(c) for c in columns])
+        names = list(columns)
+        repeated = [name for name, count in Counter(names).items() if count > 1]
+        if repeated:
+            raise InvalidArgumentError(
+                f"columns names {', '.join(map(repr, repeated))} more than once; name each "
+                "column once (a Lance read refuses a repeated column too)"
+            )
+        return pa.schema([self.field(c) for c in names])
 
     def _leaf_mapping(self, leaf: pa.Schema) -> dict[str, pa.Field]:
         """Leaf column name -> active namespace field (by field id, else by name)."""
