@@ -167,11 +167,20 @@ class BoundExpression:
         except Exception as exc:
             raise ExpressionError(f"evaluating {self.sql!r} failed: {_first_line(exc)}") from exc
 
-    @cached_property
+    @property
     def merges_lists(self) -> bool:
         """Whether DataFusion's simplifier may get this expression wrong for NULL (see the
         module docstring): then it is evaluated in parts, and Lance must not evaluate it."""
-        return merges_lists(self.expr)
+        return self._list_merges.any
+
+    @property
+    def hidden_merges(self) -> bool:
+        """Whether it has a merge that cannot be taken apart (:func:`hidden_merges`)."""
+        return self._list_merges.hidden
+
+    @cached_property
+    def _list_merges(self) -> _Merges:
+        return _merges(raw(self.expr))
 
     def unplannable(self) -> tuple[Any, str] | None:
         """The smallest part of the expression DataFusion cannot plan (``DATE '2025-13-45'``),
@@ -350,8 +359,7 @@ def merges_lists(expr: Expr | Any) -> bool:
     than by a union, the one merge SQL's NULL logic allows: membership tests joined by OR,
     or non-membership tests joined by AND (a NOT between the two turns one into the other;
     one above both turns the pair and their join, so it changes nothing)."""
-    found = _merges(raw(expr))
-    return found.merges or found.hidden
+    return _merges(raw(expr)).any
 
 
 def hidden_merges(expr: Expr | Any) -> bool:
@@ -370,6 +378,10 @@ class _Merges:
     #: Its membership tests: (the columns tested, whether membership as seen from ``node``;
     #: None below an ``IS [NOT] TRUE/...``, whose NULL the union rule does not cover).
     tests: list[tuple[frozenset[str], bool | None]]
+
+    @property
+    def any(self) -> bool:
+        return self.merges or self.hidden
 
 
 def _merges(node: Any) -> _Merges:

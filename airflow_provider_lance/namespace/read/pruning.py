@@ -43,7 +43,6 @@ from airflow_provider_lance.namespace.format.expressions import (
     column_name,
     evaluate_scalar,
     function_name,
-    hidden_merges,
     is_constant,
     raw,
     root_cause,
@@ -135,7 +134,7 @@ def check_filter(sql: str, bound: BoundExpression) -> None:
     DataFusion 55 would evaluate against SQL's NULL logic (:func:`hidden_merges`)."""
     if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
         raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
-    if hidden_merges(bound.expr):
+    if bound.hidden_merges:
         raise FilterError(
             f"filter {sql!r} combines tests of the same column (IN lists, or = and <> with "
             "constants) inside a CASE or a function call, which DataFusion 55 evaluates "
