@@ -154,6 +154,16 @@ def test_bad_filters(
     unchanged(populated, root, lambda: populated.prune(filter), error, match)
 
 
+def test_columns_named_by_an_iterator_are_read_once(populated: PartitionedNamespace) -> None:
+    """The names are read once: a generator's names were consumed by the check and the read
+    returned no column at all."""
+    names = (name for name in ["country", "id"])
+    assert populated.to_table(columns=names).column_names == ["country", "id"]
+    plan = populated.plan_scan(columns=iter(["id"]))
+    assert plan.schema.names == ["id"]
+    assert plan.to_table().column_names == ["id"]
+
+
 def test_bad_columns(populated: PartitionedNamespace, root: Path) -> None:
     unchanged(
         populated,
@@ -169,6 +179,20 @@ def test_bad_columns(populated: PartitionedNamespace, root: Path) -> None:
         InvalidArgumentError,
         "not a string",
     )
+    for bad, match in [
+        (["id", ["country"]], r"column names \(strings\), got \['country'\]"),
+        ([None], r"column names \(strings\), got None"),
+        (5, "a list of column names, got int"),
+        ({"double": "id * 2"}, "computed columns.* not supported"),
+    ]:
+        for read in (populated.to_table, populated.plan_scan):
+            unchanged(
+                populated,
+                root,
+                lambda read=read, bad=bad: read(columns=bad),
+                InvalidArgumentError,
+                match,
+            )
     for read in (populated.to_table, populated.plan_scan, populated.to_pyarrow_dataset().to_table):
         unchanged(  # as pylance: "Duplicate column name"
             populated,

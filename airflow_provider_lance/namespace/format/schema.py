@@ -118,6 +118,10 @@ class NamespaceSchema:
         return pa.schema([f for f in self.arrow if not is_deprecated(f)])
 
     @functools.cached_property
+    def _active_by_name(self) -> dict[str, pa.Field]:
+        return {f.name: f for f in self.active}
+
+    @functools.cached_property
     def _by_id(self) -> dict[int | None, pa.Field]:
         return {field_id(f): f for f in self.arrow}
 
@@ -127,7 +131,7 @@ class NamespaceSchema:
 
     def field(self, name: str) -> pa.Field:
         """The active field called ``name``."""
-        found = _active_by_name(self.arrow, name)
+        found = self._active_by_name.get(name)
         if found is not None:
             return found
         dropped = any(f.name == name for f in self.arrow)
@@ -151,7 +155,7 @@ class NamespaceSchema:
     def add_column(self, field: pa.Field) -> NamespaceSchema:
         if not isinstance(field, pa.Field):
             raise SchemaError(f"add_column needs a pyarrow.Field, got {type(field).__name__}")
-        existing = _active_by_name(self.arrow, field.name)
+        existing = self._active_by_name.get(field.name)
         if existing is not None:
             raise SchemaError(
                 f"cannot add column {field.name!r}: a column of that name exists ({existing.type}, "
@@ -180,7 +184,7 @@ class NamespaceSchema:
         f = self.field(old)
         if old == new:
             return self
-        if _active_by_name(self.arrow, new) is not None:
+        if self._active_by_name.get(new) is not None:
             raise SchemaError(
                 f"cannot rename {old!r} to {new!r}: a column {new!r} exists (a duplicate column "
                 f"name); rename or drop_column {new!r} first"
@@ -342,11 +346,9 @@ class NamespaceSchema:
 
     def project(self, columns: Iterable[str] | None) -> pa.Schema:
         """The active columns named in ``columns`` (all of them for None), in that order."""
-        if columns is None:
+        names = column_names(columns)
+        if names is None:
             return self.active
-        if isinstance(columns, str):
-            raise InvalidArgumentError("columns must be a list of column names, not a string")
-        names = list(columns)
         repeated = [name for name, count in Counter(names).items() if count > 1]
         if repeated:
             raise InvalidArgumentError(
@@ -361,10 +363,36 @@ class NamespaceSchema:
         out: dict[str, pa.Field] = {}
         for lf in leaf:
             lid = field_id(lf, LEAF_FIELD_ID_KEY)
-            ns = ids.get(lid) if lid is not None else _active_by_name(self.arrow, lf.name)
+            ns = ids.get(lid) if lid is not None else self._active_by_name.get(lf.name)
             if ns is not None and not is_deprecated(ns):
                 out[lf.name] = ns
         return out
+
+
+def column_names(columns: Iterable[str] | None) -> list[str] | None:
+    """``columns`` (a list, a tuple, any iterable of names; None: all) as a list, read once;
+    :class:`InvalidArgumentError` for a string, or for an item that is not a name."""
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        raise InvalidArgumentError("columns must be a list of column names, not a string")
+    if isinstance(columns, Mapping):
+        raise InvalidArgumentError(
+            "columns must be a list of column names; a dict of SQL expressions (pylance's "
+            "computed columns) is not supported: read the columns, then compute"
+        )
+    try:
+        names = list(columns)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"columns must be a list of column names, got {type(columns).__name__}"
+        ) from None
+    odd = [name for name in names if not isinstance(name, str)]
+    if odd:
+        raise InvalidArgumentError(
+            f"columns must be column names (strings), got {odd[0]!r} among them"
+        )
+    return names
 
 
 @dataclass(frozen=True)
@@ -413,10 +441,6 @@ def pandas_index_columns(schema: pa.Schema) -> list[str]:
     except (ValueError, AttributeError):
         return []
     return [c for c in index if isinstance(c, str) and c in schema.names]
-
-
-def _active_by_name(schema: pa.Schema, name: str) -> pa.Field | None:
-    return next((f for f in schema if f.name == name and not is_deprecated(f)), None)
 
 
 def _narrower(stored: pa.DataType, wanted: pa.DataType) -> bool:

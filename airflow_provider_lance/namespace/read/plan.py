@@ -24,14 +24,14 @@ import pyarrow as pa
 from airflow_provider_lance.namespace.errors import ExpressionError, FilterError
 from airflow_provider_lance.namespace.format.arrow_json import type_from_json, type_to_json
 from airflow_provider_lance.namespace.format.expressions import BoundExpression
-from airflow_provider_lance.namespace.format.schema import NamespaceSchema
+from airflow_provider_lance.namespace.format.schema import NamespaceSchema, column_names
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition, ReadAt
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.io.storage_options import StorageOptionValue
 from airflow_provider_lance.namespace.results import typed_values
 
 from .pruning import Pred, holds_for_kept_partitions, parse_filter
-from .scan import filter_columns, open_leaf, read_partition
+from .scan import open_leaf, read_partition
 
 T = TypeVar("T")
 StorageOptions = Mapping[str, StorageOptionValue | None] | None
@@ -57,7 +57,7 @@ class RowFilter:
     @cached_property
     def columns(self) -> list[str]:
         """The namespace columns the filter reads, sorted."""
-        return filter_columns(self.bound)
+        return list(self.bound.columns)
 
     def filter(self, table: pa.Table | pa.RecordBatch) -> pa.Table:
         """The rows of ``table`` the filter is true for."""
@@ -376,6 +376,7 @@ def plan_scan(
     target_tasks: int | None = None,
 ) -> ScanPlan:
     """The plan reading ``partitions``; see ``PartitionedNamespace.plan_scan``."""
+    columns = column_names(columns)  # read once (an iterator too)
     state.schema.project(columns)  # the names are checked before anything is read
     scan = Scan(
         state.root,
