@@ -67,7 +67,7 @@ from airflow_provider_lance.namespace.read.dataset import NamespaceDataset
 from airflow_provider_lance.namespace.read.fulltext import TextQueryLike
 from airflow_provider_lance.namespace.read.history import History
 from airflow_provider_lance.namespace.read.plan import ScanPlan, plan_scan
-from airflow_provider_lance.namespace.read.pruned import PruneCache
+from airflow_provider_lance.namespace.read.pruned import PlanCache, PruneCache
 from airflow_provider_lance.namespace.read.scan import open_leaf
 from airflow_provider_lance.namespace.read.search import Search as _Search
 from airflow_provider_lance.namespace.read.timetravel import (
@@ -134,8 +134,10 @@ class PartitionedNamespace:
         self._history = History(manifest)
         #: Orders :meth:`_adopt`\ s of writes from several threads (none goes back).
         self._adopting = threading.Lock()
-        #: What filters pruned to, per ``__manifest`` version (a read repeated skips it).
+        #: What filters pruned to, and the plans of reads of the latest versions, per
+        #: ``__manifest`` version (a read repeated skips the prune and the planning).
         self._pruned = PruneCache()
+        self._plans = PlanCache()
 
     # -- lifecycle ---------------------------------------------------------------------
     @classmethod
@@ -444,8 +446,14 @@ class PartitionedNamespace:
         fragments: bool = False,
         target_tasks: int | None = None,
     ) -> ScanPlan:
+        latest = as_of is None and version is None and not fragments and target_tasks is None
+        if latest:
+            held = self._state
+            kept_plan = self._plans.get(held.version, filter, columns)
+            if kept_plan is not None and held.view.is_latest():
+                return kept_plan
         state, kept = self._resolve(as_of, version, filter)
-        return plan_scan(
+        plan = plan_scan(
             self._storage,
             state,
             kept,
@@ -454,6 +462,9 @@ class PartitionedNamespace:
             fragments=fragments,
             target_tasks=target_tasks,
         )
+        if latest:
+            self._plans.keep(plan)
+        return plan
 
     def to_batches(
         self,
@@ -499,13 +510,7 @@ class PartitionedNamespace:
         plan = self._plan(filter, columns, as_of, version)
         failpoint("read.resolved")
         search = _Search(nearest, full_text_query, prefilter, limit)
-        reader = pa.RecordBatchReader.from_batches(
-            search.schema(plan), search.run(plan, batch_size)
-        )
-        if progress is None:
-            return reader
-        batches = iterate_reporting(progress, "read", iter(reader))
-        return pa.RecordBatchReader.from_batches(reader.schema, batches)
+        return _reader(plan, search, batch_size, progress)
 
     def to_table(
         self,
@@ -528,17 +533,13 @@ class PartitionedNamespace:
         ``_score``, ranked with the term statistics of all searched partitions (``limit``:
         the best ones). The filter prunes partitions first; what it leaves is applied inside
         each leaf before ranking with ``prefilter=True``, else to the top rows after."""
-        return self.to_reader(
-            columns=columns,
-            filter=filter,
-            as_of=as_of,
-            version=version,
-            progress=progress,
-            nearest=nearest,
-            full_text_query=full_text_query,
-            prefilter=prefilter,
-            limit=limit,
-        ).read_all()
+        check_callback(progress)
+        plan = self._plan(filter, columns, as_of, version)
+        failpoint("read.resolved")
+        search = _Search(nearest, full_text_query, prefilter, limit)
+        if search.searching and progress is None:
+            return search.top(plan)
+        return _reader(plan, search, None, progress).read_all()
 
     def count_rows_of(self, partition: Partition) -> int:
         """Rows of one partition at its published ``read_version``."""
@@ -958,3 +959,14 @@ class PartitionedNamespace:
     def transactions(self) -> list[TransactionInfo]:
         """Every recorded transaction and its state, oldest first (for operators)."""
         return transactions.listing(self._txn)
+
+
+def _reader(
+    plan: ScanPlan, search: _Search, batch_size: int | None, progress: ProgressCallback | None
+) -> pa.RecordBatchReader:
+    """``search``'s rows of ``plan`` as a reader (``progress`` hears the batches read)."""
+    reader = pa.RecordBatchReader.from_batches(search.schema(plan), search.run(plan, batch_size))
+    if progress is None:
+        return reader
+    batches = iterate_reporting(progress, "read", iter(reader))
+    return pa.RecordBatchReader.from_batches(reader.schema, batches)

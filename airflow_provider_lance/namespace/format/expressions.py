@@ -167,6 +167,12 @@ class BoundExpression:
         except Exception as exc:
             raise ExpressionError(f"evaluating {self.sql!r} failed: {_first_line(exc)}") from exc
 
+    @cached_property
+    def columns(self) -> tuple[str, ...]:
+        """The columns the expression names, sorted."""
+        names = {column_name(n) for n in walk(raw(self.expr))}
+        return tuple(sorted(n for n in names if n))
+
     @property
     def merges_lists(self) -> bool:
         """Whether DataFusion's simplifier may get this expression wrong for NULL (see the

@@ -299,8 +299,10 @@ class Storage:
         raised. Progress is reported as ``step``; a call from a storage thread runs inline.
         """
         items = items if isinstance(items, Sequence) else list(items)  # (a set, dict keys)
+        if len(items) <= 1:  # nothing to report or to overlap
+            return [fn(item) for item in items]
         reporter = progress.current()
-        if len(items) <= 1 or self.concurrency == 1 or getattr(_worker, "active", False):
+        if self.concurrency == 1 or getattr(_worker, "active", False):
             return _inline(fn, items, progress.Ticker(reporter, len(items), step))
         results: list[Any] = [None] * len(items)
         errors: dict[int, BaseException] = {}

@@ -25,7 +25,7 @@ from airflow_provider_lance.namespace.format.state import NamespaceState, Partit
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import coverage, partition_filter, pruned_rows
 from airflow_provider_lance.namespace.read.pruning import parse_filter
-from airflow_provider_lance.namespace.read.scan import filter_columns, lance_filter
+from airflow_provider_lance.namespace.read.scan import lance_filter
 
 from .runner import ComputedChange, Selection, TableOperation, outcome
 
@@ -81,7 +81,7 @@ class DeleteRows(TableOperation):
         residual = parse_filter(self.filter, state.schema)[0]
         leaf = self.storage.table(partition.location, base)
         fragments = leaf.get_fragments()
-        plan = state.schema.read_plan(leaf.schema, filter_columns(residual))
+        plan = state.schema.read_plan(leaf.schema, residual.columns)
         sql = lance_filter(residual, plan, leaf.schema)
         updated: list[FragmentMetadata] = []
         deleted: list[int] = []

@@ -41,7 +41,6 @@ from .pruning import (
     pc_or,
     unknown_name,
 )
-from .scan import filter_columns
 
 
 def pruned_rows(state: NamespaceState, filter: str | None) -> pa.Table:
@@ -85,7 +84,7 @@ class Coverage:
 def coverage(state: NamespaceState, filter: str, candidates: pa.Table) -> Coverage:
     """Decide ``filter`` strictly for the ``candidates`` rows of ``state.tables``."""
     bound, _ = parse_filter(filter, state.schema)
-    names = filter_columns(bound)
+    names = bound.columns
     covered, excluded, undecided = set[str](), set[str](), set[str]()
     for version in state.specs:
         rows = candidates.filter(pc.equal(candidates.column(SPEC_COLUMN), version))
@@ -115,7 +114,7 @@ def _truths(
     ``__manifest`` column), and combined through ``AND``, ``OR`` and ``NOT`` (Kleene's logic) where
     only some of a sub-expression's columns are; ``_UNKNOWN`` where the rows must decide."""
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
-    for name in filter_columns(bound):
+    for name in bound.columns:
         dtype = state.schema.field(name).type
         if name in known:
             columns[name] = rows.column(known[name]).cast(dtype)
@@ -204,7 +203,7 @@ def partition_filter(state: NamespaceState, filter: str) -> pa.Table:
     tables = state.tables
     if tables.num_rows == 0:
         return tables
-    values = {n: tables.column(n) for n in filter_columns(bound)}
+    values = {n: tables.column(n) for n in bound.columns}
     values = values or {"__partition": pa.nulls(tables.num_rows, pa.int8())}
     try:
         truth = bound.evaluate(pa.table(values))

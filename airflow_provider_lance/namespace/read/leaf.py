@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar, cast
 
@@ -28,7 +27,8 @@ from airflow_provider_lance.namespace.io.storage import (
 )
 
 from .plan import ScanTask
-from .scan import _retention_checked, filter_columns, lance_filter, open_leaf
+from .remembered import Remembered
+from .scan import lance_filter, leaf_cleaned_up, open_leaf
 
 R = TypeVar("R")
 ROW_ID = "_rowid"
@@ -42,28 +42,24 @@ class KeptPerStorage(Generic[K, R]):
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._kept: weakref.WeakKeyDictionary[Storage, OrderedDict[K, R]] = (
+        self._kept: weakref.WeakKeyDictionary[Storage, Remembered[K, R]] = (
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
 
+    def _of(self, storage: Storage) -> Remembered[K, R]:
+        with self._lock:
+            kept = self._kept.get(storage)
+            if kept is None:
+                kept = self._kept[storage] = Remembered(self.size)
+            return kept
+
     def get(self, storage: Storage, key: K, make: Callable[[], R]) -> R:
-        with self._lock:
-            kept = self._kept.setdefault(storage, OrderedDict())
-            if key in kept:
-                kept.move_to_end(key)
-                return kept[key]
-        value = make()
-        with self._lock:
-            kept[key] = value
-            while len(kept) > self.size:
-                kept.popitem(last=False)
-        return value
+        return self._of(storage).get_or_make(key, make)
 
     def kept(self, storage: Storage) -> list[R]:
         """The values kept for ``storage``, least recently used first."""
-        with self._lock:
-            return list(self._kept.get(storage, {}).values())
+        return self._of(storage).values()
 
 
 #: Leaf versions kept open per storage (small: their indexes are in the storage's session).
@@ -178,31 +174,37 @@ class Leaf:
 
     def guarded(self, call: Callable[[], R]) -> R:
         """``call()``, its Lance failures as project errors naming the partition."""
-        partition = self.task.partition
         try:
-            with _retention_checked(self.task.scan.storage, partition):
-                return call()
+            return call()
         except LanceNamespaceError:
             raise
-        except (ValueError, TypeError) as exc:
-            if is_missing(exc):
-                raise TableNotFoundError(
-                    f"partition {partition.object_id} cannot be read at {partition.location} "
-                    f"version {partition.read_version}: {first_line(exc)}; a file of it is "
-                    "gone (removed outside the namespace?)"
-                ) from exc
-            raise InvalidArgumentError(
-                f"searching partition {partition.object_id} ({partition.location}) failed: "
-                f"{first_line(exc)}"
-            ) from exc
-        except OSError as exc:
-            raise storage_error("search", self.table.uri, exc) from exc
+        except (ValueError, TypeError, OSError) as exc:
+            raise self._failure(exc) from exc
+
+    def _failure(self, exc: ValueError | TypeError | OSError) -> LanceNamespaceError:
+        """What a Lance failure of this leaf's search means, as a project error."""
+        partition = self.task.partition
+        gone = leaf_cleaned_up(self.task.scan.storage, partition, exc)
+        if gone is not None:  # retention removed a file of it meanwhile
+            return gone
+        if isinstance(exc, OSError):
+            return storage_error("search", self.table.uri, exc)
+        if is_missing(exc):
+            return TableNotFoundError(
+                f"partition {partition.object_id} cannot be read at {partition.location} "
+                f"version {partition.read_version}: {first_line(exc)}; a file of it is "
+                "gone (removed outside the namespace?)"
+            )
+        return InvalidArgumentError(
+            f"searching partition {partition.object_id} ({partition.location}) failed: "
+            f"{first_line(exc)}"
+        )
 
 
 def _row_id_filter(leaf: Leaf, residual: BoundExpression) -> str | None:
     """A Lance filter of the row ids of ``leaf`` that ``residual`` holds for (None: none)."""
     schema = leaf.task.scan.namespace_schema
-    plan = schema.read_plan(leaf.table.schema, filter_columns(residual))
+    plan = schema.read_plan(leaf.table.schema, residual.columns)
     rows = leaf.table.to_table(columns=plan.leaf_columns, with_row_id=True)
     mask = pc.fill_null(residual.evaluate(plan.apply(rows)), False).combine_chunks()
     ids = rows.column(ROW_ID).filter(mask).to_pylist()

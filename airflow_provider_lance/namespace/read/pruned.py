@@ -1,24 +1,26 @@
-"""The partitions a filter keeps, remembered per ``__manifest`` version (:class:`PruneCache`).
+"""What a filter prunes to, and the plans made of it, remembered per ``__manifest`` version.
 
-A ``__manifest`` version never changes, so what a filter prunes it to never does either: a
-handle that reads the same filter again (a search service asking for one date) skips the
-prune. The key is the version (and whether the reader named it, which its errors say), so
-a new publish is a new key and is never hidden. Results of many partitions are not kept:
-they cost more memory than their prune.
+A ``__manifest`` version never changes, so neither does what a filter prunes it to, nor the
+plan of a read of it: a handle that reads the same filter again (a search service asking for
+one date) skips the prune (:class:`PruneCache`) and the planning (:class:`PlanCache`). The
+key is the version (and whether the reader named it, which its errors say), so a new
+publish is a new key and is never hidden. Results of many partitions are not kept: they
+cost more memory than their prune.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+from collections.abc import Sequence
 
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 
 from .coverage import pruned_rows
+from .plan import ScanPlan
+from .remembered import Remembered
 
-#: Prune results a handle keeps.
+#: Prune results (and plans) a handle keeps.
 ENTRIES = 256
-#: Partitions the kept results hold in all (a larger result is not kept).
+#: Partitions the kept results (and plans) hold in all (a larger result is not kept).
 PARTITIONS = 1 << 16
 
 
@@ -34,10 +36,9 @@ class PruneCache:
     partitions in all; safe to share between threads."""
 
     def __init__(self, entries: int = ENTRIES, partitions: int = PARTITIONS) -> None:
-        self.entries, self.partitions = entries, partitions
-        self._kept: OrderedDict[tuple[int, bool, str], tuple[Partition, ...]] = OrderedDict()
-        self._held = 0
-        self._lock = threading.Lock()
+        self._kept: Remembered[tuple[int, bool, str], tuple[Partition, ...]] = Remembered(
+            entries, partitions, len
+        )
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -48,13 +49,8 @@ class PruneCache:
         state that is no longer the latest may not have any more)."""
         if filter is None:
             return None
-        key = (state.version, state.pinned, filter)
-        with self._lock:
-            kept = self._kept.get(key)
-            if kept is None:
-                return None
-            self._kept.move_to_end(key)
-        return list(kept)
+        kept = self._kept.get((state.version, state.pinned, filter))
+        return None if kept is None else list(kept)
 
     def prune(self, state: NamespaceState, filter: str | None) -> list[Partition]:
         """:func:`prune`, from the kept result when there is one (then kept)."""
@@ -64,14 +60,47 @@ class PruneCache:
         if kept is not None:
             return kept
         found = prune(state, filter)
-        if len(found) <= self.partitions:
-            self._keep((state.version, state.pinned, filter), tuple(found))
+        self._kept.keep((state.version, state.pinned, filter), tuple(found))
         return found
 
-    def _keep(self, key: tuple[int, bool, str], found: tuple[Partition, ...]) -> None:
-        with self._lock:
-            old = self._kept.pop(key, None)
-            self._held += len(found) - (0 if old is None else len(old))
-            self._kept[key] = found
-            while len(self._kept) > self.entries or self._held > self.partitions:
-                self._held -= len(self._kept.popitem(last=False)[1])
+
+PlanKey = tuple[int, str | None, tuple[str, ...] | None]
+
+
+class PlanCache:
+    """The last ``entries`` plans of reads of one namespace's latest versions (no data files
+    listed, not split), holding at most ``partitions`` tasks in all; safe to share between
+    threads."""
+
+    def __init__(self, entries: int = ENTRIES, partitions: int = PARTITIONS) -> None:
+        self._kept: Remembered[PlanKey, ScanPlan] = Remembered(
+            entries, partitions, lambda plan: len(plan.tasks)
+        )
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(
+        self, version: int, filter: object, columns: Sequence[object] | None
+    ) -> ScanPlan | None:
+        """The kept plan of ``filter`` and ``columns`` on ``version`` (None: none)."""
+        key = _key(version, filter, columns)
+        return None if key is None else self._kept.get(key)
+
+    def keep(self, plan: ScanPlan) -> None:
+        """Keep ``plan`` (made for the latest version, with no data files listed)."""
+        scan = plan.scan
+        key = _key(scan.manifest_version, scan.filter, scan.columns)
+        if key is not None:
+            self._kept.keep(key, plan)
+
+
+def _key(version: int, filter: object, columns: Sequence[object] | None) -> PlanKey | None:
+    """The key of a plan (None: arguments a plan is never made of, which are not kept)."""
+    if filter is not None and not isinstance(filter, str):
+        return None
+    if columns is None:
+        return version, filter, None
+    if not isinstance(columns, list | tuple) or not all(isinstance(c, str) for c in columns):
+        return None
+    return version, filter, tuple(columns)

@@ -20,11 +20,9 @@ import functools
 import math
 import operator
 import re
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import Any, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,6 +50,8 @@ from airflow_provider_lance.namespace.format.expressions import (
 from airflow_provider_lance.namespace.format.manifest import prunes_in_scan
 from airflow_provider_lance.namespace.format.schema import NamespaceSchema, field_id, is_deprecated
 from airflow_provider_lance.namespace.format.spec import PartitionField, bound_expression, evaluator
+
+from .remembered import Remembered
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
 _NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "=": "!=", "!=": "="}
@@ -82,38 +82,22 @@ class Or:
 Pred = Union[Leaf, And, Or, bool]  # noqa: UP007 - a runtime alias, not an annotation
 
 
-_PARSED: OrderedDict[tuple[str, NamespaceSchema], tuple[BoundExpression, Pred]] = OrderedDict()
+#: Filters parsed, and whether they hold for a spec's kept partitions, remembered.
 _PARSED_MAX = 512
-_PARSED_LOCK = threading.Lock()
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-def _remembered(kept: OrderedDict[K, V], key: K, make: Callable[[], V]) -> V:
-    """``kept[key]``, made by ``make`` (outside the lock) when it is not kept; the last
-    :data:`_PARSED_MAX` are kept."""
-    with _PARSED_LOCK:
-        if key in kept:
-            kept.move_to_end(key)
-            return kept[key]
-    value = make()
-    with _PARSED_LOCK:
-        kept[key] = value
-        while len(kept) > _PARSED_MAX:
-            kept.popitem(last=False)
-    return value
+_PARSED: Remembered[tuple[str, NamespaceSchema], tuple[BoundExpression, Pred]] = Remembered(
+    _PARSED_MAX
+)
 
 
 def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
     """Bind ``sql`` to the namespace columns and translate it for pruning (the last
     :data:`_PARSED_MAX` filters parsed are remembered)."""
-    return _remembered(_PARSED, (sql, schema), lambda: _parse_filter(sql, schema))
+    return _PARSED.get_or_make((sql, schema), lambda: _parse_filter(sql, schema))
 
 
 def is_parsed(sql: str, schema: NamespaceSchema) -> bool:
     """Whether :func:`parse_filter` remembers ``sql`` (returns it without DataFusion)."""
-    with _PARSED_LOCK:
-        return (sql, schema) in _PARSED
+    return (sql, schema) in _PARSED
 
 
 def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
@@ -385,7 +369,9 @@ _and = functools.partial(_combine, kind=And)
 _or = functools.partial(_combine, kind=Or)
 
 
-_HOLDS: OrderedDict[tuple[str, NamespaceSchema, tuple[PartitionField, ...]], bool] = OrderedDict()
+_HOLDS: Remembered[tuple[str, NamespaceSchema, tuple[PartitionField, ...]], bool] = Remembered(
+    _PARSED_MAX
+)
 
 
 def holds_for_kept_partitions(
@@ -397,7 +383,7 @@ def holds_for_kept_partitions(
     IN`` once negations are pushed down (a NULL partition passes those in the pruner). The
     last :data:`_PARSED_MAX` answers are remembered."""
     key = (bound.sql, schema, tuple(fields))
-    return _remembered(_HOLDS, key, lambda: _holds(bound, pred, fields, schema))
+    return _HOLDS.get_or_make(key, lambda: _holds(bound, pred, fields, schema))
 
 
 def _holds(

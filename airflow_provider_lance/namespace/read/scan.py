@@ -22,12 +22,7 @@ from airflow_provider_lance.namespace.errors import (
     TableNotFoundError,
     VersionCleanedUp,
 )
-from airflow_provider_lance.namespace.format.expressions import (
-    BoundExpression,
-    column_name,
-    raw,
-    walk,
-)
+from airflow_provider_lance.namespace.format.expressions import BoundExpression
 from airflow_provider_lance.namespace.format.schema import NamespaceSchema, ReadPlan
 from airflow_provider_lance.namespace.format.state import (
     Partition,
@@ -78,16 +73,10 @@ def leaf_cleaned_up(
     )
 
 
-def filter_columns(bound: BoundExpression) -> list[str]:
-    """The columns ``bound`` names, sorted."""
-    names = {column_name(n) for n in walk(raw(bound.expr))}
-    return sorted(n for n in names if n)
-
-
 def read_columns(output: pa.Schema, residual: BoundExpression | None) -> list[str]:
     """The columns a read of ``output`` filtered by ``residual`` needs, ``output``'s first."""
     names = list(output.names)
-    extra = [] if residual is None else filter_columns(residual)
+    extra = () if residual is None else residual.columns
     return names + [c for c in extra if c not in names]
 
 
@@ -244,7 +233,7 @@ def _pushable(residual: BoundExpression, plan: ReadPlan, leaf: pa.Schema) -> boo
         plan.sources.get(n) == n
         and n in leaf.names
         and leaf.field(n).type == plan.target.field(n).type
-        for n in filter_columns(residual)
+        for n in residual.columns
     )
 
 

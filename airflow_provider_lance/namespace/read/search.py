@@ -11,6 +11,7 @@ the term statistics of all searched leaves (:mod:`.fulltext`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -130,23 +131,6 @@ class Searcher(Protocol):
         """The leaf's best ``limit`` rows: ``columns``, the rank, ``_rowid`` (None: none)."""
 
 
-def search(
-    plan: ScanPlan,
-    *,
-    nearest: Mapping[str, Any] | None = None,
-    full_text_query: TextQueryLike | None = None,
-    prefilter: bool = False,
-    limit: int | None = None,
-) -> pa.Table:
-    """The global top rows of ``plan``'s partitions for ``nearest`` (k by ``_distance``,
-    at most ``limit``) or ``full_text_query`` (by ``_score``, all matches or ``limit``),
-    in the plan's schema plus the rank column. Bad input raises a project error."""
-    found = search_leaves(
-        plan, nearest=nearest, full_text_query=full_text_query, prefilter=prefilter, limit=limit
-    )
-    return found.merge(plan.schema)
-
-
 @dataclass(frozen=True)
 class Top:
     """A leaf's best rows (namespace columns, the rank, the row id), its partition id, and
@@ -189,9 +173,10 @@ class Found:
         order = "descending" if self.descending else "ascending"
         if len(self.tops) == 1:
             rows = self.tops[0].rows
-            ranks = rows.column(self.rank).to_numpy()
-            steps = np.diff(ranks)
-            if bool(np.all(steps < 0 if self.descending else steps > 0)):
+            column = rows.column(self.rank)
+            ranks = column.to_pylist()
+            before = operator.gt if self.descending else operator.lt
+            if column.null_count == 0 and all(map(before, ranks, ranks[1:])):
                 return rows, None  # no tie (Lance ranked them)
             return rows, pc.sort_indices(rows, [(self.rank, order), (ROW_ID, "ascending")])
         rows = pa.concat_tables(
@@ -214,43 +199,6 @@ class Found:
 
 def _typed(column: pa.ChunkedArray, dtype: pa.DataType) -> pa.ChunkedArray:
     return column if column.type == dtype else column.cast(dtype)
-
-
-def search_leaves(
-    plan: ScanPlan,
-    *,
-    nearest: Mapping[str, Any] | None = None,
-    full_text_query: TextQueryLike | None = None,
-    prefilter: bool = False,
-    limit: int | None = None,
-) -> Found:
-    """Each leaf's best rows for :func:`search` (searched ``concurrency`` at a time)."""
-    if (nearest is None) == (full_text_query is None):
-        raise InvalidArgumentError(
-            "give nearest= or full_text_query= (one of them, not both), e.g. "
-            "nearest={'column': 'vector', 'q': [...], 'k': 10}"
-        )
-    if not isinstance(prefilter, bool):
-        raise InvalidArgumentError(f"prefilter must be True or False, got {prefilter!r}")
-    limit = None if limit is None else whole_number(limit, "limit", 0)
-    schema = plan.scan.namespace_schema
-    query: Searcher
-    if nearest is not None:
-        vector = VectorSearch(nearest, schema)
-        query, limit = vector, vector.k if limit is None else min(limit, vector.k)
-    else:
-        query = fulltext.TextSearch(full_text_query, schema)
-    if limit == 0:  # as pylance's: no rows, the search checked all the same
-        return Found(query.rank, query.descending, 0, [])
-    leaves = _open_leaves(plan, query.columns, prefilter)
-    storage = plan.scan.storage
-
-    def each(call: Callable[[Leaf], R], leaves: Sequence[Leaf]) -> list[R]:
-        return storage.map(lambda leaf: leaf.guarded(lambda: call(leaf)), leaves)
-
-    query.prepare(leaves, each, prefilter)
-    found = each(lambda leaf: _leaf_top(leaf, query, limit), leaves)
-    return Found(query.rank, query.descending, limit, [t for t in found if t is not None])
 
 
 def _open_leaves(plan: ScanPlan, searched: Sequence[str], prefilter: bool) -> list[Leaf]:
@@ -337,6 +285,11 @@ class Search:
         self.limit = None if limit is None else whole_number(limit, "limit", 0)
         if not isinstance(prefilter, bool):
             raise InvalidArgumentError(f"prefilter must be True or False, got {prefilter!r}")
+        if nearest is not None and full_text_query is not None:
+            raise InvalidArgumentError(
+                "give nearest= or full_text_query= (one of them, not both), e.g. "
+                "nearest={'column': 'vector', 'q': [...], 'k': 10}"
+            )
         if nearest is None and full_text_query is None and prefilter:
             raise InvalidArgumentError(
                 "prefilter applies to a search: nearest= or full_text_query="
@@ -357,11 +310,35 @@ class Search:
         """The plan's rows (the first ``limit``), or the search's top rows (searched now)."""
         if not self.searching:
             return first_rows(plan.to_batches(batch_size), self.limit)
-        found = search(
-            plan,
-            nearest=self.nearest,
-            full_text_query=self.full_text_query,
-            prefilter=self.prefilter,
-            limit=self.limit,
-        )
-        return iter(found.to_batches(max_chunksize=batch_size))
+        return iter(self.top(plan).to_batches(max_chunksize=batch_size))
+
+    def top(self, plan: ScanPlan) -> pa.Table:
+        """The global top rows of ``plan``'s partitions for ``nearest`` (k by
+        ``_distance``, at most ``limit``) or ``full_text_query`` (by ``_score``, all
+        matches or ``limit``), in the plan's schema plus the rank column. Bad input raises a
+        project error."""
+        return self.found(plan).merge(plan.schema)
+
+    def found(self, plan: ScanPlan) -> Found:
+        """Each leaf's best rows for :meth:`top` (searched ``concurrency`` at a time)."""
+        schema = plan.scan.namespace_schema
+        query: Searcher
+        limit = self.limit
+        if self.nearest is not None:
+            vector = VectorSearch(self.nearest, schema)
+            query, limit = vector, vector.k if limit is None else min(limit, vector.k)
+        elif self.full_text_query is not None:
+            query = fulltext.TextSearch(self.full_text_query, schema)
+        else:
+            raise InvalidArgumentError("give nearest= or full_text_query= to search")
+        if limit == 0:  # as pylance's: no rows, the search checked all the same
+            return Found(query.rank, query.descending, 0, [])
+        leaves = _open_leaves(plan, query.columns, self.prefilter)
+        storage = plan.scan.storage
+
+        def each(call: Callable[[Leaf], R], leaves: Sequence[Leaf]) -> list[R]:
+            return storage.map(lambda leaf: leaf.guarded(lambda: call(leaf)), leaves)
+
+        query.prepare(leaves, each, self.prefilter)
+        found = each(lambda leaf: _leaf_top(leaf, query, limit), leaves)
+        return Found(query.rank, query.descending, limit, [t for t in found if t is not None])

@@ -1,7 +1,9 @@
-"""A handle remembers what a filter pruned to, per ``__manifest`` version (``read/pruned.py``):
-a read repeated on a handle held open (a search service asking for one date) skips the
-prune. What must hold: a publish is never hidden (the key is the version), searches and
-plain reads see a write made between two of them, and the cache stays within its bounds.
+"""A handle remembers what a filter pruned to, and the plans of its reads, per ``__manifest``
+version (``read/pruned.py``): a read repeated on a handle held open (a search service asking
+for one date) skips the prune and the planning. What must hold: a publish is never hidden
+(the key is the version), searches and plain reads see a write or a schema change made
+between two of them, a plan is never served for other arguments, and the caches stay within
+their bounds.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
-from airflow_provider_lance.namespace.read.pruned import PruneCache, prune
+from airflow_provider_lance.namespace.read.pruned import PlanCache, PruneCache, prune
 from tests.support import tagged_rows
 
 DIM = 4
@@ -103,3 +105,53 @@ def test_the_cache_keeps_results_per_version_within_its_bounds(
     assert held <= 3
     seeded.write(tagged_rows("later", [4], 1, first_id=30))
     assert cache.get(seeded.state(), "part IN (4, 5)") is None  # another version
+
+
+def test_a_schema_change_between_two_reads_is_seen(seeded: PartitionedNamespace) -> None:
+    """Another handle adds a column between two identical reads of every column."""
+    handle = PartitionedNamespace.open(seeded.uri)
+    assert handle.to_table(filter="part = 1").column_names == ["id", "part", "tag"]
+    seeded.add_column(pa.field("score", pa.float64()))
+    again = handle.to_table(filter="part = 1")
+    assert again.column_names == ["id", "part", "tag", "score"]
+    assert again.column("score").null_count == again.num_rows
+
+
+def test_a_kept_plan_is_never_served_for_other_arguments(seeded: PartitionedNamespace) -> None:
+    handle = PartitionedNamespace.open(seeded.uri)
+    plan = handle.plan_scan("part = 1", ["id"])
+    assert handle.plan_scan("part = 1", ["id"]) is plan  # the same read: kept
+    assert handle.plan_scan("part = 1", ("id",)) is plan  # the same names
+    assert handle.plan_scan("part = 1", ["id", "tag"]).schema.names == ["id", "tag"]
+    assert handle.plan_scan("part = 2", ["id"]).tasks[0].partition.values == {"part": 2}
+    assert handle.plan_scan(None, ["id"]).scan.filter is None
+    listed = handle.plan_scan("part = 1", ["id"], fragments=True)
+    assert listed is not plan
+    assert listed.tasks[0].fragments
+    split = handle.plan_scan("part = 1", ["id"], target_tasks=4)
+    assert split is not plan
+    before = handle.version
+    seeded.write(tagged_rows("new", [1], 1, first_id=10))
+    fresh = handle.plan_scan("part = 1", ["id"])
+    assert fresh is not plan
+    assert fresh.manifest_version == before + 1
+    assert handle.plan_scan("part = 1", ["id"], as_of=before).manifest_version == before
+
+
+def test_the_plan_cache_stays_within_its_bounds(seeded: PartitionedNamespace) -> None:
+    seeded.write(tagged_rows("more", [3, 4, 5], 1, first_id=10))
+    cache = PlanCache(entries=2, partitions=3)
+    plans = {f: seeded.plan_scan(f) for f in ("part = 1", "part >= 2", "part = 2", "part = 3")}
+    version = seeded.version
+    cache.keep(plans["part = 1"])
+    assert cache.get(version, "part = 1", None) is plans["part = 1"]
+    assert cache.get(version + 1, "part = 1", None) is None
+    assert cache.get(version, "part = 1", ["id"]) is None
+    cache.keep(plans["part >= 2"])  # 4 tasks, more than 3: not kept
+    assert cache.get(version, "part >= 2", None) is None
+    cache.keep(plans["part = 2"])
+    cache.keep(plans["part = 3"])
+    assert len(cache) == 2
+    assert cache.get(version, "part = 1", None) is None  # the least recently used went first
+    assert cache.get(version, "part = 3", None) is plans["part = 3"]
+    assert cache.get(version, "part = 3", iter(["id"])) is None  # an iterator is not read

@@ -27,7 +27,7 @@ from airflow_provider_lance.namespace import (
     StorageError,
     TableNotFoundError,
 )
-from airflow_provider_lance.namespace.read.search import search_leaves
+from airflow_provider_lance.namespace.read.search import Search
 from tests.support import examples
 
 DIM = 8
@@ -214,7 +214,7 @@ def test_each_leaf_returns_at_most_k_rows(
 ) -> None:
     ns, _ = searched
     plan = ns.plan_scan()
-    found = search_leaves(plan, nearest={"column": "vec", "q": query(8), "k": 3})
+    found = Search({"column": "vec", "q": query(8), "k": 3}, None, False, None).found(plan)
     assert len(found.tops) == len(plan.tasks) == 24
     assert all(t.rows.num_rows == 3 for t in found.tops)
     assert found.merge(plan.schema) == ns.to_table(nearest={"column": "vec", "q": query(8), "k": 3})
