@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
+from lance.dataset import Session  # type: ignore[attr-defined]
 
 from airflow_provider_lance.namespace.admin import evolution
 from airflow_provider_lance.namespace.admin.maintenance import (
@@ -149,10 +150,14 @@ class PartitionedNamespace:
         storage_options: StorageOptions = None,
         *,
         concurrency: int | None = None,
+        session: Session | None = None,
     ) -> PartitionedNamespace:
         """Create a namespace at ``uri``; an error if anything already exists there.
         ``concurrency`` bounds the leaf tables written, committed or opened at once (default
-        8 on a local disk, 32 on an object store)."""
+        8 on a local disk, 32 on an object store). ``session``: the ``lance.Session`` whose
+        caches searches keep the leaves' indexes and metadata in, e.g.
+        ``lance.Session(index_cache_size_bytes=4 << 30)`` (default: one per handle, capped at
+        16 GiB of indexes and 256 MiB of metadata by Lance's count)."""
         root = normalize_root(uri)
         ns_schema = NamespaceSchema.from_user_schema(schema)
         fields = resolve_spec(partition_fields, ns_schema, {}, RESERVED_COLUMNS)
@@ -160,12 +165,13 @@ class PartitionedNamespace:
         first = pa.Table.from_pylist(
             [row(spec_namespace_id(1), NAMESPACE, metadata="{}")], schema=manifest_schema(columns)
         )
-        manifest = Manifest(Storage(root, storage_options, concurrency=concurrency))
+        storage = Storage(root, storage_options, concurrency=concurrency, session=session)
+        manifest = Manifest(storage)
         manifest.create({SCHEMA_KEY: ns_schema.to_json(), spec_key(1): spec_to_json(fields)}, first)
         log.info(
             "created partitioned namespace %s partitioned by %s", root, [f.name for f in fields]
         )
-        return cls.open(root, storage_options, concurrency=concurrency)
+        return cls.open(root, storage_options, concurrency=concurrency, session=session)
 
     @classmethod
     def open(
@@ -174,10 +180,12 @@ class PartitionedNamespace:
         storage_options: StorageOptions = None,
         *,
         concurrency: int | None = None,
+        session: Session | None = None,
     ) -> PartitionedNamespace:
         """Open an existing namespace (see :meth:`create`); an error if there is none."""
         root = normalize_root(uri)
-        manifest = Manifest(Storage(root, storage_options, concurrency=concurrency))
+        storage = Storage(root, storage_options, concurrency=concurrency, session=session)
+        manifest = Manifest(storage)
         return cls(root, manifest, NamespaceState.load(root, manifest.latest()))
 
     @classmethod

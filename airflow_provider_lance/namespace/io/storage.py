@@ -269,6 +269,7 @@ class Storage:
         options: Mapping[str, StorageOptionValue | None] | None = None,
         *,
         concurrency: int | None = None,
+        session: Session | None = None,
     ) -> None:
         self.root = root
         self._local_root = local_path(root)
@@ -277,6 +278,13 @@ class Storage:
         if concurrency is not None and concurrency < 1:
             raise InvalidArgumentError(f"concurrency must be at least 1, got {concurrency}")
         self.concurrency = concurrency or default_concurrency(root)
+        if session is not None and not isinstance(session, Session):
+            raise InvalidArgumentError(
+                "session must be a lance.Session, e.g. lance.Session(index_cache_size_bytes="
+                f"4 << 30), got {type(session).__name__}"
+            )
+        #: The Lance session searches open leaves in (None: one of their own).
+        self.session = session
         self._sessions: dict[str, LanceFileSession] = {}
 
     def __repr__(self) -> str:  # never the options: they may hold credentials

@@ -101,7 +101,10 @@ _sessions_lock = threading.Lock()
 def search_session(storage: Storage) -> Session:
     """The Lance session searches of ``storage`` open leaf versions in: the indexes and
     metadata they load stay there, up to :data:`INDEX_CACHE_BYTES` and
-    :data:`METADATA_CACHE_BYTES` (the least recently used go first)."""
+    :data:`METADATA_CACHE_BYTES` (the least recently used go first), or the caps of the
+    session the namespace was opened with."""
+    if storage.session is not None:
+        return storage.session
     with _sessions_lock:
         session = _sessions.get(storage)
         if session is None:

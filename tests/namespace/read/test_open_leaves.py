@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lance
 import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace
+from airflow_provider_lance.namespace.errors import InvalidArgumentError
 from airflow_provider_lance.namespace.read import leaf
 from tests.namespace.read.test_vector_search import BY_DAY_AND_COUNTRY, SCHEMA, query, rows
 
@@ -64,3 +66,26 @@ def test_the_indexes_searches_load_stay_within_the_sessions_bytes(
     assert len(opened) == 24
     assert all(o.table.session().is_same_as(session) for o in opened)
     assert session.size_bytes() <= 2 * (32 << 10)  # Lance evicts lazily: an entry over
+
+
+def test_a_session_given_to_open_holds_what_searches_load(indexed: PartitionedNamespace) -> None:
+    """pylance's way to cap the caches (``lance.Session(index_cache_size_bytes=...)``),
+    given to ``open``: every kept leaf is in it, it stays about its caps, one session can
+    serve two handles, and the rows are those of the default session."""
+    expected = searches(PartitionedNamespace.open(indexed.uri))
+    session = lance.Session(index_cache_size_bytes=16 << 10, metadata_cache_size_bytes=16 << 10)
+    handles = [PartitionedNamespace.open(indexed.uri, session=session) for _ in range(2)]
+    assert [searches(h) for h in handles] == [expected, expected]
+    for handle in handles:
+        assert leaf.search_session(handle.storage) is session
+        opened = leaf._open.kept(handle.storage)
+        assert len(opened) == 24
+        assert all(o.table.session().is_same_as(session) for o in opened)
+    assert session.size_bytes() <= 2 * (32 << 10)  # Lance evicts lazily: an entry over
+
+
+@pytest.mark.parametrize("session", [{"index_cache_size_bytes": 1 << 20}, 1 << 20, "big"])
+def test_a_session_that_is_not_a_lance_session_is_refused(tmp_path: Path, session: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"session must be a lance\.Session"):
+        PartitionedNamespace.create(tmp_path / "ns", SCHEMA, BY_DAY_AND_COUNTRY, session=session)  # type: ignore[arg-type]
+    assert not (tmp_path / "ns").exists()  # refused before anything was written
