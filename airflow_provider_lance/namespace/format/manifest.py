@@ -387,6 +387,7 @@ class ManifestView:
         self._ds = dataset  # read-only: never commit through it (a commit advances it)
         self.version = int(dataset.version)
         self._looked_up: dict[str, ManifestRow | None] = {}
+        self._prefixed: dict[str, pa.Table] = {}  # a version never changes: read once
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -549,13 +550,17 @@ class ManifestView:
 
     def _with_prefix(self, prefix: str) -> list[ManifestRow]:
         """The rows whose id starts with ``prefix`` (their partition columns are all NULL)."""
+        table = self._prefixed.get(prefix)
+        if table is None:
+            table = self._prefixed[prefix] = self._scan_prefix(prefix)
+        return list(table.to_pylist())
+
+    def _scan_prefix(self, prefix: str) -> pa.Table:
         nulls = [pc.field(name).is_null() for name in btree_columns(self._ds.schema)]
         if not nulls or self._read_whole:
-            table = self._ds.to_table(filter=f"starts_with({OBJECT_ID}, {_sql_literal(prefix)})")
-        else:
-            table = self._ds.to_table(filter=functools.reduce(operator.and_, nulls))
-            table = table.filter(pc.starts_with(table.column(OBJECT_ID), prefix))
-        return list(table.to_pylist())
+            return self._ds.to_table(filter=f"starts_with({OBJECT_ID}, {_sql_literal(prefix)})")
+        table = self._ds.to_table(filter=functools.reduce(operator.and_, nulls))
+        return table.filter(pc.starts_with(table.column(OBJECT_ID), prefix))
 
     def claimed_by(self, claim: str) -> list[ManifestRow]:
         """The rows holding ``claim`` (a transaction incarnation, ``txn#k``)."""

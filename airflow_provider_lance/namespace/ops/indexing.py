@@ -21,7 +21,6 @@ import functools
 import inspect
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -49,6 +48,7 @@ from airflow_provider_lance.namespace.format.schema import is_deprecated
 from airflow_provider_lance.namespace.format.state import NamespaceState, Partition
 from airflow_provider_lance.namespace.io.storage import Storage
 from airflow_provider_lance.namespace.read.coverage import pruned_rows
+from airflow_provider_lance.namespace.read.remembered import KeptPerStorage
 from airflow_provider_lance.namespace.results import IndexInfo, SkipReason
 from airflow_provider_lance.namespace.txn.builds import BuildRecord
 from airflow_provider_lance.namespace.write.leaf_commit import kept_above
@@ -75,6 +75,8 @@ MAX_SEGMENTS = 4
 #: ``merge_existing_index_segments``) when they share the namespace's model; the others'
 #: are rebuilt over every fragment (docs/design.md "Indexes" says why, with figures).
 MERGED_TYPES = frozenset({"IVF_FLAT"})
+#: Shared models loaded, per storage (a model file never changes: its name is unique).
+_MODELS: KeptPerStorage[str, SharedModel] = KeptPerStorage(16)
 #: Arguments the namespace sets itself: never taken from the caller.
 _MANAGED = frozenset(
     "column index_type name replace fragment_ids index_uuid storage_options train".split()  # noqa: SIM905
@@ -302,8 +304,6 @@ class _IndexOperation(TableOperation):
 
     def __init__(self, storage: Storage) -> None:
         super().__init__(storage)
-        self._models: dict[str, SharedModel] = {}
-        self._lock = threading.Lock()
         self._built: dict[tuple[str, str], _Built] = {}
         #: (partition, index) -> the uuids merged and the segment their merge wrote.
         self._merged: dict[tuple[str, str], tuple[tuple[str, ...], Index]] = {}
@@ -313,15 +313,10 @@ class _IndexOperation(TableOperation):
         self.record.close()
 
     def model(self, declaration: IndexDeclaration) -> SharedModel | None:
-        if declaration.model is None:
+        path = declaration.model
+        if path is None:
             return None
-        with self._lock:
-            found = self._models.get(declaration.model)
-            if found is None:
-                found = self._models[declaration.model] = SharedModel.load(
-                    self.storage, declaration.model
-                )
-        return found
+        return _MODELS.get(self.storage, path, lambda: SharedModel.load(self.storage, path))
 
     def segment(
         self,
@@ -532,16 +527,19 @@ class OptimizeIndices(_IndexOperation):
                 f"no index named {', '.join(map(repr, unknown))} is declared on this "
                 f"namespace (declared: {sorted(declared) or 'none'})"
             )
-        self.select(state)
+        self.selection(state)
 
     def select(self, state: NamespaceState) -> Selection:
         declared = declarations(state)
         wanted = [d for n, d in declared.items() if self.names is None or n in self.names]
         self._declared = {d.name: d for d in wanted}
         within = _scope(state, self.filter)
+        scopes: dict[str | None, dict[str, Partition]] = {None: within}  # by declared filter
         targets: dict[str, Partition] = {}
         for d in wanted:
-            scope = {o: p for o, p in _scope(state, d.filter).items() if o in within}
+            if d.filter not in scopes:
+                scopes[d.filter] = {o: p for o, p in _scope(state, d.filter).items() if o in within}
+            scope = scopes[d.filter]
             self._scopes[d.name] = set(scope)
             targets |= scope
         return Selection(targets=targets)

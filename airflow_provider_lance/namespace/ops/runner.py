@@ -169,16 +169,33 @@ class TableOperation(ABC):
     #: changes by an intent row (see :mod:`.spec_fence`).
     reads_keys: ClassVar[bool] = False
 
+    #: The state last selected on and its selection (see :meth:`selection`).
+    _selected: tuple[NamespaceState, Selection] | None = None
+
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
 
     def validate(self, state: NamespaceState) -> None:
         """Raise a project error for bad input before anything is written."""
-        self.select(state)
+        self.selection(state)
 
     @abstractmethod
     def select(self, state: NamespaceState) -> Selection:
         """The partitions touched as of ``state``."""
+
+    def selection(self, state: NamespaceState) -> Selection:
+        """:meth:`select`, made once per state (the check before the run and its first
+        attempt read one state); a copy, the caller's to change."""
+        if self._selected is None or self._selected[0] is not state:
+            self._selected = (state, self.select(state))
+        made = self._selected[1]
+        return replace(
+            made,
+            targets=dict(made.targets),
+            drops=dict(made.drops),
+            creates=dict(made.creates),
+            skipped=dict(made.skipped),
+        )
 
     @abstractmethod
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
@@ -524,7 +541,7 @@ class OperationRunner:
 
     def _prepare(self, state: NamespaceState) -> Prepared[_Computed]:
         failpoint(f"{self.op.kind}.selected")
-        selection = self.op.select(state)
+        selection = self.op.selection(state)
         if self.op.skips_busy:
             for oid in [o for o in selection.targets if self._moves.get(o, 0) >= 2]:
                 del selection.targets[oid]

@@ -48,7 +48,8 @@ from airflow_provider_lance.namespace.errors import InvalidArgumentError, Schema
 from airflow_provider_lance.namespace.format.schema import NamespaceSchema
 from airflow_provider_lance.namespace.io.storage import first_line
 
-from .leaf import ROW_ID, KeptPerStorage, Leaf
+from .leaf import ROW_ID, Leaf
+from .remembered import KeptPerStorage
 
 TextQueryLike: TypeAlias = "str | Mapping[str, Any] | FullTextQuery"
 

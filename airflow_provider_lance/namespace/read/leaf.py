@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar, cast
+from typing import TypeVar, cast
 
 import lance
 import pyarrow.compute as pc
@@ -27,39 +27,13 @@ from airflow_provider_lance.namespace.io.storage import (
 )
 
 from .plan import ScanTask
-from .remembered import Remembered
+from .remembered import KeptPerStorage
 from .scan import lance_filter, leaf_cleaned_up, open_leaf
 
 R = TypeVar("R")
 ROW_ID = "_rowid"
 _UNSET = object()
 K = TypeVar("K")
-
-
-class KeptPerStorage(Generic[K, R]):
-    """The last ``size`` values made per storage, by key: for what a leaf version, which
-    never changes, fixes (the open table, its document counts)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._kept: weakref.WeakKeyDictionary[Storage, Remembered[K, R]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
-
-    def _of(self, storage: Storage) -> Remembered[K, R]:
-        with self._lock:
-            kept = self._kept.get(storage)
-            if kept is None:
-                kept = self._kept[storage] = Remembered(self.size)
-            return kept
-
-    def get(self, storage: Storage, key: K, make: Callable[[], R]) -> R:
-        return self._of(storage).get_or_make(key, make)
-
-    def kept(self, storage: Storage) -> list[R]:
-        """The values kept for ``storage``, least recently used first."""
-        return self._of(storage).values()
 
 
 #: Leaf versions kept open per storage (small: their indexes are in the storage's session).

@@ -1,15 +1,20 @@
 """What a read made once and that never changes (a parsed filter, the prune and the plan of
-one ``__manifest`` version, a leaf version opened), kept for the next read: a small LRU."""
+one ``__manifest`` version, a leaf version opened, an index model), kept for the next read:
+a small LRU (:class:`Remembered`), and one per storage (:class:`KeptPerStorage`)."""
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from airflow_provider_lance.namespace.io.storage import Storage
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+R = TypeVar("R")
 
 
 class Remembered(Generic[K, V]):
@@ -70,3 +75,29 @@ class Remembered(Generic[K, V]):
         """The values kept, least recently used first."""
         with self._lock:
             return list(self._kept.values())
+
+
+class KeptPerStorage(Generic[K, R]):
+    """The last ``size`` values made per storage, by key: for what a leaf version, which
+    never changes, fixes (the open table, its document counts)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._kept: weakref.WeakKeyDictionary[Storage, Remembered[K, R]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def _of(self, storage: Storage) -> Remembered[K, R]:
+        with self._lock:
+            kept = self._kept.get(storage)
+            if kept is None:
+                kept = self._kept[storage] = Remembered(self.size)
+            return kept
+
+    def get(self, storage: Storage, key: K, make: Callable[[], R]) -> R:
+        return self._of(storage).get_or_make(key, make)
+
+    def kept(self, storage: Storage) -> list[R]:
+        """The values kept for ``storage``, least recently used first."""
+        return self._of(storage).values()
