@@ -33,7 +33,6 @@ from .scan import lance_filter, leaf_cleaned_up, open_leaf
 R = TypeVar("R")
 ROW_ID = "_rowid"
 _UNSET = object()
-K = TypeVar("K")
 
 
 #: Leaf versions kept open per storage (small: their indexes are in the storage's session).

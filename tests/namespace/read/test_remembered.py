@@ -3,8 +3,8 @@ kept open): against a plain model of it, and from many threads at once."""
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -68,23 +68,15 @@ def test_get_or_make_makes_once_and_keeps_falsy_values() -> None:
 
 def test_threads_at_once_stay_within_the_bounds() -> None:
     lru: Remembered[int, int] = Remembered(8, 20, weight=lambda w: w)
-    errors: list[BaseException] = []
 
     def work(seed: int) -> None:
-        try:
-            for i in range(2_000):
-                key = (seed * 7 + i) % 13
-                lru.keep(key, key % 5)
-                lru.get_or_make((key + 1) % 13, lambda k=key: k % 4)
-                assert len(lru) <= 8
-        except BaseException as exc:
-            errors.append(exc)
+        for i in range(2_000):
+            key = (seed * 7 + i) % 13
+            lru.keep(key, key % 5)
+            lru.get_or_make((key + 1) % 13, lambda k=key: k % 4)
+            assert len(lru) <= 8
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(work, range(6)))  # a failure in a thread is raised here
     assert len(lru) <= 8
     assert sum(lru.values()) <= 20
