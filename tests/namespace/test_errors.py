@@ -145,6 +145,8 @@ def test_bad_data_in_a_later_batch_publishes_nothing(
         ("id = ", FilterError, "not a valid expression"),
         ("id", FilterError, "not a boolean"),
         ("amount > random()", FilterError, "not deterministic"),
+        (["id = 1"], FilterError, "must be a non-empty SQL expression string"),
+        ({"id": 1}, FilterError, "must be a non-empty SQL expression string"),
     ],
 )
 def test_bad_filters(
@@ -244,6 +246,13 @@ def test_bad_schema_changes(populated: PartitionedNamespace, root: Path) -> None
         SchemaError,
         "widening",
     )
+    for change, match in [  # a name that is no string: an error naming it, never a TypeError
+        (lambda: populated.drop_column(["id"]), r"unknown column \['id'\]"),
+        (lambda: populated.rename_column(["id"], "ident"), r"unknown column \['id'\]"),
+        (lambda: populated.rename_column("id", ["ident"]), r"got \['ident'\]"),
+        (lambda: populated.promote_column(["id"], pa.int64()), r"unknown column \['id'\]"),
+    ]:
+        unchanged(populated, root, change, SchemaError, match)
 
 
 def test_bad_partition_values(populated: PartitionedNamespace, root: Path) -> None:

@@ -118,8 +118,12 @@ class NamespaceSchema:
         return pa.schema([f for f in self.arrow if not is_deprecated(f)])
 
     @functools.cached_property
-    def _active_by_name(self) -> dict[str, pa.Field]:
+    def _by_name(self) -> dict[str, pa.Field]:
         return {f.name: f for f in self.active}
+
+    def _active(self, name: object) -> pa.Field | None:
+        """The active field called ``name`` (None: none, or ``name`` is no string)."""
+        return self._by_name.get(name) if isinstance(name, str) else None
 
     @functools.cached_property
     def _by_id(self) -> dict[int | None, pa.Field]:
@@ -131,7 +135,7 @@ class NamespaceSchema:
 
     def field(self, name: str) -> pa.Field:
         """The active field called ``name``."""
-        found = self._active_by_name.get(name)
+        found = self._active(name)
         if found is not None:
             return found
         dropped = any(f.name == name for f in self.arrow)
@@ -155,7 +159,7 @@ class NamespaceSchema:
     def add_column(self, field: pa.Field) -> NamespaceSchema:
         if not isinstance(field, pa.Field):
             raise SchemaError(f"add_column needs a pyarrow.Field, got {type(field).__name__}")
-        existing = self._active_by_name.get(field.name)
+        existing = self._active(field.name)
         if existing is not None:
             raise SchemaError(
                 f"cannot add column {field.name!r}: a column of that name exists ({existing.type}, "
@@ -184,7 +188,7 @@ class NamespaceSchema:
         f = self.field(old)
         if old == new:
             return self
-        if self._active_by_name.get(new) is not None:
+        if self._active(new) is not None:
             raise SchemaError(
                 f"cannot rename {old!r} to {new!r}: a column {new!r} exists (a duplicate column "
                 f"name); rename or drop_column {new!r} first"
@@ -363,7 +367,7 @@ class NamespaceSchema:
         out: dict[str, pa.Field] = {}
         for lf in leaf:
             lid = field_id(lf, LEAF_FIELD_ID_KEY)
-            ns = ids.get(lid) if lid is not None else self._active_by_name.get(lf.name)
+            ns = ids.get(lid) if lid is not None else self._active(lf.name)
             if ns is not None and not is_deprecated(ns):
                 out[lf.name] = ns
         return out

@@ -47,7 +47,7 @@ class PruneCache:
         """The kept result of ``filter`` on ``state``'s version (None: not kept, or no
         ``filter``: a state's own partitions are read from its version, which a handle's
         state that is no longer the latest may not have any more)."""
-        if filter is None:
+        if not isinstance(filter, str):  # (a filter of another type is refused by prune)
             return None
         kept = self._kept.get((state.version, state.pinned, filter))
         return None if kept is None else list(kept)
@@ -60,7 +60,8 @@ class PruneCache:
         if kept is not None:
             return kept
         found = prune(state, filter)
-        self._kept.keep((state.version, state.pinned, filter), tuple(found))
+        if isinstance(filter, str):
+            self._kept.keep((state.version, state.pinned, filter), tuple(found))
         return found
 
 

@@ -89,15 +89,19 @@ _PARSED: Remembered[tuple[str, NamespaceSchema], tuple[BoundExpression, Pred]] =
 )
 
 
-def parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
+def parse_filter(sql: object, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
     """Bind ``sql`` to the namespace columns and translate it for pruning (the last
     :data:`_PARSED_MAX` filters parsed are remembered)."""
+    if not isinstance(sql, str):
+        raise FilterError(
+            f"filter must be a non-empty SQL expression string, got {type(sql).__name__}"
+        )
     return _PARSED.get_or_make((sql, schema), lambda: _parse_filter(sql, schema))
 
 
-def is_parsed(sql: str, schema: NamespaceSchema) -> bool:
+def is_parsed(sql: object, schema: NamespaceSchema) -> bool:
     """Whether :func:`parse_filter` remembers ``sql`` (returns it without DataFusion)."""
-    return (sql, schema) in _PARSED
+    return isinstance(sql, str) and (sql, schema) in _PARSED
 
 
 def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, Pred]:
