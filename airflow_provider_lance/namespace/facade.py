@@ -495,8 +495,7 @@ class PartitionedNamespace:
         check_callback(progress)
         plan = self._plan(filter, columns, as_of, version)
         search = _Search(nearest, full_text_query, prefilter, limit)
-        batches = search.run(plan, batch_size)
-        return iterate_reporting(progress, "read", iter(batches))
+        return _batches(plan, search, batch_size, progress)
 
     def to_reader(
         self,
@@ -545,8 +544,9 @@ class PartitionedNamespace:
         plan = self._plan(filter, columns, as_of, version)
         failpoint("read.resolved")
         search = _Search(nearest, full_text_query, prefilter, limit)
-        if search.searching and progress is None:
-            return search.top(plan)
+        if search.searching:
+            with reporting(progress, "search"):
+                return search.top(plan)
         return _reader(plan, search, None, progress).read_all()
 
     def count_rows_of(self, partition: Partition) -> int:
@@ -969,12 +969,20 @@ class PartitionedNamespace:
         return transactions.listing(self._txn)
 
 
+def _batches(
+    plan: ScanPlan, search: _Search, batch_size: int | None, progress: ProgressCallback | None
+) -> Iterator[pa.RecordBatch]:
+    """``search``'s rows of ``plan``: a search searches now, a read reads as its batches are
+    taken; ``progress`` hears the leaves searched, or the partitions read."""
+    with reporting(progress, "search"):
+        batches = search.run(plan, batch_size)
+    return iterate_reporting(progress, "read", batches)
+
+
 def _reader(
     plan: ScanPlan, search: _Search, batch_size: int | None, progress: ProgressCallback | None
 ) -> pa.RecordBatchReader:
-    """``search``'s rows of ``plan`` as a reader (``progress`` hears the batches read)."""
-    reader = pa.RecordBatchReader.from_batches(search.schema(plan), search.run(plan, batch_size))
-    if progress is None:
-        return reader
-    batches = iterate_reporting(progress, "read", iter(reader))
-    return pa.RecordBatchReader.from_batches(reader.schema, batches)
+    """:func:`_batches` as a reader."""
+    return pa.RecordBatchReader.from_batches(
+        search.schema(plan), _batches(plan, search, batch_size, progress)
+    )

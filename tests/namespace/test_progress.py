@@ -88,6 +88,27 @@ def test_a_read_reports_the_partitions_it_started(many, how) -> None:
     assert recorder.reports[-1].total == DAYS
 
 
+@pytest.mark.parametrize("how", ["to_table", "to_reader", "to_batches"])
+def test_a_search_reports_the_leaves_it_searched(many, how) -> None:
+    """A search runs when it is asked (its top rows are merged before any is returned): its
+    leaves opened, their term statistics and their searches are reported then."""
+    recorder = Recorder()
+    read: Callable[..., object] = getattr(many, how)
+    query = {"query": "DE", "columns": ["country"]}  # searched without an index
+    result = read(columns=["id"], full_text_query=query, progress=recorder)
+    assert check(recorder, "search") == {
+        "search: leaves opened",
+        "search: term statistics",
+        "search: leaves searched",
+    }
+    assert recorder.reports[-1].total == DAYS
+    if how == "to_reader":
+        result = result.read_all()
+    elif how == "to_batches":
+        result = pa.Table.from_batches(list(result))
+    assert result.num_rows > 0
+
+
 def test_table_operations_report(many) -> None:
     for name, call in [
         ("delete", lambda p: many.delete("id % 2 = 0", progress=p)),

@@ -11,6 +11,7 @@ the term statistics of all searched leaves (:mod:`.fulltext`).
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -215,7 +216,8 @@ def _open_leaves(plan: ScanPlan, searched: Sequence[str], prefilter: bool) -> li
             return None  # written before the column existed: no row can match
         return leaf
 
-    return [leaf for leaf in plan.scan.storage.map(open_one, plan.tasks) if leaf is not None]
+    opened = plan.scan.storage.map(open_one, plan.tasks, step="leaves opened")
+    return [leaf for leaf in opened if leaf is not None]
 
 
 def _leaf_top(leaf: Leaf, query: Searcher, limit: int | None) -> Top | None:
@@ -336,9 +338,9 @@ class Search:
         leaves = _open_leaves(plan, query.columns, self.prefilter)
         storage = plan.scan.storage
 
-        def each(call: Callable[[Leaf], R], leaves: Sequence[Leaf]) -> list[R]:
-            return storage.map(lambda leaf: leaf.guarded(lambda: call(leaf)), leaves)
+        def each(call: Callable[[Leaf], R], leaves: Sequence[Leaf], step: str) -> list[R]:
+            return storage.map(lambda leaf: leaf.guarded(lambda: call(leaf)), leaves, step=step)
 
-        query.prepare(leaves, each, self.prefilter)
-        found = each(lambda leaf: _leaf_top(leaf, query, limit), leaves)
+        query.prepare(leaves, functools.partial(each, step="term statistics"), self.prefilter)
+        found = each(lambda leaf: _leaf_top(leaf, query, limit), leaves, "leaves searched")
         return Found(query.rank, query.descending, limit, [t for t in found if t is not None])
