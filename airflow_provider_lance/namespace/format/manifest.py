@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import logging
 import operator
 import os
@@ -407,8 +408,18 @@ class ManifestView:
         return CLAIM in self.column_types
 
     def is_latest(self) -> bool:
-        """Whether no version was committed after this one (asks the storage)."""
-        return int(self._ds.latest_version) == self.version
+        """Whether no version was committed after this one (asks the storage). On a local
+        disk from two small reads (:func:`_latest_on_disk`), where Lance's
+        ``latest_version`` reads the name of every version (0.2 ms at 500 versions)."""
+        directory = self._versions_directory
+        known = None if directory is None else _latest_on_disk(directory, self.version)
+        return known if known is not None else int(self._ds.latest_version) == self.version
+
+    @cached_property
+    def _versions_directory(self) -> str | None:
+        """The directory of the table's manifests on a local disk (None: not local)."""
+        path = local_path(str(self._ds.uri))
+        return None if path is None else os.path.join(path, "_versions")
 
     def retained_versions(self) -> list[int]:
         """The versions of the table that exist now (retention removes old ones)."""
@@ -614,3 +625,27 @@ def row(
     out: dict[str, Any] = {OBJECT_ID: object_id, OBJECT_TYPE: object_type, LOCATION: location}
     out |= {METADATA: metadata, BASE_OBJECTS: None, READ_VERSION: read_version, CLAIM: claim}
     return out
+
+
+#: Lance's manifest names of the V2 scheme count down from here (the latest sorts first).
+_U64_MAX = (1 << 64) - 1
+
+
+def _latest_on_disk(directory: str, version: int) -> bool | None:
+    """Whether ``version`` is the latest of the manifests in the local ``directory``: no
+    manifest of the next version exists (in either of Lance's naming schemes) and Lance's
+    ``latest_version_hint.json`` names no later one. Commits are numbered one by one, so the
+    next version exists once any later one was committed, unless cleanup removed it while
+    keeping ``version`` (tagged); the hint, written after every commit, shows that case
+    (both hints of the two commits after ``version`` would have to be lost to miss it).
+    None when there is no readable hint: then only a listing tells."""
+    following = version + 1
+    for name in (f"{_U64_MAX - following:020d}.manifest", f"{following}.manifest"):
+        if os.path.exists(os.path.join(directory, name)):
+            return False
+    try:
+        with open(os.path.join(directory, "latest_version_hint.json"), "rb") as hint:
+            hinted = int(json.loads(hint.read())["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return hinted <= version

@@ -15,6 +15,7 @@ import lance
 import pyarrow as pa
 import pytest
 
+from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.errors import CommitConflict, ManifestError
 from airflow_provider_lance.namespace.format.manifest import (
     BASE_FIELDS,
@@ -31,6 +32,7 @@ from airflow_provider_lance.namespace.format.manifest import (
 )
 from airflow_provider_lance.namespace.format.swap import Swap
 from airflow_provider_lance.namespace.io.storage import Storage
+from tests.support import BY_PART, TAGGED, local, tagged_rows
 
 PUBLISHED, CREATING, CLAIMED, LATEST = (f"v1$a={i}$dataset" for i in range(1, 5))
 #: A transaction id with a quote: a claim value a filter must quote.
@@ -175,3 +177,32 @@ def test_a_swap_on_a_version_cleaned_up_since_it_was_read_is_a_conflict(
     with pytest.raises(CommitConflict):
         manifest.commit(Swap(old, stale.to_pylist()))
     assert manifest.latest().read_versions([PUBLISHED]) == {PUBLISHED: 4}
+
+
+def test_the_latest_check_sees_a_later_version_when_cleanup_removed_the_next(
+    tmp_path: Path,
+) -> None:
+    """On a local disk the check reads the next version's manifest and Lance's hint, not
+    every version's name. A handle holding a tagged version whose next version cleanup
+    removed (a later one stands) must still see the later one; so must a handle when the
+    hint is gone (then Lance lists the versions)."""
+    ns = PartitionedNamespace.create(tmp_path / "ns", TAGGED, BY_PART)
+    ns.write(tagged_rows("a", [1], 1, first_id=0))
+    held = PartitionedNamespace.open(ns.uri)
+    ns.tag("kept")
+    kept = held.version
+    ns.write(tagged_rows("b", [2], 1, first_id=10))
+    ns.write(tagged_rows("c", [3], 1, first_id=20))
+    ns.maintain(older_than=dt.timedelta(0), enforce_min_age=False)
+    versions = {v["version"] for v in lance.dataset(f"{ns.uri}/__manifest").versions()}
+    assert kept in versions
+    assert kept + 1 not in versions  # the next one is gone, a later one stands
+    assert sorted(held.to_table().column("id").to_pylist()) == [0, 10, 20]
+    assert held.version > kept + 1
+
+    hint = local(ns.uri) / "__manifest" / "_versions" / "latest_version_hint.json"
+    hint.unlink()  # without it, Lance lists the versions
+    assert held.state().view.is_latest()
+    ns.write(tagged_rows("d", [4], 1, first_id=30))
+    hint.unlink()
+    assert sorted(held.to_table().column("id").to_pylist()) == [0, 10, 20, 30]
