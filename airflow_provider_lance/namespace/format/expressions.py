@@ -10,8 +10,8 @@ where SQL says NULL for a NULL ``c``, so ``NOT (...)`` is TRUE there and a delet
 remove the row. An expression where it may (:func:`merges_lists`) is evaluated with its
 ``AND``, ``OR``, ``NOT`` and ``IS [NOT] TRUE/FALSE/UNKNOWN`` applied here, by pyarrow's
 Kleene kernels, and only the comparisons between them by DataFusion (:func:`values_of`). One
-inside a ``CASE`` or a function's argument cannot be taken apart (:func:`hidden_merges`):
-filters refuse it.
+inside a ``CASE`` or a function's argument cannot be taken apart
+(:attr:`BoundExpression.hidden_merges`): filters refuse it.
 """
 
 from __future__ import annotations
@@ -181,7 +181,10 @@ class BoundExpression:
 
     @property
     def hidden_merges(self) -> bool:
-        """Whether it has a merge that cannot be taken apart (:func:`hidden_merges`)."""
+        """Whether such a merge sits inside something that is not ``AND``, ``OR``, ``NOT``
+        or ``IS ...`` (a ``CASE``, a function's argument): :func:`values_of` cannot take it
+        apart, and DataFusion 55 gets it wrong (``CASE WHEN NOT (c IN ('US') AND c IN
+        ('DE')) ...``)."""
         return self._list_merges.hidden
 
     @cached_property
@@ -366,13 +369,6 @@ def merges_lists(expr: Expr | Any) -> bool:
     or non-membership tests joined by AND (a NOT between the two turns one into the other;
     one above both turns the pair and their join, so it changes nothing)."""
     return _merges(raw(expr)).any
-
-
-def hidden_merges(expr: Expr | Any) -> bool:
-    """Whether such a merge sits inside something that is not ``AND``, ``OR``, ``NOT`` or
-    ``IS ...`` (a ``CASE``, a function's argument): :func:`values_of` cannot take it apart,
-    and DataFusion 55 gets it wrong (``CASE WHEN NOT (c IN ('US') AND c IN ('DE')) ...``)."""
-    return _merges(raw(expr)).hidden
 
 
 @dataclass(frozen=True)

@@ -59,9 +59,8 @@ class PruneCache:
         kept = self.get(state, filter)
         if kept is not None:
             return kept
-        found = prune(state, filter)
-        if isinstance(filter, str):
-            self._kept.keep((state.version, state.pinned, filter), tuple(found))
+        found = prune(state, filter)  # (a filter that is no string was refused there)
+        self._kept.keep((state.version, state.pinned, filter), tuple(found))
         return found
 
 

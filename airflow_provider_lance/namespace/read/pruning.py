@@ -119,7 +119,8 @@ def _parse_filter(sql: str, schema: NamespaceSchema) -> tuple[BoundExpression, P
 
 def check_filter(sql: str, bound: BoundExpression) -> None:
     """Refuse (:class:`FilterError`) a filter that is not a boolean expression, or that
-    DataFusion 55 would evaluate against SQL's NULL logic (:func:`hidden_merges`)."""
+    DataFusion 55 would evaluate against SQL's NULL logic
+    (:attr:`~.expressions.BoundExpression.hidden_merges`)."""
     if not pa.types.is_boolean(bound.output_type) and not pa.types.is_null(bound.output_type):
         raise FilterError(f"filter {sql!r} is not a boolean expression ({bound.output_type})")
     if bound.hidden_merges:

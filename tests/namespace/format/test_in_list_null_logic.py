@@ -17,7 +17,6 @@ from airflow_provider_lance.namespace import FilterError
 from airflow_provider_lance.namespace.format.expressions import (
     bind,
     evaluate_scalar,
-    hidden_merges,
     merges_lists,
     raw,
 )
@@ -106,7 +105,7 @@ def test_a_merge_inside_a_case_is_refused_with_the_way_around_it() -> None:
     where = "(CASE WHEN NOT (c IN ('US') AND c IN ('DE')) THEN 1 ELSE 0 END) = 1"
     assert sql_values(where) == [True, True, False, True, False, True]
     assert sql_values(where, simplified=True) == [True] * 6
-    assert hidden_merges(parsed(where))
+    assert bind(where, TABLE.schema, "filter").hidden_merges
     with pytest.raises(FilterError, match=r"inside a CASE or a function call.*#24246"):
         check_filter(where, bind(where, TABLE.schema, "filter"))
 
@@ -139,7 +138,7 @@ def test_every_filter_is_evaluated_as_sql_says(leaf: lance.LanceDataset, where: 
     and Lance's rows are SQL's too (so handing it to them whole is safe)."""
     sql = sql_values(where)
     bound = bind(where, TABLE.schema, "filter")
-    if hidden_merges(bound.expr):
+    if bound.hidden_merges:
         with pytest.raises(FilterError):
             check_filter(where, bound)
         return
