@@ -382,7 +382,12 @@ class Manifest:
 
 class ManifestView:
     """One version of ``__manifest``, queried by named questions (the only code that writes
-    a filter over its rows); reads raise Lance's own errors."""
+    a filter over its rows); reads raise Lance's own errors.
+
+    A version that reads whole in about the time of one filtered scan
+    (:attr:`loads_whole_cheaply`: a small table) is read whole at its first question and
+    every question is answered from those rows; a larger one is scanned per question,
+    through its indices."""
 
     def __init__(self, dataset: lance.LanceDataset) -> None:
         self._ds = dataset  # read-only: never commit through it (a commit advances it)
@@ -452,12 +457,12 @@ class ManifestView:
 
     def scan_by_id(self, object_ids: Sequence[str], where: pc.Expression | None = None) -> pa.Table:
         """The rows with these ids in table order, read whole (or those ``where`` selects)."""
-        rows = self._ds.to_table(filter=where)
-        return rows.filter(pc.is_in(rows.column(OBJECT_ID), pa.array(list(object_ids), pa.utf8())))
+        rows = self._whole if self._whole is not None else self._ds.to_table(filter=where)
+        return _with_ids(rows, object_ids)
 
     def scan_is_cheaper(self, ids: int) -> bool:
         """Whether reading the whole table finds ``ids`` rows faster than an index does."""
-        return self._read_whole or self._row_count <= 20 * ids + 2000
+        return self._whole is not None or self._row_count <= 20 * ids + 2000
 
     @cached_property
     def _row_count(self) -> int:
@@ -466,7 +471,8 @@ class ManifestView:
     @cached_property
     def object_ids(self) -> frozenset[str]:
         """The id of every row."""
-        return frozenset(self._ds.to_table(columns=[OBJECT_ID]).column(OBJECT_ID).to_pylist())
+        rows = self._whole if self._whole is not None else self._ds.to_table(columns=[OBJECT_ID])
+        return frozenset(rows.column(OBJECT_ID).to_pylist())
 
     def existing(self, object_ids: Sequence[str]) -> frozenset[str]:
         """Which of ``object_ids`` (of any row kind) exist in this version."""
@@ -483,22 +489,26 @@ class ManifestView:
         if not object_ids:
             return {}
         columns = [c for c in (OBJECT_ID, READ_VERSION) if c in self.column_types]
-        found = self._ds.to_table(columns=columns, filter=ids_filter(object_ids))
+        if self._whole is not None:
+            found = _with_ids(self._whole, object_ids).select(columns)
+        else:
+            found = self._ds.to_table(columns=columns, filter=ids_filter(object_ids))
         return {r[OBJECT_ID]: r.get(READ_VERSION) for r in found.to_pylist()}
 
     def all_rows(self) -> list[ManifestRow]:
-        return list(self._ds.to_table().to_pylist())
+        rows = self._whole if self._whole is not None else self._ds.to_table()
+        return list(rows.to_pylist())
 
     def leaf_rows(self, columns: Sequence[str], where: pc.Expression | None = None) -> pa.Table:
         """These columns of every table row (published, being created, or foreign), or of
         those ``where`` (a predicate on partition columns) selects."""
-        whole = self._read_whole
-        late = False if whole else None
-        scan: dict[str, Any] = {"use_scalar_index": not whole, "late_materialization": late}
-        if where is None:  # every row: filtered here, cheaper than in Lance's scan
+        if self._whole is not None:
+            rows = self._whole.select([*columns, OBJECT_TYPE])
+            rows = rows if where is None else rows.filter(where)
+        elif where is None:  # every row: filtered here, cheaper than in Lance's scan
             rows = self._ds.to_table(columns=[*columns, OBJECT_TYPE])
         else:
-            rows = self._ds.to_table(columns=[*columns, OBJECT_TYPE], filter=where, **scan)
+            rows = self._ds.to_table(columns=[*columns, OBJECT_TYPE], filter=where)
         return rows.filter(pc.equal(rows.column(OBJECT_TYPE), TABLE)).drop_columns([OBJECT_TYPE])
 
     @property
@@ -509,10 +519,22 @@ class ManifestView:
         rows = sum(f.metadata.physical_rows or 0 for f in self._ds.get_fragments())
         return rows <= CHEAP_WHOLE_ROWS
 
+    @property
+    def reads_whole(self) -> bool:
+        """Whether this version is read whole, once, and answers every question from those
+        rows (:attr:`loads_whole_cheaply`)."""
+        return self._whole is not None
+
+    @cached_property
+    def _whole(self) -> pa.Table | None:
+        """Every row and column of this version, read once, if that is cheap
+        (:attr:`loads_whole_cheaply`); None if not."""
+        return self._ds.to_table() if self.loads_whole_cheaply else None
+
     @cached_property
     def _read_whole(self) -> bool:
-        """Whether scans read the data files whole, not through the indices: on an object
-        store, when they fit in one :data:`MANIFEST_BLOCK_SIZE` block."""
+        """On an object store: whether the data files fit in one :data:`MANIFEST_BLOCK_SIZE`
+        block each, so that reading them whole costs the requests of one filtered scan."""
         if urlparse(str(self._ds.uri)).scheme in ("", "file"):
             return False
         sizes = [f.file_size_bytes for g in self._ds.get_fragments() for f in g.data_files()]
@@ -567,28 +589,36 @@ class ManifestView:
         return list(table.to_pylist())
 
     def _scan_prefix(self, prefix: str) -> pa.Table:
+        if self._whole is not None:
+            return self._whole.filter(pc.starts_with(self._whole.column(OBJECT_ID), prefix))
         nulls = [pc.field(name).is_null() for name in btree_columns(self._ds.schema)]
-        if not nulls or self._read_whole:
+        if not nulls:
             return self._ds.to_table(filter=f"starts_with({OBJECT_ID}, {_sql_literal(prefix)})")
         table = self._ds.to_table(filter=functools.reduce(operator.and_, nulls))
         return table.filter(pc.starts_with(table.column(OBJECT_ID), prefix))
 
     def claimed_by(self, claim: str) -> list[ManifestRow]:
         """The rows holding ``claim`` (a transaction incarnation, ``txn#k``)."""
-        return self._claimed(f"{CLAIM} = {_sql_literal(claim)}")
+        return self._claimed(claim)
 
     def claimed_rows(self) -> list[ManifestRow]:
         """Every row some transaction holds a claim on."""
-        return self._claimed(_CLAIMED)
+        return self._claimed(None)
 
     def claimed_ids(self) -> set[str]:
         """The ids of :meth:`claimed_rows`."""
-        return {r[OBJECT_ID] for r in self._claimed(_CLAIMED, [OBJECT_ID])}
+        return {r[OBJECT_ID] for r in self._claimed(None, [OBJECT_ID])}
 
-    def _claimed(self, where: str, columns: list[str] | None = None) -> list[ManifestRow]:
+    def _claimed(self, claim: str | None, columns: list[str] | None = None) -> list[ManifestRow]:
+        """The rows holding ``claim`` (None: any claim)."""
         if not self.has_claim_column:
             return []
-        return list(self._ds.to_table(columns=columns, filter=where).to_pylist())
+        if self._whole is None:
+            where = _CLAIMED if claim is None else f"{CLAIM} = {_sql_literal(claim)}"
+            return list(self._ds.to_table(columns=columns, filter=where).to_pylist())
+        held = self._whole.column(CLAIM)
+        rows = self._whole.filter(pc.is_valid(held) if claim is None else pc.equal(held, claim))
+        return list((rows if columns is None else rows.select(columns)).to_pylist())
 
 
 def btree_columns(schema: pa.Schema) -> list[str]:
@@ -606,6 +636,12 @@ def prunes_in_scan(dtype: pa.DataType) -> bool:
 
 def _sql_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+def _with_ids(rows: pa.Table, object_ids: Iterable[str]) -> pa.Table:
+    """The rows of ``rows`` with these ids, in table order."""
+    wanted = pa.array(list(object_ids), pa.utf8())
+    return rows.filter(pc.is_in(rows.column(OBJECT_ID), wanted))
 
 
 def ids_filter(object_ids: Iterable[str]) -> str:

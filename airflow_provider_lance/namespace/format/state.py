@@ -241,7 +241,7 @@ class NamespaceState:
             if self._tables is not None:
                 return self._tables.slice(0, 0)
             return self._narrow(self.rows_table([]).select(self._columns))
-        if where is None or where is True or self._tables is not None:
+        if where is None or where is True or self._tables is not None or self.view.reads_whole:
             return self.tables
         try:
             with self._reading():

@@ -17,6 +17,7 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace
 from airflow_provider_lance.namespace.errors import CommitConflict, ManifestError
+from airflow_provider_lance.namespace.format import manifest as manifest_module
 from airflow_provider_lance.namespace.format.manifest import (
     BASE_FIELDS,
     MANIFEST_NAME,
@@ -59,9 +60,58 @@ def build(root: Path, schema: pa.Schema) -> Manifest:
     return manifest
 
 
+@pytest.fixture(params=["whole", "scanned"])
+def reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a view answers: a small version read whole at its first question, or
+    (as a version too big to read whole) scanned per question."""
+    if request.param == "scanned":
+        monkeypatch.setattr(manifest_module, "CHEAP_WHOLE_ROWS", 0)
+    return str(request.param)
+
+
+pytestmark = pytest.mark.usefixtures("reads")
+
+
 @pytest.fixture
 def manifest(tmp_path: Path) -> Manifest:
     return build(tmp_path, manifest_schema([]))
+
+
+def answers(view: ManifestView) -> dict[str, object]:
+    """What ``view`` answers to each question (rows by id and sorted)."""
+
+    def ids(rows: list[dict[str, object]]) -> list[object]:
+        return sorted(str(r[OBJECT_ID]) for r in rows)
+
+    return {
+        "claimed_by": ids(view.claimed_by(CLAIM_OF_T)),
+        "claimed_ids": view.claimed_ids(),
+        "published": view.published_leaves(),
+        "locations": view.leaf_locations(),
+        "txn": ids(view.txn_rows()),
+        "intents": ids(view.intent_rows()),
+        "indexes": ids(view.index_rows()),
+        "read_versions": view.read_versions([PUBLISHED, LATEST, "absent"]),
+        "by_id": view.rows_by_id([CLAIMED, "absent"]),
+        "existing": view.existing([PUBLISHED, "absent"]),
+        "all": ids(view.all_rows()),
+    }
+
+
+def test_a_small_version_is_read_once(manifest: Manifest, reads: str) -> None:
+    """A version small enough to read whole is read at its first question, and every other
+    question is answered from those rows: the answers stand with its data files gone. A
+    version too big to read whole is scanned per question (then they fail)."""
+    reference = answers(manifest.latest())
+    view = manifest.latest()
+    assert view.leaf_ids() == {PUBLISHED, CREATING, CLAIMED, LATEST}
+    data = Path(manifest.uri) / "data"
+    data.rename(data.with_name("data-gone"))
+    if reads == "whole":
+        assert answers(view) == reference
+    else:
+        with pytest.raises(pa.ArrowInvalid, match="Not found"):
+            view.claimed_by(CLAIM_OF_T)
 
 
 def test_claims_are_found_by_holder_and_quoted(manifest: Manifest) -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import lance
 import pyarrow as pa
+import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
+from airflow_provider_lance.namespace.format import manifest as manifest_module
 from tests.support import EVENTS_SCHEMA, events, sort_rows
 
 NAME = r"[0-9a-z]{16}"
@@ -224,12 +226,15 @@ def test_namespace_row_properties_are_exactly_the_json_of_their_values(make_ns, 
         assert by_values[(a, b)] == json.dumps(both, separators=(",", ":"), ensure_ascii=False)
 
 
-def test_a_lookup_by_partition_values_finds_what_a_lookup_by_id_finds(tmp_path: Path) -> None:
+def test_a_lookup_by_partition_values_finds_what_a_lookup_by_id_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A write looks its partitions (and their parent namespaces) up through the first
     partition column's index, not the ids: it must find exactly the rows the ids do,
     NULL values and the spec's own namespace row included. (The ``__manifest`` rows are
     planned by the format and appended directly, enough of them that a lookup does not
-    read the whole table instead.)"""
+    read the whole table instead, and no version is small enough to be read whole.)"""
+    monkeypatch.setattr(manifest_module, "CHEAP_WHOLE_ROWS", 0)
     ns = PartitionedNamespace.create(
         tmp_path / "ns",
         schema=EVENTS_SCHEMA,

@@ -135,6 +135,12 @@ def count(ns: PartitionedNamespace, where: str) -> int:
     return len(ns.prune(where))
 
 
+def fresh_state(ns: PartitionedNamespace) -> NamespaceState:
+    """The state of ``ns`` on a ``__manifest`` view of its own: a view's first question
+    decides whether it reads the version whole (and keeps it) or scans per question."""
+    return PartitionedNamespace.open(ns.uri).state()
+
+
 def test_equality_prunes_to_one_partition(spaces: dict[str, PartitionedNamespace]) -> None:
     assert count(spaces["identity-n"], "n = 3") == 1
     assert count(spaces["identity-s"], "s = 'apple'") == 1
@@ -399,7 +405,7 @@ def test_a_prune_reads_only_the_rows_its_index_finds(
     not every partition row (a million-partition namespace plans one date in milliseconds);
     a predicate with nothing to push (a negation) reads every row, as before."""
     ns = spaces["identity-n"]
-    state = NamespaceState.load(ns.state().root, ns.state().view)
+    state = fresh_state(ns)
     assert [p.values for p in state.partitions_from_rows(pruned_rows(state, "n = 3"))] == [
         {"p_n": 3}
     ]
@@ -412,14 +418,14 @@ def test_a_prune_reads_only_the_rows_its_index_finds(
     assert state._tables is not None
 
 
+@pytest.mark.usefixtures("pushed_down")
 def test_a_predicate_lance_cannot_plan_falls_back_to_every_row(
     spaces: dict[str, PartitionedNamespace],
 ) -> None:
     """Lance's filter planner is stricter than Arrow's (an int32 column against 2.5): a
     pushed-down predicate it refuses reads every row instead, never fails the prune."""
     ns = spaces["identity-n"]
-    state = NamespaceState.load(ns.state().root, ns.state().view)
-    rows = state.candidates(pc.field("p_n") > pc.scalar(2.5))
+    rows = fresh_state(ns).candidates(pc.field("p_n") > pc.scalar(2.5))
     assert rows.num_rows == len(ns.partitions())
 
 
@@ -460,7 +466,7 @@ def test_a_filter_no_partition_can_match_reads_no_row(
     """A contradiction prunes everything without a scan, and its empty result has the
     columns of a loaded state's."""
     ns = spaces["identity-n"]
-    state = NamespaceState.load(ns.state().root, ns.state().view)
+    state = fresh_state(ns)
     for where in ("n = 1 AND n = 2", "n = NULL", "FALSE"):
         empty = pruned_rows(state, where)
         assert empty.num_rows == 0, where
@@ -473,29 +479,29 @@ def test_a_filter_not_parsed_yet_is_parsed_while_a_small_manifest_loads_whole(
 ) -> None:
     """The first query of a process: DataFusion parses a filter it has not seen while a
     storage thread reads a small ``__manifest`` whole, and the prune keeps what the scan
-    the filter is pushed into keeps. Once parsed, the filter is pushed down (no full read);
-    a big ``__manifest`` is never read whole for it; a bad filter is the error, not the
-    load."""
+    the filter is pushed into keeps. A big ``__manifest`` is never read whole for it: a
+    filter parsed already is pushed into its scan, and so is one not parsed yet; a bad
+    filter is the error, not the load."""
     ns = spaces["identity-n"]
     where = "n = 3 OR n = 987654321"  # no other test parses it
-    state = NamespaceState.load(ns.state().root, ns.state().view)
+    state = fresh_state(ns)
     assert not is_parsed(where, state.schema)
     overlapped = state.partitions_from_rows(pruned_rows(state, where))
     assert state._tables is not None  # read whole, beside the parse
-    again = NamespaceState.load(ns.state().root, ns.state().view)
+
+    monkeypatch.setattr(manifest_module, "CHEAP_WHOLE_ROWS", 0)
+    again = fresh_state(ns)
     pushed = again.partitions_from_rows(pruned_rows(again, where))
     assert again._tables is None  # parsed already: pushed into the scan
     assert [p.values for p in overlapped] == [p.values for p in pushed] == [{"p_n": 3}]
-
-    monkeypatch.setattr(manifest_module, "CHEAP_WHOLE_ROWS", 0)
-    big = NamespaceState.load(ns.state().root, ns.state().view)
+    big = fresh_state(ns)
     assert [p.values for p in big.partitions_from_rows(pruned_rows(big, "n = 3 OR n = 98765"))] == [
         {"p_n": 3}
     ]
     assert big._tables is None
     monkeypatch.undo()
     with pytest.raises(FilterError, match="no_such_column"):
-        pruned_rows(NamespaceState.load(ns.state().root, ns.state().view), "no_such_column = 1")
+        pruned_rows(fresh_state(ns), "no_such_column = 1")
 
 
 @pytest.mark.parametrize("zone", ["UTC", "America/New_York", None])
