@@ -513,7 +513,9 @@ class ManifestView:
 
     @property
     def loads_whole_cheaply(self) -> bool:
-        """Whether reading every leaf row costs about what a filtered scan does (no request)."""
+        """Whether reading this version whole costs about what one filtered scan does: at
+        most :data:`CHEAP_WHOLE_ROWS` rows, or on an object store data files that fit one
+        block each (no request: from the version's manifest)."""
         if self._read_whole:
             return True
         rows = sum(f.metadata.physical_rows or 0 for f in self._ds.get_fragments())

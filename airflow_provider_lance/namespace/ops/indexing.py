@@ -197,7 +197,7 @@ def leaf_segments(leaf: lance.LanceDataset, name: str) -> list[Index]:
     return []
 
 
-def open_leaf(
+def published_and_latest(
     storage: Storage, partition: Partition, base: int
 ) -> tuple[lance.LanceDataset, lance.LanceDataset]:
     """The leaf of ``partition`` at its published version ``base`` and at its latest (one
@@ -484,7 +484,7 @@ class CreateIndex(_IndexOperation):
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         d = self.declaration
-        leaf, latest = open_leaf(self.storage, partition, base)
+        leaf, latest = published_and_latest(self.storage, partition, base)
         fragments = [f.fragment_id for f in leaf.get_fragments()]
         existing = current_segments(leaf, latest, d.name)
         change = outcome(partition, fragments_before=len(fragments), fragments_after=len(fragments))
@@ -559,7 +559,7 @@ class OptimizeIndices(_IndexOperation):
         return [d.to_row() for d in self._declared.values()]
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
-        leaf, latest = open_leaf(self.storage, partition, base)
+        leaf, latest = published_and_latest(self.storage, partition, base)
         n = len(leaf.get_fragments())
         new: list[Index] = []
         removed: list[Index] = []
@@ -641,7 +641,7 @@ class DropIndex(TableOperation):
         return [], [f"{INDEX_PREFIX}{self.name}"]
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
-        leaf, latest = open_leaf(self.storage, partition, base)
+        leaf, latest = published_and_latest(self.storage, partition, base)
         existing = current_segments(leaf, latest, self.name)
         n = len(leaf.get_fragments())
         change = outcome(partition, fragments_before=n, fragments_after=n)

@@ -48,7 +48,9 @@ def pruned_rows(state: NamespaceState, filter: str | None) -> pa.Table:
     ``filter`` (all of them for None); a bad filter raises :class:`FilterError`."""
     if filter is None:
         return state.tables
-    loading = None if is_parsed(filter, state.schema) else state.load_tables_beside()
+    # a filter parsed already reads no more than it needs; one of the wrong type, nothing
+    settled = not isinstance(filter, str) or is_parsed(filter, state.schema)
+    loading = None if settled else state.load_tables_beside()
     _, pred = parse_filter(filter, state.schema)
     if loading is not None:
         loading.result()  # its rows are the candidates now (or its error is the read's)

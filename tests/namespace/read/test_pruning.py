@@ -474,6 +474,22 @@ def test_a_filter_no_partition_can_match_reads_no_row(
     assert empty.schema == state.tables.schema
 
 
+def test_a_filter_of_the_wrong_type_is_refused_before_anything_is_read(
+    spaces: dict[str, PartitionedNamespace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter that is no string is refused without starting the read of every row a
+    filter not parsed yet starts beside its parse."""
+
+    def started(self: NamespaceState) -> None:
+        raise AssertionError("a read of every row started for a filter that is refused")
+
+    state = fresh_state(spaces["identity-n"])
+    monkeypatch.setattr(NamespaceState, "load_tables_beside", started)
+    for bad in (["n = 3"], 3, b"n = 3"):
+        with pytest.raises(FilterError, match="string"):
+            pruned_rows(state, bad)  # type: ignore[arg-type]
+
+
 def test_a_filter_not_parsed_yet_is_parsed_while_a_small_manifest_loads_whole(
     spaces: dict[str, PartitionedNamespace], monkeypatch: pytest.MonkeyPatch
 ) -> None:
