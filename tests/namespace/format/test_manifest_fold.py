@@ -15,6 +15,7 @@ import pytest
 
 from airflow_provider_lance.namespace import PartitionedNamespace, PartitionField
 from airflow_provider_lance.namespace.errors import is_retryable
+from airflow_provider_lance.namespace.format import manifest as manifest_module
 from airflow_provider_lance.namespace.format import manifest_compaction
 from airflow_provider_lance.namespace.format.manifest import (
     INTENT_PREFIX,
@@ -42,20 +43,26 @@ def mpath(ns: PartitionedNamespace) -> str:
 
 def prefix_rows_agree(ns: PartitionedNamespace) -> int:
     """At every retained __manifest version: the rows _with_prefix finds are exactly those
-    a starts_with scan finds (txn rows and intents). Returns the number of versions."""
+    a starts_with scan finds (txn rows and intents), both in the rows of a version read
+    whole and through the partition indices (as in a version too big to read whole).
+    Returns the number of versions."""
     ds = lance.dataset(mpath(ns))
     checked = 0
     for v in ds.versions():
         at = lance.dataset(mpath(ns), version=v["version"])
-        view = ManifestView(at)
-        for prefix, got in ((TXN_PREFIX, view.txn_rows()), (INTENT_PREFIX, view.intent_rows())):
-            want = (
-                at.to_table(columns=["object_id"], filter=f"starts_with(object_id, '{prefix}')")
-                .column("object_id")
-                .to_pylist()
-            )
-            got_ids = [r["object_id"] for r in got]
-            assert sorted(got_ids) == sorted(want), (v["version"], prefix)
+        for threshold in (manifest_module.CHEAP_WHOLE_ROWS, 0):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(manifest_module, "CHEAP_WHOLE_ROWS", threshold)
+                view = ManifestView(at)
+                found = {TXN_PREFIX: view.txn_rows(), INTENT_PREFIX: view.intent_rows()}
+            for prefix, got in found.items():
+                want = (
+                    at.to_table(columns=["object_id"], filter=f"starts_with(object_id, '{prefix}')")
+                    .column("object_id")
+                    .to_pylist()
+                )
+                got_ids = [r["object_id"] for r in got]
+                assert sorted(got_ids) == sorted(want), (v["version"], prefix, threshold)
         checked += 1
     return checked
 
