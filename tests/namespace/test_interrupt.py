@@ -41,8 +41,12 @@ SCHEMA = pa.schema(
     ]
 )
 
+#: Each script reinstates Python's SIGINT handler: a process started with SIGINT ignored
+#: (as a test worker can be, by what ran in it before) passes that on, and Python then
+#: installs none.
 WRITER = """
-import sys
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {repo!r})
 from tests.namespace.test_interrupt import days
 from airflow_provider_lance.namespace import PartitionedNamespace
@@ -137,7 +141,8 @@ def test_ctrl_c_stops_a_write_at_once_and_maintain_reclaims_what_it_left(tmp_pat
 
 
 MAINTAINER = """
-import datetime as dt, sys
+import datetime as dt, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from airflow_provider_lance.namespace import PartitionedNamespace
 
 def rolling(progress):
