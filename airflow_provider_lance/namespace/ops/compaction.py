@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from lance import LanceDataset, LanceOperation
+from lance import LanceOperation
 from lance.optimize import Compaction, CompactionOptions, RewriteResult
 
 from airflow_provider_lance.namespace.errors import InvalidArgumentError
@@ -32,7 +32,7 @@ from airflow_provider_lance.namespace.results import SkipReason
 from airflow_provider_lance.namespace.write.leaf_commit import (
     IndexedRewrite,
     content_after,
-    kept_above,
+    published_and_kept,
 )
 
 from .runner import ComputedChange, Selection, TableOperation, outcome
@@ -75,10 +75,11 @@ class Optimize(TableOperation):
         return Selection(targets={p.object_id: p for p in state.partitions_from_rows(rows)})
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
-        leaf = self.storage.table(partition.location, base)
+        # planned on the newest version kept above the published one (an index built with
+        # pylance, same fragments), so that its commit remaps those indices too
+        leaf, planned = published_and_kept(self.storage, partition.location, base)
         before = len(leaf.get_fragments())
         change = outcome(partition, fragments_before=before, fragments_after=before)
-        planned = self._with_kept_indices(partition, leaf)
         indexed = bool(planned.describe_indices())
         if indexed and partition.read_version is None:
             log.info("optimize left %s alone: indexed, read at its latest", partition.object_id)
@@ -95,16 +96,6 @@ class Optimize(TableOperation):
             operation = IndexedRewrite(groups, [], rewrites, self.options)
         change = replace(change, fragments_after=len(content_after(leaf, base, operation)))
         return ComputedChange(partition, base, operation, change, leaf=leaf)
-
-    def _with_kept_indices(self, partition: Partition, leaf: LanceDataset) -> LanceDataset:
-        """``leaf`` (at the published version), or the newest version kept above it (an
-        index built with pylance, same fragments): the compaction is planned there so that
-        its commit remaps those indices too."""
-        base = int(leaf.version)
-        latest = self.storage.table(partition.location)
-        if int(latest.version) == base or (kept := kept_above(latest, base)) == base:
-            return leaf
-        return latest.checkout_version(kept)
 
 
 def _group(rewrite: RewriteResult) -> LanceOperation.RewriteGroup:

@@ -51,7 +51,7 @@ from airflow_provider_lance.namespace.read.coverage import pruned_rows
 from airflow_provider_lance.namespace.read.remembered import KeptPerStorage
 from airflow_provider_lance.namespace.results import IndexInfo, SkipReason
 from airflow_provider_lance.namespace.txn.builds import BuildRecord
-from airflow_provider_lance.namespace.write.leaf_commit import kept_above
+from airflow_provider_lance.namespace.write.leaf_commit import published_and_kept
 
 from .deletion import live_rows
 from .index_model import ModelSpec, SharedModel, model_arguments, shares_model, train_model
@@ -195,30 +195,6 @@ def leaf_segments(leaf: lance.LanceDataset, name: str) -> list[Index]:
                 for s in found.segments
             ]
     return []
-
-
-def published_and_latest(
-    storage: Storage, partition: Partition, base: int
-) -> tuple[lance.LanceDataset, lance.LanceDataset]:
-    """The leaf of ``partition`` at its published version ``base`` and at its latest (one
-    open when they are the same version)."""
-    latest = storage.table(partition.location)
-    if int(latest.version) == base:
-        return latest, latest
-    return storage.table(partition.location, base), latest
-
-
-def current_segments(
-    leaf: lance.LanceDataset, latest: lance.LanceDataset, name: str
-) -> list[Index]:
-    """The segments of index ``name`` a commit on ``leaf`` (open at the published version;
-    ``latest``: the same leaf at its latest version) builds on: those of the newest version
-    kept above it, if any (an index built with pylance:
-    :func:`~..write.leaf_commit.kept_above`), else ``leaf``'s."""
-    base = int(leaf.version)
-    if int(latest.version) != base and (kept := kept_above(latest, base)) != base:
-        return leaf_segments(latest.checkout_version(kept), name)
-    return leaf_segments(leaf, name)
 
 
 def covered(segments: Iterable[Index]) -> set[int]:
@@ -484,9 +460,9 @@ class CreateIndex(_IndexOperation):
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
         d = self.declaration
-        leaf, latest = published_and_latest(self.storage, partition, base)
+        leaf, kept = published_and_kept(self.storage, partition.location, base)
         fragments = [f.fragment_id for f in leaf.get_fragments()]
-        existing = current_segments(leaf, latest, d.name)
+        existing = leaf_segments(kept, d.name)
         change = outcome(partition, fragments_before=len(fragments), fragments_after=len(fragments))
         if existing and self._old is None and not self.replace:
             raise IndexExistsError(
@@ -559,7 +535,7 @@ class OptimizeIndices(_IndexOperation):
         return [d.to_row() for d in self._declared.values()]
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
-        leaf, latest = published_and_latest(self.storage, partition, base)
+        leaf, kept = published_and_kept(self.storage, partition.location, base)
         n = len(leaf.get_fragments())
         new: list[Index] = []
         removed: list[Index] = []
@@ -567,7 +543,7 @@ class OptimizeIndices(_IndexOperation):
         for d in self._declared.values():
             if partition.object_id not in self._scopes[d.name]:
                 continue
-            found = self._missing(state, partition, leaf, latest, d)
+            found = self._missing(state, partition, leaf, kept, d)
             if found is not None:
                 new.append(found[0])
                 removed += found[1]
@@ -584,17 +560,17 @@ class OptimizeIndices(_IndexOperation):
         state: NamespaceState,
         partition: Partition,
         leaf: lance.LanceDataset,
-        latest: lance.LanceDataset,
+        kept: lance.LanceDataset,
         declaration: IndexDeclaration,
     ) -> tuple[Index, list[Index], set[int]] | None:
-        """The segment indexing what ``declaration`` misses in ``leaf`` (``latest``: the
-        leaf at its latest version), the segments it replaces and the fragments it newly
-        covers (None: nothing missing)."""
+        """The segment indexing what ``declaration`` misses in ``leaf`` (``kept``: the leaf
+        a commit on it builds on, :func:`~..write.leaf_commit.published_and_kept`), the
+        segments it replaces and the fragments it newly covers (None: nothing missing)."""
         name = declaration.column(state)
         column = None if name is None else leaf_column(state, leaf, name)
         if column is None:
             return None
-        existing = current_segments(leaf, latest, declaration.name)
+        existing = leaf_segments(kept, declaration.name)
         done = covered(existing)
         missing = [
             f.fragment_id
@@ -641,8 +617,8 @@ class DropIndex(TableOperation):
         return [], [f"{INDEX_PREFIX}{self.name}"]
 
     def compute(self, state: NamespaceState, partition: Partition, base: int) -> ComputedChange:
-        leaf, latest = published_and_latest(self.storage, partition, base)
-        existing = current_segments(leaf, latest, self.name)
+        leaf, kept = published_and_kept(self.storage, partition.location, base)
+        existing = leaf_segments(kept, self.name)
         n = len(leaf.get_fragments())
         change = outcome(partition, fragments_before=n, fragments_after=n)
         if not existing:

@@ -442,6 +442,20 @@ def kept_above(ds: lance.LanceDataset, base: int) -> int:
     return kept
 
 
+def published_and_kept(
+    storage: Storage, location: str, base: int
+) -> tuple[lance.LanceDataset, lance.LanceDataset]:
+    """The leaf at ``location`` at its published version ``base``, and at the newest version
+    kept above it (:func:`kept_above`; ``base`` itself when there is none), what a commit
+    on it builds on: the indices it keeps. One open when ``base`` is the latest."""
+    latest = storage.table(location)
+    if int(latest.version) == base:
+        return latest, latest
+    leaf = storage.table(location, base)
+    kept = kept_above(latest, base)
+    return leaf, leaf if kept == base else latest.checkout_version(kept)
+
+
 #: The namespace call that does what a Lance operation made outside it did.
 _THROUGH = {
     "Append": "write(data)",
